@@ -1,0 +1,47 @@
+// cli.h — what every tool does the same way (DESIGN §7): messages prefixed
+// with the tool's name, exit statuses (1 data/runtime, 2 usage), --version,
+// output files, refusing binary output to a terminal, progress on stderr.
+#ifndef RLPIPE_CLI_H
+#define RLPIPE_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Names the tool for messages and restores the default SIGPIPE action, so a
+// closed pipe ends the tool quietly.
+void cli_init(const char *tool);
+const char *cli_tool(void);
+
+void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));        // exit 1
+void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)); // exit 2
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_print_version(void);
+
+// Parses a non-negative integer option value (suffixes k, M, G = 2^10, 2^20, 2^30
+// when allow_suffix); exits 2 naming the option if it is not one or exceeds max.
+uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_suffix);
+
+// Opens the output ("-" or NULL: standard output). Binary output to a
+// terminal is refused (exit 2) unless force. Exits 1 if it cannot be opened.
+int cli_open_output(const char *path, int binary, int force);
+// True if path names the same file as the open descriptor fd... of an input path.
+int cli_same_file(const char *a, const char *b);
+
+double cli_now(void);   // seconds, monotonic
+
+// Progress on stderr, at most 6 updates a second, when stderr is a terminal
+// or when forced; cli_progress_done erases the line.
+typedef struct {
+    int on;
+    double last;
+    int shown;
+} cli_progress;
+void cli_progress_init(cli_progress *p, int force);
+int cli_progress_due(cli_progress *p);   // 1 when an update may be printed now
+void cli_progress_print(cli_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_progress_done(cli_progress *p);
+
+// "1.2 MB", "345 kB": sizes for summaries (decimal units).
+const char *cli_bytes(uint64_t n, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,40 @@
+// util.h — allocation that cannot fail silently, a growable byte buffer, and
+// the error-message carrier that library functions fill instead of printing.
+#ifndef RLPIPE_UTIL_H
+#define RLPIPE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdarg.h>
+
+#define RLPIPE_VERSION "0.1.0"
+
+// Out of memory is not a data error: report where and abort.
+void *xmalloc(size_t n);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+// A growable byte buffer: data[0..len) is valid, cap bytes are allocated.
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} sbuf;
+
+void sbuf_reserve(sbuf *b, size_t extra);            // ensure cap >= len + extra
+void sbuf_put(sbuf *b, const void *p, size_t n);
+void sbuf_putc(sbuf *b, uint8_t c);
+void sbuf_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sbuf_free(sbuf *b);
+
+// Library functions report failures by filling an rl_err and returning -1;
+// tools print "<tool>: error: <msg>" and choose the exit status.
+typedef struct {
+    char msg[1024];
+} rl_err;
+
+int err_set(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));  // returns -1
+
+// True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
+int utf8_valid(const uint8_t *p, size_t n);
+
+#endif

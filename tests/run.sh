@@ -1,0 +1,55 @@
+#!/bin/bash
+# Runs every test program. Each prints one line per case:
+#   PASS <name> | FAIL <name>: <why> | SKIP <name>: <why>
+# A program that exits non-zero without printing a FAIL line counts as one
+# failure. The last line is "N passed, N failed[, N skipped]".
+cd "$(dirname "$0")/.." || exit 1
+export RLPIPE_ROOT=$PWD
+export PY=/usr/bin/python3     # Debian's interpreter, with the reference packages
+export TMPDIR=${TMPDIR:-/tmp}
+pass=0 fail=0 skip=0
+log=$(mktemp -d "$TMPDIR/rlpipe-tests.XXXXXX")
+trap 'rm -rf "$log"' EXIT
+
+run() {  # run LABEL BIN_DIR COMMAND...
+    local label=$1 bindir=$2; shift 2
+    local out=$log/out start=$SECONDS rc
+    RLPIPE_BIN=$bindir "$@" >"$out" 2>&1
+    rc=$?
+    local p f s
+    p=$(grep -c '^PASS ' "$out"); f=$(grep -c '^FAIL ' "$out"); s=$(grep -c '^SKIP ' "$out")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "FAIL $label: exited with status $rc without reporting a failure" >>"$out"
+        f=1
+    fi
+    pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
+    printf '%-44s %3d passed %3d failed %3d skipped  %3ds\n' "$label" "$p" "$f" "$s" $((SECONDS - start))
+    if [ "$f" -ne 0 ]; then
+        grep -E '^(FAIL|SKIP) ' "$out" | sed 's/^/    /'
+        echo "    --- last lines of output:"
+        tail -n 25 "$out" | sed 's/^/    | /'
+    fi
+}
+
+for t in build/tests/test_*; do
+    [ -x "$t" ] && run "unit: ${t##*/}" "$PWD/bin" "$t"
+done
+for t in build/asan/tests/test_*; do
+    [ -x "$t" ] && run "asan+ubsan unit: ${t##*/}" "$PWD/bin" "$t"
+done
+for t in tests/cli/*.sh; do
+    run "cli: ${t##*/}" "$PWD/bin" bash "$t"
+    # Tests marked "also-asan" run again with the sanitizer build of the tools.
+    if grep -q '^# also-asan' "$t"; then
+        run "asan+ubsan cli: ${t##*/}" "$PWD/build/asan/bin" \
+            env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 bash "$t"
+    fi
+done
+for t in tests/py/test_*.py; do
+    [ -f "$t" ] && run "py: ${t##*/}" "$PWD/bin" "$PY" "$t"
+done
+
+line="$pass passed, $fail failed"
+[ "$skip" -gt 0 ] && line="$line, $skip skipped"
+echo "$line"
+[ "$fail" -eq 0 ]
