@@ -46,6 +46,8 @@ void jsonl_close(jsonl_t *j) {
 
 const char *jsonl_error(const jsonl_t *j) { return j->err.msg; }
 uint64_t jsonl_records(const jsonl_t *j) { return j->records; }
+const char *jsonl_name(const jsonl_t *j) { return j->name; }
+uint64_t jsonl_line(const jsonl_t *j) { return j->lineno; }
 uint64_t jsonl_bytes_in(const jsonl_t *j) { return j->bytes; }
 
 int jsonl_would_block(const jsonl_t *j) {

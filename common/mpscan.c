@@ -1,5 +1,6 @@
 #include "mpscan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,13 @@ const char *mps_type_name(uint8_t c) {
     case 0xdc: case 0xdd: return "array";
     default: return "map";
     }
+}
+
+const char *mps_a_type_name(uint8_t c) {
+    static __thread char buf[40];
+    const char *t = mps_type_name(c);
+    snprintf(buf, sizeof buf, "%s %s", strchr("aeiou", t[0]) ? "an" : "a", t);
+    return buf;
 }
 
 enum { K_SCALAR, K_STR, K_BIN, K_EXT, K_ARRAY, K_MAP };

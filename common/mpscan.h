@@ -50,5 +50,7 @@ void mps_index_free(mp_index *idx);
 
 // Name of the msgpack type whose first byte is c ("map", "array", "str", ...).
 const char *mps_type_name(uint8_t c);
+// The same with its article, for messages: "an integer", "a map".
+const char *mps_a_type_name(uint8_t c);
 
 #endif

@@ -98,10 +98,10 @@ static int next_object(recr_t *r, rec_t *out) {
                     if (r->members == 0) {
                         char d[160];
                         describe_start(p, avail, d, sizeof d);
-                        return fail(r, "not an rlpipe stream: the first object is a %s, not a header map; %s",
-                                    mps_type_name(p[0]), d), -1;
+                        return fail(r, "not an rlpipe stream: the first object is %s, not a header map; %s",
+                                    mps_a_type_name(p[0]), d), -1;
                     }
-                    return fail(r, "record is a %s, not a map (at decoded byte %llu)", mps_type_name(p[0]),
+                    return fail(r, "record is %s, not a map (at decoded byte %llu)", mps_a_type_name(p[0]),
                                 (unsigned long long)(ins_decoded(r->in) - avail)), -1;
                 }
                 rec_load(out, p, len, &r->idx);
@@ -183,8 +183,8 @@ recr_event recr_next(recr_t *r, rec_t *out) {
         return RECR_TRAILER;
     }
     if (is_key(out, "rlpipe"))
-        return fail(r, "truncated stream: member %llu has no trailer; a new header follows its %llu records",
-                    (unsigned long long)r->members, (unsigned long long)r->member_records);
+        return fail(r, "truncated stream: member %llu has no trailer, a new header follows its %llu records (%s)",
+                    (unsigned long long)r->members, (unsigned long long)r->member_records, before_it(r));
     r->records++;
     r->member_records++;
     return RECR_RECORD;

@@ -14,5 +14,8 @@ recr_event src_next(src_t *s, rec_t *out);
 const char *src_error(const src_t *s);
 uint64_t src_bytes_in(const src_t *s);
 int src_would_block(const src_t *s);
+// Where the last record came from, for messages: "FILE record N" (N from 0)
+// or "FILE line L" (L from 1).
+const char *src_where(const src_t *s, char *buf, size_t size);
 
 #endif

@@ -184,25 +184,31 @@ static void sink_header(sink_t *k, const rec_t *h, const char *where) {
     }
 }
 
-static void sink_record(sink_t *k, const rec_t *r, const char *where) {
-    rl_err e;
+// Returns 0, or -1 with err when the record cannot go to this sink.
+static int sink_record(sink_t *k, const rec_t *r, rl_err *e) {
+    int rc = 0;
     switch (k->o->sink) {
     case SINK_RECORDS:
-        if (recw_write(k->w, r, &e)) cli_die("%s: %s", e.msg, where);
+        rc = recw_write(k->w, r, e);
         break;
-    case SINK_JSON:
-        if (json_from_rec(r, &k->line, &e)) cli_die("%s: %s", e.msg, where);
-        sbuf_putc(&k->line, '\n');
-        sink_write_json(k, 0);
-        break;
-    case SINK_STATS:
-        if (stats_add(&k->st, r, &e)) cli_die("%s: %s", e.msg, where);
-        break;
-    case SINK_CHECK:
-        if (fld_check(r, &e)) cli_die("%s: %s", e.msg, where);
+    case SINK_JSON: {
+        size_t before = k->line.len;
+        if ((rc = json_from_rec(r, &k->line, e))) k->line.len = before;
+        else {
+            sbuf_putc(&k->line, '\n');
+            sink_write_json(k, 0);
+        }
         break;
     }
-    k->count++;
+    case SINK_STATS:
+        rc = stats_add(&k->st, r, e);
+        break;
+    case SINK_CHECK:
+        rc = fld_check(r, e);
+        break;
+    }
+    if (!rc) k->count++;
+    return rc;
 }
 
 static void sink_close(sink_t *k) {
@@ -265,7 +271,13 @@ int main(int argc, char **argv) {
                     rec_free(h);
                     members++;
                 }
-                sink_record(&k, rec, name);
+                rl_err e2;
+                if (sink_record(&k, rec, &e2)) {
+                    char where[1200];
+                    cli_progress_done(&prog);
+                    sink_flush(&k);   // deliver every record before the bad one
+                    cli_die("%s: %s", e2.msg, src_where(s, where, sizeof where));
+                }
             }
             if (cli_progress_due(&prog)) {
                 char b[32];
@@ -302,6 +314,7 @@ int main(int argc, char **argv) {
     rec_free(rec);
     rec_free(k.header);
     stats_free(&k.st);
+    sbuf_free(&k.line);
     if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", o.output, strerror(errno));
     return 0;
 }

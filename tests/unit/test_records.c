@@ -1,0 +1,348 @@
+// Unit tests of the record layer: scanner limits, the record API, writer and
+// reader round trips, and the truncation and corruption sweeps in-process
+// (this file is also built with AddressSanitizer + UndefinedBehaviorSanitizer).
+#include <math.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "mpscan.h"
+#include "reader.h"
+#include "record.h"
+#include "writer.h"
+
+// ---- helpers ---------------------------------------------------------------
+
+// A file descriptor reading exactly p[0..n) (an anonymous in-memory file).
+static int mem_fd(const void *p, size_t n) {
+    int fd = memfd_create("rlpipe-test", 0);
+    if (fd < 0) { perror("memfd_create"); exit(2); }
+    if (n && write(fd, p, n) != (ssize_t)n) { perror("write"); exit(2); }
+    lseek(fd, 0, SEEK_SET);
+    return fd;
+}
+
+static char fd_path[64];
+static const char *path_of(int fd) {
+    snprintf(fd_path, sizeof fd_path, "/proc/self/fd/%d", fd);
+    return fd_path;
+}
+
+// Writes a member of n records {"id": i, "ids": [...], "logp": [...]} into out.
+static void write_member(sbuf *out, int n, const recw_opts *o) {
+    int fd = memfd_create("rlpipe-out", 0);
+    rec_t *h = rec_new(), *r = rec_new();
+    rec_make_header(h, "rollouts", "test", 0, NULL, 1);
+    rl_err e;
+    recw_t *w = recw_fdopen(fd, "mem", o, h, &e);
+    for (int i = 0; i < n; i++) {
+        uint32_t ids[5] = {(uint32_t)i, 1, 2, 70000, 3};
+        float lp[5] = {-0.5f * (float)i, -1e-3f, -2.f, -0.25f, -1.f / 3};
+        rec_clear(r);
+        rec_set_uint(r, "id", (uint64_t)i);
+        rec_set_u32s(r, "ids", ids, 5);
+        rec_set_f32s(r, "logp", lp, 5);
+        rec_set_cstr(r, "text", "caf\xc3\xa9");
+        if (recw_write(w, r, &e)) { printf("write failed: %s\n", e.msg); exit(2); }
+    }
+    if (recw_close(w, &e)) { printf("close failed: %s\n", e.msg); exit(2); }
+    recw_free(w);
+    off_t len = lseek(fd, 0, SEEK_END);
+    size_t old = out->len;
+    sbuf_reserve(out, (size_t)len);
+    if (pread(fd, out->data + old, (size_t)len, 0) != len) exit(2);
+    out->len += (size_t)len;
+    close(fd);
+    rec_free(h);
+    rec_free(r);
+}
+
+typedef struct {
+    int records;        // data records delivered
+    int ok_ids;         // delivered records with the expected id (0, 1, 2, ... across members)
+    int status;         // 0 clean end, -1 error
+    char err[1024];
+} read_result;
+
+// Reads p[0..n) to the end; record k is expected to have id k % per_member.
+static read_result read_all(const void *p, size_t n, int per_member) {
+    read_result res = {0};
+    int fd = mem_fd(p, n);
+    rl_err e;
+    recr_t *r = recr_open(path_of(fd), NULL, &e);
+    rec_t *rec = rec_new();
+    int rc;
+    while ((rc = recr_read(r, rec)) == 1) {
+        uint64_t id;
+        if (rec_get_uint(rec, "id", &id) == REC_OK && id == (uint64_t)(res.records % per_member)) res.ok_ids++;
+        res.records++;
+    }
+    res.status = rc;
+    if (rc < 0) snprintf(res.err, sizeof res.err, "%s", recr_error(r));
+    recr_close(r);
+    rec_free(rec);
+    close(fd);
+    return res;
+}
+
+// ---- the scanner -----------------------------------------------------------
+
+static void scan_finds_the_end_of_each_msgpack_type(void) {
+    static const struct { const char *bytes; size_t n; } objs[] = {
+        {"\x05", 1}, {"\xe0", 1}, {"\xc0", 1}, {"\xc3", 1}, {"\xcc\xff", 2}, {"\xcd\x01\x00", 3},
+        {"\xce\0\0\0\1", 5}, {"\xcf\0\0\0\0\0\0\0\1", 9}, {"\xd3\xff\xff\xff\xff\xff\xff\xff\xff", 9},
+        {"\xca\x3f\x80\0\0", 5}, {"\xcb\x3f\xf0\0\0\0\0\0\0", 9}, {"\xa3" "abc", 4},
+        {"\xd9\x03" "abc", 5}, {"\xc4\x02\xff\x00", 4}, {"\xd4\x01\x05", 3}, {"\xc7\x01\x07\x00", 4},
+        {"\x92\x01\xa1x", 4}, {"\xdc\x00\x01\xc0", 4}, {"\x81\xa1k\x90", 4},
+    };
+    for (size_t i = 0; i < sizeof objs / sizeof *objs; i++) {
+        size_t len;
+        rl_err e;
+        int rc = mps_scan((const uint8_t *)objs[i].bytes, objs[i].n, &rec_default_limits, NULL, &len, &e);
+        CHECK(rc == MPS_OK && len == objs[i].n, "object %zu: rc %d len %zu, expected %zu", i, rc, len, objs[i].n);
+        // Every proper prefix needs more bytes, and says at least one more.
+        for (size_t k = 0; k < objs[i].n; k++) {
+            rc = mps_scan((const uint8_t *)objs[i].bytes, k, &rec_default_limits, NULL, &len, &e);
+            CHECK(rc == MPS_NEED && len > k, "object %zu cut at %zu: rc %d need %zu", i, k, rc, len);
+        }
+    }
+}
+
+static void scan_rejects_an_array_declaring_2_to_the_32_elements_before_reading_them(void) {
+    const uint8_t bytes[] = {0x81, 0xa3, 'i', 'd', 's', 0xdd, 0xff, 0xff, 0xff, 0xff};
+    size_t len;
+    rl_err e;
+    int rc = mps_scan(bytes, sizeof bytes, &rec_default_limits, NULL, &len, &e);
+    CHECK(rc == MPS_BAD, "rc %d", rc);
+    CHECK(strstr(e.msg, "4294967295 elements") && strstr(e.msg, "limit"), "message: %s", e.msg);
+}
+
+static void scan_enforces_string_record_and_depth_limits(void) {
+    rec_limits lim = rec_default_limits;
+    lim.max_string = 3;
+    size_t len;
+    rl_err e;
+    CHECK(mps_scan((const uint8_t *)"\xa4" "abcd", 5, &lim, NULL, &len, &e) == MPS_BAD &&
+          strstr(e.msg, "string limit of 3 bytes"), "%s", e.msg);
+    // A str32 declaring 4 GB fails on its header, before any byte of it arrives.
+    CHECK(mps_scan((const uint8_t *)"\xdb\xff\xff\xff\xff", 5, &rec_default_limits, NULL, &len, &e) == MPS_BAD,
+          "str32 of 4 GB accepted");
+    lim = rec_default_limits;
+    lim.max_record = 8;
+    CHECK(mps_scan((const uint8_t *)"\xa9" "123456789", 10, &lim, NULL, &len, &e) == MPS_BAD &&
+          strstr(e.msg, "record limit of 8 bytes"), "%s", e.msg);
+    uint8_t deep[40];
+    memset(deep, 0x91, sizeof deep);   // [[[[...
+    lim = rec_default_limits;
+    CHECK(mps_scan(deep, sizeof deep, &lim, NULL, &len, &e) == MPS_BAD && strstr(e.msg, "nesting deeper than 32"),
+          "%s", e.msg);
+}
+
+static void scan_rejects_invalid_utf8_non_string_keys_and_duplicate_keys(void) {
+    size_t len;
+    rl_err e;
+    mp_index idx = {0};
+    CHECK(mps_scan((const uint8_t *)"\xa2\xc3\x28", 3, &rec_default_limits, NULL, &len, &e) == MPS_BAD &&
+          strstr(e.msg, "UTF-8"), "%s", e.msg);
+    CHECK(mps_scan((const uint8_t *)"\xa3\xed\xa0\x80", 4, &rec_default_limits, NULL, &len, &e) == MPS_BAD,
+          "a UTF-8 encoded surrogate was accepted");
+    CHECK(mps_scan((const uint8_t *)"\x81\x01\x02", 3, &rec_default_limits, &idx, &len, &e) == MPS_BAD &&
+          strstr(e.msg, "not a string"), "%s", e.msg);
+    CHECK(mps_scan((const uint8_t *)"\x82\xa1k\x01\xa1k\x02", 7, &rec_default_limits, &idx, &len, &e) == MPS_BAD &&
+          strstr(e.msg, "duplicate key \"k\""), "%s", e.msg);
+    CHECK(mps_scan((const uint8_t *)"\xc1", 1, &rec_default_limits, NULL, &len, &e) == MPS_BAD, "0xc1 accepted");
+    mps_index_free(&idx);
+}
+
+// ---- the record API --------------------------------------------------------
+
+static void record_typed_fields_read_back_exactly(void) {
+    rec_t *r = rec_new();
+    uint32_t ids[3] = {0, 65535, 4000000000u};
+    float lp[3] = {-0.1f, -INFINITY, 1e-38f};
+    uint8_t mask[3] = {1, 0, 1};
+    rec_set_uint(r, "id", UINT64_MAX);
+    rec_set_int(r, "neg", INT64_MIN);
+    rec_set_f64(r, "reward", 0.1);
+    rec_set_cstr(r, "text", "na\xc3\xafve");
+    rec_set_u32s(r, "ids", ids, 3);
+    rec_set_f32s(r, "logp", lp, 3);
+    rec_set_u8s(r, "mask", mask, 3);
+
+    // Through the encoding and back, as a reader would see it.
+    sbuf b = {0};
+    rec_encode(r, &b);
+    rec_t *q = rec_new();
+    rl_err e;
+    CHECK(rec_parse(q, b.data, b.len, &rec_default_limits, &e) == 0, "%s", e.msg);
+    uint64_t u;
+    int64_t i;
+    double d;
+    const char *s;
+    size_t n;
+    u32_vec vi = {0};
+    f32_vec vf = {0};
+    u8_vec vm = {0};
+    CHECK(rec_get_uint(q, "id", &u) == REC_OK && u == UINT64_MAX, "id");
+    CHECK(rec_get_int(q, "neg", &i) == REC_OK && i == INT64_MIN, "neg");
+    CHECK(rec_get_f64(q, "reward", &d) == REC_OK && d == 0.1, "reward %.17g", d);
+    CHECK(rec_get_str(q, "text", &s, &n) == REC_OK && n == 6 && !memcmp(s, "na\xc3\xafve", 6), "text");
+    CHECK(rec_get_u32s(q, "ids", &vi) == REC_OK && vi.n == 3 && !memcmp(vi.v, ids, sizeof ids), "ids");
+    CHECK(rec_get_f32s(q, "logp", &vf) == REC_OK && vf.n == 3 && !memcmp(vf.v, lp, sizeof lp), "logp");
+    CHECK(rec_get_u8s(q, "mask", &vm) == REC_OK && vm.n == 3 && !memcmp(vm.v, mask, 3), "mask");
+    CHECK(rec_get_len(q, "ids", &n) == REC_OK && n == 3, "len");
+    // Asking for the wrong type, or a missing key, says so.
+    CHECK(rec_get_uint(q, "text", &u) == REC_TYPE, "str read as uint");
+    CHECK(rec_get_uint(q, "neg", &u) == REC_TYPE, "negative read as uint");
+    CHECK(rec_get_u32s(q, "logp", &vi) == REC_TYPE, "floats read as uints");
+    CHECK(rec_get_f64(q, "nope", &d) == REC_MISSING, "missing key");
+    // Integers are numbers too.
+    CHECK(rec_get_f64(q, "id", &d) == REC_OK && d == 18446744073709551616.0, "uint as f64");
+    u32_vec_free(&vi);
+    f32_vec_free(&vf);
+    u8_vec_free(&vm);
+    sbuf_free(&b);
+    rec_free(q);
+    rec_free(r);
+}
+
+static void record_unknown_fields_pass_through_byte_for_byte(void) {
+    // A map written by another program: a non-minimal uint (cd 00 05), a
+    // nested map, ext and bin values; then one field is replaced.
+    const uint8_t in[] = {0x84, 0xa1, 'a', 0xcd, 0x00, 0x05, 0xa1, 'n', 0x81, 0xa1, 'x', 0x90,
+                          0xa1, 'e', 0xd4, 0x01, 0x07, 0xa1, 'b', 0xc4, 0x01, 0xff};
+    rec_t *r = rec_new();
+    rl_err e;
+    CHECK(rec_parse(r, in, sizeof in, &rec_default_limits, &e) == 0, "%s", e.msg);
+    sbuf out = {0};
+    rec_encode(r, &out);
+    CHECK(out.len == sizeof in && !memcmp(out.data, in, sizeof in), "untouched record re-encoded differently");
+    rec_set_uint(r, "n", 7);   // replace in place: order kept, others untouched
+    out.len = 0;
+    rec_encode(r, &out);
+    const uint8_t want[] = {0x84, 0xa1, 'a', 0xcd, 0x00, 0x05, 0xa1, 'n', 0x07,
+                            0xa1, 'e', 0xd4, 0x01, 0x07, 0xa1, 'b', 0xc4, 0x01, 0xff};
+    CHECK(out.len == sizeof want && !memcmp(out.data, want, sizeof want), "replaced field: %zu bytes", out.len);
+    CHECK(rec_del(r, "a") == 1 && rec_nfields(r) == 3 && !rec_has(r, "a"), "delete");
+    sbuf_free(&out);
+    rec_free(r);
+}
+
+// ---- writer and reader -----------------------------------------------------
+
+static void writer_and_reader_round_trip_compressed_raw_and_multi_member(void) {
+    recw_opts z = recw_default_opts, raw = recw_default_opts;
+    z.frame_records = 3;
+    raw.raw = 1;
+    sbuf s = {0};
+    write_member(&s, 10, &z);     // zstd, 4 frames
+    write_member(&s, 10, &raw);   // raw msgpack after zstd
+    write_member(&s, 10, &z);     // zstd after raw
+    read_result res = read_all(s.data, s.len, 10);
+    CHECK(res.status == 0, "error: %s", res.err);
+    CHECK(res.records == 30 && res.ok_ids == 30, "%d records, %d in order", res.records, res.ok_ids);
+    sbuf_free(&s);
+}
+
+static void reader_rejects_a_trailer_whose_count_disagrees(void) {
+    recw_opts raw = recw_default_opts;
+    raw.raw = 1;
+    sbuf s = {0};
+    write_member(&s, 3, &raw);
+    // The raw trailer ends with "count": 3 as the fixint 0x03; make it 4.
+    CHECK(s.data[s.len - 1] == 0x03, "unexpected trailer encoding");
+    s.data[s.len - 1] = 0x04;
+    read_result res = read_all(s.data, s.len, 3);
+    CHECK(res.status < 0 && strstr(res.err, "trailer count mismatch") && res.records == 3, "%s", res.err);
+    sbuf_free(&s);
+}
+
+// Cuts a stream at every byte offset: every cut is reported, never read as a
+// clean end, and the records before the cut come out in order. A cut exactly
+// between two members leaves a valid, shorter stream: that one reads cleanly.
+static void sweep(const sbuf *s, size_t member_end, int per_member, int *undetected, int *out_of_order,
+                  int *regress) {
+    int prev = 0;
+    for (size_t k = 0; k < s->len; k++) {
+        read_result res = read_all(s->data, k, per_member);
+        if (res.ok_ids != res.records) (*out_of_order)++;
+        if (res.records < prev) (*regress)++;
+        prev = res.records;
+        if (k == member_end) {
+            if (res.status != 0 || res.records != per_member) (*undetected)++;
+        } else if (res.status == 0 || (k > 0 && !strstr(res.err, "truncated stream"))) {
+            (*undetected)++;
+        }
+    }
+}
+
+static void truncation_at_every_byte_offset_is_detected(void) {
+    recw_opts z = recw_default_opts, raw = recw_default_opts;
+    z.frame_records = 2;
+    raw.raw = 1;
+    sbuf zs = {0}, rs = {0};
+    write_member(&zs, 12, &z);
+    size_t first_member = zs.len;
+    write_member(&zs, 12, &z);
+    write_member(&rs, 12, &raw);
+    int undetected = 0, disorder = 0, regress = 0;
+    sweep(&zs, first_member, 12, &undetected, &disorder, &regress);
+    sweep(&rs, (size_t)-1, 12, &undetected, &disorder, &regress);
+    CHECK(undetected == 0 && disorder == 0 && regress == 0,
+          "%d cuts undetected, %d with wrong records, %d delivering fewer than a shorter cut (of %zu)",
+          undetected, disorder, regress, zs.len + rs.len);
+    // The complete records of a frame cut mid-way are still delivered: a cut
+    // one byte before the end loses only the trailer.
+    read_result res = read_all(zs.data, zs.len - 1, 12);
+    CHECK(res.records == 24, "cut before the last byte delivered %d of 24", res.records);
+    sbuf_free(&zs);
+    sbuf_free(&rs);
+}
+
+static void corrupt_bytes_never_reach_the_reader_as_records(void) {
+    recw_opts z = recw_default_opts;
+    z.frame_records = 4;
+    sbuf s = {0};
+    write_member(&s, 12, &z);
+    int undetected = 0, bad_records = 0;
+    for (size_t k = 0; k < s.len; k++) {
+        for (int bit = 0; bit < 8; bit += 7) {
+            s.data[k] ^= (uint8_t)(1u << bit);
+            read_result res = read_all(s.data, s.len, 12);
+            s.data[k] ^= (uint8_t)(1u << bit);
+            if (res.ok_ids != res.records) bad_records++;
+            // A flip that leaves the content intact (e.g. a larger window
+            // size in a frame header) may read cleanly; the content must then
+            // be all twelve records, unchanged.
+            if (res.status == 0 && res.ok_ids != 12) undetected++;
+        }
+    }
+    CHECK(undetected == 0 && bad_records == 0, "%d flips undetected, %d delivered altered records (of %zu)",
+          undetected, bad_records, 2 * s.len);
+    sbuf_free(&s);
+}
+
+static void reader_names_file_record_and_reason(void) {
+    const char text[] = "hello, world\n";
+    read_result res = read_all(text, sizeof text - 1, 1);
+    CHECK(res.status < 0 && strstr(res.err, "not an rlpipe stream") && strstr(res.err, "/proc/self/fd/") &&
+          strstr(res.err, "record 0"), "%s", res.err);
+    res = read_all("", 0, 1);
+    CHECK(res.status < 0 && strstr(res.err, "empty input"), "%s", res.err);
+}
+
+int main(void) {
+    RUN(scan_finds_the_end_of_each_msgpack_type);
+    RUN(scan_rejects_an_array_declaring_2_to_the_32_elements_before_reading_them);
+    RUN(scan_enforces_string_record_and_depth_limits);
+    RUN(scan_rejects_invalid_utf8_non_string_keys_and_duplicate_keys);
+    RUN(record_typed_fields_read_back_exactly);
+    RUN(record_unknown_fields_pass_through_byte_for_byte);
+    RUN(writer_and_reader_round_trip_compressed_raw_and_multi_member);
+    RUN(reader_rejects_a_trailer_whose_count_disagrees);
+    RUN(truncation_at_every_byte_offset_is_detected);
+    RUN(corrupt_bytes_never_reach_the_reader_as_records);
+    RUN(reader_names_file_record_and_reason);
+    CHECK_DONE();
+}
