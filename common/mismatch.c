@@ -7,6 +7,7 @@ void mm_init(mm_acc *a) {
     memset(a, 0, sizeof *a);
     a->rho_min = INFINITY;
     a->rho_max = -INFINITY;
+    a->lag_max = INT64_MIN;
 }
 
 void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
@@ -45,7 +46,7 @@ void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float
 
 void mm_add_lag(mm_acc *a, const uint32_t *ver, size_t n, uint64_t ver_learner) {
     for (size_t t = 0; t < n; t++) {
-        uint64_t lag = ver_learner >= ver[t] ? ver_learner - ver[t] : 0;
+        int64_t lag = (int64_t)ver_learner - (int64_t)ver[t];
         a->n_lag++;
         a->sum_lag += (double)lag;
         if (lag > a->lag_max) a->lag_max = lag;

@@ -20,7 +20,8 @@ typedef struct {
     uint64_t n_ess;                   // tokens with w and mask != 0
     double sum_w, sum_w2;
     uint64_t n_mask, n_masked;        // tokens with mask; of them mask == 0
-    uint64_t n_lag, lag_max;
+    uint64_t n_lag;
+    int64_t lag_max;                  // signed: a scorer may hold older weights than the sampler
     double sum_lag;
 } mm_acc;
 

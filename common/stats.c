@@ -135,7 +135,7 @@ static int rows(const stats_t *s, row *out) {
     const mm_acc *m = &s->mm;
     if (m->n_lag) {
         ROW("lag_mean", "lag mean", mm_lag_mean(m), 0, "ver_learner - ver, per token");
-        ROW("lag_max", "lag max", m->lag_max, 1, NULL);
+        ROW("lag_max", "lag max", m->lag_max, 1, NULL);  // negative: scored with older weights than sampled
     }
     if (m->n) {
         ROW("tokens_scored", "tokens scored", m->n, 1, "with logp and logp_learner");
@@ -188,11 +188,15 @@ void stats_json(const stats_t *s, sbuf *out) {
         if (r[i].is_int) sbuf_printf(b, "%.0f", r[i].v);
         else json_put_f64(b, r[i].v);
     }
-    sbuf_put(b, ",\"finish\":{", 11);
-    for (int k = 0; k < STATS_MAX_FINISH && s->finish[k]; k++) {
-        if (k) sbuf_putc(b, ',');
-        json_put_str(b, s->finish[k], strlen(s->finish[k]));
-        sbuf_printf(b, ":%llu", (unsigned long long)s->finish_n[k]);
+    if (s->finish[0]) {
+        sbuf_put(b, ",\"finish\":{", 11);
+        for (int k = 0; k < STATS_MAX_FINISH && s->finish[k]; k++) {
+            if (k) sbuf_putc(b, ',');
+            json_put_str(b, s->finish[k], strlen(s->finish[k]));
+            sbuf_printf(b, ":%llu", (unsigned long long)s->finish_n[k]);
+        }
+        if (s->finish_other) sbuf_printf(b, ",\"(other)\":%llu", (unsigned long long)s->finish_other);
+        sbuf_putc(b, '}');
     }
-    sbuf_put(b, "}}\n", 3);
+    sbuf_put(b, "}\n", 2);
 }

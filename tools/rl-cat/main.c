@@ -134,7 +134,7 @@ typedef struct {
     uint64_t count, bytes_out;
 } sink_t;
 
-static void sink_write_json(sink_t *k, int force) {
+static void sink_write_text(sink_t *k, int force) {
     if (!force && k->line.len < ((size_t)1 << 16)) return;
     size_t off = 0;
     while (off < k->line.len) {
@@ -149,7 +149,7 @@ static void sink_write_json(sink_t *k, int force) {
 static void sink_flush(sink_t *k) {
     rl_err e;
     if (k->w && recw_flush(k->w, &e)) cli_die("%s", e.msg);
-    if (k->o->sink == SINK_JSON) sink_write_json(k, 1);
+    if (k->o->sink == SINK_JSON) sink_write_text(k, 1);
 }
 
 // The first header becomes the output's; later ones must be of the same kind.
@@ -196,7 +196,7 @@ static int sink_record(sink_t *k, const rec_t *r, rl_err *e) {
         if ((rc = json_from_rec(r, &k->line, e))) k->line.len = before;
         else {
             sbuf_putc(&k->line, '\n');
-            sink_write_json(k, 0);
+            sink_write_text(k, 0);
         }
         break;
     }
@@ -227,7 +227,7 @@ static void sink_close(sink_t *k) {
         else stats_table(&k->st, &k->line);
         break;
     }
-    if (k->o->sink != SINK_RECORDS && k->o->sink != SINK_CHECK) sink_write_json(k, 1);
+    if (k->o->sink != SINK_RECORDS && k->o->sink != SINK_CHECK) sink_write_text(k, 1);
 }
 
 int main(int argc, char **argv) {
@@ -250,13 +250,15 @@ int main(int argc, char **argv) {
     double t0 = cli_now();
     uint64_t bytes_in = 0, members = 0;
 
-    for (int i = 0; i < ninputs && k.count < o.head; i++) {
+    // --head N stops after N records, but the output still takes its header from the input.
+#define HEAD_DONE() (k.have_header && k.count >= o.head)
+    for (int i = 0; i < ninputs && !HEAD_DONE(); i++) {
         rl_err e;
         src_t *s = src_open(inputs[i], o.pack, &o.lim, &e);
         if (!s) cli_die("%s", e.msg);
         const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
         recr_event ev = RECR_HEADER;
-        while (k.count < o.head) {
+        while (!HEAD_DONE()) {
             if (src_would_block(s)) sink_flush(&k);   // pass on what we have before waiting
             ev = src_next(s, rec);
             if (ev == RECR_END || ev == RECR_ERROR) break;
