@@ -231,33 +231,52 @@ static int parse_array(jp *j, msgpack_packer *pk, fld_type t) {
     return rc;
 }
 
-static int parse_object(jp *j, msgpack_packer *pk) {
-    sbuf body = {0};
-    msgpack_packer bp;
-    msgpack_packer_init(&bp, &body, append_cb);
+// Walks the members of an object at j->p (the opening brace): for each key
+// (decoded into j->tmp), after its ':', calls on_member to parse the value.
+// *count receives the number of members.
+static int parse_members(jp *j, int (*on_member)(jp *, void *), void *ctx, size_t *count) {
     size_t n = 0;
-    int rc = 0;
     j->p++;
     skip_ws(j);
-    if (j->p < j->end && *j->p == '}') j->p++;
-    else for (;;) {
+    if (j->p < j->end && *j->p == '}') {
+        j->p++;
+        *count = 0;
+        return 0;
+    }
+    for (;;) {
         skip_ws(j);
-        if (j->p >= j->end || *j->p != '"') { rc = jfail(j, "expected a string key"); break; }
-        if ((rc = parse_string(j))) break;
-        msgpack_pack_str(&bp, j->tmp.len);
-        msgpack_pack_str_body(&bp, j->tmp.data, j->tmp.len);
+        if (j->p >= j->end || *j->p != '"') return jfail(j, "expected a string key");
+        if (parse_string(j)) return -1;
         skip_ws(j);
-        if (j->p >= j->end || *j->p != ':') { rc = jfail(j, "expected ':' after a key"); break; }
+        if (j->p >= j->end || *j->p != ':') return jfail(j, "expected ':' after a key");
         j->p++;
         skip_ws(j);
-        if ((rc = parse_value(j, &bp, FLD_ANY, 0))) break;
+        if (on_member(j, ctx)) return -1;
         n++;
         skip_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == '}') { j->p++; break; }
-        rc = jfail(j, "expected ',' or '}' in an object");
-        break;
+        return jfail(j, "expected ',' or '}' in an object");
     }
+    *count = n;
+    return 0;
+}
+
+// A member of a nested object: key and value go to the object's body.
+static int nested_member(jp *j, void *body_packer) {
+    msgpack_packer *bp = body_packer;
+    msgpack_pack_str(bp, j->tmp.len);
+    msgpack_pack_str_body(bp, j->tmp.data, j->tmp.len);
+    return parse_value(j, bp, FLD_ANY, 0);
+}
+
+static int parse_object(jp *j, msgpack_packer *pk) {
+    // Members go to a buffer of their own: the count is known only at the end.
+    sbuf body = {0};
+    msgpack_packer bp;
+    msgpack_packer_init(&bp, &body, append_cb);
+    size_t n;
+    int rc = parse_members(j, nested_member, &bp, &n);
     if (!rc) {
         msgpack_pack_map(pk, n);
         sbuf_put(pk->data, body.data, body.len);
@@ -304,53 +323,47 @@ static int parse_value(jp *j, msgpack_packer *pk, fld_type t, int as_f32) {
     return rc;
 }
 
+// A field of the record: typed by its key (fields.h), set on the record.
+typedef struct {
+    rec_t *out;
+    sbuf key, val;
+} top_ctx;
+
+static int record_field(jp *j, void *ctx) {
+    top_ctx *c = ctx;
+    c->key.len = 0;
+    sbuf_put(&c->key, j->tmp.data, j->tmp.len);
+    sbuf_putc(&c->key, 0);
+    const char *key = (const char *)c->key.data;
+    size_t klen = c->key.len - 1;
+    if (strlen(key) != klen) return jfail(j, "a key contains a NUL character");
+    if (rec_find(c->out, key) >= 0) return jfail(j, "duplicate key \"%s\"", key);
+    j->field = key;
+    j->field_len = klen;
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &c->val, append_cb);
+    c->val.len = 0;
+    if (parse_value(j, &pk, fld_type_of(key, klen), 0)) return -1;
+    j->field = NULL;
+    rec_set_raw(c->out, key, klen, c->val.data, c->val.len);
+    return 0;
+}
+
 int json_to_rec(const char *s, size_t n, rec_t *out, rl_err *err) {
     jp j = {.s = s, .end = s + n, .p = s, .err = err};
-    sbuf val = {0}, key = {0};
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &val, append_cb);
+    top_ctx c = {.out = out};
+    size_t count;
     rec_clear(out);
-    int rc = 0;
     skip_ws(&j);
-    if (j.p >= j.end || *j.p != '{') { rc = jfail(&j, "expected a JSON object"); goto done; }
-    j.p++;
-    skip_ws(&j);
-    if (j.p < j.end && *j.p == '}') j.p++;
-    else for (;;) {
-        skip_ws(&j);
-        if (j.p >= j.end || *j.p != '"') { rc = jfail(&j, "expected a string key"); break; }
-        if ((rc = parse_string(&j))) break;
-        key.len = 0;
-        sbuf_put(&key, j.tmp.data, j.tmp.len);
-        sbuf_putc(&key, 0);
-        if (rec_find(out, (const char *)key.data) >= 0 || strlen((const char *)key.data) != key.len - 1) {
-            rc = jfail(&j, "duplicate or NUL-containing key \"%s\"", (const char *)key.data);
-            break;
-        }
-        skip_ws(&j);
-        if (j.p >= j.end || *j.p != ':') { rc = jfail(&j, "expected ':' after a key"); break; }
-        j.p++;
-        j.field = (const char *)key.data;
-        j.field_len = key.len - 1;
-        fld_type t = fld_type_of(j.field, j.field_len);
-        val.len = 0;
-        skip_ws(&j);
-        if ((rc = parse_value(&j, &pk, t, 0))) break;
-        j.field = NULL;
-        rec_set_raw(out, (const char *)key.data, key.len - 1, val.data, val.len);
-        skip_ws(&j);
-        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-        if (j.p < j.end && *j.p == '}') { j.p++; break; }
-        rc = jfail(&j, "expected ',' or '}' after a field");
-        break;
-    }
+    int rc;
+    if (j.p >= j.end || *j.p != '{') rc = jfail(&j, "expected a JSON object");
+    else rc = parse_members(&j, record_field, &c, &count);
     if (!rc) {
         skip_ws(&j);
         if (j.p != j.end) rc = jfail(&j, "text after the JSON object");
     }
-done:
-    sbuf_free(&val);
-    sbuf_free(&key);
+    sbuf_free(&c.key);
+    sbuf_free(&c.val);
     sbuf_free(&j.tmp);
     return rc ? -1 : 0;
 }
