@@ -1,6 +1,7 @@
 #include "json.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -404,7 +405,13 @@ static void put_float(sbuf *out, double v, int f32) {
     if (isnan(v)) { sbuf_put(out, "NaN", 3); return; }
     if (isinf(v)) { if (v < 0) sbuf_put(out, "-Infinity", 9); else sbuf_put(out, "Infinity", 8); return; }
     char text[40];
-    for (int prec = 1; prec <= 17; prec++) {
+    // A float32 needs at most 9 significant digits and a double 17. A normal
+    // value's neighbours are closer than 1e-6 (resp. 1e-15) relative, so any
+    // shorter text that reads back is what %g prints at 6 (resp. 15) digits,
+    // trailing zeros dropped: the search starts there. Subnormals, with
+    // fewer digits of precision, search from 1.
+    int normal = fabs(v) >= (f32 ? FLT_MIN : DBL_MIN);
+    for (int prec = !normal ? 1 : f32 ? 6 : 15; prec <= 17; prec++) {
         snprintf(text, sizeof text, "%.*g", prec, v);
         if (f32 ? strtof(text, NULL) == (float)v : strtod(text, NULL) == v) break;
     }

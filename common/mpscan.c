@@ -45,6 +45,14 @@ const char *mps_a_type_name(uint8_t c) {
     return buf;
 }
 
+// Total size of the items whose first byte alone fixes it (0 for the rest):
+// integers, nil, booleans, floats.
+static const uint8_t SCALAR_SIZE[256] = {
+    [0x00 ... 0x7f] = 1, [0xe0 ... 0xff] = 1, [0xc0] = 1, [0xc2] = 1, [0xc3] = 1,
+    [0xca] = 5, [0xcb] = 9, [0xcc] = 2, [0xcd] = 3, [0xce] = 5, [0xcf] = 9,
+    [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9,
+};
+
 enum { K_SCALAR, K_STR, K_BIN, K_EXT, K_ARRAY, K_MAP };
 
 // Decodes the header of the item at p[0..avail): its kind, header size, payload
@@ -193,6 +201,23 @@ int mps_scan(const uint8_t *p, size_t n, const rec_limits *lim, mp_index *idx,
             if (depth == max_depth)
                 return err_set(err, "nesting deeper than %d levels at offset %zu", max_depth, start);
             left[++depth] = kind == K_MAP ? 2 * count : count;
+            if (kind == K_ARRAY) {
+                // Fast path for the bulk of a rollout: runs of fixed-size
+                // scalars (token ids, float32 logprobs) inside arrays.
+                // Within a run of one type the stride is constant, so the
+                // loads do not wait on each other.
+                uint64_t m = left[depth];
+                while (m && pos < n) {
+                    uint8_t c = p[pos];
+                    size_t sz = SCALAR_SIZE[c];
+                    if (!sz) break;
+                    if (n - pos < sz) { *len = pos + sz; return MPS_NEED; }
+                    do { pos += sz; m--; } while (m && n - pos >= sz && p[pos] == c);
+                }
+                left[depth] = m;
+                if (pos > lim->max_record)
+                    return err_set(err, "object larger than the record limit of %zu bytes", lim->max_record);
+            }
             continue;
         }
         if (n - pos < body) { *len = pos + body; return MPS_NEED; }

@@ -84,7 +84,7 @@ static void describe_start(const uint8_t *p, size_t n, char *out, size_t outsz) 
 }
 
 // Reads the next complete object into out (a map) or fails.
-// Returns 1, 0 at a clean end of input between members, or -1.
+// Returns 1, 0 at a clean end of input between members, or RECR_ERROR (from fail).
 static int next_object(recr_t *r, rec_t *out) {
     size_t want = 1;
     for (;;) {
@@ -99,10 +99,10 @@ static int next_object(recr_t *r, rec_t *out) {
                         char d[160];
                         describe_start(p, avail, d, sizeof d);
                         return fail(r, "not an rlpipe stream: the first object is %s, not a header map; %s",
-                                    mps_a_type_name(p[0]), d), -1;
+                                    mps_a_type_name(p[0]), d);
                     }
                     return fail(r, "record is %s, not a map (at decoded byte %llu)", mps_a_type_name(p[0]),
-                                (unsigned long long)(ins_decoded(r->in) - avail)), -1;
+                                (unsigned long long)(ins_decoded(r->in) - avail));
                 }
                 rec_load(out, p, len, &r->idx);
                 ins_consume(r->in, len);
@@ -112,28 +112,28 @@ static int next_object(recr_t *r, rec_t *out) {
                 if (r->members == 0 && r->state == EXPECT_HEADER) {
                     char d[160];
                     describe_start(p, avail, d, sizeof d);
-                    return fail(r, "not an rlpipe stream: %s; %s", e.msg, d), -1;
+                    return fail(r, "not an rlpipe stream: %s; %s", e.msg, d);
                 }
                 return fail(r, "invalid record: %s (record starts at decoded byte %llu)", e.msg,
-                            (unsigned long long)(ins_decoded(r->in) - avail)), -1;
+                            (unsigned long long)(ins_decoded(r->in) - avail));
             }
             want = len;  // MPS_NEED: a lower bound on the object's size
         }
         rl_err e;
         int m = ins_more(r->in, want, &e);
         if (m < 0) {
-            if (!strncmp(e.msg, "truncated", 9)) return fail(r, "%s (%s)", e.msg, before_it(r)), -1;
-            return fail(r, "%s", e.msg), -1;
+            if (!strncmp(e.msg, "truncated", 9)) return fail(r, "%s (%s)", e.msg, before_it(r));
+            return fail(r, "%s", e.msg);
         }
         if (m > 0) continue;
         // End of input.
         if (avail)
             return fail(r, "truncated stream: %s cut mid-way (%s)",
-                        r->state == EXPECT_HEADER ? "header" : "record", before_it(r)), -1;
+                        r->state == EXPECT_HEADER ? "header" : "record", before_it(r));
         if (r->state == IN_MEMBER)
             return fail(r, "truncated stream: member %llu has no trailer (%s)",
-                        (unsigned long long)r->members, before_it(r)), -1;
-        if (r->members == 0) return fail(r, "empty input: no rlpipe header"), -1;
+                        (unsigned long long)r->members, before_it(r));
+        if (r->members == 0) return fail(r, "empty input: no rlpipe header");
         return 0;
     }
 }

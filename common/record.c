@@ -188,40 +188,108 @@ rec_status rec_get_len(const rec_t *r, const char *key, size_t *n) {
     return REC_OK;
 }
 
-// Decodes an array field element by element with `conv`, into a vector grown as needed.
+// Numeric arrays are decoded straight from their bytes: they are the bulk of
+// a rollout (ids, logp, ver, ...), and going through msgpack_object costs a
+// 24-byte object per element. One element: returns its size in bytes (0 if
+// it is not a number or runs past end) and sets *u (unsigned), *i (signed)
+// or *d (float), with *kind 'u', 'i' or 'f'.
+static inline size_t read_number(const uint8_t *p, const uint8_t *end, char *kind, uint64_t *u, int64_t *i,
+                                 double *d) {
+    if (p >= end) return 0;
+    uint8_t c = *p;
+    if (c <= 0x7f) { *kind = 'u'; *u = c; return 1; }
+    if (c == 0xcd && end - p >= 3) { *kind = 'u'; *u = (uint64_t)p[1] << 8 | p[2]; return 3; }  // token ids
+    if (c == 0xca && end - p >= 5) {  // float32, the common case
+        uint32_t b = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+        float f;
+        memcpy(&f, &b, 4);
+        *kind = 'f';
+        *d = f;
+        return 5;
+    }
+    if (c >= 0xe0) { *kind = 'i'; *i = (int8_t)c; return 1; }
+    static const uint8_t SIZE[16] = {[0x0a] = 4, [0x0b] = 8, [0x0c] = 1, [0x0d] = 2, [0x0e] = 4, [0x0f] = 8};
+    static const uint8_t SSIZE[4] = {1, 2, 4, 8};
+    size_t n;
+    if (c >= 0xca && c <= 0xcf) n = SIZE[c - 0xc0];
+    else if (c >= 0xd0 && c <= 0xd3) n = SSIZE[c - 0xd0];
+    else return 0;
+    if ((size_t)(end - p) < 1 + n) return 0;
+    uint64_t v = 0;
+    for (size_t k = 1; k <= n; k++) v = v << 8 | p[k];
+    if (c == 0xca) {
+        uint32_t b = (uint32_t)v;
+        float f;
+        memcpy(&f, &b, 4);
+        *kind = 'f';
+        *d = f;
+    } else if (c == 0xcb) {
+        memcpy(d, &v, 8);
+        *kind = 'f';
+    } else if (c <= 0xcf) {
+        *kind = 'u';
+        *u = v;
+    } else {
+        *kind = 'i';
+        *i = n == 1 ? (int8_t)v : n == 2 ? (int16_t)v : n == 4 ? (int32_t)v : (int64_t)v;
+    }
+    return 1 + n;
+}
+
+// The element count of the array at p, and where its elements start.
+static const uint8_t *array_start(const uint8_t *p, const uint8_t *end, size_t *n) {
+    if (p < end && *p >= 0x90 && *p <= 0x9f) { *n = *p & 0x0f; return p + 1; }
+    if (end - p >= 3 && *p == 0xdc) { *n = (size_t)p[1] << 8 | p[2]; return p + 3; }
+    if (end - p >= 5 && *p == 0xdd) {
+        *n = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+        return p + 5;
+    }
+    return NULL;
+}
+
+// Decodes a numeric array field into out->v (grown as needed), converting
+// each element with `conv` (which rejects what is out of the type's range).
 #define GET_ARRAY(r, key, out, T, conv)                                          \
     do {                                                                         \
-        msgpack_object o;                                                        \
-        rec_status s = decode(r, key, &o);                                       \
-        if (s) return s;                                                         \
-        if (o.type != MSGPACK_OBJECT_ARRAY) return REC_TYPE;                     \
-        size_t n = o.via.array.size;                                             \
-        if (out->cap < n) {                                                      \
-            out->cap = n;                                                        \
-            out->v = xrealloc(out->v, n * sizeof(T));                            \
+        long f_ = rec_find(r, key);                                              \
+        if (f_ < 0) return REC_MISSING;                                          \
+        const uint8_t *p_ = r->buf.data + r->f[f_].val_off;                      \
+        const uint8_t *end_ = p_ + r->f[f_].val_len;                             \
+        size_t n_;                                                               \
+        if (!(p_ = array_start(p_, end_, &n_)) || n_ > (size_t)(end_ - p_))      \
+            return REC_TYPE;                                                     \
+        if (out->cap < n_) {                                                     \
+            out->cap = n_;                                                       \
+            out->v = xrealloc(out->v, n_ * sizeof(T));                           \
         }                                                                        \
-        for (size_t k = 0; k < n; k++)                                           \
-            if (!conv(&o.via.array.ptr[k], &out->v[k])) return REC_TYPE;         \
-        out->n = n;                                                              \
+        for (size_t k_ = 0; k_ < n_; k_++) {                                     \
+            char kind;                                                           \
+            uint64_t u;                                                          \
+            int64_t i;                                                           \
+            double d;                                                            \
+            size_t used = read_number(p_, end_, &kind, &u, &i, &d);              \
+            if (!used || !conv(kind, u, i, d, &out->v[k_])) return REC_TYPE;     \
+            p_ += used;                                                          \
+        }                                                                        \
+        out->n = n_;                                                             \
         return REC_OK;                                                           \
     } while (0)
 
-static int conv_u32(const msgpack_object *o, uint32_t *v) {
-    uint64_t u;
-    if (!obj_uint(o, &u) || u > UINT32_MAX) return 0;
+static int conv_u32(char kind, uint64_t u, int64_t i, double d, uint32_t *v) {
+    (void)d;
+    if (kind == 'i' && i >= 0) u = (uint64_t)i, kind = 'u';
+    if (kind != 'u' || u > UINT32_MAX) return 0;
     *v = (uint32_t)u;
     return 1;
 }
-static int conv_u8(const msgpack_object *o, uint8_t *v) {
-    uint64_t u;
-    if (!obj_uint(o, &u) || u > UINT8_MAX) return 0;
-    *v = (uint8_t)u;
+static int conv_u8(char kind, uint64_t u, int64_t i, double d, uint8_t *v) {
+    uint32_t w;
+    if (!conv_u32(kind, u, i, d, &w) || w > UINT8_MAX) return 0;
+    *v = (uint8_t)w;
     return 1;
 }
-static int conv_f32(const msgpack_object *o, float *v) {
-    double d;
-    if (!obj_f64(o, &d)) return 0;
-    *v = (float)d;
+static int conv_f32(char kind, uint64_t u, int64_t i, double d, float *v) {
+    *v = kind == 'f' ? (float)d : kind == 'u' ? (float)u : (float)i;
     return 1;
 }
 
