@@ -30,8 +30,11 @@ rlver=$("$RLCAT" --version 2>&1 | head -n1) || die "$RLCAT --version failed: $rl
 
 mkdir -p "$W" || die "cannot create $W"
 raw=$W/raw.msgpack rlr=$W/data.rlr ref=$W/ref.zst
+# one run at a time per work dir: concurrent runs clobber files and timings
+exec 9>"$W/.lock"
+flock -n 9 || die "another records.sh is running in $W (wait, or set BENCH_OUT=another dir)"
 cleanup() {
-    if [[ $KEEP != 1 ]]; then rm -f "$raw" "$raw.meta" "$rlr" "$ref" "$W"/*.err; rmdir "$W" 2>/dev/null; fi
+    if [[ $KEEP != 1 ]]; then rm -f "$raw" "$raw.meta" "$rlr" "$ref" "$W"/*.err "$W/.lock"; rmdir "$W" 2>/dev/null; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
