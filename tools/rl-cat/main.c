@@ -184,6 +184,14 @@ static void sink_header(sink_t *k, const rec_t *h, const char *where) {
     }
 }
 
+// The header of JSON lines that bring none: rl-cat is their producer.
+static void sink_generated_header(sink_t *k, int argc, char **argv, const char *where) {
+    rec_t *h = rec_new();
+    rec_make_header(h, k->o->kind ? k->o->kind : "rollouts", "rl-cat", argc, argv, k->o->no_provenance);
+    sink_header(k, h, where);
+    rec_free(h);
+}
+
 // Returns 0, or -1 with err when the record cannot go to this sink.
 static int sink_record(sink_t *k, const rec_t *r, rl_err *e) {
     int rc = 0;
@@ -267,10 +275,7 @@ int main(int argc, char **argv) {
                 sink_header(&k, rec, name);
             } else if (ev == RECR_RECORD) {
                 if (!k.have_header) {  // JSON lines without a header line
-                    rec_t *h = rec_new();
-                    rec_make_header(h, o.kind ? o.kind : "rollouts", "rl-cat", argc, argv, o.no_provenance);
-                    sink_header(&k, h, name);
-                    rec_free(h);
+                    sink_generated_header(&k, argc, argv, name);
                     members++;
                 }
                 rl_err e2;
@@ -295,12 +300,7 @@ int main(int argc, char **argv) {
         }
         src_close(s);
     }
-    if (!k.have_header) {  // only JSON lines can be empty of records and headers
-        rec_t *h = rec_new();
-        rec_make_header(h, o.kind ? o.kind : "rollouts", "rl-cat", argc, argv, o.no_provenance);
-        sink_header(&k, h, inputs[0]);
-        rec_free(h);
-    }
+    if (!k.have_header) sink_generated_header(&k, argc, argv, inputs[0]);  // empty JSON lines
     cli_progress_done(&prog);
     k.st.members = members;
     sink_close(&k);
