@@ -24,7 +24,7 @@ uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_
 // Opens the output ("-" or NULL: standard output). Binary output to a
 // terminal is refused (exit 2) unless force. Exits 1 if it cannot be opened.
 int cli_open_output(const char *path, int binary, int force);
-// True if path names the same file as the open descriptor fd... of an input path.
+// True if paths a and b name the same existing file (neither is "-").
 int cli_same_file(const char *a, const char *b);
 
 double cli_now(void);   // seconds, monotonic

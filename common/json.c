@@ -313,9 +313,7 @@ static int parse_value(jp *j, msgpack_packer *pk, fld_type t, int as_f32) {
     } else if (literal(j, "null")) {
         if (t != FLD_ANY) rc = expect_type(j, t, "null");
         else msgpack_pack_nil(pk);
-    } else if (t == FLD_STR) {
-        rc = expect_type(j, t, "a number");
-    } else if (t == FLD_U32S || t == FLD_F32S || t == FLD_MASK) {
+    } else if (t == FLD_STR || t == FLD_U32S || t == FLD_F32S || t == FLD_MASK) {
         rc = expect_type(j, t, "a number");
     } else {
         rc = parse_number(j, pk, t, as_f32, UINT64_MAX);

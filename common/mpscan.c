@@ -65,13 +65,12 @@ static int item_header(const uint8_t *p, size_t avail, int *kind, size_t *hdr,
     *count = 0;
     *kind = K_SCALAR;
     *hdr = 1;
-    if (c <= 0x7f || c >= 0xe0) return 0;
+    if (SCALAR_SIZE[c]) { *body = SCALAR_SIZE[c] - 1u; return 0; }
     if (c <= 0x8f) { *kind = K_MAP; *count = c & 0x0f; return 0; }
     if (c <= 0x9f) { *kind = K_ARRAY; *count = c & 0x0f; return 0; }
     if (c <= 0xbf) { *kind = K_STR; *body = c & 0x1f; return 0; }
     size_t lenbytes = 0;
     switch (c) {
-    case 0xc0: case 0xc2: case 0xc3: return 0;
     case 0xc1: return -1;
     case 0xc4: *kind = K_BIN; lenbytes = 1; break;
     case 0xc5: *kind = K_BIN; lenbytes = 2; break;
@@ -79,12 +78,6 @@ static int item_header(const uint8_t *p, size_t avail, int *kind, size_t *hdr,
     case 0xc7: *kind = K_EXT; lenbytes = 1; break;
     case 0xc8: *kind = K_EXT; lenbytes = 2; break;
     case 0xc9: *kind = K_EXT; lenbytes = 4; break;
-    case 0xca: *body = 4; return 0;
-    case 0xcb: *body = 8; return 0;
-    case 0xcc: case 0xd0: *body = 1; return 0;
-    case 0xcd: case 0xd1: *body = 2; return 0;
-    case 0xce: case 0xd2: *body = 4; return 0;
-    case 0xcf: case 0xd3: *body = 8; return 0;
     case 0xd4: *kind = K_EXT; *hdr = 2; *body = 1; break;
     case 0xd5: *kind = K_EXT; *hdr = 2; *body = 2; break;
     case 0xd6: *kind = K_EXT; *hdr = 2; *body = 4; break;

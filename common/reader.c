@@ -138,8 +138,6 @@ static int next_object(recr_t *r, rec_t *out) {
     }
 }
 
-static int is_key(const rec_t *rec, const char *key) { return rec_has(rec, key); }
-
 recr_event recr_next(recr_t *r, rec_t *out) {
     if (r->state == FAILED) return RECR_ERROR;
     if (r->state == DONE) return RECR_END;
@@ -169,7 +167,7 @@ recr_event recr_next(recr_t *r, rec_t *out) {
         r->state = IN_MEMBER;
         return RECR_HEADER;
     }
-    if (is_key(out, "rlpipe_end")) {
+    if (rec_has(out, "rlpipe_end")) {
         rec_status s = rec_get_uint(out, "count", &v);
         if (s != REC_OK)
             return fail(r, "trailer of member %llu: \"count\" is %s", (unsigned long long)r->members,
@@ -182,7 +180,7 @@ recr_event recr_next(recr_t *r, rec_t *out) {
         r->state = EXPECT_HEADER;
         return RECR_TRAILER;
     }
-    if (is_key(out, "rlpipe"))
+    if (rec_has(out, "rlpipe"))
         return fail(r, "truncated stream: member %llu has no trailer, a new header follows its %llu records (%s)",
                     (unsigned long long)r->members, (unsigned long long)r->member_records, before_it(r));
     r->records++;
