@@ -12,82 +12,102 @@ WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonlit
 BASE_CFLAGS := -std=gnu11 -g -D_GNU_SOURCE -Icommon $(WARN)
 SAN_FLAGS := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
+# BUILD and BIN may be moved so that two builds of one tree do not collide.
+BUILD ?= build
+BIN ?= bin
+
 TOOLS := $(notdir $(wildcard tools/rl-*))
-LIB_SRC := $(wildcard common/*.c)
+LIB_SRC := $(wildcard common/*.c common/cpu/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS := $(patsubst tests/unit/%.c,%,$(TEST_SRC))
+# Small programs the Python tests and the benchmarks drive (not tests themselves).
+AUX_SRC := $(wildcard tests/tools/*.c bench/*.c)
+AUX := $(patsubst %.c,$(BUILD)/%,$(AUX_SRC))
 
-# build/deps.mk is made first: it installs what is missing and records which
+# $(BUILD)/deps.mk is made first: it installs what is missing and records which
 # pkg-config names this system has (msgpack-c is "msgpack" on Debian 12).
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
--include build/deps.mk
+-include $(BUILD)/deps.mk
 endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
-PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS))) -lm
+PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS))) -fopenmp -lm
 
 CFLAGS ?=
 LDFLAGS ?=
-ALL_CFLAGS = $(BASE_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp $(PKG_CFLAGS) $(CFLAGS)
 
-.PHONY: all check install clean
-all: $(addprefix bin/,$(TOOLS))
+.PHONY: all check install clean aux
+# aux: the test and benchmark drivers
+aux: $(AUX)
+all: $(addprefix $(BIN)/,$(TOOLS))
 
-build/deps.mk: scripts/deps.sh
+$(BUILD)/deps.mk: scripts/deps.sh
 	@sh scripts/deps.sh build
-	@mkdir -p build
+	@mkdir -p $(BUILD)
 	@pc=msgpack; pkg-config --exists msgpack-c && pc=msgpack-c; \
-	  echo "PKGS := libzstd $$pc" > $@
+	  echo "PKGS := libzstd $$pc libcjson openblas" > $@
 
-# Normal build: optimised objects, a static library, the tools.
-build/obj/%.o: %.c build/deps.mk
+# Normal build: optimised objects, a static library, the tools. The CPU
+# kernels are written for the vectoriser, which -O3 turns fully on.
+$(BUILD)/obj/common/cpu/%.o: OPT = -O3
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-build/librlpipe.a: $(patsubst %.c,build/obj/%.o,$(LIB_SRC))
+$(BUILD)/librlpipe.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
 	@rm -f $@
 	ar rcs $@ $^
 
-bin/%: build/obj/tools/%/main.o build/librlpipe.a
-	@mkdir -p bin
+$(BIN)/%: $(BUILD)/obj/tools/%/main.o $(BUILD)/librlpipe.a
+	@mkdir -p $(BIN)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-build/tests/%: build/obj/tests/unit/%.o build/librlpipe.a
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/librlpipe.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/librlpipe.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/librlpipe.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
 # Sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer) of the same
 # sources: the record-layer unit tests and rl-cat, run by make check.
-build/asan/%.o: %.c build/deps.mk
+$(BUILD)/asan/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-build/asan/librlpipe.a: $(patsubst %.c,build/asan/%.o,$(LIB_SRC))
+$(BUILD)/asan/librlpipe.a: $(patsubst %.c,$(BUILD)/asan/%.o,$(LIB_SRC))
 	@rm -f $@
 	ar rcs $@ $^
 
-build/asan/bin/%: build/asan/tools/%/main.o build/asan/librlpipe.a
+$(BUILD)/asan/bin/%: $(BUILD)/asan/tools/%/main.o $(BUILD)/asan/librlpipe.a
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-build/asan/tests/%: build/asan/tests/unit/%.o build/asan/librlpipe.a
+$(BUILD)/asan/tests/%: $(BUILD)/asan/tests/unit/%.o $(BUILD)/asan/librlpipe.a
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
 
-TEST_BINS := $(addprefix build/tests/,$(TESTS)) $(addprefix build/asan/tests/,$(TESTS)) \
-             $(addprefix build/asan/bin/,$(TOOLS))
+TEST_BINS := $(AUX) $(addprefix $(BUILD)/tests/,$(TESTS)) $(addprefix $(BUILD)/asan/tests/,$(TESTS)) \
+             $(addprefix $(BUILD)/asan/bin/,$(TOOLS))
 
 check: all $(TEST_BINS)
 	@sh scripts/deps.sh test
-	@bash tests/run.sh
+	@BUILD=$(BUILD) BIN=$(BIN) bash tests/run.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5
-	install -m 755 $(addprefix bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(addprefix $(BIN)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 
 clean:
-	rm -rf build bin
+	rm -rf $(BUILD) $(BIN)
 
 .SECONDARY:
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -28,9 +28,25 @@ if [ "$what" = test ]; then
     $py -c 'import numpy' 2>/dev/null || need python3-numpy
     command -v zstd >/dev/null 2>&1 || need zstd
     command -v script >/dev/null 2>&1 || need bsdutils
+    $py -c 'import torch' 2>/dev/null || need python3-torch
+    $py -m pip --version >/dev/null 2>&1 || need python3-pip
 fi
 
-[ -z "$missing" ] && exit 0
+# Python references Debian does not package, from PyPI into .deps/py
+# (tests/run.sh puts it on PYTHONPATH): the safetensors and tokenizers
+# libraries of Hugging Face.
+pypi() {
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    PYTHONPATH=$root/.deps/py /usr/bin/python3 -c 'import safetensors.numpy, tokenizers' 2>/dev/null && return 0
+    echo "rlpipe: installing Python references from PyPI into .deps/py: safetensors tokenizers" >&2
+    /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps \
+        --target "$root/.deps/py" safetensors tokenizers >&2
+}
+
+if [ -z "$missing" ]; then
+    [ "$what" = test ] && pypi
+    exit 0
+fi
 if [ "$(id -u)" != 0 ]; then
     echo "rlpipe: missing Debian packages:$missing" >&2
     echo "rlpipe: install them with: sudo apt-get install -y$missing" >&2
@@ -41,3 +57,5 @@ export DEBIAN_FRONTEND=noninteractive
 # A fresh machine may have no package lists yet.
 apt-get install -y -q --no-install-recommends $missing >&2 ||
     { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $missing >&2; }
+[ "$what" = test ] && pypi
+exit 0

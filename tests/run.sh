@@ -3,8 +3,16 @@
 #   PASS <name> | FAIL <name>: <why> | SKIP <name>: <why>
 # A program that exits non-zero without printing a FAIL line counts as one
 # failure. The last line is "N passed, N failed[, N skipped]".
+#   tests/run.sh [REGEX]   only the programs whose label matches REGEX
+# BUILD and BIN name the build and tool folders (as in the Makefile).
 cd "$(dirname "$0")/.." || exit 1
 export RLPIPE_ROOT=$PWD
+BUILD=${BUILD:-build}
+BIN=${BIN:-bin}
+only=${1:-}
+# Python references that Debian does not package (safetensors, tokenizers)
+# are installed there by scripts/deps.sh test.
+export PYTHONPATH=$PWD/.deps/py${PYTHONPATH:+:$PYTHONPATH}
 export PY=/usr/bin/python3     # Debian's interpreter, with the reference packages
 export TMPDIR=${TMPDIR:-/tmp}
 pass=0 fail=0 skip=0
@@ -13,6 +21,7 @@ trap 'rm -rf "$log"' EXIT
 
 run() {  # run LABEL BIN_DIR COMMAND...
     local label=$1 bindir=$2; shift 2
+    [ -n "$only" ] && ! [[ $label =~ $only ]] && return
     local out=$log/out start=$SECONDS rc
     RLPIPE_BIN=$bindir "$@" >"$out" 2>&1
     rc=$?
@@ -31,22 +40,22 @@ run() {  # run LABEL BIN_DIR COMMAND...
     fi
 }
 
-for t in build/tests/test_*; do
-    [ -x "$t" ] && run "unit: ${t##*/}" "$PWD/bin" "$t"
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] && run "unit: ${t##*/}" "$PWD/$BIN" "$t"
 done
-for t in build/asan/tests/test_*; do
-    [ -x "$t" ] && run "asan+ubsan unit: ${t##*/}" "$PWD/bin" "$t"
+for t in "$BUILD"/asan/tests/test_*; do
+    [ -x "$t" ] && run "asan+ubsan unit: ${t##*/}" "$PWD/$BIN" "$t"
 done
 for t in tests/cli/*.sh; do
-    run "cli: ${t##*/}" "$PWD/bin" bash "$t"
+    run "cli: ${t##*/}" "$PWD/$BIN" bash "$t"
     # Tests marked "also-asan" run again with the sanitizer build of the tools.
     if grep -q '^# also-asan' "$t"; then
-        run "asan+ubsan cli: ${t##*/}" "$PWD/build/asan/bin" \
+        run "asan+ubsan cli: ${t##*/}" "$PWD/$BUILD/asan/bin" \
             env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 bash "$t"
     fi
 done
 for t in tests/py/test_*.py; do
-    [ -f "$t" ] && run "py: ${t##*/}" "$PWD/bin" "$PY" "$t"
+    [ -f "$t" ] && run "py: ${t##*/}" "$PWD/$BIN" "$PY" "$t"
 done
 
 line="$pass passed, $fail failed"

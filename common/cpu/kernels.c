@@ -1,0 +1,187 @@
+// cpu/kernels.c — row kernels of the CPU backend (see kernels.h): a portable
+// version, and one for x86-64 processors with AVX2, FMA and F16C, whose
+// functions carry their own target attribute so that the rest of the build
+// stays portable. All accumulate in f32.
+#include "kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "dtype.h"
+
+// ---- Portable C -------------------------------------------------------------
+
+static float elem(const void *w, const float *scales, int k, int group, rl_dtype dt) {
+    switch (dt) {
+    case DT_F32: return ((const float *)w)[k];
+    case DT_BF16: return bf16_to_f32(((const uint16_t *)w)[k]);
+    case DT_F16: return f16_to_f32(((const uint16_t *)w)[k]);
+    case DT_I8: return (float)((const int8_t *)w)[k] * scales[k / group];
+    }
+    return 0;
+}
+
+static float dot_portable(const float *x, const void *w, const float *scales, int K, int group,
+                         rl_dtype dt) {
+    float s = 0;
+    if (dt == DT_F32) {
+        const float *wf = w;
+        for (int k = 0; k < K; k++) s += x[k] * wf[k];
+        return s;
+    }
+    for (int k = 0; k < K; k++) s += x[k] * elem(w, scales, k, group, dt);
+    return s;
+}
+
+static void row_to_f32_portable(float *out, const void *w, const float *scales, int K, int group,
+                                rl_dtype dt) {
+    if (dt == DT_F32) {
+        memcpy(out, w, (size_t)K * sizeof(float));
+        return;
+    }
+    for (int k = 0; k < K; k++) out[k] = elem(w, scales, k, group, dt);
+}
+
+static float sum_exp_portable(const float *x, int n, float max, float scale) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += expf((x[i] - max) * scale);
+    return s;
+}
+
+static void swiglu_portable(float *out, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+const cpu_kernels *cpu_kernels_portable(void) {
+    static const cpu_kernels k = {dot_portable, row_to_f32_portable, sum_exp_portable,
+                                  swiglu_portable};
+    return &k;
+}
+
+// ---- x86-64 with AVX2 + FMA + F16C ------------------------------------------
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// 8 weights from element k on, as f32 (not int8: its scale is per group)
+AVX2 static inline __m256 load8(const void *w, int k, rl_dtype dt) {
+    switch (dt) {
+    case DT_BF16: {
+        __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    case DT_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
+    case DT_I8: {
+        __m128i b = _mm_loadl_epi64((const __m128i *)((const int8_t *)w + k));
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    }
+    case DT_F32: break;
+    }
+    return _mm256_loadu_ps((const float *)w + k);
+}
+
+// Σ x[k] w[k] over [k0, k1) of one row, unscaled for int8; four accumulators
+// keep the FMA pipeline full.
+AVX2 static inline float dot_run(const float *x, const void *w, int k0, int k1, rl_dtype dt) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = k0;
+    for (; k + 32 <= k1; k += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load8(w, k, dt), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), load8(w, k + 8, dt), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), load8(w, k + 16, dt), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), load8(w, k + 24, dt), a3);
+    }
+    for (; k + 8 <= k1; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load8(w, k, dt), a0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < k1; k++) s += x[k] * (dt == DT_I8 ? (float)((const int8_t *)w)[k] : elem(w, NULL, k, 1, dt));
+    return s;
+}
+
+AVX2 static float dot_avx2(const float *x, const void *w, const float *scales, int K, int group,
+                           rl_dtype dt) {
+    if (dt != DT_I8) return dot_run(x, w, 0, K, dt);
+    float s = 0;
+    for (int g = 0, k0 = 0; k0 < K; g++, k0 += group) {
+        int k1 = k0 + group < K ? k0 + group : K;
+        s += scales[g] * dot_run(x, w, k0, k1, DT_I8);
+    }
+    return s;
+}
+
+AVX2 static void row_to_f32_avx2(float *out, const void *w, const float *scales, int K, int group,
+                                 rl_dtype dt) {
+    if (dt == DT_I8) {
+        for (int g = 0, k0 = 0; k0 < K; g++, k0 += group) {
+            int k1 = k0 + group < K ? k0 + group : K, k = k0;
+            __m256 s = _mm256_set1_ps(scales[g]);
+            for (; k + 8 <= k1; k += 8) _mm256_storeu_ps(out + k, _mm256_mul_ps(load8(w, k, dt), s));
+            for (; k < k1; k++) out[k] = (float)((const int8_t *)w)[k] * scales[g];
+        }
+        return;
+    }
+    int k = 0;
+    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(out + k, load8(w, k, dt));
+    for (; k < K; k++) out[k] = elem(w, scales, k, group, dt);
+}
+
+// exp(x) for x in [-87, 88]: x = n ln2 + r with |r| <= ln2/2, e^r by its
+// Taylor series to r^7 (relative error below 1e-8 on that range), times 2^n.
+AVX2 static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    // ln2 split in a part exact in few bits and the rest, so n·hi is exact
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+AVX2 static float sum_exp_avx2(const float *x, int n, float max, float scale) {
+    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(max), s = _mm256_set1_ps(scale);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_add_ps(acc, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m), s)));
+    float t = hsum8(acc);
+    for (; i < n; i++) t += expf((x[i] - max) * scale);
+    return t;
+}
+
+AVX2 static void swiglu_avx2(float *out, const float *g, const float *u, int n) {
+    int i = 0;
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+const cpu_kernels *cpu_kernels_avx2(void) {
+    static const cpu_kernels k = {dot_avx2, row_to_f32_avx2, sum_exp_avx2, swiglu_avx2};
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
+    // F16C has no __builtin_cpu_supports name in every GCC; AVX2 processors all have it.
+    return &k;
+}
+#else
+const cpu_kernels *cpu_kernels_avx2(void) { return NULL; }
+#endif

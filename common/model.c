@@ -1,0 +1,643 @@
+// model.c — the Llama-family decoder (model.h) written against the backend
+// interface (ops.h). Parameters live in one f32 allocation of the backend, in
+// the order of a table of Hugging Face tensor names; matrices used for
+// products may in addition be stored at the sampler's precision.
+#include "model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "rng.h"
+#include "safetensors.h"
+
+#define LOGIT_ROWS 64          // rows of the output layer computed at once: (64, V) logits
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    size_t off, n;             // into params, in floats
+    int is_mat;                // a 2-D weight used in products (stored at the model's dtype)
+} mtensor;
+
+typedef struct {
+    float *attn_norm, *mlp_norm;          // (C)
+    rl_mat q, k, v, o, gate, up, down;    // (NH·HS, C) (NKV·HS, C) (NKV·HS, C) (C, NH·HS) (F, C) (F, C) (C, F)
+    float *bq, *bk, *bv, *bo;             // biases or NULL
+} layer_w;
+
+struct model {
+    model_config c;
+    model_opts o;
+    const rl_ops *ops;
+    mtensor *t;
+    size_t nt, nparams;
+    float *params;                        // backend: every tensor, f32, table order
+    rl_mat embed, head;                   // (V, C); head is embed when tied
+    float *norm;                          // (C)
+    layer_w *L;
+    void **conv;                          // backend copies at the model's dtype
+    size_t nconv;
+    float *cos_sin;                       // (max_pos, HS/2, 2)
+
+    // workspace for up to cap tokens (backend memory)
+    int cap, seq_cap;
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    int32_t *ids, *pos, *rows;
+    rl_attn_seq *seqs;
+    float *hrows, *logits, *itemp, *lp;   // (LOGIT_ROWS, C) (LOGIT_ROWS, V) (cap) (cap)
+    int32_t *sel, *tgt;                   // (cap): rows that need logits and their targets
+
+    // KV cache: (L, slots·max_len, NKV·HS) each
+    int slots, max_len;
+    float *kc, *vc;
+    int *slot_len;
+    unsigned char *slot_used;
+};
+
+// ---- The tensor table -------------------------------------------------------
+
+static void add_tensor(model_t *m, int is_mat, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void add_tensor(model_t *m, int is_mat, int64_t d0, int64_t d1, const char *fmt, ...) {
+    m->t = xrealloc(m->t, (m->nt + 1) * sizeof *m->t);
+    mtensor *t = &m->t[m->nt++];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    t->off = m->nparams;
+    t->is_mat = is_mat;
+    m->nparams += t->n;
+}
+
+static void build_table(model_t *m) {
+    const model_config *c = &m->c;
+    int64_t C = c->hidden, QD = (int64_t)c->heads * c->head_dim, KVD = (int64_t)c->kv_heads * c->head_dim;
+    add_tensor(m, 1, c->vocab, C, "model.embed_tokens.weight");
+    for (int l = 0; l < c->layers; l++) {
+        const char *p = "model.layers";
+        add_tensor(m, 0, C, 0, "%s.%d.input_layernorm.weight", p, l);
+        add_tensor(m, 1, QD, C, "%s.%d.self_attn.q_proj.weight", p, l);
+        if (c->qkv_bias) add_tensor(m, 0, QD, 0, "%s.%d.self_attn.q_proj.bias", p, l);
+        add_tensor(m, 1, KVD, C, "%s.%d.self_attn.k_proj.weight", p, l);
+        if (c->qkv_bias) add_tensor(m, 0, KVD, 0, "%s.%d.self_attn.k_proj.bias", p, l);
+        add_tensor(m, 1, KVD, C, "%s.%d.self_attn.v_proj.weight", p, l);
+        if (c->qkv_bias) add_tensor(m, 0, KVD, 0, "%s.%d.self_attn.v_proj.bias", p, l);
+        add_tensor(m, 1, C, QD, "%s.%d.self_attn.o_proj.weight", p, l);
+        if (c->o_bias) add_tensor(m, 0, C, 0, "%s.%d.self_attn.o_proj.bias", p, l);
+        add_tensor(m, 0, C, 0, "%s.%d.post_attention_layernorm.weight", p, l);
+        add_tensor(m, 1, c->inter, C, "%s.%d.mlp.gate_proj.weight", p, l);
+        add_tensor(m, 1, c->inter, C, "%s.%d.mlp.up_proj.weight", p, l);
+        add_tensor(m, 1, C, c->inter, "%s.%d.mlp.down_proj.weight", p, l);
+    }
+    add_tensor(m, 0, C, 0, "model.norm.weight");
+    if (!c->tie_embeddings) add_tensor(m, 1, c->vocab, C, "lm_head.weight");
+}
+
+static const mtensor *find_tensor(const model_t *m, const char *name) {
+    for (size_t i = 0; i < m->nt; i++)
+        if (strcmp(m->t[i].name, name) == 0) return &m->t[i];
+    return NULL;
+}
+
+// A matrix at the model's dtype from its f32 parameters.
+static rl_mat make_mat(model_t *m, const mtensor *t) {
+    rl_mat w = {.dtype = m->o.dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1]};
+    float *src = m->params + t->off;
+    if (w.dtype == DT_F32) {
+        w.data = src;
+        return w;
+    }
+    float *host = xmalloc(t->n * sizeof(float));
+    m->ops->download(host, src, t->n * sizeof(float));
+    size_t bytes = t->n * dt_size(w.dtype);
+    void *conv = xmalloc(bytes);
+    float *scales = NULL;
+    size_t nscales = 0;
+    switch (w.dtype) {
+    case DT_BF16: dt_f32_to_bf16(conv, host, t->n); break;
+    case DT_F16: dt_f32_to_f16(conv, host, t->n); break;
+    case DT_I8:
+        w.group = m->o.group;
+        nscales = (size_t)w.rows * (size_t)((w.cols + w.group - 1) / w.group);
+        scales = xmalloc(nscales * sizeof(float));
+        dt_quantize_i8(conv, scales, host, (size_t)w.rows, (size_t)w.cols, w.group);
+        break;
+    case DT_F32: break;
+    }
+    m->conv = xrealloc(m->conv, (m->nconv + 2) * sizeof *m->conv);
+    w.data = m->conv[m->nconv++] = m->ops->alloc(bytes);
+    m->ops->upload(w.data, conv, bytes);
+    if (scales) {
+        w.scales = m->conv[m->nconv++] = m->ops->alloc(nscales * sizeof(float));
+        m->ops->upload(w.scales, scales, nscales * sizeof(float));
+    }
+    free(scales);
+    free(conv);
+    free(host);
+    return w;
+}
+
+static float *param(model_t *m, const char *fmt, int l, const char *what) {
+    char name[96];
+    snprintf(name, sizeof name, fmt, l, what);
+    const mtensor *t = find_tensor(m, name);
+    return t ? m->params + t->off : NULL;
+}
+
+static rl_mat mat(model_t *m, const char *fmt, int l, const char *what) {
+    char name[96];
+    snprintf(name, sizeof name, fmt, l, what);
+    return make_mat(m, find_tensor(m, name));
+}
+
+// Points the layer structs at the parameters and converts the matrices.
+static void bind(model_t *m) {
+    const char *A = "model.layers.%d.self_attn.%s", *P = "model.layers.%d.%s";
+    m->embed = make_mat(m, find_tensor(m, "model.embed_tokens.weight"));
+    m->head = m->c.tie_embeddings ? m->embed : make_mat(m, find_tensor(m, "lm_head.weight"));
+    m->norm = m->params + find_tensor(m, "model.norm.weight")->off;
+    m->L = xmalloc((size_t)m->c.layers * sizeof *m->L);
+    for (int l = 0; l < m->c.layers; l++) {
+        layer_w *L = &m->L[l];
+        L->attn_norm = param(m, P, l, "input_layernorm.weight");
+        L->mlp_norm = param(m, P, l, "post_attention_layernorm.weight");
+        L->q = mat(m, A, l, "q_proj.weight");
+        L->k = mat(m, A, l, "k_proj.weight");
+        L->v = mat(m, A, l, "v_proj.weight");
+        L->o = mat(m, A, l, "o_proj.weight");
+        L->gate = mat(m, P, l, "mlp.gate_proj.weight");
+        L->up = mat(m, P, l, "mlp.up_proj.weight");
+        L->down = mat(m, P, l, "mlp.down_proj.weight");
+        L->bq = param(m, A, l, "q_proj.bias");
+        L->bk = param(m, A, l, "k_proj.bias");
+        L->bv = param(m, A, l, "v_proj.bias");
+        L->bo = param(m, A, l, "o_proj.bias");
+    }
+}
+
+// cos and sin of pos · theta^(-2i/HS), computed in double.
+static void make_rope(model_t *m) {
+    int half = m->c.head_dim / 2, P = m->c.max_pos;
+    float *cs = xmalloc((size_t)P * half * 2 * sizeof(float));
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < half; i++) {
+            double a = p * pow(m->c.rope_theta, -2.0 * i / m->c.head_dim);
+            cs[((size_t)p * half + i) * 2] = (float)cos(a);
+            cs[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+        }
+    size_t bytes = (size_t)P * half * 2 * sizeof(float);
+    m->cos_sin = m->ops->alloc(bytes);
+    m->ops->upload(m->cos_sin, cs, bytes);
+    free(cs);
+}
+
+static model_t *model_new(const model_config *c, const model_opts *o, rl_err *err) {
+    if (cfg_check(c, err) < 0) return NULL;
+    model_opts opts = o ? *o : (model_opts){.dtype = DT_F32};
+    if (opts.dtype == DT_I8) {
+        if (opts.group == 0) opts.group = 32;
+        if (opts.group != 32 && opts.group != 64) {
+            err_set(err, "int8 group size %d: must be 32 or 64", opts.group);
+            return NULL;
+        }
+    }
+    if (c->head_dim % 2) {
+        err_set(err, "head_dim %d: rotary embedding needs an even head size", c->head_dim);
+        return NULL;
+    }
+    model_t *m = xmalloc(sizeof *m);
+    memset(m, 0, sizeof *m);
+    m->c = *c;
+    m->o = opts;
+    m->ops = ops_cpu();
+    build_table(m);
+    m->params = m->ops->alloc(m->nparams * sizeof(float));
+    return m;
+}
+
+static model_t *finish_new(model_t *m) {
+    bind(m);
+    make_rope(m);
+    return m;
+}
+
+// ---- Loading and saving -----------------------------------------------------
+
+static int is_ignored_tensor(const model_t *m, const char *name) {
+    size_t n = strlen(name), s = strlen(".rotary_emb.inv_freq");
+    if (n > s && strcmp(name + n - s, ".rotary_emb.inv_freq") == 0) return 1;   // a buffer older files keep
+    return m->c.tie_embeddings && strcmp(name, "lm_head.weight") == 0;       // tied: the embedding is used
+}
+
+static int load_tensors(model_t *m, const char *path, rl_err *err) {
+    st_file *f = st_open(path, err);
+    if (!f) return -1;
+    int rc = -1;
+    float *stage = NULL;
+    for (size_t i = 0; i < f->n; i++)
+        if (!find_tensor(m, f->t[i].name) && !is_ignored_tensor(m, f->t[i].name)) {
+            err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", path,
+                    f->t[i].name, m->c.model_type);
+            goto out;
+        }
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        const st_tensor *s = st_find(f, t->name);
+        if (!s) {
+            err_set(err, "%s: tensor '%s' is missing (config.json implies it)", path, t->name);
+            goto out;
+        }
+        int ok = s->ndim == t->ndim;
+        for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
+        if (!ok) {
+            char have[128] = "", want[64];
+            size_t len = 0;
+            for (int d = 0; d < s->ndim && len < sizeof have - 24; d++)
+                len += (size_t)snprintf(have + len, sizeof have - len, "%s%lld", d ? ", " : "",
+                                        (long long)s->shape[d]);
+            if (t->ndim == 2)
+                snprintf(want, sizeof want, "%lld, %lld", (long long)t->shape[0], (long long)t->shape[1]);
+            else
+                snprintf(want, sizeof want, "%lld", (long long)t->shape[0]);
+            err_set(err, "%s: tensor '%s' has shape [%s], config.json implies [%s]", path, t->name, have,
+                    want);
+            goto out;
+        }
+        stage = xrealloc(stage, t->n * sizeof(float));
+        st_read_f32(s, stage);
+        m->ops->upload(m->params + t->off, stage, t->n * sizeof(float));
+    }
+    rc = 0;
+out:
+    free(stage);
+    st_close(f);
+    return rc;
+}
+
+model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
+    char path[4096];
+    model_config c;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_load(path, &c, err) < 0) return NULL;
+    model_t *m = model_new(&c, o, err);
+    if (!m) {
+        rl_err e2;
+        err_set(&e2, "%s: %s", path, err->msg);
+        *err = e2;
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (load_tensors(m, path, err) < 0) {
+        model_free(m);
+        return NULL;
+    }
+    return finish_new(m);
+}
+
+model_t *model_random(const model_config *c, uint64_t seed, float std, const model_opts *o, rl_err *err) {
+    model_t *m = model_new(c, o, err);
+    if (!m) return NULL;
+    rl_rng rng;
+    rng_seed(&rng, seed);
+    float *stage = NULL;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        int is_norm = strstr(t->name, "norm.weight") != NULL;
+        stage = xrealloc(stage, t->n * sizeof(float));
+        for (size_t j = 0; j < t->n; j++) stage[j] = is_norm ? 1.0f : (float)(rng_normal(&rng) * std);
+        m->ops->upload(m->params + t->off, stage, t->n * sizeof(float));
+    }
+    free(stage);
+    return finish_new(m);
+}
+
+int model_save(const model_t *m, const char *dir, rl_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_save(path, &m->c, err) < 0) return -1;
+    float *host = xmalloc(m->nparams * sizeof(float));
+    m->ops->download(host, m->params, m->nparams * sizeof(float));
+    st_out *out = xmalloc(m->nt * sizeof *out);
+    for (size_t i = 0; i < m->nt; i++) {
+        out[i] = (st_out){.name = m->t[i].name, .ndim = m->t[i].ndim, .data = host + m->t[i].off};
+        out[i].shape[0] = m->t[i].shape[0];
+        out[i].shape[1] = m->t[i].shape[1];
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int rc = st_write_f32(path, out, m->nt, err);
+    free(out);
+    free(host);
+    return rc;
+}
+
+static void free_workspace(model_t *m) {
+    const rl_ops *o = m->ops;
+    void *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->ids, m->pos, m->rows,
+                    m->seqs, m->hrows, m->logits, m->itemp, m->lp, m->sel, m->tgt};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) o->free(bufs[i]);
+    m->x = m->xb = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
+    m->hrows = m->logits = m->itemp = m->lp = NULL;
+    m->ids = m->pos = m->rows = m->sel = m->tgt = NULL;
+    m->seqs = NULL;
+    m->cap = m->seq_cap = 0;
+}
+
+static void free_cache(model_t *m) {
+    if (m->kc) m->ops->free(m->kc);
+    if (m->vc) m->ops->free(m->vc);
+    free(m->slot_len);
+    free(m->slot_used);
+    m->kc = m->vc = NULL;
+    m->slot_len = NULL;
+    m->slot_used = NULL;
+    m->slots = m->max_len = 0;
+}
+
+void model_free(model_t *m) {
+    if (!m) return;
+    free_workspace(m);
+    free_cache(m);
+    for (size_t i = 0; i < m->nconv; i++) m->ops->free(m->conv[i]);
+    free(m->conv);
+    if (m->params) m->ops->free(m->params);
+    if (m->cos_sin) m->ops->free(m->cos_sin);
+    free(m->L);
+    free(m->t);
+    free(m);
+}
+
+const model_config *model_cfg(const model_t *m) { return &m->c; }
+rl_dtype model_dtype(const model_t *m) { return m->o.dtype; }
+size_t model_nparams(const model_t *m) { return m->nparams; }
+
+// ---- The forward pass -------------------------------------------------------
+
+// Activations for N tokens in nseq sequences.
+static void reserve(model_t *m, int N, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    if (N > m->cap || m->cap == 0) {
+        free_workspace(m);
+        int cap = N < 64 ? 64 : N;
+        size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
+               KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, n = (size_t)cap;
+        m->x = o->alloc(n * C * 4);
+        m->xb = o->alloc(n * C * 4);
+        m->q = o->alloc(n * QD * 4);
+        m->att = o->alloc(n * QD * 4);
+        m->k = o->alloc(n * KVD * 4);
+        m->v = o->alloc(n * KVD * 4);
+        m->hb = o->alloc(n * F * 4);
+        m->hb2 = o->alloc(n * F * 4);
+        m->ids = o->alloc(n * 4);
+        m->pos = o->alloc(n * 4);
+        m->rows = o->alloc(n * 4);
+        m->sel = o->alloc(n * 4);
+        m->tgt = o->alloc(n * 4);
+        m->itemp = o->alloc(n * 4);
+        m->lp = o->alloc(n * 4);
+        m->hrows = o->alloc((size_t)LOGIT_ROWS * C * 4);
+        m->logits = o->alloc((size_t)LOGIT_ROWS * c->vocab * 4);
+        m->cap = cap;
+    }
+    if (nseq > m->seq_cap) {
+        if (m->seqs) o->free(m->seqs);
+        m->seq_cap = nseq < 64 ? 64 : nseq;
+        m->seqs = o->alloc((size_t)m->seq_cap * sizeof(rl_attn_seq));
+    }
+}
+
+// x (N, C) = the residual stream after the last layer, for the tokens in
+// m->ids at positions m->pos; with_cache: keys and values go to the cache rows
+// m->rows and attention reads the cache, else they stay in m->k, m->v.
+static void forward(model_t *m, int N, int nseq, int with_cache) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
+    size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len;
+    float eps = (float)c->rms_eps;
+    o->embed(m->x, &m->embed, m->ids, N);
+    for (int l = 0; l < c->layers; l++) {
+        const layer_w *L = &m->L[l];
+        o->rmsnorm(m->xb, m->x, L->attn_norm, N, C, eps);
+        o->matmul(m->q, m->xb, &L->q, L->bq, N);
+        o->matmul(m->k, m->xb, &L->k, L->bk, N);
+        o->matmul(m->v, m->xb, &L->v, L->bv, N);
+        o->rope(m->q, m->pos, m->cos_sin, N, NH, HS);
+        o->rope(m->k, m->pos, m->cos_sin, N, NKV, HS);
+        const float *kb = m->k, *vb = m->v;
+        if (with_cache) {
+            float *kl = m->kc + (size_t)l * layer_rows * KVD, *vl = m->vc + (size_t)l * layer_rows * KVD;
+            o->scatter_rows(kl, m->rows, m->k, N, (int)KVD);
+            o->scatter_rows(vl, m->rows, m->v, N, (int)KVD);
+            kb = kl;
+            vb = vl;
+        }
+        o->attention(m->att, m->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
+        o->matmul(m->xb, m->att, &L->o, L->bo, N);
+        o->add(m->x, m->xb, (size_t)N * C);
+        o->rmsnorm(m->xb, m->x, L->mlp_norm, N, C, eps);
+        o->matmul(m->hb, m->xb, &L->gate, NULL, N);
+        o->matmul(m->hb2, m->xb, &L->up, NULL, N);
+        o->swiglu(m->hb, m->hb, m->hb2, N, F);
+        o->matmul(m->xb, m->hb, &L->down, NULL, N);
+        o->add(m->x, m->xb, (size_t)N * C);
+    }
+}
+
+// logits (rows, V) for rows sel[r0 .. r0+rows) of x: final norm, output layer.
+static void logits_rows(model_t *m, const int32_t *sel, int rows) {
+    const rl_ops *o = m->ops;
+    o->gather_rows(m->hrows, m->x, sel, rows, m->c.hidden);
+    o->rmsnorm(m->hrows, m->hrows, m->norm, rows, m->c.hidden, (float)m->c.rms_eps);
+    o->matmul(m->logits, m->hrows, &m->head, NULL, rows);
+}
+
+static int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
+                        rl_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= (uint32_t)m->c.vocab)
+            return err_set(err, "sequence %zu: %s token %zu is %u, outside the vocabulary of %d", seq, what,
+                           i, ids[i], m->c.vocab);
+    return 0;
+}
+
+int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
+    size_t N = 0, R = 0, nseq = 0;
+    for (size_t i = 0; i < n; i++) {
+        const model_seq *s = &seqs[i];
+        if (s->n_ids == 0) continue;
+        if (s->n_prompt == 0) return err_set(err, "sequence %zu: empty prompt: nothing to predict the first token from", i);
+        if (!(s->temperature > 0) || !isfinite(s->temperature))
+            return err_set(err, "sequence %zu: temperature %g: must be a positive number", i, s->temperature);
+        if (check_tokens(m, s->prompt, s->n_prompt, "prompt", i, err) < 0 ||
+            check_tokens(m, s->ids, s->n_ids, "completion", i, err) < 0)
+            return -1;
+        size_t len = s->n_prompt + s->n_ids - 1;
+        if (len > (size_t)m->c.max_pos)
+            return err_set(err, "sequence %zu: %zu tokens exceed max_position_embeddings %d", i, len, m->c.max_pos);
+        N += len;
+        R += s->n_ids;
+        nseq++;
+        if (N > (1u << 30)) return err_set(err, "batch of over 2^30 tokens: score it in parts");
+    }
+    if (nseq == 0) return 0;
+    reserve(m, (int)N, (int)nseq);
+    int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *sel = xmalloc(R * 4), *tgt = xmalloc(R * 4);
+    float *itemp = xmalloc(R * 4), *lp = xmalloc(R * 4);
+    rl_attn_seq *as = xmalloc(nseq * sizeof *as);
+    size_t q0 = 0, r = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const model_seq *s = &seqs[i];
+        if (s->n_ids == 0) continue;
+        size_t len = s->n_prompt + s->n_ids - 1;
+        for (size_t j = 0; j < len; j++) {
+            ids[q0 + j] = (int32_t)(j < s->n_prompt ? s->prompt[j] : s->ids[j - s->n_prompt]);
+            pos[q0 + j] = (int32_t)j;
+        }
+        for (size_t j = 0; j < s->n_ids; j++, r++) {
+            sel[r] = (int32_t)(q0 + s->n_prompt - 1 + j);
+            tgt[r] = (int32_t)s->ids[j];
+            itemp[r] = 1.0f / s->temperature;
+        }
+        as[k++] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)len, .pos0 = 0, .kv0 = (int32_t)q0};
+        q0 += len;
+    }
+    const rl_ops *o = m->ops;
+    o->upload(m->ids, ids, N * 4);
+    o->upload(m->pos, pos, N * 4);
+    o->upload(m->sel, sel, R * 4);
+    o->upload(m->tgt, tgt, R * 4);
+    o->upload(m->itemp, itemp, R * 4);
+    o->upload(m->seqs, as, nseq * sizeof *as);
+    forward(m, (int)N, (int)nseq, 0);
+    for (size_t r0 = 0; r0 < R; r0 += LOGIT_ROWS) {
+        int rows = (int)(R - r0 < LOGIT_ROWS ? R - r0 : LOGIT_ROWS);
+        logits_rows(m, m->sel + r0, rows);
+        o->logprob(m->lp + r0, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
+    }
+    o->download(lp, m->lp, R * 4);
+    r = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < seqs[i].n_ids; j++) seqs[i].logp[j] = lp[r++];
+    free(ids);
+    free(pos);
+    free(sel);
+    free(tgt);
+    free(itemp);
+    free(lp);
+    free(as);
+    return 0;
+}
+
+// ---- Incremental decoding ---------------------------------------------------
+
+int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
+    if (slots < 1 || max_len < 1) return err_set(err, "KV cache of %d slots of %d tokens: both must be positive", slots, max_len);
+    if (max_len > m->c.max_pos)
+        return err_set(err, "KV cache of %d tokens per slot exceeds max_position_embeddings %d", max_len,
+                       m->c.max_pos);
+    free_cache(m);
+    size_t KVD = (size_t)m->c.kv_heads * m->c.head_dim;
+    size_t n = (size_t)m->c.layers * slots * (size_t)max_len * KVD;
+    m->kc = m->ops->alloc(n * sizeof(float));
+    m->vc = m->ops->alloc(n * sizeof(float));
+    m->slot_len = xmalloc((size_t)slots * sizeof(int));
+    m->slot_used = xmalloc((size_t)slots);
+    memset(m->slot_len, 0, (size_t)slots * sizeof(int));
+    memset(m->slot_used, 0, (size_t)slots);
+    m->slots = slots;
+    m->max_len = max_len;
+    return 0;
+}
+
+int model_slot_acquire(model_t *m) {
+    for (int s = 0; s < m->slots; s++)
+        if (!m->slot_used[s]) {
+            m->slot_used[s] = 1;
+            m->slot_len[s] = 0;
+            return s;
+        }
+    return -1;
+}
+
+void model_slot_release(model_t *m, int slot) {
+    if (slot >= 0 && slot < m->slots) m->slot_used[slot] = 0;
+}
+
+int model_slot_len(const model_t *m, int slot) {
+    return slot >= 0 && slot < m->slots ? m->slot_len[slot] : -1;
+}
+
+int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err) {
+    size_t N = 0;
+    for (size_t i = 0; i < n; i++) {
+        int sl = s[i].slot;
+        if (sl < 0 || sl >= m->slots || !m->slot_used[sl])
+            return err_set(err, "sequence %zu: slot %d is not an acquired slot of the KV cache", i, sl);
+        for (size_t j = 0; j < i; j++)
+            if (s[j].slot == sl) return err_set(err, "sequences %zu and %zu share slot %d", j, i, sl);
+        if (s[i].n == 0) return err_set(err, "sequence %zu: no tokens to append", i);
+        if (check_tokens(m, s[i].ids, s[i].n, "input", i, err) < 0) return -1;
+        if ((size_t)m->slot_len[sl] + s[i].n > (size_t)m->max_len)
+            return err_set(err, "sequence %zu: slot %d holds %d tokens; %zu more exceed its %d", i, sl,
+                           m->slot_len[sl], s[i].n, m->max_len);
+        N += s[i].n;
+    }
+    if (n == 0) return 0;
+    reserve(m, (int)N, (int)n);
+    int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *rows = xmalloc(N * 4), *last = xmalloc(n * 4);
+    rl_attn_seq *as = xmalloc(n * sizeof *as);
+    size_t q0 = 0;
+    for (size_t i = 0; i < n; i++) {
+        int sl = s[i].slot, len = m->slot_len[sl];
+        for (size_t j = 0; j < s[i].n; j++) {
+            ids[q0 + j] = (int32_t)s[i].ids[j];
+            pos[q0 + j] = len + (int32_t)j;
+            rows[q0 + j] = sl * m->max_len + len + (int32_t)j;
+        }
+        as[i] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)s[i].n, .pos0 = len, .kv0 = sl * m->max_len};
+        last[i] = (int32_t)(q0 + s[i].n - 1);
+        q0 += s[i].n;
+    }
+    const rl_ops *o = m->ops;
+    o->upload(m->ids, ids, N * 4);
+    o->upload(m->pos, pos, N * 4);
+    o->upload(m->rows, rows, N * 4);
+    o->upload(m->sel, last, n * 4);
+    o->upload(m->seqs, as, n * sizeof *as);
+    forward(m, (int)N, (int)n, 1);
+    size_t V = (size_t)m->c.vocab;
+    for (size_t r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
+        int k = (int)(n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS);
+        logits_rows(m, m->sel + r0, k);
+        o->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
+    }
+    for (size_t i = 0; i < n; i++) m->slot_len[s[i].slot] += (int)s[i].n;
+    free(ids);
+    free(pos);
+    free(rows);
+    free(last);
+    free(as);
+    return 0;
+}
+
+double model_logprob_of(const float *logits, int V, float temperature, uint32_t token) {
+    double mx = -INFINITY, sum = 0, it = 1.0 / temperature;
+    for (int j = 0; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
+    for (int j = 0; j < V; j++) sum += exp((logits[j] - mx) * it);
+    return (logits[token] - mx) * it - log(sum);
+}

@@ -1,0 +1,68 @@
+// ops.h — the backend interface: the few operations the model is made of.
+// The model (model.c) says *what* to compute and calls these through a table;
+// a backend (common/cpu/, later common/cuda/) says *where*. All pointers given
+// to an op are in the backend's memory (alloc/upload); shapes are row-major.
+// Conventional names: N rows (tokens), C hidden, M outputs, K inputs, F MLP
+// width, NH query heads, NKV key/value heads, HS head size, V vocabulary.
+#ifndef RLPIPE_OPS_H
+#define RLPIPE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+// A weight matrix W (M, K) at a storage precision; matmul computes x · Wᵀ.
+// DT_I8: data is int8 (M, K), scales (M, ceil(K / group)) f32, one per group
+// of consecutive inputs (the last group of a row may be shorter). Other dtypes: scales NULL, group 0.
+typedef struct {
+    rl_dtype dtype;
+    int rows, cols;           // M, K
+    int group;
+    void *data;
+    float *scales;
+} rl_mat;
+
+// One sequence of a batch for attention. Its query rows are [q0, q0+n) of q
+// and out; query j sits at position pos0 + j and attends to keys at positions
+// 0 .. pos0 + j, stored in rows kv0 .. kv0 + pos0 + j of the key/value buffers.
+typedef struct {
+    int32_t q0, n, pos0, kv0;
+} rl_attn_seq;
+
+typedef struct rl_ops {
+    const char *name;
+    void *(*alloc)(size_t bytes);                                  // zero-filled; aborts when out of memory
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *src, size_t bytes);      // host -> backend
+    void (*download)(void *dst, const void *src, size_t bytes);    // backend -> host
+
+    // out (N, C) = table[ids[i]] (rows of a (V, C) matrix, converted to f32)
+    void (*embed)(float *out, const rl_mat *table, const int32_t *ids, int N);
+    // out (N, C) = x / sqrt(mean(x²) + eps) * g;  out may equal x
+    void (*rmsnorm)(float *out, const float *x, const float *g, int N, int C, float eps);
+    // out (N, M) = x (N, K) · Wᵀ (+ bias (M) when not NULL); f32 accumulation
+    void (*matmul)(float *out, const float *x, const rl_mat *W, const float *bias, int N);
+    // x (N, H, HS) rotated in place, Hugging Face rotate-half convention:
+    // pairs (i, i + HS/2) turn by pos * theta^(-2i/HS); cos_sin (max_pos, HS/2, 2)
+    void (*rope)(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
+    // dst row rows[i] = src row i (width W), for i < N: new keys/values into a cache
+    void (*scatter_rows)(float *dst, const int32_t *rows, const float *src, int N, int W);
+    // dst row i = src row rows[i] (width W), for i < N: the rows that need logits
+    void (*gather_rows)(float *dst, const float *src, const int32_t *rows, int N, int W);
+    // out (N, NH, HS) = causal softmax(q kᵀ / sqrt(HS)) v per sequence and head;
+    // query head h reads key/value head h / (NH / NKV); k, v rows are (NKV, HS)
+    void (*attention)(float *out, const float *q, const float *k, const float *v,
+                      const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS);
+    // out (N, F) = silu(gate) * up;  out may equal gate
+    void (*swiglu)(float *out, const float *gate, const float *up, int N, int F);
+    // x (n) += y (n)
+    void (*add)(float *x, const float *y, size_t n);
+    // out[i] = log_softmax(logits[i] * inv_temp[i])[target[i]], logits (N, V)
+    void (*logprob)(float *out, const float *logits, const int32_t *target, const float *inv_temp,
+                    int N, int V);
+} rl_ops;
+
+const rl_ops *ops_cpu(void);
+
+#endif

@@ -1,0 +1,53 @@
+// safetensors.h — Hugging Face safetensors files: an 8-byte little-endian
+// header length, a JSON header {name: {dtype, shape, data_offsets}, "__metadata__": {..}},
+// then the tensor bytes. Files are mapped read-only; every offset, shape and
+// size is checked against the file before anything is trusted.
+#ifndef RLPIPE_SAFETENSORS_H
+#define RLPIPE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "util.h"
+
+#define ST_MAX_HEADER (100u << 20)   // a header larger than 100 MiB is refused
+#define ST_MAX_DIMS 8
+
+typedef struct {
+    char *name;
+    rl_dtype dtype;                  // F32, BF16, F16 (other file dtypes are refused)
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    size_t nelem;
+    const void *data;                // into the mapping, nelem * dt_size(dtype) bytes; may be unaligned
+} st_tensor;
+
+typedef struct {
+    char *path;
+    void *map;
+    size_t map_size;
+    st_tensor *t;
+    size_t n;
+} st_file;
+
+// Opens and validates the whole file: header size, JSON, dtypes, shapes,
+// offsets inside the data area and not overlapping. Errors name the file and tensor.
+st_file *st_open(const char *path, rl_err *err);
+void st_close(st_file *f);
+const st_tensor *st_find(const st_file *f, const char *name);
+
+// Copies a tensor into f32 (converting BF16/F16); n must equal its element count.
+void st_read_f32(const st_tensor *t, float *dst);
+
+// Writes F32 tensors, in the order given, atomically enough for a caller that
+// renames: the file is written, fsynced and closed. shape has ndim entries.
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    const float *data;
+} st_out;
+int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err);
+
+#endif
