@@ -22,6 +22,9 @@ static const cpu_kernels *K_;          // chosen once by ops_cpu()
 #define FEW_ROWS 4
 // Weight rows converted to f32 per sgemm call when weights are not f32.
 #define TILE_ROWS 128
+// Elementwise work below this many elements stays on the calling thread:
+// waking the others costs more (a decoding step of one token is all small ops).
+#define PAR_MIN 32768
 
 static void *cpu_alloc(size_t bytes) {
     void *p = NULL;
@@ -56,14 +59,14 @@ static void split(int n, int nt, int t, int align, int *lo, int *hi) {
 
 static void cpu_embed(float *out, const rl_mat *table, const int32_t *ids, int N) {
     int C = table->cols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * C >= PAR_MIN)
     for (int i = 0; i < N; i++)
         K_->row_to_f32(out + (size_t)i * C, mat_row(table, ids[i]), mat_scales(table, ids[i]), C,
                        table->group, table->dtype);
 }
 
 static void cpu_rmsnorm(float *out, const float *x, const float *g, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * C >= PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *xi = x + (size_t)i * C;
         float *oi = out + (size_t)i * C;
@@ -78,7 +81,7 @@ static void cpu_rmsnorm(float *out, const float *x, const float *g, int N, int C
 // out (N, M) = x (N, K) · Wᵀ for N <= FEW_ROWS: each thread takes weight rows.
 static void matmul_few(float *out, const float *x, const rl_mat *W, int N) {
     int M = W->rows, Kd = W->cols;
-#pragma omp parallel
+#pragma omp parallel if ((long)M * Kd >= PAR_MIN)
     {
         int lo, hi;
         split(M, omp_get_num_threads(), omp_get_thread_num(), 16, &lo, &hi);
@@ -135,14 +138,14 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
     else matmul_sgemm(out, x, W, N);
     if (!bias) return;
     int M = W->rows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * M >= PAR_MIN)
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) out[(size_t)n * M + m] += bias[m];
 }
 
 static void cpu_rope(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS) {
     int half = HS / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((long)N * H * HS >= PAR_MIN)
     for (int i = 0; i < N; i++) {
         const float *cs = cos_sin + (size_t)pos[i] * half * 2;
         for (int h = 0; h < H; h++) {
@@ -212,19 +215,19 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
 
 static void cpu_swiglu(float *out, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F, chunk = 4096;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i += chunk)
         K_->swiglu(out + i, gate + i, up + i, (int)(n - i < chunk ? n - i : chunk));
 }
 
 static void cpu_add(float *x, const float *y, size_t n) {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
 static void cpu_logprob(float *out, const float *logits, const int32_t *target, const float *inv_temp,
                         int N, int V) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N > 1)
     for (int i = 0; i < N; i++) {
         const float *l = logits + (size_t)i * V;
         float mx = -INFINITY;
