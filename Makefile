@@ -30,11 +30,11 @@ ifeq ($(filter clean,$(MAKECMDGOALS)),)
 -include $(BUILD)/deps.mk
 endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
-PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS))) -fopenmp -lm
+PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS))) -pthread -lm
 
 CFLAGS ?=
 LDFLAGS ?=
-ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp-simd -pthread $(PKG_CFLAGS) $(CFLAGS)
 
 .PHONY: all check install clean aux
 # aux: the test and benchmark drivers
