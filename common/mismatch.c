@@ -10,8 +10,9 @@ void mm_init(mm_acc *a) {
     a->lag_max = INT64_MIN;
 }
 
-void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
-            const uint8_t *mask, size_t n) {
+// guess_capped: count as capped the tokens whose w is below their ratio.
+static void add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
+                const uint8_t *mask, size_t n, int guess_capped) {
     for (size_t t = 0; t < n; t++) {
         double rho = NAN;
         if (logp && logp_learner) {
@@ -34,7 +35,7 @@ void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float
             a->n_w++;
             // w is float32: a weight equal to its ratio may differ from the
             // double rho in the last bits, so "below" means by more than that.
-            if (!isnan(rho) && (double)w[t] < rho * (1 - 1e-6)) a->n_capped++;
+            if (guess_capped && !isnan(rho) && (double)w[t] < rho * (1 - 1e-6)) a->n_capped++;
             if (!mask || mask[t]) {
                 a->n_ess++;
                 a->sum_w += w[t];
@@ -42,6 +43,17 @@ void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float
             }
         }
     }
+}
+
+void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
+            const uint8_t *mask, size_t n) {
+    add(a, logp, logp_learner, w, mask, n, 1);
+}
+
+void mm_add_capped(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
+                   const uint8_t *mask, size_t n, size_t n_capped) {
+    add(a, logp, logp_learner, w, mask, n, 0);
+    a->n_capped += n_capped;
 }
 
 void mm_add_lag(mm_acc *a, const uint32_t *ver, size_t n, uint64_t ver_learner) {

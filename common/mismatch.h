@@ -5,7 +5,8 @@
 //   k1 = mean(logp - logp_learner)          (KL(mu||pi_old) estimate)
 //   k3 = mean(rho - 1 - log rho)            (its low-variance form)
 //   ess = (sum w)^2 / (N sum w^2) over tokens taking part (mask != 0)
-//   capped = fraction of tokens whose weight is below their ratio (w < rho)
+//   capped = fraction of tokens whose weight is below their ratio (w < rho),
+//            or that the producer of w says it capped (mm_add_capped)
 //   lag = ver_learner - ver_t
 #ifndef RLPIPE_MISMATCH_H
 #define RLPIPE_MISMATCH_H
@@ -29,6 +30,11 @@ void mm_init(mm_acc *a);
 // One sequence of n tokens; logp_learner, w, mask may be NULL when absent.
 void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
             const uint8_t *mask, size_t n);
+// The same, from the producer of w, which knows how many of the n tokens it
+// capped: in seq and geo modes a weight is the sequence's, and comparing it
+// with each token's ratio would say nothing.
+void mm_add_capped(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
+                   const uint8_t *mask, size_t n, size_t n_capped);
 void mm_add_lag(mm_acc *a, const uint32_t *ver, size_t n, uint64_t ver_learner);
 
 double mm_k1(const mm_acc *a);

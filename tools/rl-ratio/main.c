@@ -1,0 +1,244 @@
+// rl-ratio — learner log-probabilities and truncated/masked importance
+// weights for rollout records, with the sampler/learner mismatch reported.
+// Reads every input, passes each record through the scorer (scorer.h), and
+// writes one member with the records in input order, every field they had kept.
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "scorer.h"
+#include "source.h"
+
+static const char USAGE[] =
+    "Usage: rl-ratio [OPTION]... [FILE]...\n"
+    "Add learner log-probabilities (logp_learner, ver_learner) and importance\n"
+    "weights (w, mask) to rollout records; report the sampler/learner mismatch.\n"
+    "With no FILE, or when FILE is -, read standard input.\n"
+    "\n"
+    "Learner:\n"
+    "      --model DIR        score completions with this model (f32), at each record's\n"
+    "                         temperature; DIR is a model directory or a checkpoint\n"
+    "                         directory with a file 'latest'. Without --model, records\n"
+    "                         must carry logp_learner already\n"
+    "      --batch N          records scored together and per metrics line, 1..65536\n"
+    "                         (default 256)\n"
+    "\n"
+    "Weights, with rho = exp(logp_learner - logp) per token:\n"
+    "      --mode MODE        token: w = min(rho, C) per token (TIS, the default);\n"
+    "                         seq: w = min(prod rho, C); geo: w = min(exp(mean log rho), C)\n"
+    "      --clip C           the cap C > 0 (default 2; inf: no cap)\n"
+    "      --mask LO,HI       mask 0 for tokens (token mode) or sequences (seq, geo) whose\n"
+    "                         ratio is outside [LO, HI], instead of capping (cap as well\n"
+    "                         only when --clip is given)\n"
+    "\n"
+    "Output:\n"
+    "  -o, --output FILE      write records to FILE instead of standard output\n"
+    "      --metrics FILE     one JSON line of mismatch metrics per batch (- : stdout)\n"
+    "  -u, --uncompressed     write raw msgpack instead of zstd frames\n"
+    "      --no-provenance    omit argv and time from the header written\n"
+    "  -f, --force            write binary records even to a terminal\n"
+    "  -q, --quiet            no summary line on standard error\n"
+    "      --progress         progress on standard error even when not a terminal\n"
+    "  -h, --help             show this help and exit\n"
+    "  -V, --version          show versions and exit\n"
+    "\n"
+    "Exit status: 0 ok, 1 invalid or truncated input (the records before it are\n"
+    "still written) or a model that cannot be loaded, 2 usage error.\n"
+    "\n"
+    "Examples:\n"
+    "  rl-sample --model m/ prompts.jsonl | rl-ratio --model m/ --clip 2 | rl-learn --out ckpt/\n"
+    "  rl-cat --pack theirs.jsonl | rl-ratio --model m/ | rl-cat --stats\n"
+    "  rl-ratio --mode geo --mask 0.5,2 --metrics mm.jsonl scored.rlr -o weighted.rlr\n";
+
+typedef struct {
+    const char *model, *output, *metrics;
+    int raw, no_provenance, force, quiet, progress;
+    scr_opts scr;
+} options;
+
+static options parse_options(int argc, char **argv) {
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_NOPROV, O_PROGRESS };
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
+        {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
+        {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
+        {"output", required_argument, 0, 'o'},      {"uncompressed", no_argument, 0, 'u'},
+        {"no-provenance", no_argument, 0, O_NOPROV}, {"force", no_argument, 0, 'f'},
+        {"quiet", no_argument, 0, 'q'},             {"progress", no_argument, 0, O_PROGRESS},
+        {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, 'V'},
+        {0, 0, 0, 0}};
+    options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
+    rl_err e;
+    int c;
+    while ((c = getopt_long(argc, argv, "o:ufqhV", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: o.model = optarg; break;
+        case O_MODE:
+            if (ratio_parse_mode(optarg, &o.scr.ratio.mode, &e)) cli_usage_error("%s", e.msg);
+            break;
+        case O_CLIP:
+            if (ratio_parse_clip(optarg, &o.scr.ratio.clip, &e)) cli_usage_error("%s", e.msg);
+            o.scr.ratio.clip_set = 1;
+            break;
+        case O_MASK:
+            if (ratio_parse_mask(optarg, &o.scr.ratio.lo, &o.scr.ratio.hi, &e)) cli_usage_error("%s", e.msg);
+            o.scr.ratio.mask = 1;
+            break;
+        case O_BATCH: o.scr.batch = cli_parse_uint("--batch", optarg, 65536, 1); break;
+        case O_METRICS: o.metrics = optarg; break;
+        case 'o': o.output = optarg; break;
+        case 'u': o.raw = 1; break;
+        case O_NOPROV: o.no_provenance = 1; break;
+        case 'f': o.force = 1; break;
+        case 'q': o.quiet = 1; break;
+        case O_PROGRESS: o.progress = 1; break;
+        case 'h': fputs(USAGE, stdout); exit(0);
+        case 'V': cli_print_version(); exit(0);
+        default: fprintf(stderr, "Try 'rl-ratio --help' for more information.\n"); exit(2);
+        }
+    }
+    if (o.scr.batch == 0) cli_usage_error("--batch: a batch holds at least one record");
+    int records_to_stdout = !o.output || !strcmp(o.output, "-");
+    if (o.metrics && !strcmp(o.metrics, "-") && records_to_stdout)
+        cli_usage_error("--metrics -: standard output already carries the records; give -o FILE");
+    if (o.metrics && o.output && (!strcmp(o.metrics, o.output) || cli_same_file(o.metrics, o.output)))
+        cli_usage_error("--metrics and --output name the same file");
+    return o;
+}
+
+// The output: opened at the first header, which it is made from.
+typedef struct {
+    const options *o;
+    int fd, argc;
+    char **argv;
+    recw_t *w;
+    scorer_t *scr;
+} run_t;
+
+// Scores and writes every record held, so that what came before an error
+// (or before waiting for input) reaches the output.
+static void deliver(run_t *r) {
+    rl_err e;
+    if (r->w && (scr_flush(r->scr, r->w, &e) || recw_flush(r->w, &e))) cli_die("%s", e.msg);
+}
+
+static void on_header(run_t *r, const rec_t *h, const char *name) {
+    rl_err e;
+    if (scr_check_header(h, &e)) {
+        deliver(r);
+        cli_die("%s: %s", e.msg, name);
+    }
+    if (r->w) return;   // later members join the first one's output
+    rec_t *out = rec_new();
+    scr_make_header(r->scr, h, out, r->argc, r->argv, r->o->no_provenance);
+    recw_opts wo = recw_default_opts;
+    wo.raw = r->o->raw;
+    if (!(r->w = recw_fdopen(r->fd, r->o->output ? r->o->output : "(stdout)", &wo, out, &e))) cli_die("%s", e.msg);
+    rec_free(out);
+}
+
+int main(int argc, char **argv) {
+    cli_init("rl-ratio");
+    options o = parse_options(argc, argv);
+    char *stdin_only[] = {"-"};
+    char **inputs = optind < argc ? argv + optind : stdin_only;
+    int ninputs = optind < argc ? argc - optind : 1;
+    for (int i = 0; i < ninputs; i++) {
+        if (o.output && cli_same_file(o.output, inputs[i]))
+            cli_usage_error("the output %s is also an input; it would be destroyed", o.output);
+        if (o.metrics && cli_same_file(o.metrics, inputs[i]))
+            cli_usage_error("the metrics file %s is also an input; it would be destroyed", o.metrics);
+    }
+    run_t run = {.o = &o, .argc = argc, .argv = argv};
+    run.fd = cli_open_output(o.output, 1, o.force);
+    if (o.metrics) {
+        o.scr.metrics_name = strcmp(o.metrics, "-") ? o.metrics : "(stdout)";
+        o.scr.metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, "w") : stdout;
+        if (!o.scr.metrics) cli_die("cannot create the metrics file: %s: %s", o.metrics, strerror(errno));
+    }
+    char model_dir[4096];
+    if (o.model) {
+        rl_err e;
+        if (!(o.scr.model = scr_load_learner(o.model, &o.scr.ver_learner, model_dir, sizeof model_dir, &e)))
+            cli_die("%s", e.msg);
+        o.scr.model_dir = model_dir;
+    }
+    run.scr = scr_new(&o.scr);
+
+    rec_t *rec = rec_new();
+    cli_progress prog;
+    cli_progress_init(&prog, o.progress);
+    double t0 = cli_now();
+    uint64_t bytes_in = 0, members = 0;
+    for (int i = 0; i < ninputs; i++) {
+        rl_err e;
+        src_t *s = src_open(inputs[i], 0, &rec_default_limits, &e);
+        if (!s) {
+            deliver(&run);
+            cli_die("%s", e.msg);
+        }
+        const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
+        recr_event ev;
+        for (;;) {
+            if (src_would_block(s)) deliver(&run);   // pass on what we have before waiting
+            ev = src_next(s, rec);
+            if (ev == RECR_END || ev == RECR_ERROR) break;
+            if (ev == RECR_HEADER) {
+                members++;
+                on_header(&run, rec, name);
+            } else if (ev == RECR_RECORD) {
+                char where[1200];
+                if (scr_add(run.scr, rec, src_where(s, where, sizeof where), run.w, &e)) {
+                    cli_progress_done(&prog);
+                    rl_err e2;   // the records before the bad one were written: send them on
+                    if (recw_flush(run.w, &e2)) cli_die("%s", e2.msg);
+                    cli_die("%s", e.msg);
+                }
+                const char *warning = scr_take_warning(run.scr);
+                if (warning) {
+                    cli_progress_done(&prog);
+                    cli_warn("%s", warning);
+                }
+            }
+            if (cli_progress_due(&prog)) {
+                char b[32];
+                const ratio_acc *t = scr_total(run.scr);
+                cli_progress_print(&prog, "%llu records, %llu tokens, %s read", (unsigned long long)t->records,
+                                   (unsigned long long)t->tokens, cli_bytes(bytes_in + src_bytes_in(s), b, sizeof b));
+            }
+        }
+        bytes_in += src_bytes_in(s);
+        if (ev == RECR_ERROR) {
+            cli_progress_done(&prog);
+            deliver(&run);   // every complete record before the damage
+            cli_die("%s", src_error(s));
+        }
+        src_close(s);
+    }
+    cli_progress_done(&prog);
+    rl_err e;
+    if (scr_flush(run.scr, run.w, &e) || scr_finish(run.scr, &e) || recw_close(run.w, &e)) cli_die("%s", e.msg);
+    uint64_t bytes_out = recw_bytes_written(run.w);
+    recw_free(run.w);
+    if (!o.quiet) {
+        sbuf line = {0};
+        char bin[32], bout[32];
+        ratio_acc_text(scr_total(run.scr), &line);
+        fprintf(stderr, "rl-ratio: %.*s; %llu member%s, %d file%s, %s in, %s out, %.2f s\n", (int)line.len,
+                (const char *)line.data, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
+                ninputs == 1 ? "" : "s", cli_bytes(bytes_in, bin, sizeof bin), cli_bytes(bytes_out, bout, sizeof bout),
+                cli_now() - t0);
+        sbuf_free(&line);
+    }
+    if (o.scr.metrics && o.scr.metrics != stdout && fclose(o.scr.metrics))
+        cli_die("write error: %s: %s", o.metrics, strerror(errno));
+    scr_free(run.scr);
+    if (o.scr.model) model_free(o.scr.model);
+    rec_free(rec);
+    if (run.fd > 1 && close(run.fd)) cli_die("write error: %s: %s", o.output, strerror(errno));
+    return 0;
+}
