@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import traceback
 
 import msgpack
@@ -114,6 +115,33 @@ def read_stream(data):
         members.append((h, recs, objs[i]))
         i += 1
     return members
+
+
+def decompress(data, allow_cut=False):
+    """Plain msgpack of a stream of zstd frames and raw segments. A cut last
+    frame is an error, or with allow_cut gives what it decodes to."""
+    raw, pos = b"", 0
+    while pos < len(data):
+        if data[pos:pos + 4] != ZSTD_MAGIC:
+            return raw + data[pos:]
+        d = zstandard.ZstdDecompressor().decompressobj()
+        raw += d.decompress(data[pos:])
+        if not d.eof:
+            assert allow_cut, f"zstd frame at byte {pos} is incomplete"
+            break
+        pos = len(data) - len(d.unused_data)
+    return raw
+
+
+TMP = tempfile.TemporaryDirectory(prefix="rlpipe-test.")
+
+
+def tmpfile(name, data):
+    """Writes data to a file of that name in this test's temporary folder; returns its path."""
+    path = os.path.join(TMP.name, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
 
 
 def zstd_frames(data):

@@ -14,7 +14,6 @@ import os
 import re
 import struct
 import subprocess
-import tempfile
 
 import msgpack
 import zstandard
@@ -23,14 +22,7 @@ import rltest
 from rltest import case, f32, finish, pack_record, rollout, write_stream, read_stream, zstd_frames
 
 F32_KEYS = rltest.F32_KEYS
-TMP = tempfile.TemporaryDirectory(prefix="rlpipe-interop.")
-
-
-def tmpfile(name, data):
-    path = os.path.join(TMP.name, name)
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
+tmpfile = rltest.tmpfile
 
 
 def rlcat(*args, input=None):
@@ -60,16 +52,7 @@ def objects(raw):
 
 
 def decompress_all(data):
-    """Plain msgpack of a stream of zstd frames (and raw segments), via rltest's frame walk."""
-    raw, pos = b"", 0
-    while pos < len(data):
-        if data[pos:pos + 4] != rltest.ZSTD_MAGIC:
-            return raw + data[pos:]
-        d = zstandard.ZstdDecompressor().decompressobj()
-        raw += d.decompress(data[pos:])
-        assert d.eof, f"zstd frame at byte {pos} is incomplete"
-        pos = len(data) - len(d.unused_data)
-    return raw
+    return rltest.decompress(data)
 
 
 def frames(data):

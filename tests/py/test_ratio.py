@@ -59,16 +59,7 @@ def ratio(*args, input=None, ok=True):
 
 def decompress(data):
     """Plain msgpack of a stream: its complete zstd frames (a cut last frame gives what it can) and raw tail."""
-    raw, pos = b"", 0
-    while pos < len(data):
-        if data[pos:pos + 4] != rltest.ZSTD_MAGIC:
-            return raw + data[pos:]
-        d = zstandard.ZstdDecompressor().decompressobj()
-        raw += d.decompress(data[pos:])
-        if not d.eof:
-            break
-        pos = len(data) - len(d.unused_data)
-    return raw
+    return rltest.decompress(data, allow_cut=True)
 
 
 def objects(raw):

@@ -16,10 +16,10 @@ import os
 import struct
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
+import rltest
 from rltest import ROOT, case, finish
 
 try:
@@ -35,14 +35,8 @@ except ImportError:
 
 BUILD = os.environ.get("BUILD", "build")
 ST_TOOL = os.path.join(ROOT, BUILD, "tests", "tools", "st_tool")
-TMP = tempfile.TemporaryDirectory(prefix="rlpipe-safetensors.")
-
-
-def tmpfile(name, data):
-    path = os.path.join(TMP.name, name)
-    with open(path, "wb") as f:
-        f.write(data)
-    return path
+TMP = rltest.TMP
+tmpfile = rltest.tmpfile
 
 
 def st_tool(*args):

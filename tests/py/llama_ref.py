@@ -1,0 +1,254 @@
+"""An independent reference of the Llama-family decoder (Hugging Face's
+LlamaForCausalLM and Qwen2ForCausalLM), written in PyTorch from the
+architecture's definition, not imported from transformers. It reads a model
+directory (config.json + model.safetensors, DESIGN §3) with Hugging Face's
+`safetensors` library and computes in float64 for the tests (the values in the
+file, bf16-rounded ones included, are exact in float64) or float32 for the
+benchmark. It also writes random model directories whose log-probabilities
+spread widely, so that a test against it is not passed by a near-uniform model.
+
+    x = embed[ids]
+    per layer:  h = rmsnorm(x) ; x += o(attn(rope(q(h)), rope(k(h)), v(h)))
+                h = rmsnorm(x) ; x += down(silu(gate(h)) * up(h))
+    logits = rmsnorm(x) · lm_headᵀ        (lm_head = embed when tied)
+    logp   = log_softmax(logits / temperature)
+"""
+import json
+import math
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+
+
+# ---- configuration ---------------------------------------------------------------
+
+def read_config(model_dir):
+    """config.json as the short names the model uses (C, F, L, NH, NKV, HS, V, ...)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        j = json.load(f)
+    mt = j["model_type"]
+    assert mt in ("llama", "qwen2"), f"model_type {mt!r} is not llama or qwen2"
+    assert j.get("hidden_act", "silu") == "silu", "only hidden_act silu is defined here"
+    assert j.get("rope_scaling") is None, "rope_scaling is not defined here"
+    C, NH = j["hidden_size"], j["num_attention_heads"]
+    NKV = j.get("num_key_value_heads") or NH
+    HS = j.get("head_dim") or C // NH
+    assert NH % NKV == 0
+    if mt == "llama":
+        qkv_bias = o_bias = bool(j.get("attention_bias", False))
+    else:  # Qwen2: q/k/v biases always, o_proj never
+        qkv_bias, o_bias = True, False
+    return {
+        "model_type": mt, "C": C, "F": j["intermediate_size"], "L": j["num_hidden_layers"],
+        "NH": NH, "NKV": NKV, "HS": HS, "V": j["vocab_size"],
+        "eps": float(j.get("rms_norm_eps", 1e-6)), "theta": float(j.get("rope_theta", 10000.0)),
+        "max_pos": j.get("max_position_embeddings", 2048),
+        "tie": bool(j.get("tie_word_embeddings", False)), "qkv_bias": qkv_bias, "o_bias": o_bias,
+    }
+
+
+def tensor_names(cfg):
+    """{name: shape} of every tensor the config implies, named as Hugging Face names them."""
+    C, F, V, NH, NKV, HS = cfg["C"], cfg["F"], cfg["V"], cfg["NH"], cfg["NKV"], cfg["HS"]
+    t = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
+    if not cfg["tie"]:
+        t["lm_head.weight"] = (V, C)
+    for i in range(cfg["L"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = (C,)
+        t[p + "post_attention_layernorm.weight"] = (C,)
+        t[p + "self_attn.q_proj.weight"] = (NH * HS, C)
+        t[p + "self_attn.k_proj.weight"] = (NKV * HS, C)
+        t[p + "self_attn.v_proj.weight"] = (NKV * HS, C)
+        t[p + "self_attn.o_proj.weight"] = (C, NH * HS)
+        if cfg["qkv_bias"]:
+            t[p + "self_attn.q_proj.bias"] = (NH * HS,)
+            t[p + "self_attn.k_proj.bias"] = (NKV * HS,)
+            t[p + "self_attn.v_proj.bias"] = (NKV * HS,)
+        if cfg["o_bias"]:
+            t[p + "self_attn.o_proj.bias"] = (C,)
+        t[p + "mlp.gate_proj.weight"] = (F, C)
+        t[p + "mlp.up_proj.weight"] = (F, C)
+        t[p + "mlp.down_proj.weight"] = (C, F)
+    return t
+
+
+def round_weight(w, store, group=32):
+    """A weight matrix (M, K) as the sampler stores it, returned in float64:
+    bf16 / f16 rounded to nearest even from f32; int8 as dtype.h defines it:
+    per row and group of `group` consecutive inputs (the last group may be
+    shorter), s = max|x| / 127 in f32, q = round-half-even(x * (1/s)) clamped
+    to ±127, value q * s."""
+    x = w.to(torch.float32)
+    if store == "bf16":
+        return x.to(torch.bfloat16).to(torch.float64)
+    if store == "f16":
+        return x.to(torch.float16).to(torch.float64)
+    assert store == "int8", f"unknown storage {store!r}"
+    M, K = x.shape
+    out = torch.empty(M, K, dtype=torch.float64)
+    for c0 in range(0, K, group):
+        g = x[:, c0:c0 + group]
+        s = g.abs().amax(dim=1, keepdim=True) / torch.tensor(127.0, dtype=torch.float32)
+        inv = torch.where(s > 0, torch.tensor(1.0, dtype=torch.float32) / s, torch.zeros_like(s))
+        q = torch.round(g * inv).clamp(-127, 127)
+        out[:, c0:c0 + group] = q.to(torch.float64) * s.to(torch.float64)
+    return out
+
+
+# ---- the model ---------------------------------------------------------------------
+
+class Llama:
+    """The decoder at one float dtype. forward() takes a batch of equal-length
+    token rows and, optionally, a KV cache (for step-by-step decoding)."""
+
+    def __init__(self, model_dir, dtype=torch.float64, store="f32", group=32):
+        """store: the precision the weight matrices and embeddings are kept at
+        before computing (f32 = as in the file, bf16, f16, int8 with one scale
+        per `group` inputs), emulating the sampler's --dtype; norm weights and
+        biases stay as in the file."""
+        self.cfg = cfg = read_config(model_dir)
+        raw = load_file(os.path.join(model_dir, "model.safetensors"))
+        want = tensor_names(cfg)
+        assert set(raw) == set(want), f"tensors differ from the config: {sorted(set(raw) ^ set(want))[:5]}"
+        for k, shape in want.items():
+            assert tuple(raw[k].shape) == shape, f"{k}: shape {tuple(raw[k].shape)}, config implies {shape}"
+        if store != "f32":
+            raw = {k: round_weight(v, store, group) if v.dim() == 2 else v for k, v in raw.items()}
+        # bf16/f16 -> float64 is exact, so the reference sees exactly the file's values
+        self.w = {k: v.to(dtype).contiguous() for k, v in raw.items()}
+        self.dtype = dtype
+        self.lm_head = self.w["model.embed_tokens.weight" if cfg["tie"] else "lm_head.weight"]
+        HS = cfg["HS"]
+        # HF rotary: inv_freq[i] = 1 / theta^(2i / HS), angles computed in float64
+        self.inv_freq = 1.0 / cfg["theta"] ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+
+    def _rmsnorm(self, x, name):
+        var = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(var + self.cfg["eps"]) * self.w[name]
+
+    def _linear(self, x, name, bias):
+        y = x @ self.w[name + ".weight"].t()
+        return y + self.w[name + ".bias"] if bias else y
+
+    def _rope_table(self, pos):
+        """cos, sin (T, HS) of the angles pos * inv_freq, each repeated over both halves."""
+        ang = pos.to(torch.float64)[:, None] * self.inv_freq[None, :]      # (T, HS/2)
+        ang = torch.cat([ang, ang], dim=-1)                                # (T, HS)
+        return ang.cos().to(self.dtype), ang.sin().to(self.dtype)
+
+    @staticmethod
+    def _rope(x, cos, sin):
+        """x (B, H, T, HS) rotated in the rotate-half convention:
+        out = x * cos + rotate_half(x) * sin, rotate_half([a, b]) = [-b, a]."""
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rot * sin
+
+    def new_cache(self, B, max_len):
+        """KV cache for B sequences: per layer (k, v), each (B, NKV, max_len, HS)."""
+        c = self.cfg
+        return [(torch.zeros(B, c["NKV"], max_len, c["HS"], dtype=self.dtype),
+                 torch.zeros(B, c["NKV"], max_len, c["HS"], dtype=self.dtype)) for _ in range(c["L"])]
+
+    def forward(self, ids, cache=None, pos0=0):
+        """ids (B, T) long, at positions pos0 .. pos0+T-1 (pos0 > 0 needs the cache
+        that holds positions 0 .. pos0-1). Returns the final-normed hidden states (B, T, C)."""
+        c = self.cfg
+        B, T = ids.shape
+        NH, NKV, HS = c["NH"], c["NKV"], c["HS"]
+        pos = torch.arange(pos0, pos0 + T)
+        cos, sin = self._rope_table(pos)
+        x = self.w["model.embed_tokens.weight"][ids]                       # (B, T, C)
+        # causal mask: query at pos0+i sees keys 0 .. pos0+i
+        mask = torch.arange(pos0 + T)[None, :] > pos[:, None]              # (T, pos0+T)
+        for i in range(c["L"]):
+            p = f"model.layers.{i}."
+            h = self._rmsnorm(x, p + "input_layernorm.weight")
+            q = self._linear(h, p + "self_attn.q_proj", c["qkv_bias"]).view(B, T, NH, HS).transpose(1, 2)
+            k = self._linear(h, p + "self_attn.k_proj", c["qkv_bias"]).view(B, T, NKV, HS).transpose(1, 2)
+            v = self._linear(h, p + "self_attn.v_proj", c["qkv_bias"]).view(B, T, NKV, HS).transpose(1, 2)
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            if cache is not None:
+                kc, vc = cache[i]
+                kc[:, :, pos0:pos0 + T] = k
+                vc[:, :, pos0:pos0 + T] = v
+                k, v = kc[:, :, :pos0 + T], vc[:, :, :pos0 + T]
+            else:
+                assert pos0 == 0, "positions after 0 need a cache"
+            # grouped-query attention: query head h reads key/value head h // (NH / NKV)
+            if NKV != NH:
+                k = k.repeat_interleave(NH // NKV, dim=1)                  # (B, NH, S, HS)
+                v = v.repeat_interleave(NH // NKV, dim=1)
+            s = (q @ k.transpose(-1, -2)) / math.sqrt(HS)                  # (B, NH, T, S)
+            if T > 1:
+                s = s.masked_fill(mask, float("-inf"))
+            a = torch.softmax(s, dim=-1) @ v                               # (B, NH, T, HS)
+            a = a.transpose(1, 2).reshape(B, T, NH * HS)
+            x = x + self._linear(a, p + "self_attn.o_proj", c["o_bias"])
+            h = self._rmsnorm(x, p + "post_attention_layernorm.weight")
+            g = self._linear(h, p + "mlp.gate_proj", False)
+            u = self._linear(h, p + "mlp.up_proj", False)
+            x = x + self._linear(torch.nn.functional.silu(g) * u, p + "mlp.down_proj", False)
+        return self._rmsnorm(x, "model.norm.weight")
+
+    def logits(self, hidden):
+        return hidden @ self.lm_head.t()
+
+    def logprobs(self, prompt, ids, temperature):
+        """log_softmax(logits / temperature)[ids[t]] of each completion token
+        after prompt + ids[:t]; a list of floats."""
+        assert len(prompt) >= 1 and len(ids) >= 1 and temperature > 0
+        seq = torch.tensor([list(prompt) + list(ids[:-1])], dtype=torch.long)
+        h = self.forward(seq)[0, len(prompt) - 1:]                         # (n_ids, C)
+        lp = torch.log_softmax(self.logits(h) / temperature, dim=-1)
+        return lp.gather(1, torch.tensor(ids, dtype=torch.long)[:, None])[:, 0].tolist()
+
+
+# ---- random model directories --------------------------------------------------------
+
+def random_model(model_dir, *, model_type="llama", hidden=64, inter=96, layers=2, heads=4,
+                 kv_heads=2, head_dim=None, vocab=300, tie=False, attention_bias=False,
+                 dtype="F32", seed=0, gain=1.5, logit_scale=4.0, max_pos=256,
+                 eps=1e-5, theta=10000.0):
+    """Writes model_dir/config.json and model.safetensors (F32 or BF16) with random
+    weights scaled so that the model is far from uniform:
+      - projections N(0, (gain / sqrt(fan_in))²), gain > 1: every layer changes the
+        residual stream and attention is peaked (score std ≈ gain²);
+      - embeddings and lm_head N(0, (logit_scale / sqrt(hidden))²): logits have std
+        ≈ logit_scale, so log-probs of random tokens spread over tens of nats;
+      - norm weights 1 + N(0, 0.2²) and biases N(0, 0.5²), so that both are used.
+    Returns the config dict written."""
+    os.makedirs(model_dir, exist_ok=True)
+    cfg = {
+        "architectures": ["LlamaForCausalLM" if model_type == "llama" else "Qwen2ForCausalLM"],
+        "model_type": model_type, "hidden_size": hidden, "intermediate_size": inter,
+        "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "vocab_size": vocab, "rms_norm_eps": eps, "rope_theta": theta,
+        "max_position_embeddings": max_pos, "tie_word_embeddings": tie, "hidden_act": "silu",
+        "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": "float32" if dtype == "F32" else "bfloat16",
+    }
+    if model_type == "llama":
+        cfg["attention_bias"] = attention_bias
+    if head_dim is not None:
+        cfg["head_dim"] = head_dim
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    shapes = tensor_names(read_config(model_dir))
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in shapes.items():
+        z = torch.randn(shape, generator=g, dtype=torch.float64)
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.2 * z
+        elif name.endswith(".bias"):
+            t = 0.5 * z
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            t = z * (logit_scale / math.sqrt(hidden))
+        else:
+            t = z * (gain / math.sqrt(shape[1]))
+        out[name] = t.to(torch.float32 if dtype == "F32" else torch.bfloat16).contiguous()
+    save_file(out, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
+    return cfg
