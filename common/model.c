@@ -14,7 +14,12 @@
 #include "rng.h"
 #include "safetensors.h"
 
-#define LOGIT_ROWS 64          // rows of the output layer computed at once: (64, V) logits
+// Rows of the output layer computed at once: (rows, V) logits of at most
+// 32 MiB (about what the last-level cache holds), and at most 256 rows.
+static int logit_rows(int V) {
+    int r = (8 << 20) / V;
+    return r < 16 ? 16 : r > 256 ? 256 : r;
+}
 
 typedef struct {
     char name[96];
@@ -45,11 +50,11 @@ struct model {
     float *cos_sin;                       // (max_pos, HS/2, 2)
 
     // workspace for up to cap tokens (backend memory)
-    int cap, seq_cap;
+    int cap, seq_cap, lrows;
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     int32_t *ids, *pos, *rows;
     rl_attn_seq *seqs;
-    float *hrows, *logits, *itemp, *lp;   // (LOGIT_ROWS, C) (LOGIT_ROWS, V) (cap) (cap)
+    float *hrows, *logits, *itemp, *lp;   // (lrows, C) (lrows, V) (cap) (cap)
     int32_t *sel, *tgt;                   // (cap): rows that need logits and their targets
 
     // KV cache: (L, slots·max_len, NKV·HS) each
@@ -222,6 +227,7 @@ static model_t *model_new(const model_config *c, const model_opts *o, rl_err *er
     m->c = *c;
     m->o = opts;
     m->ops = ops_cpu();
+    m->lrows = logit_rows(c->vocab);
     build_table(m);
     m->params = m->ops->alloc(m->nparams * sizeof(float));
     return m;
@@ -409,8 +415,8 @@ static void reserve(model_t *m, int N, int nseq) {
         m->tgt = o->alloc(n * 4);
         m->itemp = o->alloc(n * 4);
         m->lp = o->alloc(n * 4);
-        m->hrows = o->alloc((size_t)LOGIT_ROWS * C * 4);
-        m->logits = o->alloc((size_t)LOGIT_ROWS * c->vocab * 4);
+        m->hrows = o->alloc((size_t)m->lrows * C * 4);
+        m->logits = o->alloc((size_t)m->lrows * c->vocab * 4);
         m->cap = cap;
     }
     if (nseq > m->seq_cap) {
@@ -524,8 +530,9 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
     o->upload(m->itemp, itemp, R * 4);
     o->upload(m->seqs, as, nseq * sizeof *as);
     forward(m, (int)N, (int)nseq, 0);
-    for (size_t r0 = 0; r0 < R; r0 += LOGIT_ROWS) {
-        int rows = (int)(R - r0 < LOGIT_ROWS ? R - r0 : LOGIT_ROWS);
+    size_t chunk = (size_t)m->lrows;
+    for (size_t r0 = 0; r0 < R; r0 += chunk) {
+        int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
         logits_rows(m, m->sel + r0, rows);
         o->logprob(m->lp + r0, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
     }
@@ -621,8 +628,9 @@ int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_
     o->upload(m->seqs, as, n * sizeof *as);
     forward(m, (int)N, (int)n, 1);
     size_t V = (size_t)m->c.vocab;
-    for (size_t r0 = 0; r0 < n; r0 += LOGIT_ROWS) {
-        int k = (int)(n - r0 < LOGIT_ROWS ? n - r0 : LOGIT_ROWS);
+    size_t chunk = (size_t)m->lrows;
+    for (size_t r0 = 0; r0 < n; r0 += chunk) {
+        int k = (int)(n - r0 < chunk ? n - r0 : chunk);
         logits_rows(m, m->sel + r0, k);
         o->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
     }
