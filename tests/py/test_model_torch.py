@@ -4,9 +4,9 @@ path) and through tests/tools/model_probe (the decoding path with the KV cache
 and continuous batching, at every weight precision).
 
 Models are random (llama_ref.random_model), scaled so that log-probs spread
-over tens of nats; every case first checks that spread, so that a test cannot
-pass on a near-uniform model. Streams mix prompt lengths 1..20, completion
-lengths 1..30 and temperatures 1.0 and 0.7."""
+over tens of nats; the reference's spread is checked (assert_spread) so that
+no case can pass on a near-uniform model. Streams mix prompt lengths 1..20,
+completion lengths 1..30 and temperatures 1.0 and 0.7."""
 import math
 import os
 import random
@@ -71,7 +71,7 @@ _refs = {}
 
 
 def reference(d, jobs):
-    key = (d, id(jobs))
+    key = (d, tuple((tuple(p), tuple(ids), t) for p, ids, t in jobs))
     if key not in _refs:
         m = llama_ref.Llama(d)
         _refs[key] = [m.logprobs(p, ids, t) for p, ids, t in jobs]

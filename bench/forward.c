@@ -1,0 +1,267 @@
+// forward — the timing driver of bench/forward.sh: writes a random model,
+// times cblas_sgemm, the scoring forward (model_score) and KV-cache decoding
+// (model_step). Each timed command prints one line
+//   RESULT what=... tokens=N flop=F median_s=S tok_s=R times=t1,t2,...
+// where tokens are the tokens processed per repetition and flop the matmul
+// floating-point operations per repetition (2 per multiply-add; attention
+// scores and element-wise work not counted).
+//
+//   forward write   --model DIR --config 15m|110m [--seed N]
+//   forward sgemm   --m M --n N --k K [--reps R]
+//   forward score   --model DIR [--dtype D] [--group G] [--records N] [--prompt P]
+//                   [--completion C] [--reps R]
+//   forward decode  --model DIR [--dtype D] [--group G] [--slots S] [--prompt P]
+//                   [--steps N] [--reps R]
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "model.h"
+#include "rng.h"
+
+#define MAX_REPS 64
+
+static void die(const char *file, int line, const char *msg) {
+    fprintf(stderr, "forward: error: %s (%s:%d)\n", msg, file, line);
+    exit(1);
+}
+#define CHECK(call, err) do { if ((call) != 0) die(__FILE__, __LINE__, (err).msg); } while (0)
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Prints the RESULT line of reps timings t (seconds per repetition).
+static void result(const char *what, double tokens, double flop, double *t, int reps) {
+    double s[MAX_REPS];
+    memcpy(s, t, (size_t)reps * sizeof *t);
+    qsort(s, (size_t)reps, sizeof *s, cmp_double);
+    double med = reps % 2 ? s[reps / 2] : 0.5 * (s[reps / 2 - 1] + s[reps / 2]);
+    printf("RESULT what=%s tokens=%.0f flop=%.6g median_s=%.6f tok_s=%.2f times=", what, tokens, flop,
+           med, tokens / med);
+    for (int i = 0; i < reps; i++) printf(i ? ",%.4f" : "%.4f", t[i]);
+    putchar('\n');
+    fflush(stdout);
+}
+
+// Matmul FLOPs of one token through the layers (body) and through the output layer (head).
+static void flop_per_token(const model_config *c, double *body, double *head) {
+    double C = c->hidden, F = c->inter, Q = (double)c->heads * c->head_dim, KV = (double)c->kv_heads * c->head_dim;
+    *body = 2.0 * c->layers * (C * Q + 2 * C * KV + Q * C + 3 * C * F);
+    *head = 2.0 * c->vocab * C;
+}
+
+typedef struct {
+    const char *model, *config;
+    model_opts mo;
+    int records, prompt, completion, slots, steps, reps;
+    int m, n, k;
+    uint64_t seed;
+} args;
+
+static void cmd_write(const args *a) {
+    model_config c = {.model_type = "llama", .vocab = 32000, .max_pos = 2048, .rms_eps = 1e-5,
+                      .rope_theta = 10000.0, .tie_embeddings = 1, .bos_id = 1, .eos_id = 2};
+    if (strcmp(a->config, "15m") == 0) {
+        c.hidden = 288, c.inter = 768, c.layers = 6, c.heads = 6;
+    } else if (strcmp(a->config, "110m") == 0) {
+        c.hidden = 768, c.inter = 2048, c.layers = 12, c.heads = 12;
+    } else {
+        die(__FILE__, __LINE__, "--config must be 15m or 110m");
+    }
+    c.kv_heads = c.heads;
+    c.head_dim = c.hidden / c.heads;
+    rl_err err = {{0}};
+    CHECK(cfg_check(&c, &err), err);
+    model_opts mo = {DT_F32, 0};
+    model_t *m = model_random(&c, a->seed, 0.02f, &mo, &err);
+    if (!m) die(__FILE__, __LINE__, err.msg);
+    if (mkdir(a->model, 0777) != 0 && errno != EEXIST) {
+        snprintf(err.msg, sizeof err.msg, "cannot create %s: %s", a->model, strerror(errno));
+        die(__FILE__, __LINE__, err.msg);
+    }
+    CHECK(model_save(m, a->model, &err), err);
+    printf("wrote %s: %s, %zu parameters\n", a->model, a->config, model_nparams(m));
+    model_free(m);
+}
+
+static void cmd_sgemm(const args *a) {
+    // out (M, N) = x (M, K) · Wᵀ, W (N, K): the shape of a linear layer over M tokens
+    size_t M = (size_t)a->m, N = (size_t)a->n, K = (size_t)a->k;
+    float *x = xmalloc(M * K * sizeof *x), *w = xmalloc(N * K * sizeof *w), *out = xmalloc(M * N * sizeof *out);
+    rl_rng r;
+    rng_seed(&r, a->seed);
+    for (size_t i = 0; i < M * K; i++) x[i] = (float)rng_normal(&r);
+    for (size_t i = 0; i < N * K; i++) w[i] = (float)rng_normal(&r);
+    double t[MAX_REPS];
+    for (int i = -1; i < a->reps; i++) {     // one warm-up
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->m, a->n, a->k, 1.0f, x, a->k, w, a->k,
+                    0.0f, out, a->n);
+        if (i >= 0) t[i] = now() - t0;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "sgemm_%dx%dx%d", a->m, a->n, a->k);
+    result(what, (double)M, 2.0 * M * N * K, t, a->reps);
+    free(x), free(w), free(out);
+}
+
+static model_t *load(const args *a) {
+    rl_err err = {{0}};
+    model_t *m = model_load(a->model, &a->mo, &err);
+    if (!m) die(__FILE__, __LINE__, err.msg);
+    return m;
+}
+
+static void random_ids(rl_rng *r, uint32_t *ids, size_t n, int V) {
+    for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(rng_u64(r) % (uint64_t)V);
+}
+
+static void cmd_score(const args *a) {
+    model_t *m = load(a);
+    const model_config *c = model_cfg(m);
+    size_t N = (size_t)a->records, P = (size_t)a->prompt, T = (size_t)a->completion;
+    uint32_t *tok = xmalloc(N * (P + T) * sizeof *tok);
+    float *logp = xmalloc(N * T * sizeof *logp);
+    rl_rng r;
+    rng_seed(&r, a->seed);
+    random_ids(&r, tok, N * (P + T), c->vocab);
+    model_seq *seqs = xmalloc(N * sizeof *seqs);
+    for (size_t i = 0; i < N; i++)
+        seqs[i] = (model_seq){tok + i * (P + T), P, tok + i * (P + T) + P, T, 1.0f, logp + i * T};
+    rl_err err = {{0}};
+    CHECK(model_score(m, seqs, 1, &err), err);      // warm-up: one sequence
+    double t[MAX_REPS];
+    for (int i = 0; i < a->reps; i++) {
+        double t0 = now();
+        CHECK(model_score(m, seqs, N, &err), err);
+        t[i] = now() - t0;
+    }
+    double body, head;
+    flop_per_token(c, &body, &head);
+    char what[64];
+    snprintf(what, sizeof what, "score_%s", dt_name(a->mo.dtype));
+    result(what, (double)(N * (P + T)), body * (double)(N * (P + T)) + head * (double)(N * T), t, a->reps);
+    free(tok), free(logp), free(seqs);
+    model_free(m);
+}
+
+// Prefills `slots` prompts in one step, then times `reps` runs of `steps`
+// decode steps; each step appends one random token to every sequence and
+// computes its logits. The sequences grow from run to run (no new prefill).
+static void cmd_decode(const args *a) {
+    model_t *m = load(a);
+    const model_config *c = model_cfg(m);
+    int S = a->slots, V = c->vocab;
+    size_t P = (size_t)a->prompt;
+    rl_err err = {{0}};
+    CHECK(model_cache_init(m, S, a->prompt + a->reps * a->steps + 8, &err), err);
+    uint32_t *prompts = xmalloc((size_t)S * P * sizeof *prompts), *next = xmalloc((size_t)S * sizeof *next);
+    float *logits = xmalloc((size_t)S * V * sizeof *logits);
+    model_step_seq *steps = xmalloc((size_t)S * sizeof *steps);
+    rl_rng r;
+    rng_seed(&r, a->seed);
+    random_ids(&r, prompts, (size_t)S * P, V);
+    for (int s = 0; s < S; s++) {
+        int slot = model_slot_acquire(m);
+        if (slot < 0) die(__FILE__, __LINE__, "no free slot");
+        steps[s] = (model_step_seq){slot, prompts + (size_t)s * P, P};
+    }
+    double t0 = now();
+    CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
+    double prefill = now() - t0;
+    double t[MAX_REPS];
+    for (int i = 0; i < a->reps; i++) {
+        t0 = now();
+        for (int k = 0; k < a->steps; k++) {
+            random_ids(&r, next, (size_t)S, V);
+            for (int s = 0; s < S; s++) steps[s].ids = &next[s], steps[s].n = 1;
+            CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
+        }
+        t[i] = now() - t0;
+    }
+    double body, head;
+    flop_per_token(c, &body, &head);
+    char what[64];
+    snprintf(what, sizeof what, "decode_%s_%d", dt_name(a->mo.dtype), S);
+    fprintf(stderr, "forward: decode %s, %d slots: prefill of %d x %zu tokens %.3f s\n",
+            dt_name(a->mo.dtype), S, S, P, prefill);
+    result(what, (double)S * a->steps, (body + head) * S * a->steps, t, a->reps);
+    free(prompts), free(next), free(logits), free(steps);
+    model_free(m);
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: forward write|sgemm|score|decode [options]  (see bench/forward.c)\n");
+}
+
+static int int_arg(const char *s, const char *name, int lo, int hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "forward: error: --%s must be an integer in [%d, %d]\n", name, lo, hi);
+        exit(2);
+    }
+    return (int)v;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    const char *cmd = argv[1];
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, 'M'},  {"config", required_argument, 0, 'c'},
+        {"dtype", required_argument, 0, 'd'},  {"group", required_argument, 0, 'g'},
+        {"records", required_argument, 0, 'r'}, {"prompt", required_argument, 0, 'p'},
+        {"completion", required_argument, 0, 't'}, {"slots", required_argument, 0, 's'},
+        {"steps", required_argument, 0, 'n'},  {"reps", required_argument, 0, 'R'},
+        {"m", required_argument, 0, '1'},      {"n", required_argument, 0, '2'},
+        {"k", required_argument, 0, '3'},      {"seed", required_argument, 0, 'S'},
+        {0, 0, 0, 0}};
+    args a = {.mo = {DT_F32, 0}, .records = 64, .prompt = 32, .completion = 96, .slots = 1,
+              .steps = 32, .reps = 3, .m = 1024, .n = 1024, .k = 1024, .seed = 1, .config = "15m"};
+    int c;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'M': a.model = optarg; break;
+        case 'c': a.config = optarg; break;
+        case 'd':
+            if (dt_parse(optarg, &a.mo.dtype) != 0) { fprintf(stderr, "forward: error: bad --dtype\n"); return 2; }
+            break;
+        case 'g': a.mo.group = int_arg(optarg, "group", 0, 64); break;
+        case 'r': a.records = int_arg(optarg, "records", 1, 1 << 20); break;
+        case 'p': a.prompt = int_arg(optarg, "prompt", 1, 1 << 16); break;
+        case 't': a.completion = int_arg(optarg, "completion", 1, 1 << 16); break;
+        case 's': a.slots = int_arg(optarg, "slots", 1, 4096); break;
+        case 'n': a.steps = int_arg(optarg, "steps", 1, 1 << 16); break;
+        case 'R': a.reps = int_arg(optarg, "reps", 1, MAX_REPS); break;
+        case '1': a.m = int_arg(optarg, "m", 1, 1 << 16); break;
+        case '2': a.n = int_arg(optarg, "n", 1, 1 << 16); break;
+        case '3': a.k = int_arg(optarg, "k", 1, 1 << 16); break;
+        case 'S': a.seed = (uint64_t)int_arg(optarg, "seed", 0, 1 << 30); break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) { usage(stderr); return 2; }
+    int needs_model = strcmp(cmd, "sgemm") != 0;
+    if (needs_model && !a.model) { fprintf(stderr, "forward: error: %s needs --model DIR\n", cmd); return 2; }
+    if (strcmp(cmd, "write") == 0) cmd_write(&a);
+    else if (strcmp(cmd, "sgemm") == 0) cmd_sgemm(&a);
+    else if (strcmp(cmd, "score") == 0) cmd_score(&a);
+    else if (strcmp(cmd, "decode") == 0) cmd_decode(&a);
+    else { usage(stderr); return 2; }
+    return 0;
+}
