@@ -102,11 +102,14 @@ static double decode_vs_full(model_t *m, tseq *s, double *spread) {
 }
 
 static void kv_cache_decode_equals_full_forward(void) {
-    // Weight scales that make log-probs span over ten nats in both shapes:
-    // float32 rounding differs between the two paths by ~1e-6 of the logits'
-    // size, so much larger logits would need a relative tolerance instead.
+    // Weight scales that make log-probs span about ten nats in both shapes.
+    // The two paths use different kernels (sgemm for many rows, row kernels
+    // for one), so float32 rounding differs by some units in the last place
+    // of the logits' size: measured 3e-6 to 4.5e-6 here, in the optimised and
+    // the sanitizer builds; logits several times larger would need a relative
+    // tolerance instead.
     model_config cs[2] = {cfg_llama(), cfg_qwen2()};
-    float std[2] = {0.15f, 0.1f};
+    float std[2] = {0.15f, 0.07f};
     for (int k = 0; k < 2; k++) {
         rl_err err;
         model_t *m = model_random(&cs[k], 11 + k, std[k], NULL, &err);
