@@ -1,3 +1,4 @@
+// scorer.c — the stage of rl-ratio between reading and writing (scorer.h).
 #include "scorer.h"
 
 #include <cJSON.h>
