@@ -73,7 +73,7 @@ AVX2 static inline float hsum8(__m256 v) {
 }
 
 // 8 weights from element k on, as f32 (not int8: its scale is per group)
-AVX2 static inline __m256 load8(const void *w, int k, rl_dtype dt) {
+AVX2 static inline __attribute__((always_inline)) __m256 load8(const void *w, int k, rl_dtype dt) {
     switch (dt) {
     case DT_BF16: {
         __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)w + k));
@@ -89,9 +89,10 @@ AVX2 static inline __m256 load8(const void *w, int k, rl_dtype dt) {
     return _mm256_loadu_ps((const float *)w + k);
 }
 
-// Σ x[k] w[k] over [k0, k1) of one row, unscaled for int8; four accumulators
+// Σ x[k] w[k] over [k0, k1) of one f32, bf16 or f16 row; four accumulators
 // keep the FMA pipeline full.
-AVX2 static inline float dot_run(const float *x, const void *w, int k0, int k1, rl_dtype dt) {
+AVX2 static inline __attribute__((always_inline)) float dot_run(const float *x, const void *w, int k0, int k1,
+                                                               rl_dtype dt) {
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int k = k0;
     for (; k + 32 <= k1; k += 32) {
@@ -102,19 +103,49 @@ AVX2 static inline float dot_run(const float *x, const void *w, int k0, int k1, 
     }
     for (; k + 8 <= k1; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load8(w, k, dt), a0);
     float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; k < k1; k++) s += x[k] * (dt == DT_I8 ? (float)((const int8_t *)w)[k] : elem(w, NULL, k, 1, dt));
+    for (; k < k1; k++) s += x[k] * elem(w, NULL, k, 1, dt);
     return s;
+}
+
+// int8: the sum of each group is scaled into a vector accumulator, so no
+// horizontal sum is paid per group; two groups at a time, on independent
+// chains, keep the FMA units busy (group sizes are multiples of 16).
+AVX2 static float dot_i8_avx2(const float *x, const int8_t *w, const float *scales, int K, int group) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+    float tail = 0;
+    int g = 0, k0 = 0;
+    for (; group % 16 == 0 && k0 + 2 * group <= K; g += 2, k0 += 2 * group) {
+        const float *xa = x + k0, *xb = x + k0 + group;
+        const int8_t *wa = w + k0, *wb = w + k0 + group;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+        for (int i = 0; i < group; i += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + i), load8(wa, i, DT_I8), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + i + 8), load8(wa, i + 8, DT_I8), a1);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i), load8(wb, i, DT_I8), b0);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i + 8), load8(wb, i + 8, DT_I8), b1);
+        }
+        acc0 = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scales[g]), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_add_ps(b0, b1), _mm256_set1_ps(scales[g + 1]), acc1);
+    }
+    for (; k0 < K; g++, k0 += group) {   // the last groups, the last one maybe short
+        int k1 = k0 + group < K ? k0 + group : K, k = k0;
+        __m256 s0 = _mm256_setzero_ps();
+        for (; k + 8 <= k1; k += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load8(w, k, DT_I8), s0);
+        acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(scales[g]), acc0);
+        for (; k < k1; k++) tail += x[k] * (float)w[k] * scales[g];
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1)) + tail;
 }
 
 AVX2 static float dot_avx2(const float *x, const void *w, const float *scales, int K, int group,
                            rl_dtype dt) {
-    if (dt != DT_I8) return dot_run(x, w, 0, K, dt);
-    float s = 0;
-    for (int g = 0, k0 = 0; k0 < K; g++, k0 += group) {
-        int k1 = k0 + group < K ? k0 + group : K;
-        s += scales[g] * dot_run(x, w, k0, k1, DT_I8);
+    switch (dt) {   // each case compiles its own loop, with no switch inside
+    case DT_F32: return dot_run(x, w, 0, K, DT_F32);
+    case DT_BF16: return dot_run(x, w, 0, K, DT_BF16);
+    case DT_F16: return dot_run(x, w, 0, K, DT_F16);
+    case DT_I8: break;
     }
-    return s;
+    return dot_i8_avx2(x, w, scales, K, group);
 }
 
 AVX2 static void row_to_f32_avx2(float *out, const void *w, const float *scales, int K, int group,
