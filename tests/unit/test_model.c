@@ -12,6 +12,7 @@
 #include "check.h"
 #include "model.h"
 #include "rng.h"
+#include "tokenizer.h"
 
 // Two shapes: llama with grouped-query attention and a tied output layer, and
 // qwen2 (q/k/v biases) with multi-head attention and an untied one. head_dim
@@ -237,11 +238,40 @@ static void bad_input_is_refused_with_a_reason(void) {
     model_free(m);
 }
 
+// The built-in tiny model: its config loads, its tokenizer fits the
+// vocabulary, and random weights are a function of the seed alone.
+static void tiny_model_initialises_from_its_seed(void) {
+    model_config c;
+    rl_err err;
+    CHECK(cfg_load("models/tiny/config.json", &c, &err) == 0, "%s", err.msg);
+    tokenizer *t = tok_load("models/tiny/tokenizer.json", &err);
+    CHECK(t, "%s", err.msg);
+    CHECK(tok_vocab_size(t) <= (size_t)c.vocab, "tokenizer has %zu tokens, config %d", tok_vocab_size(t), c.vocab);
+    CHECK(c.bos_id == tok_id(t, "<|bos|>") && c.eos_id == tok_id(t, "<|eos|>"), "bos %d eos %d", c.bos_id, c.eos_id);
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    const char *q = "What is 12 + 30? Answer: 42";
+    CHECK(tok_encode(t, q, strlen(q), &ids, &n, &cap, &err) == 0, "%s", err.msg);
+    float lp[3][64];
+    for (int k = 0; k < 3; k++) {
+        model_t *m = model_random(&c, k < 2 ? 7 : 8, 0.02f, NULL, &err);
+        CHECK(m, "%s", err.msg);
+        model_seq s = {ids, 1, ids + 1, n - 1, 1.0f, lp[k]};
+        CHECK(n - 1 <= 64 && model_score(m, &s, 1, &err) == 0, "%s", err.msg);
+        model_free(m);
+    }
+    CHECK(memcmp(lp[0], lp[1], (n - 1) * sizeof(float)) == 0, "same seed, different weights");
+    CHECK(memcmp(lp[0], lp[2], (n - 1) * sizeof(float)) != 0, "another seed, same weights");
+    free(ids);
+    tok_free(t);
+}
+
 int main(void) {
     RUN(kv_cache_decode_equals_full_forward);
     RUN(scoring_alone_equals_scoring_in_a_batch);
     RUN(saved_weights_load_back_identically);
     RUN(sampler_precisions_stay_close_to_f32);
     RUN(bad_input_is_refused_with_a_reason);
+    RUN(tiny_model_initialises_from_its_seed);
     CHECK_DONE();
 }
