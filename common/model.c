@@ -557,9 +557,11 @@ int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
     if (max_len > m->c.max_pos)
         return err_set(err, "KV cache of %d tokens per slot exceeds max_position_embeddings %d", max_len,
                        m->c.max_pos);
-    free_cache(m);
     size_t KVD = (size_t)m->c.kv_heads * m->c.head_dim;
     size_t n = (size_t)m->c.layers * slots * (size_t)max_len * KVD;
+    if (n / (size_t)slots / (size_t)max_len != (size_t)m->c.layers * KVD || n > ((size_t)1 << 38))
+        return err_set(err, "KV cache of %d slots of %d tokens needs over 1 TiB", slots, max_len);
+    free_cache(m);
     m->kc = m->ops->alloc(n * sizeof(float));
     m->vc = m->ops->alloc(n * sizeof(float));
     m->slot_len = xmalloc((size_t)slots * sizeof(int));

@@ -222,6 +222,7 @@ static void bad_input_is_refused_with_a_reason(void) {
     uint32_t *longp = calloc(200, sizeof *longp);
     s = (model_seq){longp, 200, ok, 1, 1.0f, lp};
     CHECK(model_score(m, &s, 1, &err) < 0 && strstr(err.msg, "max_position_embeddings 128"), "%s", err.msg);
+    CHECK(model_cache_init(m, 1 << 30, 128, &err) < 0 && strstr(err.msg, "1 TiB"), "%s", err.msg);
     CHECK(model_cache_init(m, 2, 8, &err) == 0, "%s", err.msg);
     float *logits = malloc(2 * 300 * sizeof(float));
     model_step_seq st = {0, p, 2};
