@@ -281,6 +281,10 @@ static int load_tensors(model_t *m, const char *path, rl_err *err) {
                     want);
             goto out;
         }
+        if (s->dtype == DT_F32) {   // straight from the mapped file
+            m->ops->upload(m->params + t->off, s->data, t->n * sizeof(float));
+            continue;
+        }
         stage = xrealloc(stage, t->n * sizeof(float));
         st_read_f32(s, stage);
         m->ops->upload(m->params + t->off, stage, t->n * sizeof(float));
