@@ -476,6 +476,16 @@ static void logits_rows(model_t *m, const int32_t *sel, int rows) {
     o->matmul(m->logits, m->hrows, &m->head, NULL, rows);
 }
 
+// The most tokens of one forward: each activation array (tokens, width) must
+// stay below 2^31 elements, as the ops take int sizes.
+static size_t max_batch_tokens(const model_t *m) {
+    const model_config *c = &m->c;
+    size_t w = (size_t)c->hidden, q = (size_t)c->heads * c->head_dim, f = (size_t)c->inter;
+    w = q > w ? q : w;
+    w = f > w ? f : w;
+    return ((size_t)1 << 31) / w - 1;
+}
+
 static int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
                         rl_err *err) {
     for (size_t i = 0; i < n; i++)
@@ -502,7 +512,7 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
         N += len;
         R += s->n_ids;
         nseq++;
-        if (N > (1u << 30)) return err_set(err, "batch of over 2^30 tokens: score it in parts");
+        if (N > max_batch_tokens(m)) return err_set(err, "batch of over %zu tokens: score it in parts", max_batch_tokens(m));
     }
     if (nseq == 0) return 0;
     reserve(m, (int)N, (int)nseq);
@@ -609,6 +619,7 @@ int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_
             return err_set(err, "sequence %zu: slot %d holds %d tokens; %zu more exceed its %d", i, sl,
                            m->slot_len[sl], s[i].n, m->max_len);
         N += s[i].n;
+        if (N > max_batch_tokens(m)) return err_set(err, "step of over %zu tokens: prefill in parts", max_batch_tokens(m));
     }
     if (n == 0) return 0;
     reserve(m, (int)N, (int)n);
