@@ -5,7 +5,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,46 +262,19 @@ static int parse(const char *path, const cJSON *root, model_config *c, rl_err *e
 
 int cfg_load(const char *path, model_config *c, rl_err *err) {
     char *file = config_path(path);
-    char *text = NULL;
+    sbuf text = {0};
     cJSON *root = NULL;
     int rc = -1;
-    int fd = open(file, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0) {
-        err_set(err, "cannot open: %s: %s", file, strerror(errno));
-        goto out;
-    }
-    if (fstat(fd, &sb)) {
-        err_set(err, "cannot stat: %s: %s", file, strerror(errno));
-        goto out;
-    }
-    if (sb.st_size > (off_t)CFG_MAX_FILE) {
-        err_set(err, "%s: %lld bytes is too large for a config.json", file, (long long)sb.st_size);
-        goto out;
-    }
-    size_t size = (size_t)sb.st_size, got = 0;
-    text = xmalloc(size + 1);
-    while (got < size) {
-        ssize_t r = read(fd, text + got, size - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            err_set(err, "cannot read: %s: %s", file, strerror(errno));
-            goto out;
-        }
-        if (r == 0) break;                   // shrank while reading: parse what is there
-        got += (size_t)r;
-    }
-    text[got] = 0;
-    root = cJSON_ParseWithLength(text, got);
+    if (read_whole_file(file, CFG_MAX_FILE, &text, err)) goto out;
+    root = cJSON_ParseWithLength((const char *)text.data, text.len);
     if (!root) {
         err_set(err, "%s: not valid JSON", file);
         goto out;
     }
     if (parse(file, root, c, err) == 0 && check_at(c, file, err) == 0) rc = 0;
 out:
-    if (fd >= 0) close(fd);
     cJSON_Delete(root);
-    free(text);
+    sbuf_free(&text);
     free(file);
     return rc;
 }

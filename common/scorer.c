@@ -1,7 +1,7 @@
 // scorer.c — the stage of rl-ratio between reading and writing (scorer.h).
 #include "scorer.h"
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <msgpack.h>
@@ -69,40 +69,21 @@ const char *scr_take_warning(scorer_t *s) {
 
 // ---- the learner model ----------------------------------------------------
 
-// Reads path whole (at most max bytes) into a NUL-terminated buffer.
-// 1 read, 0 no such file, -1 error (err set).
-static int read_small_file(const char *path, size_t max, char **out, rl_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno == ENOENT) return 0;
-        return err_set(err, "cannot open %s: %s", path, strerror(errno));
-    }
-    char *buf = xmalloc(max + 1);
-    size_t n = fread(buf, 1, max + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > max) {
-        free(buf);
-        return err_set(err, bad ? "cannot read %s" : "%s is larger than expected", path);
-    }
-    buf[n] = 0;
-    *out = buf;
-    return 1;
-}
-
 // The "version" of DIR/state.json: 1 found, 0 no state.json or no "version", -1 error.
 static int state_version(const char *dir, uint64_t *version, rl_err *err) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/state.json", dir) >= sizeof path)
         return err_set(err, "path too long: %s/state.json", dir);
-    char *text;
-    int rc = read_small_file(path, (size_t)1 << 20, &text, err);
-    if (rc <= 0) return rc;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
+    sbuf text = {0};
+    if (read_whole_file(path, (size_t)1 << 20, &text, err)) {
+        sbuf_free(&text);
+        return errno == ENOENT ? 0 : -1;
+    }
+    cJSON *j = cJSON_Parse((const char *)text.data);
+    sbuf_free(&text);
     if (!j) return err_set(err, "%s: not valid JSON", path);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version");
-    rc = 0;
+    int rc = 0;
     if (v) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
         if (!(d >= 0 && d <= 9007199254740992.0 && d == (double)(uint64_t)d))
@@ -122,16 +103,17 @@ model_t *scr_load_learner(const char *dir, uint64_t *version, char *path, size_t
         err_set(err, "path too long: %s", dir);
         return NULL;
     }
+    sbuf latest_text = {0};
     char *name = NULL;
-    int rc = read_small_file(latest, 4096, &name, err);
-    if (rc < 0) return NULL;
-    if (rc) {   // a checkpoint root: "latest" holds the name of the newest complete version
+    if (read_whole_file(latest, 4096, &latest_text, err) == 0) name = (char *)latest_text.data;
+    else if (errno != ENOENT) return NULL;
+    if (name) {   // a checkpoint root: "latest" holds the name of the newest complete version
         size_t n = strlen(name);
         while (n && isspace((unsigned char)name[n - 1])) name[--n] = 0;
         int bad = !n || strchr(name, '/') || strchr(name, '\n') || !strcmp(name, ".") || !strcmp(name, "..");
         if (bad || (size_t)snprintf(path, size, "%s/%s", dir, name) >= size) {
             err_set(err, "%s does not name a version directory ('%.100s')", latest, name);
-            free(name);
+            sbuf_free(&latest_text);
             return NULL;
         }
     } else if ((size_t)snprintf(path, size, "%s", dir) >= size) {
@@ -139,10 +121,10 @@ model_t *scr_load_learner(const char *dir, uint64_t *version, char *path, size_t
         return NULL;
     }
     *version = 0;
-    rc = state_version(path, version, err);
+    int rc = state_version(path, version, err);
     if (rc == 0 && name && name[0] == 'v' && name[1] && strspn(name + 1, "0123456789") == strlen(name + 1))
         *version = strtoull(name + 1, NULL, 10);
-    free(name);
+    sbuf_free(&latest_text);
     if (rc < 0) return NULL;
     rl_err e;
     model_t *m = model_load(path, &(model_opts){.dtype = DT_F32}, &e);

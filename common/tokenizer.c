@@ -36,6 +36,7 @@
 // Larger ids are refused: the per-id tables would be absurdly large, and no
 // real vocabulary comes near.
 #define MAX_ID (1u << 24)
+#define TOK_MAX_FILE ((size_t)1 << 30)   // the largest tokenizer.json read (real ones are a few MB)
 
 // ---- the GPT-2 byte alphabet -------------------------------------------------
 // Printable bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for themselves; the
@@ -276,19 +277,6 @@ int tok_is_special(const tokenizer *t, uint32_t id) {
 }
 
 // ---- loading -----------------------------------------------------------------------
-
-static int read_file(const char *path, sbuf *out, rl_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, "cannot open tokenizer: %s: %s", path, strerror(errno));
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sbuf_put(out, buf, n);
-    int bad = ferror(f);
-    int saved = errno;
-    fclose(f);
-    if (bad) return err_set(err, "cannot read tokenizer: %s: %s", path, strerror(saved));
-    return 0;
-}
 
 // A member that is absent or JSON null.
 static int is_absent(const cJSON *x) { return !x || cJSON_IsNull(x); }
@@ -722,7 +710,7 @@ static int json_error(const char *path, const sbuf *text, const char *at, rl_err
 
 tokenizer *tok_load(const char *path, rl_err *err) {
     sbuf text = {0};
-    if (read_file(path, &text, err)) {
+    if (read_whole_file(path, TOK_MAX_FILE, &text, err)) {
         sbuf_free(&text);
         return NULL;
     }

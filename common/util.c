@@ -1,8 +1,12 @@
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -102,4 +106,51 @@ int utf8_valid(const uint8_t *p, size_t n) {
         i += len;
     }
     return 1;
+}
+
+int read_whole_file(const char *path, size_t max, sbuf *out, rl_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC), saved;
+    if (fd < 0) {
+        saved = errno;
+        err_set(err, "cannot open: %s: %s", path, strerror(saved));
+        errno = saved;
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb)) {
+        saved = errno;
+        err_set(err, "cannot stat: %s: %s", path, strerror(saved));
+        goto fail;
+    }
+    if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max) {
+        saved = EFBIG;
+        err_set(err, "%s: %lld bytes, more than the %zu allowed", path, (long long)sb.st_size, max);
+        goto fail;
+    }
+    size_t start = out->len;
+    for (;;) {                                   // not trusting st_size: the file may change
+        sbuf_reserve(out, 65536);
+        ssize_t r = read(fd, out->data + out->len, out->cap - out->len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            saved = errno;
+            err_set(err, "cannot read: %s: %s", path, strerror(saved));
+            goto fail;
+        }
+        if (r == 0) break;
+        out->len += (size_t)r;
+        if (out->len - start > max) {
+            saved = EFBIG;
+            err_set(err, "%s: more than the %zu bytes allowed", path, max);
+            goto fail;
+        }
+    }
+    close(fd);
+    sbuf_reserve(out, 1);
+    out->data[out->len] = 0;
+    return 0;
+fail:
+    close(fd);
+    errno = saved;
+    return -1;
 }

@@ -34,6 +34,12 @@ typedef struct {
 
 int err_set(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));  // returns -1
 
+// Reads the whole file at path into out (appended, followed by a NUL that len
+// does not count); a file over max bytes is refused. 0, or -1 with err
+// ("cannot open: PATH: why"), and errno as the failing call left it (ENOENT
+// tells an absent file).
+int read_whole_file(const char *path, size_t max, sbuf *out, rl_err *err);
+
 // True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
 int utf8_valid(const uint8_t *p, size_t n);
 
