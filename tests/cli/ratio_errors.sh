@@ -11,15 +11,11 @@ export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
 check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 # records FILE: data records in a (possibly trailer-less) stream, each carrying w and mask.
 records() {
-    "$PY" - "$1" <<'EOF'
-import sys, msgpack, zstandard
-data, raw, pos = open(sys.argv[1], "rb").read(), b"", 0
-while pos < len(data):
-    d = zstandard.ZstdDecompressor().decompressobj()
-    raw += d.decompress(data[pos:])
-    if not d.eof:
-        break
-    pos = len(data) - len(d.unused_data)
+    "$PY" - "$1" "$RLPIPE_ROOT/tests/py" <<'EOF'
+import sys, msgpack
+sys.path.insert(0, sys.argv[2])
+from rltest import decompress
+raw = decompress(open(sys.argv[1], "rb").read(), allow_cut=True)
 up = msgpack.Unpacker(raw=False)
 up.feed(raw)
 recs = [o for o in up if "rlpipe" not in o and "rlpipe_end" not in o]

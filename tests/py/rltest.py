@@ -122,7 +122,7 @@ def decompress(data, allow_cut=False):
     frame is an error, or with allow_cut gives what it decodes to."""
     raw, pos = b"", 0
     while pos < len(data):
-        if data[pos:pos + 4] != ZSTD_MAGIC:
+        if data[pos:pos + 4] != ZSTD_MAGIC[:len(data) - pos]:   # a cut magic is a cut frame
             return raw + data[pos:]
         d = zstandard.ZstdDecompressor().decompressobj()
         raw += d.decompress(data[pos:])

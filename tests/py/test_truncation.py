@@ -53,16 +53,7 @@ def recoverable(data):
     """Records a reference decoder recovers from (possibly cut) bytes: zstd frames decoded
     one by one with decompressobj (a cut frame gives what it can), raw msgpack as is, then
     the complete msgpack objects that are data records."""
-    raw, pos = b"", 0
-    while pos < len(data):
-        if data[pos:pos + 4] != rltest.ZSTD_MAGIC[:len(data) - pos]:
-            raw += data[pos:]   # a raw member: all that is left (the streams here end raw)
-            break
-        d = zstandard.ZstdDecompressor().decompressobj()
-        raw += d.decompress(data[pos:])
-        if not d.eof:
-            break
-        pos = len(data) - len(d.unused_data)
+    raw = rltest.decompress(data, allow_cut=True)
     up = msgpack.Unpacker(raw=False)
     up.feed(raw)
     return sum(1 for o in up if is_record(o))
