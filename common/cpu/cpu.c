@@ -61,9 +61,10 @@ static const float *mat_scales(const rl_mat *W, int r) {
 // The arguments of every operation, passed to the parts that threads run.
 typedef struct {
     float *out;
-    const float *x, *y, *g, *q, *k, *v;
+    const float *x, *y, *q, *k, *v;
+    const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
+    const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
-    const int32_t *ids;
     const rl_attn_seq *seqs;
     int N, C, H, HS, NH, NKV, V;
     float eps;
@@ -72,12 +73,12 @@ typedef struct {
 static void embed_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     for (int i = lo; i < hi; i++)
-        K_->row_to_f32(a->out + (size_t)i * a->C, mat_row(a->W, a->ids[i]), mat_scales(a->W, a->ids[i]),
+        K_->row_to_f32(a->out + (size_t)i * a->C, mat_row(a->W, a->idx[i]), mat_scales(a->W, a->idx[i]),
                        a->C, a->W->group, a->W->dtype);
 }
 
 static void cpu_embed(float *out, const rl_mat *table, const int32_t *ids, int N) {
-    args a = {.out = out, .W = table, .ids = ids, .C = table->cols};
+    args a = {.out = out, .W = table, .idx = ids, .C = table->cols};
     pool_for(N, 1, PAR_MIN / table->cols, embed_part, &a);
 }
 
@@ -91,12 +92,12 @@ static void rmsnorm_part(void *ctx, int lo, int hi) {
 #pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) ss += xi[c] * xi[c];
         float inv = 1.0f / sqrtf(ss / (float)C + a->eps);
-        for (int c = 0; c < C; c++) oi[c] = xi[c] * inv * a->g[c];
+        for (int c = 0; c < C; c++) oi[c] = xi[c] * inv * a->vec[c];
     }
 }
 
 static void cpu_rmsnorm(float *out, const float *x, const float *g, int N, int C, float eps) {
-    args a = {.out = out, .x = x, .g = g, .C = C, .eps = eps};
+    args a = {.out = out, .x = x, .vec = g, .C = C, .eps = eps};
     pool_for(N, 1, PAR_MIN / C, rmsnorm_part, &a);
 }
 
@@ -144,14 +145,14 @@ static void bias_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     int M = a->W->rows;
     for (int n = lo; n < hi; n++)
-        for (int m = 0; m < M; m++) a->out[(size_t)n * M + m] += a->g[m];
+        for (int m = 0; m < M; m++) a->out[(size_t)n * M + m] += a->vec[m];
 }
 
 static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
-    args a = {.out = out, .x = x, .W = W, .g = bias, .N = N};
-    long work = (long)W->rows * W->cols * N;
-    pool_for(W->rows, 16, work >= PAR_MIN ? 0 : W->rows + 1, N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part,
-             &a);
+    args a = {.out = out, .x = x, .W = W, .vec = bias, .N = N};
+    pool_fn part = N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
+    if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
+    else pool_for(W->rows, 16, 0, part, &a);
     if (bias) pool_for(N, 1, PAR_MIN / W->rows, bias_part, &a);
 }
 
@@ -159,7 +160,7 @@ static void rope_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     int half = a->HS / 2;
     for (int i = lo; i < hi; i++) {
-        const float *cs = a->g + (size_t)a->ids[i] * half * 2;
+        const float *cs = a->vec + (size_t)a->idx[i] * half * 2;
         for (int h = 0; h < a->H; h++) {
             float *v = a->out + ((size_t)i * a->H + h) * a->HS;
             for (int j = 0; j < half; j++) {
@@ -172,7 +173,7 @@ static void rope_part(void *ctx, int lo, int hi) {
 }
 
 static void cpu_rope(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS) {
-    args a = {.out = x, .ids = pos, .g = cos_sin, .H = H, .HS = HS};
+    args a = {.out = x, .idx = pos, .vec = cos_sin, .H = H, .HS = HS};
     pool_for(N, 1, PAR_MIN / (H * HS), rope_part, &a);
 }
 
@@ -259,17 +260,17 @@ static void logprob_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     for (int i = lo; i < hi; i++) {
         const float *l = a->x + (size_t)i * a->V;
-        float mx = -INFINITY, it = a->g[i];
+        float mx = -INFINITY, it = a->vec[i];
         for (int j = 0; j < a->V; j++) mx = l[j] > mx ? l[j] : mx;
         // log Σ exp((l - mx)·s), whose largest term is exactly 1
         double lse = log((double)K_->sum_exp(l, a->V, mx, it));
-        a->out[i] = (float)((double)(l[a->ids[i]] - mx) * it - lse);
+        a->out[i] = (float)((double)(l[a->idx[i]] - mx) * it - lse);
     }
 }
 
 static void cpu_logprob(float *out, const float *logits, const int32_t *target, const float *inv_temp,
                         int N, int V) {
-    args a = {.out = out, .x = logits, .ids = target, .g = inv_temp, .V = V};
+    args a = {.out = out, .x = logits, .idx = target, .vec = inv_temp, .V = V};
     pool_for(N, 1, 2, logprob_part, &a);
 }
 
