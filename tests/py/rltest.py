@@ -88,17 +88,7 @@ def write_stream(records, hdr=None, compress=True, frame_every=None, checksum=Tr
 
 def read_stream(data):
     """Decodes a whole stream: list of (header, records, trailer) per member."""
-    raw = b""
-    pos = 0
-    while pos < len(data):  # frames and raw segments
-        if data[pos:pos + 4] == ZSTD_MAGIC:
-            d = zstandard.ZstdDecompressor().decompressobj()
-            raw += d.decompress(data[pos:])
-            used = len(data) - pos - len(d.unused_data)
-            pos += used
-        else:
-            raw += data[pos:]
-            break
+    raw = decompress(data, allow_cut=True)
     up = msgpack.Unpacker(raw=False)
     up.feed(raw)
     objs = list(up)

@@ -21,7 +21,6 @@ import os
 import re
 import select
 import subprocess
-import tempfile
 import time
 
 import msgpack
@@ -31,7 +30,7 @@ import zstandard
 import rltest
 from rltest import case, f32, finish, header, pack_record, write_stream, read_stream
 
-TMP = tempfile.TemporaryDirectory(prefix="rlpipe-ratio.")
+TMP = rltest.TMP
 RLRATIO = os.path.join(rltest.BIN, "rl-ratio")
 FLT_MAX = float(np.finfo(np.float32).max)
 LENGTHS = [0, 1, 2, 3, 5, 8, 13, 40, 200, 1, 7]
@@ -41,10 +40,7 @@ def path(name):
     return os.path.join(TMP.name, name)
 
 
-def put(name, data):
-    with open(path(name), "wb") as f:
-        f.write(data)
-    return path(name)
+put = rltest.tmpfile
 
 
 def ratio(*args, input=None, ok=True):
