@@ -37,9 +37,9 @@ LDFLAGS ?=
 ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp-simd -pthread $(PKG_CFLAGS) $(CFLAGS)
 
 .PHONY: all check install clean aux
+all: $(addprefix $(BIN)/,$(TOOLS))
 # aux: the test and benchmark drivers
 aux: $(AUX)
-all: $(addprefix $(BIN)/,$(TOOLS))
 
 $(BUILD)/deps.mk: scripts/deps.sh
 	@sh scripts/deps.sh build

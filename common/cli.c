@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <msgpack.h>
 #include <signal.h>
@@ -79,6 +80,17 @@ uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_
     if (shift && v > (UINT64_MAX >> shift)) v = UINT64_MAX;
     else v <<= shift;
     if (v > max) cli_usage_error("%s: %s is larger than %llu", opt, s, (unsigned long long)max);
+    return v;
+}
+
+double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int hi_open) {
+    char *end;
+    errno = 0;
+    double v = s && *s && *s != ' ' ? strtod(s, &end) : NAN;
+    if (!s || !*s || *s == ' ' || errno || *end || !isfinite(v))
+        cli_usage_error("%s: expected a number, got '%s'", opt, s ? s : "");
+    if (v < lo || (hi_open ? v >= hi : v > hi))
+        cli_usage_error("%s: %s is outside [%g, %g%s", opt, s, lo, hi, hi_open ? ")" : "]");
     return v;
 }
 

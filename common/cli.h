@@ -21,6 +21,9 @@ void cli_print_version(void);
 // when allow_suffix); exits 2 naming the option if it is not one or exceeds max.
 uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_suffix);
 
+// Parses a finite number in [lo, hi] (hi_open: below hi); exits 2 naming the option otherwise.
+double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int hi_open);
+
 // Opens the output ("-" or NULL: standard output). Binary output to a
 // terminal is refused (exit 2) unless force. Exits 1 if it cannot be opened.
 int cli_open_output(const char *path, int binary, int force);

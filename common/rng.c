@@ -14,6 +14,11 @@ void rng_seed(rl_rng *r, uint64_t seed) {
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
+void rng_seed_stream(rl_rng *r, uint64_t seed, uint64_t stream) {
+    uint64_t x = stream;
+    rng_seed(r, seed ^ splitmix64(&x));
+}
+
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t rng_u64(rl_rng *r) {

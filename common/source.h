@@ -7,7 +7,12 @@
 
 typedef struct src src_t;
 
-// jsonl: the file holds JSON lines (jsonl.h), else a record stream (reader.h).
+// jsonl: 1 the file holds JSON lines (jsonl.h), 0 a record stream
+// (reader.h), SRC_DETECT: JSON lines if its first byte that is not white
+// space is '{' (or it is empty, or a terminal), else a record stream. The
+// bytes are looked at without consuming them: pread on a file, tee(2) on a
+// pipe, MSG_PEEK on a socket.
+#define SRC_DETECT (-1)
 src_t *src_open(const char *path, int jsonl, const rec_limits *lim, rl_err *err);
 void src_close(src_t *s);
 recr_event src_next(src_t *s, rec_t *out);

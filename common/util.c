@@ -108,6 +108,47 @@ int utf8_valid(const uint8_t *p, size_t n) {
     return 1;
 }
 
+// The length of the well-formed prefix of a sequence starting at p[0] (at
+// most n bytes): the sequence's length when complete, else the bytes that
+// could still begin one (at least 1), with *ok saying which.
+static size_t utf8_prefix(const uint8_t *p, size_t n, int *ok) {
+    uint8_t c = p[0];
+    size_t len;
+    uint8_t lo = 0x80, hi = 0xbf;   // the range of the second byte
+    if (c < 0x80) len = 1;
+    else if (c >= 0xc2 && c <= 0xdf) len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0) lo = 0xa0;
+        if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0) lo = 0x90;
+        if (c == 0xf4) hi = 0x8f;
+    } else {
+        *ok = 0;
+        return 1;
+    }
+    size_t k = 1;
+    for (; k < len && k < n; k++) {
+        uint8_t b = p[k];
+        if (k == 1 ? (b < lo || b > hi) : (b & 0xc0) != 0x80) break;
+    }
+    *ok = k == len;
+    return k;
+}
+
+void utf8_lossy(const uint8_t *p, size_t n, sbuf *out) {
+    size_t i = 0;
+    while (i < n) {
+        int ok;
+        size_t k = utf8_prefix(p + i, n - i, &ok);
+        if (ok) sbuf_put(out, p + i, k);
+        else sbuf_put(out, "\xEF\xBF\xBD", 3);
+        i += k;
+    }
+}
+
 int read_whole_file(const char *path, size_t max, sbuf *out, rl_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC), saved;
     if (fd < 0) {

@@ -42,5 +42,9 @@ int read_whole_file(const char *path, size_t max, sbuf *out, rl_err *err);
 
 // True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
 int utf8_valid(const uint8_t *p, size_t n);
+// Appends p[0..n) to out with each maximal ill-formed subsequence replaced by
+// U+FFFD, as Unicode recommends and Rust's String::from_utf8_lossy (hence
+// Hugging Face's decode) does: "\xE2\x82" becomes one U+FFFD, "\xFF\xFF" two.
+void utf8_lossy(const uint8_t *p, size_t n, sbuf *out);
 
 #endif

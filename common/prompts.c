@@ -1,0 +1,120 @@
+// prompts.c — reading and tokenizing the prompt set (prompts.h).
+#include "prompts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source.h"
+
+// Rollout fields that rl-sample sets (DESIGN §2) or that later tools own: a
+// prompt carrying one would have it overwritten or misread downstream.
+static const char *const RESERVED[] = {"id",   "group", "ids",          "text",        "logp", "ver",
+                                       "finish", "reward", "temperature", "top_p",      "top_k", "dtype",
+                                       "logp_learner", "ver_learner", "w", "mask", "adv", "completion"};
+
+static void prompt_free(prompt *p) {
+    rec_free(p->rec);
+    free(p->answer);
+    free(p->ids);
+    free(p->where);
+}
+
+// Fills p from the record r (taken over). 0, or -1 with err (without "where").
+static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
+    memset(p, 0, sizeof *p);
+    p->rec = r;
+    for (size_t k = 0; k < sizeof RESERVED / sizeof *RESERVED; k++)
+        if (rec_has(r, RESERVED[k]))
+            return err_set(err, "the prompt carries \"%s\", a field rl-sample writes itself; rename it", RESERVED[k]);
+    if (rec_get_str(r, "prompt", &p->text, &p->text_len) != REC_OK)
+        return err_set(err, rec_has(r, "prompt") ? "\"prompt\" is not a string" : "no \"prompt\"");
+    const char *a;
+    if (rec_get_str(r, "answer", &a, &p->answer_len) == REC_OK) {
+        p->answer = xmalloc(p->answer_len + 1);
+        memcpy(p->answer, a, p->answer_len);
+        p->answer[p->answer_len] = 0;
+    } else if (rec_has(r, "answer")) {
+        return err_set(err, "\"answer\" is not a string");
+    }
+    if (rec_has(r, "prompt_ids")) {
+        u32_vec v = {0};
+        if (rec_get_u32s(r, "prompt_ids", &v) != REC_OK) {
+            u32_vec_free(&v);
+            return err_set(err, "\"prompt_ids\" is not an array of token ids");
+        }
+        p->ids = v.v;
+        p->n_ids = v.n;
+        for (size_t t = 0; t < v.n; t++)
+            if (v.v[t] >= o->vocab)
+                return err_set(err, "prompt_ids[%zu] = %u is outside the vocabulary (%zu tokens)", t, v.v[t], o->vocab);
+    } else {
+        size_t cap = 0;
+        if (o->bos_id >= 0) {
+            p->ids = xmalloc(16 * sizeof *p->ids);
+            cap = 16;
+            p->ids[p->n_ids++] = (uint32_t)o->bos_id;
+        }
+        rl_err e;
+        if (tok_encode(o->tok, p->text, p->text_len, &p->ids, &p->n_ids, &cap, &e))
+            return err_set(err, "cannot tokenize the prompt: %s", e.msg);
+    }
+    if (p->n_ids == 0) return err_set(err, "the prompt has no tokens (and the model no bos token)");
+    if (p->n_ids > o->max_ids)
+        return err_set(err, "the prompt has %zu tokens; the model's context (%zu) leaves room for at most %zu",
+                       p->n_ids, o->max_ids + 1, o->max_ids);
+    return 0;
+}
+
+int prm_read(prompt_set *ps, const char *path, const prm_opts *o, rl_err *err) {
+    src_t *s = src_open(path, SRC_DETECT, &rec_default_limits, err);
+    if (!s) return -1;
+    const char *name = strcmp(path, "-") ? path : "(stdin)";
+    rec_t *r = rec_new();
+    int rc = 0;
+    for (;;) {
+        recr_event ev = src_next(s, r);
+        if (ev == RECR_END) break;
+        if (ev == RECR_ERROR) {
+            rc = err_set(err, "%s", src_error(s));
+            break;
+        }
+        char where[1200];
+        src_where(s, where, sizeof where);
+        if (ev == RECR_HEADER) {
+            const char *kind = "";
+            size_t n = 0;
+            if (rec_get_str(r, "kind", &kind, &n) != REC_OK || n != 7 || memcmp(kind, "prompts", 7)) {
+                rc = err_set(err, "member of kind \"%.*s\": rl-sample reads prompts: %s", (int)n, kind, name);
+                break;
+            }
+            continue;
+        }
+        if (ev != RECR_RECORD) continue;
+        if (ps->n == ps->cap) {
+            ps->cap = ps->cap ? 2 * ps->cap : 64;
+            ps->v = xrealloc(ps->v, ps->cap * sizeof *ps->v);
+        }
+        prompt *p = &ps->v[ps->n];
+        rl_err e;
+        if (prompt_from(p, r, o, &e)) {
+            prompt_free(p);
+            r = NULL;
+            rc = err_set(err, "%s: %s", e.msg, where);
+            break;
+        }
+        p->where = xstrdup(where);
+        if (p->n_ids > ps->max_ids) ps->max_ids = p->n_ids;
+        ps->n++;
+        r = rec_new();
+    }
+    rec_free(r);
+    src_close(s);
+    return rc;
+}
+
+void prm_free(prompt_set *ps) {
+    for (size_t i = 0; i < ps->n; i++) prompt_free(&ps->v[i]);
+    free(ps->v);
+    memset(ps, 0, sizeof *ps);
+}

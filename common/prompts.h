@@ -1,0 +1,45 @@
+// prompts.h — the prompt set of rl-sample: JSON lines
+// {"prompt": "...", "answer": "...", ...} or records of a "prompts" stream,
+// read whole (the set is shuffled and cycled), each prompt tokenized once.
+#ifndef RLPIPE_PROMPTS_H
+#define RLPIPE_PROMPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "record.h"
+#include "tokenizer.h"
+
+typedef struct {
+    rec_t *rec;                // the object as read; keys other than prompt/answer/prompt_ids go into the rollouts
+    const char *text;          // its "prompt" (points into rec), text_len bytes
+    size_t text_len;
+    char *answer;              // its "answer" (NUL-terminated), or NULL
+    size_t answer_len;
+    uint32_t *ids;             // the prompt's tokens: "prompt_ids" as given, else bos (if any) + tokenized text
+    size_t n_ids;
+    char *where;               // "FILE line L" or "FILE record N", for messages
+} prompt;
+
+typedef struct {
+    prompt *v;
+    size_t n, cap;
+    size_t max_ids;            // the longest prompt, in tokens
+} prompt_set;
+
+typedef struct {
+    const tokenizer *tok;
+    int64_t bos_id;            // prepended to tokenized text; < 0: none
+    size_t vocab;              // prompt_ids must be below it
+    size_t max_ids;            // a prompt with more tokens is an error (the model's context less one)
+} prm_opts;
+
+// Appends the prompts of path ("-": standard input; JSON lines or a record
+// stream, told apart by its first byte) to ps. Errors name the file and the
+// line or record: invalid JSON, no "prompt" string, an "answer" that is not a
+// string, a key rl-sample writes itself (id, ids, logp, ...), a
+// prompt too long, a member whose kind is not "prompts". 0, or -1 with err.
+int prm_read(prompt_set *ps, const char *path, const prm_opts *o, rl_err *err);
+void prm_free(prompt_set *ps);
+
+#endif

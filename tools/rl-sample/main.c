@@ -1,0 +1,344 @@
+// rl-sample — the rollout generator: G completions per prompt from the
+// policy model, decoded with continuous batching in the sampler's precision,
+// each token's log-probability and weight version recorded, scored by a
+// verifier. Reads the prompt set (prompts.h), runs the batching engine
+// (generate.h) and writes finished groups as records (rollout.h).
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "rollout.h"
+
+static const char USAGE[] =
+    "Usage: rl-sample --model DIR [OPTION]... [PROMPTS]...\n"
+    "Generate completions of prompts with per-token log-probabilities and weight\n"
+    "versions, score them with a verifier, and write rollout records.\n"
+    "PROMPTS are JSON lines {\"prompt\": \"...\", \"answer\": \"...\", ...} or a record\n"
+    "stream of kind prompts; with none, or -, read standard input.\n"
+    "\n"
+    "Model:\n"
+    "      --model DIR        model directory, or checkpoint directory with a file 'latest'\n"
+    "      --dtype T          weight precision of the sampler: f32 (default), bf16, f16, int8\n"
+    "\n"
+    "Sampling:\n"
+    "  -n, --group G          samples per prompt (default 1); a group is written whole\n"
+    "      --temperature T    softmax temperature (default 1); 0 = greedy\n"
+    "      --top-p P          nucleus sampling, 0 < P <= 1 (default 1: off)\n"
+    "      --top-k K          keep the K most probable tokens (default 0: off)\n"
+    "      --max-new-tokens N completion tokens at most (default 256; less where the\n"
+    "                         model's context ends first)\n"
+    "      --stop STRING      end a completion once its text contains STRING (repeatable;\n"
+    "                         \\n and \\t are read as newline and tab)\n"
+    "      --slots S          sequences decoded together (default 64)\n"
+    "      --seed S           shuffles the prompts and seeds every sample (default 0)\n"
+    "\n"
+    "Prompts:\n"
+    "      --epochs N         passes over the shuffled prompt set (default 1; 0 = no end;\n"
+    "                         with --max-prompts or --max-records the default is no end)\n"
+    "      --max-prompts N    start at most N prompts (groups)\n"
+    "      --max-records N    write at most N records (whole groups)\n"
+    "\n"
+    "Rewards (prompts with an \"answer\" are scored with 'number' unless told):\n"
+    "      --verifier V       exact: trimmed text = answer; number: last number = answer;\n"
+    "                         boxed: last \\boxed{...} = answer; none: no reward\n"
+    "      --verifier-cmd CMD a program that reads JSON lines {prompt, completion, answer}\n"
+    "                         and writes one reward per line (flushed), run by sh -c\n"
+    "\n"
+    "Output:\n"
+    "  -o, --output FILE      write records to FILE instead of standard output\n"
+    "  -u, --uncompressed     write raw msgpack instead of zstd frames\n"
+    "      --no-provenance    omit argv and time from the header written\n"
+    "  -f, --force            write binary records even to a terminal\n"
+    "  -q, --quiet            no summary line on standard error\n"
+    "      --progress         progress on standard error even when not a terminal\n"
+    "  -h, --help             show this help and exit\n"
+    "  -V, --version          show versions and exit\n"
+    "\n"
+    "Exit status: 0 ok, 1 bad prompts, a model that cannot be loaded or a verifier\n"
+    "that fails (the groups finished before are written), 2 usage error.\n"
+    "\n"
+    "Examples:\n"
+    "  rl-sample --model m/ -n 8 --dtype bf16 train.jsonl | rl-ratio --model m/ | rl-learn --out ckpt/\n"
+    "  rl-sample --model ckpt/ --temperature 0 test.jsonl | rl-cat --stats\n";
+
+typedef struct {
+    const char *model, *output, *verifier_cmd;
+    rl_dtype dtype;
+    gen_opts gen;
+    char **stop;
+    uint64_t epochs, max_prompts, max_records;
+    int epochs_set, verifier;   // verifier: -1 default, 0 none, 1 builtin
+    vf_kind kind;
+    int raw, no_provenance, force, quiet, progress;
+} options;
+
+// "\n" and "\t" in a stop string (shells make real newlines awkward to pass).
+static char *unescape(const char *s) {
+    char *out = xmalloc(strlen(s) + 1), *o = out;
+    for (; *s; s++) {
+        if (s[0] == '\\' && (s[1] == 'n' || s[1] == 't' || s[1] == '\\')) {
+            s++;
+            *o++ = *s == 'n' ? '\n' : *s == 't' ? '\t' : '\\';
+        } else *o++ = *s;
+    }
+    *o = 0;
+    return out;
+}
+
+static options parse_options(int argc, char **argv) {
+    enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
+           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_NOPROV, O_PROGRESS };
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
+        {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
+        {"top-p", required_argument, 0, O_TOPP},           {"top-k", required_argument, 0, O_TOPK},
+        {"max-new-tokens", required_argument, 0, O_MAXNEW}, {"stop", required_argument, 0, O_STOP},
+        {"slots", required_argument, 0, O_SLOTS},          {"seed", required_argument, 0, O_SEED},
+        {"epochs", required_argument, 0, O_EPOCHS},        {"max-prompts", required_argument, 0, O_MAXPROMPTS},
+        {"max-records", required_argument, 0, O_MAXRECORDS}, {"verifier", required_argument, 0, O_VERIFIER},
+        {"verifier-cmd", required_argument, 0, O_VCMD},    {"output", required_argument, 0, 'o'},
+        {"uncompressed", no_argument, 0, 'u'},             {"no-provenance", no_argument, 0, O_NOPROV},
+        {"force", no_argument, 0, 'f'},                    {"quiet", no_argument, 0, 'q'},
+        {"progress", no_argument, 0, O_PROGRESS},          {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},                  {0, 0, 0, 0}};
+    options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1,
+                 .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
+    int c;
+    while ((c = getopt_long(argc, argv, "n:o:ufqhV", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: o.model = optarg; break;
+        case O_DTYPE:
+            if (dt_parse(optarg, &o.dtype)) cli_usage_error("--dtype: expected f32, bf16, f16 or int8, got '%s'", optarg);
+            break;
+        case 'n': o.gen.group = (int)cli_parse_uint("--group", optarg, 65536, 0); break;
+        case O_TEMP: o.gen.sp.temperature = (float)cli_parse_f64("--temperature", optarg, 0, 1e6, 0); break;
+        case O_TOPP:
+            o.gen.sp.top_p = (float)cli_parse_f64("--top-p", optarg, 0, 1, 0);
+            if (o.gen.sp.top_p <= 0) cli_usage_error("--top-p: must be above 0, got '%s'", optarg);
+            break;
+        case O_TOPK: o.gen.sp.top_k = (uint32_t)cli_parse_uint("--top-k", optarg, UINT32_MAX, 0); break;
+        case O_MAXNEW: o.gen.max_new = cli_parse_uint("--max-new-tokens", optarg, 1 << 20, 1); break;
+        case O_STOP:
+            if (!*optarg) cli_usage_error("--stop: the stop string is empty");
+            o.stop = xrealloc(o.stop, (o.gen.n_stop + 1) * sizeof *o.stop);
+            o.stop[o.gen.n_stop++] = unescape(optarg);
+            break;
+        case O_SLOTS: o.gen.slots = (int)cli_parse_uint("--slots", optarg, 65536, 0); break;
+        case O_SEED: o.gen.seed = cli_parse_uint("--seed", optarg, UINT64_MAX, 0); break;
+        case O_EPOCHS:
+            o.epochs = cli_parse_uint("--epochs", optarg, UINT64_MAX, 0);
+            o.epochs_set = 1;
+            break;
+        case O_MAXPROMPTS: o.max_prompts = cli_parse_uint("--max-prompts", optarg, UINT64_MAX, 1); break;
+        case O_MAXRECORDS: o.max_records = cli_parse_uint("--max-records", optarg, UINT64_MAX, 1); break;
+        case O_VERIFIER:
+            if (!strcmp(optarg, "none")) o.verifier = 0;
+            else if (!vf_parse(optarg, &o.kind)) o.verifier = 1;
+            else cli_usage_error("--verifier: expected exact, number, boxed or none, got '%s'", optarg);
+            break;
+        case O_VCMD: o.verifier_cmd = optarg; break;
+        case 'o': o.output = optarg; break;
+        case 'u': o.raw = 1; break;
+        case O_NOPROV: o.no_provenance = 1; break;
+        case 'f': o.force = 1; break;
+        case 'q': o.quiet = 1; break;
+        case O_PROGRESS: o.progress = 1; break;
+        case 'h': fputs(USAGE, stdout); exit(0);
+        case 'V': cli_print_version(); exit(0);
+        default: fprintf(stderr, "Try 'rl-sample --help' for more information.\n"); exit(2);
+        }
+    }
+    if (!o.model) cli_usage_error("--model DIR is required");
+    if (o.gen.group < 1) cli_usage_error("--group: at least one sample per prompt");
+    if (o.gen.slots < 1) cli_usage_error("--slots: at least one slot");
+    if (o.gen.max_new < 1) cli_usage_error("--max-new-tokens: at least one token");
+    if (o.verifier_cmd && o.verifier >= 0) cli_usage_error("--verifier and --verifier-cmd exclude each other");
+    if (o.max_records && o.max_records < (uint64_t)o.gen.group)
+        cli_usage_error("--max-records %llu holds no whole group of %d", (unsigned long long)o.max_records, o.gen.group);
+    if (!o.epochs_set && (o.max_prompts || o.max_records)) o.epochs = 0;
+    if (o.gen.sp.temperature == 0 && (o.gen.sp.top_p < 1 || o.gen.sp.top_k))
+        cli_warn("--temperature 0 is greedy: --top-p and --top-k change nothing");
+    o.gen.stop = (const char *const *)o.stop;
+    return o;
+}
+
+// The prompt order: the set shuffled anew for each epoch, up to the limits.
+typedef struct {
+    const options *o;
+    size_t n, *order, next;
+    uint64_t epoch, started;
+    rl_rng rng;
+} feed_t;
+
+static void shuffle(feed_t *f) {
+    for (size_t i = 0; i < f->n; i++) f->order[i] = i;
+    for (size_t i = f->n; i > 1; i--) {
+        size_t j = (size_t)(rng_uniform(&f->rng) * (double)i);
+        size_t t = f->order[i - 1];
+        f->order[i - 1] = f->order[j];
+        f->order[j] = t;
+    }
+}
+
+// The next prompt to start, or -1 when the limits are reached.
+static long feed_next(feed_t *f) {
+    const options *o = f->o;
+    if (o->max_prompts && f->started >= o->max_prompts) return -1;
+    if (o->max_records && (f->started + 1) * (uint64_t)o->gen.group > o->max_records) return -1;
+    if (f->next == f->n) {
+        if (o->epochs && f->epoch + 1 >= o->epochs) return -1;
+        f->epoch++;
+        f->next = 0;
+        shuffle(f);
+    }
+    f->started++;
+    return (long)f->order[f->next++];
+}
+
+// The output header: provenance, the seed, the model and the sampling options.
+static void make_header(rec_t *h, const options *o, int argc, char **argv, const char *dir, uint64_t version,
+                        size_t nparams, const char *verifier) {
+    rec_make_header(h, "rollouts", "rl-sample", argc, argv, o->no_provenance);
+    rec_set_uint(h, "seed", o->gen.seed);
+    rec_t *sub = rec_new();
+    sbuf enc = {0};
+    rec_set_cstr(sub, "path", dir);
+    rec_set_uint(sub, "version", version);
+    rec_set_cstr(sub, "dtype", dt_name(o->dtype));
+    rec_set_uint(sub, "params", nparams);
+    rec_encode(sub, &enc);
+    rec_set_raw(h, "model", 5, enc.data, enc.len);
+    rec_clear(sub);
+    enc.len = 0;
+    rec_set_uint(sub, "group", (uint64_t)o->gen.group);
+    rec_set_f64(sub, "temperature", o->gen.sp.temperature);
+    rec_set_f64(sub, "top_p", o->gen.sp.top_p);
+    rec_set_uint(sub, "top_k", o->gen.sp.top_k);
+    rec_set_uint(sub, "max_new_tokens", o->gen.max_new);
+    rec_set_strs(sub, "stop", o->stop, o->gen.n_stop);
+    rec_set_uint(sub, "slots", (uint64_t)o->gen.slots);
+    rec_set_cstr(sub, "verifier", verifier);
+    rec_encode(sub, &enc);
+    rec_set_raw(h, "sampling", 8, enc.data, enc.len);
+    sbuf_free(&enc);
+    rec_free(sub);
+}
+
+int main(int argc, char **argv) {
+    cli_init("rl-sample");
+    options o = parse_options(argc, argv);
+    char *stdin_only[] = {"-"};
+    char **inputs = optind < argc ? argv + optind : stdin_only;
+    int ninputs = optind < argc ? argc - optind : 1;
+    for (int i = 0; i < ninputs; i++)
+        if (o.output && cli_same_file(o.output, inputs[i]))
+            cli_usage_error("the output %s is also an input; it would be destroyed", o.output);
+    int fd = cli_open_output(o.output, 1, o.force);
+    double t0 = cli_now();
+
+    rl_err e;
+    char dir[4096], path[4200];
+    uint64_t version;
+    if (ckpt_resolve(o.model, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
+    model_t *m = model_load(dir, &(model_opts){.dtype = o.dtype}, &e);
+    if (!m) cli_die("cannot load the model: %s", e.msg);
+    const model_config *cfg = model_cfg(m);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    tokenizer *tok = tok_load(path, &e);
+    if (!tok) cli_die("%s", e.msg);
+
+    prompt_set ps = {0};
+    prm_opts po = {.tok = tok, .bos_id = cfg->bos_id, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)cfg->max_pos - 1};
+    for (int i = 0; i < ninputs; i++)
+        if (prm_read(&ps, inputs[i], &po, &e)) cli_die("%s", e.msg);
+    if (ps.n == 0) cli_die("no prompts in the input");
+    int builtin = o.verifier == 1 || (o.verifier < 0 && !o.verifier_cmd);
+    if (o.verifier < 0 && !o.verifier_cmd) o.kind = VF_NUMBER;
+    for (size_t i = 0; builtin && i < ps.n; i++) {
+        if (!ps.v[i].answer && o.verifier == 1)
+            cli_die("no \"answer\", which --verifier %s needs: %s", vf_name(o.kind), ps.v[i].where);
+        if (ps.v[i].answer && vf_check_answer(o.kind, ps.v[i].answer, ps.v[i].answer_len, &e))
+            cli_die("%s: %s", e.msg, ps.v[i].where);
+    }
+
+    o.gen.eos_id = cfg->eos_id;
+    size_t max_len = ps.max_ids + o.gen.max_new;
+    o.gen.max_len = max_len < (size_t)cfg->max_pos ? (int)max_len : cfg->max_pos;
+    gen_t *g = gen_new(m, tok, &o.gen, &e);
+    if (!g) cli_die("%s", e.msg);
+    gen_set_version(g, (uint32_t)version);
+    vproc *vp = NULL;
+    if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, &e))) cli_die("%s", e.msg);
+    const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
+    ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .tok = tok, .builtin = builtin, .kind = o.kind, .cmd = vp,
+                                 .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
+    rec_t *h = rec_new();
+    make_header(h, &o, argc, argv, dir, version, model_nparams(m), vname);
+    recw_opts wo = recw_default_opts;
+    wo.raw = o.raw;
+    recw_t *w = recw_fdopen(fd, o.output ? o.output : "(stdout)", &wo, h, &e);
+    if (!w) cli_die("%s", e.msg);
+    rec_free(h);
+
+    feed_t feed = {.o = &o, .n = ps.n, .order = xmalloc(ps.n * sizeof(size_t))};
+    rng_seed(&feed.rng, o.gen.seed);
+    shuffle(&feed);
+    cli_progress prog;
+    cli_progress_init(&prog, o.progress);
+    double tgen = cli_now();
+    int more = 1;
+    for (;;) {
+        while (more && gen_waiting(g) < (size_t)gen_free_slots(g)) {
+            long p = feed_next(&feed);
+            if (p < 0) more = 0;
+            else gen_add(g, (size_t)p, ps.v[p].ids, ps.v[p].n_ids);
+        }
+        long n = gen_step(g, &e);
+        if (n < 0) cli_die("%s", e.msg);
+        for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g))
+            if (ro_add(ro, grp, &e)) cli_die("%s", e.msg);
+        // Too many records awaiting the external verifier: wait for it.
+        if (ro_write(ro, w, ro_held(ro) > 65536, &e)) {
+            cli_progress_done(&prog);
+            cli_die("%s", e.msg);
+        }
+        if (n == 0 && !more) break;
+        if (cli_progress_due(&prog)) {
+            const ro_totals *t = ro_total(ro);
+            double dt = cli_now() - tgen;
+            cli_progress_print(&prog, "%llu prompts started, %llu samples written, %llu tokens, %.0f tokens/s",
+                               (unsigned long long)feed.started, (unsigned long long)t->samples,
+                               (unsigned long long)t->tokens, dt > 0 ? (double)t->tokens / dt : 0.0);
+        }
+    }
+    cli_progress_done(&prog);
+    if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || recw_close(w, &e)) cli_die("%s", e.msg);
+    double tend = cli_now();
+    const ro_totals *t = ro_total(ro);
+    if (!o.quiet) {
+        char acc[96] = "";
+        if (t->rewarded)
+            snprintf(acc, sizeof acc, ", reward mean %.4f, accuracy %.4f", t->reward_sum / (double)t->rewarded,
+                     (double)t->positive / (double)t->rewarded);
+        fprintf(stderr, "rl-sample: %llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s, %d slots, %.2f s\n",
+                (unsigned long long)t->groups, (unsigned long long)t->samples, (unsigned long long)t->tokens,
+                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, dt_name(o.dtype), o.gen.slots, tend - t0);
+    }
+    recw_free(w);
+    ro_free(ro);
+    if (vp) vp_free(vp);
+    gen_free(g);
+    free(feed.order);
+    prm_free(&ps);
+    tok_free(tok);
+    model_free(m);
+    for (size_t i = 0; i < o.gen.n_stop; i++) free(o.stop[i]);
+    free(o.stop);
+    if (fd > 1 && close(fd)) cli_die("write error: %s: %s", o.output, strerror(errno));
+    return 0;
+}
