@@ -115,14 +115,14 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
     q->n_prompt = n;
     q->seqs = xmalloc((size_t)G * sizeof *q->seqs);
     q->left = G;
-    if (g->tail + (size_t)G > g->cap) {   // compact, then grow
+    if (g->tail + (size_t)G > g->cap && g->head) {   // compact, then grow
         memmove(g->waiting, g->waiting + g->head, (g->tail - g->head) * sizeof *g->waiting);
         g->tail -= g->head;
         g->head = 0;
-        if (g->tail + (size_t)G > g->cap) {
-            g->cap = 2 * (g->tail + (size_t)G);
-            g->waiting = xrealloc(g->waiting, g->cap * sizeof *g->waiting);
-        }
+    }
+    if (g->tail + (size_t)G > g->cap) {
+        g->cap = 2 * (g->tail + (size_t)G);
+        g->waiting = xrealloc(g->waiting, g->cap * sizeof *g->waiting);
     }
     for (int j = 0; j < G; j++) {
         seq_t *s = &q->seqs[j];

@@ -85,14 +85,14 @@ static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, i
 int ro_add(ro_t *r, const gen_group *g, rl_err *err) {
     (void)err;
     const prompt *p = &r->o.prompts->v[g->prompt];
-    if (r->tail == r->cap) {
+    if (r->tail == r->cap && r->head) {
         memmove(r->held, r->held + r->head, (r->tail - r->head) * sizeof *r->held);
         r->tail -= r->head;
         r->head = 0;
-        if (r->tail == r->cap) {
-            r->cap = r->cap ? 2 * r->cap : 16;
-            r->held = xrealloc(r->held, r->cap * sizeof *r->held);
-        }
+    }
+    if (r->tail == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 16;
+        r->held = xrealloc(r->held, r->cap * sizeof *r->held);
     }
     held_t *h = &r->held[r->tail++];
     memset(h, 0, sizeof *h);

@@ -1,0 +1,78 @@
+#!/bin/bash
+# rl-sample's usage errors (exit 2), model and prompt errors (exit 1), help,
+# version, and one generation with every option under the sanitizers.
+# (man/rl-sample.1; DESIGN §7.)
+# also-asan
+. "$(dirname "$0")/../lib.sh"
+cd "$T" || exit 1
+export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
+
+check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
+
+"$PY" - "$RLPIPE_ROOT" <<'EOF2' || { fail setup "could not write the model"; finish; }
+import json, shutil, sys
+import llama_ref
+llama_ref.random_model("m", hidden=64, inter=96, layers=2, heads=4, kv_heads=2, vocab=448, tie=True, seed=4)
+c = json.load(open("m/config.json"))
+c["bos_token_id"], c["eos_token_id"] = 445, 446
+json.dump(c, open("m/config.json", "w"))
+shutil.copy(sys.argv[1] + "/models/tiny/tokenizer.json", "m/")
+with open("p.jsonl", "w") as f:
+    for i in range(6):
+        f.write(json.dumps({"prompt": f"{i}*3=", "answer": str(3 * i)}) + "\n")
+EOF2
+
+# ---- a generation with every option, under the sanitizers when this is the ASan run
+expect "a run with groups, top-k/p, stops and int8: exit 0, summary" 0 \
+    '^rl-sample: 12 prompts, 48 samples, [0-9]+ tokens, .* tokens/s, reward mean .*, accuracy .*; int8, 5 slots' -- \
+    rl-sample --model m -n 4 --slots 5 --dtype int8 --temperature 0.8 --top-p 0.9 --top-k 50 --stop '\n' --stop 7 \
+        --max-new-tokens 20 --epochs 2 --seed 3 --verifier boxed p.jsonl -o out.rlr
+check "the run's output is a valid stream of 48 rollouts" "$(rl-cat --check out.rlr 2>&1 | head -c 300)" \
+    eval 'rl-cat --check out.rlr 2>/dev/null && [ "$(rl-cat --json out.rlr | wc -l)" = 48 ]'
+expect "--verifier-cmd under the sanitizers: exit 0" 0 'reward mean 1\.0000' -- \
+    rl-sample --model m -n 2 --max-new-tokens 5 --verifier-cmd 'while read l; do echo 1; done' p.jsonl -o out2.rlr
+expect "-q: exit 0" 0 '' -- rl-sample -q --model m --max-new-tokens 2 p.jsonl -o out3.rlr
+check "-q: nothing on stderr" "stderr: $(head -c 200 err)" [ ! -s err ]
+
+# ---- model and input errors (exit 1)
+expect "--model nonexistent: exit 1 naming it" 1 '^rl-sample: error: cannot load the model: .*nomodel' -- \
+    rl-sample --model nomodel p.jsonl -o x.rlr
+mkdir -p notok && cp m/config.json m/model.safetensors notok/
+expect "model without tokenizer.json: exit 1 naming it" 1 '^rl-sample: error: .*notok/tokenizer.json' -- \
+    rl-sample --model notok p.jsonl -o x.rlr
+expect "nonexistent prompt file: exit 1" 1 '^rl-sample: error: .*nope.jsonl.*No such file' -- \
+    rl-sample --model m nope.jsonl -o x.rlr
+printf '{"prompt": "1+1=", "answer": "2"}\n' > one.jsonl
+expect "--verifier exact without an answer: exit 1 naming the line" 1 'no "answer".*exact.*noans.jsonl line 1' -- \
+    sh -c 'printf "{\"prompt\": \"x\"}\n" > noans.jsonl; rl-sample --model m --verifier exact noans.jsonl -o x.rlr'
+expect "a verifier command that is not found: exit 1" 1 'verifier' -- \
+    rl-sample --model m --max-new-tokens 2 --verifier-cmd ./no-such-verifier one.jsonl -o x.rlr
+
+# ---- usage errors (exit 2), help and version
+expect "no --model: usage error" 2 '^rl-sample: error: --model DIR is required' -- rl-sample p.jsonl
+check "no --model: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]
+expect "--dtype f64: usage error" 2 '^rl-sample: error: --dtype: expected f32, bf16, f16 or int8' -- rl-sample --model m --dtype f64 p.jsonl
+expect "--group 0: usage error" 2 '^rl-sample: error: --group' -- rl-sample --model m -n 0 p.jsonl
+expect "--slots 0: usage error" 2 '^rl-sample: error: --slots' -- rl-sample --model m --slots 0 p.jsonl
+expect "--temperature -1: usage error" 2 '^rl-sample: error: --temperature' -- rl-sample --model m --temperature -1 p.jsonl
+expect "--temperature nan: usage error" 2 '^rl-sample: error: --temperature' -- rl-sample --model m --temperature nan p.jsonl
+expect "--top-p 0: usage error" 2 '^rl-sample: error: --top-p' -- rl-sample --model m --top-p 0 p.jsonl
+expect "--top-p 1.5: usage error" 2 '^rl-sample: error: --top-p' -- rl-sample --model m --top-p 1.5 p.jsonl
+expect "--top-k -3: usage error" 2 '^rl-sample: error: --top-k' -- rl-sample --model m --top-k -3 p.jsonl
+expect "--max-new-tokens 0: usage error" 2 '^rl-sample: error: --max-new-tokens' -- rl-sample --model m --max-new-tokens 0 p.jsonl
+expect "--stop '': usage error" 2 '^rl-sample: error: --stop' -- rl-sample --model m --stop '' p.jsonl
+expect "--verifier bogus: usage error" 2 '^rl-sample: error: --verifier: expected exact, number, boxed or none' -- \
+    rl-sample --model m --verifier bogus p.jsonl
+expect "--verifier with --verifier-cmd: usage error" 2 'exclude each other' -- \
+    rl-sample --model m --verifier exact --verifier-cmd cat p.jsonl
+expect "--max-records below the group: usage error" 2 '^rl-sample: error: --max-records 3 holds no whole group of 4' -- \
+    rl-sample --model m -n 4 --max-records 3 p.jsonl
+expect "--listen (not yet): usage error naming it" 2 'listen' -- rl-sample --model m --listen unix:/tmp/x p.jsonl
+expect "output file is an input: usage error" 2 'also an input' -- rl-sample --model m p.jsonl -o p.jsonl
+expect "--help: exit 0" 0 '' -- rl-sample --help
+check "--help: usage on stdout naming every option" "stdout: $(head -c 300 out)" \
+    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
+expect "--version: exit 0" 0 '' -- rl-sample --version
+check "--version: first line 'rl-sample (rlpipe) 0.1.0'" "stdout: $(head -c 200 out)" \
+    eval '[ "$(head -n 1 out)" = "rl-sample (rlpipe) 0.1.0" ]'
+finish
