@@ -38,14 +38,18 @@ void vp_send(vproc *v, const char *prompt, size_t np, const char *completion, si
 // err when the verifier died or closed its output with requests outstanding,
 // wrote a line that is not a finite number, or wrote more lines than it was
 // sent; err names the request by its 0-based index in sending order
-// ("verifier command: request 12: reply 'abc' is not a number").
+// ("verifier command: request 12: reply 'abc' is not a number"). A reply line
+// is at most 4096 bytes; a last line without its '\n' counts when the command
+// ends. After an error, every later vp_pump and vp_finish repeats it.
 int vp_pump(vproc *v, int block, rl_err *err);
 
 uint64_t vp_sent(const vproc *v);      // requests queued so far
 uint64_t vp_answered(const vproc *v);  // replies received so far
-// The reward of request i, i < vp_answered (rewards are kept until vp_free).
+// The reward of request i, i < vp_answered (rewards are kept until vp_free
+// or vp_forget); any other i aborts, as a caller's bug.
 double vp_reward(const vproc *v, uint64_t i);
 // Drops the rewards of requests < i (the caller has used them); vp_reward(j) stays valid for j >= i.
+// An i beyond vp_answered counts as vp_answered.
 void vp_forget(vproc *v, uint64_t i);
 
 // Waits for every outstanding reply, closes the command's input, and waits

@@ -358,6 +358,14 @@ def other_prompt_keys_are_carried_into_every_record():
 
 
 @case
+def prompt_ids_given_in_a_prompt_are_used_as_given():
+    p = rltest.tmpfile("pids.jsonl", b'{"prompt": "ignored text", "prompt_ids": [7, 300, 12]}\n')
+    _, recs, _, _ = sample("--max-new-tokens", "5", "--temperature", "0", p)
+    assert recs[0]["prompt_ids"] == [7, 300, 12] and recs[0]["prompt"] == "ignored text"
+    assert recs[0]["ids"] == torch.argmax(ref_logits([7, 300, 12], recs[0]["ids"]), 1).tolist()
+
+
+@case
 def a_prompts_record_stream_gives_the_same_rollouts_as_its_json_lines():
     p = prompts_file("ppack.jsonl", n=5)
     rc, packed, err = rltest.run("rl-cat", "--pack", "--kind", "prompts", p)
