@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <msgpack.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -81,6 +82,34 @@ uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_
     else v <<= shift;
     if (v > max) cli_usage_error("%s: %s is larger than %llu", opt, s, (unsigned long long)max);
     return v;
+}
+
+int cli_out_option(int c, const char *arg, cli_out_opts *o, const char *usage) {
+    switch (c) {
+    case 'o': o->output = arg; return 1;
+    case 'u': o->raw = 1; return 1;
+    case CLI_OPT_NOPROV: o->no_provenance = 1; return 1;
+    case 'f': o->force = 1; return 1;
+    case 'q': o->quiet = 1; return 1;
+    case CLI_OPT_PROGRESS: o->progress = 1; return 1;
+    case 'h': fputs(usage, stdout); exit(0);
+    case 'V': cli_print_version(); exit(0);
+    case '?':
+    case ':': fprintf(stderr, "Try '%s --help' for more information.\n", cli_tool()); exit(2);
+    default: return 0;
+    }
+}
+
+char **cli_inputs(int argc, char **argv, int *n) {
+    static char *stdin_only[] = {"-"};
+    *n = optind < argc ? argc - optind : 1;
+    return optind < argc ? argv + optind : stdin_only;
+}
+
+void cli_refuse_overwrite(char **inputs, int n, const char *path, const char *what) {
+    for (int i = 0; path && i < n; i++)
+        if (cli_same_file(path, inputs[i]))
+            cli_usage_error("the %s %s is also an input; it would be destroyed", what, path);
 }
 
 double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int hi_open) {

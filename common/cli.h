@@ -17,6 +17,27 @@ void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), 
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_print_version(void);
 
+// The output options of every tool that writes records (DESIGN §7):
+// -o/--output, -u/--uncompressed, --no-provenance, -f/--force, -q/--quiet,
+// --progress, -h/--help, -V/--version. A tool puts CLI_OUT_LONGOPTS in its
+// option table and CLI_OUT_SHORTOPTS in its short options, and passes every
+// option getopt_long returns to cli_out_option first.
+typedef struct {
+    const char *output;   // NULL: standard output
+    int raw, no_provenance, force, quiet, progress;
+} cli_out_opts;
+enum { CLI_OPT_NOPROV = 1000, CLI_OPT_PROGRESS };
+#define CLI_OUT_SHORTOPTS "o:ufqhV"
+#define CLI_OUT_LONGOPTS                                                                               \
+    {"output", required_argument, 0, 'o'}, {"uncompressed", no_argument, 0, 'u'},                     \
+        {"no-provenance", no_argument, 0, CLI_OPT_NOPROV}, {"force", no_argument, 0, 'f'},            \
+        {"quiet", no_argument, 0, 'q'}, {"progress", no_argument, 0, CLI_OPT_PROGRESS},               \
+        {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}
+// 1 if c was one of those options (stored in o; --help prints usage and
+// exits 0, --version exits 0), or an unknown option or missing value (exits
+// 2 pointing to --help); 0 if it is the tool's own.
+int cli_out_option(int c, const char *arg, cli_out_opts *o, const char *usage);
+
 // Parses a non-negative integer option value (suffixes k, M, G = 2^10, 2^20, 2^30
 // when allow_suffix); exits 2 naming the option if it is not one or exceeds max.
 uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_suffix);
@@ -27,6 +48,10 @@ double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int h
 // Opens the output ("-" or NULL: standard output). Binary output to a
 // terminal is refused (exit 2) unless force. Exits 1 if it cannot be opened.
 int cli_open_output(const char *path, int binary, int force);
+// The input operands argv[optind..argc), or "-" (standard input) when there are none.
+char **cli_inputs(int argc, char **argv, int *n);
+// Exits 2 if path (an output: what names it, e.g. "output") is one of the inputs.
+void cli_refuse_overwrite(char **inputs, int n, const char *path, const char *what);
 // True if paths a and b name the same existing file (neither is "-").
 int cli_same_file(const char *a, const char *b);
 

@@ -61,31 +61,28 @@ static const char USAGE[] =
 enum { SINK_RECORDS, SINK_JSON, SINK_STATS, SINK_CHECK };
 
 typedef struct {
-    int sink, pack, json, header, raw, level, no_provenance, force, quiet, progress;
+    int sink, pack, json, header, level;
     uint64_t head, frame;          // head = UINT64_MAX: no limit
-    const char *output, *kind;
+    const char *kind;
+    cli_out_opts out;
     rec_limits lim;
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_NOPROV,
-           O_PROGRESS, O_MAXREC, O_MAXARR, O_MAXSTR };
+    enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_MAXREC, O_MAXARR, O_MAXSTR };
     static const struct option longopts[] = {
         {"pack", no_argument, 0, O_PACK},       {"json", no_argument, 0, O_JSON},
         {"header", no_argument, 0, O_HEADER},   {"check", no_argument, 0, O_CHECK},
         {"stats", no_argument, 0, O_STATS},     {"head", required_argument, 0, O_HEAD},
-        {"output", required_argument, 0, 'o'},  {"uncompressed", no_argument, 0, 'u'},
         {"kind", required_argument, 0, 'k'},    {"level", required_argument, 0, 'l'},
-        {"frame", required_argument, 0, O_FRAME}, {"no-provenance", no_argument, 0, O_NOPROV},
-        {"force", no_argument, 0, 'f'},         {"quiet", no_argument, 0, 'q'},
-        {"progress", no_argument, 0, O_PROGRESS}, {"max-record", required_argument, 0, O_MAXREC},
+        {"frame", required_argument, 0, O_FRAME}, {"max-record", required_argument, 0, O_MAXREC},
         {"max-array", required_argument, 0, O_MAXARR}, {"max-string", required_argument, 0, O_MAXSTR},
-        {"help", no_argument, 0, 'h'},          {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0}};
+        CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
     options o = {.sink = SINK_RECORDS, .level = 3, .head = UINT64_MAX,
                  .frame = recw_default_opts.frame_records, .kind = NULL, .lim = rec_default_limits};
     int check = 0, stats = 0, c;
-    while ((c = getopt_long(argc, argv, "o:uk:l:fqhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "k:l:", longopts, NULL)) != -1) {
+        if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_PACK: o.pack = 1; break;
         case O_JSON: o.json = 1; break;
@@ -93,21 +90,12 @@ static options parse_options(int argc, char **argv) {
         case O_CHECK: check = 1; break;
         case O_STATS: stats = 1; break;
         case O_HEAD: o.head = cli_parse_uint("--head", optarg, UINT64_MAX - 1, 0); break;
-        case 'o': o.output = optarg; break;
-        case 'u': o.raw = 1; break;
         case 'k': o.kind = optarg; break;
         case 'l': o.level = (int)cli_parse_uint("--level", optarg, 19, 0); break;
         case O_FRAME: o.frame = cli_parse_uint("--frame", optarg, UINT32_MAX, 0); break;
-        case O_NOPROV: o.no_provenance = 1; break;
-        case 'f': o.force = 1; break;
-        case 'q': o.quiet = 1; break;
-        case O_PROGRESS: o.progress = 1; break;
         case O_MAXREC: o.lim.max_record = cli_parse_uint("--max-record", optarg, UINT32_MAX, 1); break;
         case O_MAXARR: o.lim.max_array = cli_parse_uint("--max-array", optarg, UINT32_MAX, 1); break;
         case O_MAXSTR: o.lim.max_string = cli_parse_uint("--max-string", optarg, UINT32_MAX, 1); break;
-        case 'h': fputs(USAGE, stdout); exit(0);
-        case 'V': cli_print_version(); exit(0);
-        default: fprintf(stderr, "Try 'rl-cat --help' for more information.\n"); exit(2);
         }
     }
     if (check + stats > 1) cli_usage_error("--check and --stats are different modes; choose one");
@@ -139,7 +127,7 @@ static void sink_write_text(sink_t *k, int force) {
     size_t off = 0;
     while (off < k->line.len) {
         ssize_t n = write(k->fd, k->line.data + off, k->line.len - off);
-        if (n < 0) cli_die("write error: %s: %s", k->o->output ? k->o->output : "(stdout)", strerror(errno));
+        if (n < 0) cli_die("write error: %s: %s", k->o->out.output ? k->o->out.output : "(stdout)", strerror(errno));
         off += (size_t)n;
     }
     k->bytes_out += k->line.len;
@@ -166,17 +154,17 @@ static void sink_header(sink_t *k, const rec_t *h, const char *where) {
     }
     rec_copy(k->header, h);
     k->have_header = 1;
-    if (k->o->no_provenance) {
+    if (k->o->out.no_provenance) {
         rec_del(k->header, "argv");
         rec_del(k->header, "time");
     }
     rl_err e;
     if (k->o->sink == SINK_RECORDS) {
         recw_opts wo = recw_default_opts;
-        wo.raw = k->o->raw;
+        wo.raw = k->o->out.raw;
         wo.level = k->o->level;
         wo.frame_records = k->o->frame;
-        if (!(k->w = recw_fdopen(k->fd, k->o->output ? k->o->output : "(stdout)", &wo, k->header, &e)))
+        if (!(k->w = recw_fdopen(k->fd, k->o->out.output ? k->o->out.output : "(stdout)", &wo, k->header, &e)))
             cli_die("%s", e.msg);
     } else if (k->o->sink == SINK_JSON && k->o->header) {
         if (json_from_rec(k->header, &k->line, &e)) cli_die("header: %s: %s", e.msg, where);
@@ -187,7 +175,7 @@ static void sink_header(sink_t *k, const rec_t *h, const char *where) {
 // The header of JSON lines that bring none: rl-cat is their producer.
 static void sink_generated_header(sink_t *k, int argc, char **argv, const char *where) {
     rec_t *h = rec_new();
-    rec_make_header(h, k->o->kind ? k->o->kind : "rollouts", "rl-cat", argc, argv, k->o->no_provenance);
+    rec_make_header(h, k->o->kind ? k->o->kind : "rollouts", "rl-cat", argc, argv, k->o->out.no_provenance);
     sink_header(k, h, where);
     rec_free(h);
 }
@@ -241,20 +229,17 @@ static void sink_close(sink_t *k) {
 int main(int argc, char **argv) {
     cli_init("rl-cat");
     options o = parse_options(argc, argv);
-    char *stdin_only[] = {"-"};
-    char **inputs = optind < argc ? argv + optind : stdin_only;
-    int ninputs = optind < argc ? argc - optind : 1;
-    for (int i = 0; i < ninputs; i++)
-        if (o.output && cli_same_file(o.output, inputs[i]))
-            cli_usage_error("the output %s is also an input; it would be destroyed", o.output);
+    int ninputs;
+    char **inputs = cli_inputs(argc, argv, &ninputs);
+    cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
 
     int binary = o.sink == SINK_RECORDS;
     sink_t k = {.o = &o, .header = rec_new()};
-    k.fd = (o.sink == SINK_CHECK) ? -1 : cli_open_output(o.output, binary, o.force);
+    k.fd = (o.sink == SINK_CHECK) ? -1 : cli_open_output(o.out.output, binary, o.out.force);
     stats_init(&k.st);
     rec_t *rec = rec_new();
     cli_progress prog;
-    cli_progress_init(&prog, o.progress);
+    cli_progress_init(&prog, o.out.progress);
     double t0 = cli_now();
     uint64_t bytes_in = 0, members = 0;
 
@@ -305,10 +290,10 @@ int main(int argc, char **argv) {
     k.st.members = members;
     sink_close(&k);
     char bin[32], bout[32];
-    if (!o.quiet && o.sink == SINK_CHECK)
+    if (!o.out.quiet && o.sink == SINK_CHECK)
         fprintf(stderr, "rl-cat: ok: %llu records in %llu member%s, %d file%s\n", (unsigned long long)k.count,
                 (unsigned long long)members, members == 1 ? "" : "s", ninputs, ninputs == 1 ? "" : "s");
-    else if (!o.quiet)
+    else if (!o.out.quiet)
         fprintf(stderr, "rl-cat: %llu records, %llu member%s, %d file%s, %s in, %s out, %.2f s\n",
                 (unsigned long long)k.count, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
                 ninputs == 1 ? "" : "s", cli_bytes(bytes_in, bin, sizeof bin),
@@ -317,6 +302,6 @@ int main(int argc, char **argv) {
     rec_free(k.header);
     stats_free(&k.st);
     sbuf_free(&k.line);
-    if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", o.output, strerror(errno));
+    if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", o.out.output, strerror(errno));
     return 0;
 }

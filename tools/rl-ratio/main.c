@@ -55,26 +55,23 @@ static const char USAGE[] =
     "  rl-ratio --mode geo --mask 0.5,2 --metrics mm.jsonl scored.rlr -o weighted.rlr\n";
 
 typedef struct {
-    const char *model, *output, *metrics;
-    int raw, no_provenance, force, quiet, progress;
+    const char *model, *metrics;
+    cli_out_opts out;
     scr_opts scr;
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_NOPROV, O_PROGRESS };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
-        {"output", required_argument, 0, 'o'},      {"uncompressed", no_argument, 0, 'u'},
-        {"no-provenance", no_argument, 0, O_NOPROV}, {"force", no_argument, 0, 'f'},
-        {"quiet", no_argument, 0, 'q'},             {"progress", no_argument, 0, O_PROGRESS},
-        {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, 'V'},
-        {0, 0, 0, 0}};
+        CLI_OUT_LONGOPTS,                           {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
     int c;
-    while ((c = getopt_long(argc, argv, "o:ufqhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS, longopts, NULL)) != -1) {
+        if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
         case O_MODE:
@@ -90,22 +87,13 @@ static options parse_options(int argc, char **argv) {
             break;
         case O_BATCH: o.scr.batch = cli_parse_uint("--batch", optarg, 65536, 1); break;
         case O_METRICS: o.metrics = optarg; break;
-        case 'o': o.output = optarg; break;
-        case 'u': o.raw = 1; break;
-        case O_NOPROV: o.no_provenance = 1; break;
-        case 'f': o.force = 1; break;
-        case 'q': o.quiet = 1; break;
-        case O_PROGRESS: o.progress = 1; break;
-        case 'h': fputs(USAGE, stdout); exit(0);
-        case 'V': cli_print_version(); exit(0);
-        default: fprintf(stderr, "Try 'rl-ratio --help' for more information.\n"); exit(2);
         }
     }
     if (o.scr.batch == 0) cli_usage_error("--batch: a batch holds at least one record");
-    int records_to_stdout = !o.output || !strcmp(o.output, "-");
+    int records_to_stdout = !o.out.output || !strcmp(o.out.output, "-");
     if (o.metrics && !strcmp(o.metrics, "-") && records_to_stdout)
         cli_usage_error("--metrics -: standard output already carries the records; give -o FILE");
-    if (o.metrics && o.output && (!strcmp(o.metrics, o.output) || cli_same_file(o.metrics, o.output)))
+    if (o.metrics && o.out.output && (!strcmp(o.metrics, o.out.output) || cli_same_file(o.metrics, o.out.output)))
         cli_usage_error("--metrics and --output name the same file");
     return o;
 }
@@ -134,27 +122,22 @@ static void on_header(run_t *r, const rec_t *h, const char *name) {
     }
     if (r->w) return;   // later members join the first one's output
     rec_t *out = rec_new();
-    scr_make_header(r->scr, h, out, r->argc, r->argv, r->o->no_provenance);
+    scr_make_header(r->scr, h, out, r->argc, r->argv, r->o->out.no_provenance);
     recw_opts wo = recw_default_opts;
-    wo.raw = r->o->raw;
-    if (!(r->w = recw_fdopen(r->fd, r->o->output ? r->o->output : "(stdout)", &wo, out, &e))) cli_die("%s", e.msg);
+    wo.raw = r->o->out.raw;
+    if (!(r->w = recw_fdopen(r->fd, r->o->out.output ? r->o->out.output : "(stdout)", &wo, out, &e))) cli_die("%s", e.msg);
     rec_free(out);
 }
 
 int main(int argc, char **argv) {
     cli_init("rl-ratio");
     options o = parse_options(argc, argv);
-    char *stdin_only[] = {"-"};
-    char **inputs = optind < argc ? argv + optind : stdin_only;
-    int ninputs = optind < argc ? argc - optind : 1;
-    for (int i = 0; i < ninputs; i++) {
-        if (o.output && cli_same_file(o.output, inputs[i]))
-            cli_usage_error("the output %s is also an input; it would be destroyed", o.output);
-        if (o.metrics && cli_same_file(o.metrics, inputs[i]))
-            cli_usage_error("the metrics file %s is also an input; it would be destroyed", o.metrics);
-    }
+    int ninputs;
+    char **inputs = cli_inputs(argc, argv, &ninputs);
+    cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
+    cli_refuse_overwrite(inputs, ninputs, o.metrics, "metrics file");
     run_t run = {.o = &o, .argc = argc, .argv = argv};
-    run.fd = cli_open_output(o.output, 1, o.force);
+    run.fd = cli_open_output(o.out.output, 1, o.out.force);
     if (o.metrics) {
         o.scr.metrics_name = strcmp(o.metrics, "-") ? o.metrics : "(stdout)";
         o.scr.metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, "w") : stdout;
@@ -171,7 +154,7 @@ int main(int argc, char **argv) {
 
     rec_t *rec = rec_new();
     cli_progress prog;
-    cli_progress_init(&prog, o.progress);
+    cli_progress_init(&prog, o.out.progress);
     double t0 = cli_now();
     uint64_t bytes_in = 0, members = 0;
     for (int i = 0; i < ninputs; i++) {
@@ -224,7 +207,7 @@ int main(int argc, char **argv) {
     if (scr_flush(run.scr, run.w, &e) || scr_finish(run.scr, &e) || recw_close(run.w, &e)) cli_die("%s", e.msg);
     uint64_t bytes_out = recw_bytes_written(run.w);
     recw_free(run.w);
-    if (!o.quiet) {
+    if (!o.out.quiet) {
         sbuf line = {0};
         char bin[32], bout[32];
         ratio_acc_text(scr_total(run.scr), &line);
@@ -239,6 +222,6 @@ int main(int argc, char **argv) {
     scr_free(run.scr);
     if (o.scr.model) model_free(o.scr.model);
     rec_free(rec);
-    if (run.fd > 1 && close(run.fd)) cli_die("write error: %s: %s", o.output, strerror(errno));
+    if (run.fd > 1 && close(run.fd)) cli_die("write error: %s: %s", o.out.output, strerror(errno));
     return 0;
 }

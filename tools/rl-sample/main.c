@@ -67,14 +67,14 @@ static const char USAGE[] =
     "  rl-sample --model ckpt/ --temperature 0 test.jsonl | rl-cat --stats\n";
 
 typedef struct {
-    const char *model, *output, *verifier_cmd;
+    const char *model, *verifier_cmd;
     rl_dtype dtype;
     gen_opts gen;
     char **stop;
     uint64_t epochs, max_prompts, max_records;
     int epochs_set, verifier;   // verifier: -1 default, 0 none, 1 builtin
     vf_kind kind;
-    int raw, no_provenance, force, quiet, progress;
+    cli_out_opts out;
 } options;
 
 // "\n" and "\t" in a stop string (shells make real newlines awkward to pass).
@@ -92,7 +92,7 @@ static char *unescape(const char *s) {
 
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
-           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_NOPROV, O_PROGRESS };
+           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -101,15 +101,13 @@ static options parse_options(int argc, char **argv) {
         {"slots", required_argument, 0, O_SLOTS},          {"seed", required_argument, 0, O_SEED},
         {"epochs", required_argument, 0, O_EPOCHS},        {"max-prompts", required_argument, 0, O_MAXPROMPTS},
         {"max-records", required_argument, 0, O_MAXRECORDS}, {"verifier", required_argument, 0, O_VERIFIER},
-        {"verifier-cmd", required_argument, 0, O_VCMD},    {"output", required_argument, 0, 'o'},
-        {"uncompressed", no_argument, 0, 'u'},             {"no-provenance", no_argument, 0, O_NOPROV},
-        {"force", no_argument, 0, 'f'},                    {"quiet", no_argument, 0, 'q'},
-        {"progress", no_argument, 0, O_PROGRESS},          {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, 'V'},                  {0, 0, 0, 0}};
+        {"verifier-cmd", required_argument, 0, O_VCMD},    CLI_OUT_LONGOPTS,
+        {0, 0, 0, 0}};
     options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
     int c;
-    while ((c = getopt_long(argc, argv, "n:o:ufqhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "n:", longopts, NULL)) != -1) {
+        if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
         case O_DTYPE:
@@ -142,15 +140,6 @@ static options parse_options(int argc, char **argv) {
             else cli_usage_error("--verifier: expected exact, number, boxed or none, got '%s'", optarg);
             break;
         case O_VCMD: o.verifier_cmd = optarg; break;
-        case 'o': o.output = optarg; break;
-        case 'u': o.raw = 1; break;
-        case O_NOPROV: o.no_provenance = 1; break;
-        case 'f': o.force = 1; break;
-        case 'q': o.quiet = 1; break;
-        case O_PROGRESS: o.progress = 1; break;
-        case 'h': fputs(USAGE, stdout); exit(0);
-        case 'V': cli_print_version(); exit(0);
-        default: fprintf(stderr, "Try 'rl-sample --help' for more information.\n"); exit(2);
         }
     }
     if (!o.model) cli_usage_error("--model DIR is required");
@@ -203,7 +192,7 @@ static long feed_next(feed_t *f) {
 // The output header: provenance, the seed, the model and the sampling options.
 static void make_header(rec_t *h, const options *o, int argc, char **argv, const char *dir, uint64_t version,
                         size_t nparams, const char *verifier) {
-    rec_make_header(h, "rollouts", "rl-sample", argc, argv, o->no_provenance);
+    rec_make_header(h, "rollouts", "rl-sample", argc, argv, o->out.no_provenance);
     rec_set_uint(h, "seed", o->gen.seed);
     rec_t *sub = rec_new();
     sbuf enc = {0};
@@ -232,13 +221,10 @@ static void make_header(rec_t *h, const options *o, int argc, char **argv, const
 int main(int argc, char **argv) {
     cli_init("rl-sample");
     options o = parse_options(argc, argv);
-    char *stdin_only[] = {"-"};
-    char **inputs = optind < argc ? argv + optind : stdin_only;
-    int ninputs = optind < argc ? argc - optind : 1;
-    for (int i = 0; i < ninputs; i++)
-        if (o.output && cli_same_file(o.output, inputs[i]))
-            cli_usage_error("the output %s is also an input; it would be destroyed", o.output);
-    int fd = cli_open_output(o.output, 1, o.force);
+    int ninputs;
+    char **inputs = cli_inputs(argc, argv, &ninputs);
+    cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
+    int fd = cli_open_output(o.out.output, 1, o.out.force);
     double t0 = cli_now();
 
     rl_err e;
@@ -280,8 +266,8 @@ int main(int argc, char **argv) {
     rec_t *h = rec_new();
     make_header(h, &o, argc, argv, dir, version, model_nparams(m), vname);
     recw_opts wo = recw_default_opts;
-    wo.raw = o.raw;
-    recw_t *w = recw_fdopen(fd, o.output ? o.output : "(stdout)", &wo, h, &e);
+    wo.raw = o.out.raw;
+    recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);
     if (!w) cli_die("%s", e.msg);
     rec_free(h);
 
@@ -289,7 +275,7 @@ int main(int argc, char **argv) {
     rng_seed(&feed.rng, o.gen.seed);
     shuffle(&feed);
     cli_progress prog;
-    cli_progress_init(&prog, o.progress);
+    cli_progress_init(&prog, o.out.progress);
     double tgen = cli_now();
     int more = 1;
     for (;;) {
@@ -320,7 +306,7 @@ int main(int argc, char **argv) {
     if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || recw_close(w, &e)) cli_die("%s", e.msg);
     double tend = cli_now();
     const ro_totals *t = ro_total(ro);
-    if (!o.quiet) {
+    if (!o.out.quiet) {
         char acc[96] = "";
         if (t->rewarded)
             snprintf(acc, sizeof acc, ", reward mean %.4f, accuracy %.4f", t->reward_sum / (double)t->rewarded,
@@ -339,6 +325,6 @@ int main(int argc, char **argv) {
     model_free(m);
     for (size_t i = 0; i < o.gen.n_stop; i++) free(o.stop[i]);
     free(o.stop);
-    if (fd > 1 && close(fd)) cli_die("write error: %s: %s", o.output, strerror(errno));
+    if (fd > 1 && close(fd)) cli_die("write error: %s: %s", o.out.output, strerror(errno));
     return 0;
 }
