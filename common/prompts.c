@@ -118,3 +118,42 @@ void prm_free(prompt_set *ps) {
     free(ps->v);
     memset(ps, 0, sizeof *ps);
 }
+
+// ---- the order of prompts --------------------------------------------------
+
+static void shuffle(prm_feed *f) {   // Fisher-Yates
+    for (size_t i = 0; i < f->n; i++) f->order[i] = i;
+    for (size_t i = f->n; i > 1; i--) {
+        size_t j = (size_t)(rng_uniform(&f->rng) * (double)i);
+        size_t t = f->order[i - 1];
+        f->order[i - 1] = f->order[j];
+        f->order[j] = t;
+    }
+}
+
+void prm_feed_init(prm_feed *f, size_t n, uint64_t seed, uint64_t epochs, uint64_t max_started) {
+    memset(f, 0, sizeof *f);
+    f->n = n;
+    f->order = xmalloc((n ? n : 1) * sizeof *f->order);
+    f->epochs = epochs;
+    f->max_started = max_started;
+    rng_seed(&f->rng, seed);
+    shuffle(f);
+}
+
+long prm_feed_next(prm_feed *f) {
+    if (!f->n || (f->max_started && f->started >= f->max_started)) return -1;
+    if (f->next == f->n) {
+        if (f->epochs && f->epoch + 1 >= f->epochs) return -1;
+        f->epoch++;
+        f->next = 0;
+        shuffle(f);
+    }
+    f->started++;
+    return (long)f->order[f->next++];
+}
+
+void prm_feed_free(prm_feed *f) {
+    free(f->order);
+    f->order = NULL;
+}

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "record.h"
+#include "rng.h"
 #include "tokenizer.h"
 
 typedef struct {
@@ -41,5 +42,17 @@ typedef struct {
 // prompt too long, a member whose kind is not "prompts". 0, or -1 with err.
 int prm_read(prompt_set *ps, const char *path, const prm_opts *o, rl_err *err);
 void prm_free(prompt_set *ps);
+
+// The order prompts are started in: the set shuffled with seed, anew for each
+// pass, for `epochs` passes (0: no end), at most max_started in all (0: no limit).
+typedef struct {
+    size_t n, *order, next;
+    uint64_t epoch, epochs, started, max_started;
+    rl_rng rng;
+} prm_feed;
+
+void prm_feed_init(prm_feed *f, size_t n, uint64_t seed, uint64_t epochs, uint64_t max_started);
+long prm_feed_next(prm_feed *f);   // the next prompt's index, or -1 at the end
+void prm_feed_free(prm_feed *f);
 
 #endif

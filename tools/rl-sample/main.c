@@ -156,39 +156,6 @@ static options parse_options(int argc, char **argv) {
     return o;
 }
 
-// The prompt order: the set shuffled anew for each epoch, up to the limits.
-typedef struct {
-    const options *o;
-    size_t n, *order, next;
-    uint64_t epoch, started;
-    rl_rng rng;
-} feed_t;
-
-static void shuffle(feed_t *f) {
-    for (size_t i = 0; i < f->n; i++) f->order[i] = i;
-    for (size_t i = f->n; i > 1; i--) {
-        size_t j = (size_t)(rng_uniform(&f->rng) * (double)i);
-        size_t t = f->order[i - 1];
-        f->order[i - 1] = f->order[j];
-        f->order[j] = t;
-    }
-}
-
-// The next prompt to start, or -1 when the limits are reached.
-static long feed_next(feed_t *f) {
-    const options *o = f->o;
-    if (o->max_prompts && f->started >= o->max_prompts) return -1;
-    if (o->max_records && (f->started + 1) * (uint64_t)o->gen.group > o->max_records) return -1;
-    if (f->next == f->n) {
-        if (o->epochs && f->epoch + 1 >= o->epochs) return -1;
-        f->epoch++;
-        f->next = 0;
-        shuffle(f);
-    }
-    f->started++;
-    return (long)f->order[f->next++];
-}
-
 // The output header: provenance, the seed, the model and the sampling options.
 static void make_header(rec_t *h, const options *o, int argc, char **argv, const char *dir, uint64_t version,
                         size_t nparams, const char *verifier) {
@@ -271,16 +238,18 @@ int main(int argc, char **argv) {
     if (!w) cli_die("%s", e.msg);
     rec_free(h);
 
-    feed_t feed = {.o = &o, .n = ps.n, .order = xmalloc(ps.n * sizeof(size_t))};
-    rng_seed(&feed.rng, o.gen.seed);
-    shuffle(&feed);
+    uint64_t max_groups = o.max_prompts;
+    if (o.max_records && (!max_groups || o.max_records / (uint64_t)o.gen.group < max_groups))
+        max_groups = o.max_records / (uint64_t)o.gen.group;
+    prm_feed feed;
+    prm_feed_init(&feed, ps.n, o.gen.seed, o.epochs, max_groups);
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
     double tgen = cli_now();
     int more = 1;
     for (;;) {
         while (more && gen_waiting(g) < (size_t)gen_free_slots(g)) {
-            long p = feed_next(&feed);
+            long p = prm_feed_next(&feed);
             if (p < 0) more = 0;
             else gen_add(g, (size_t)p, ps.v[p].ids, ps.v[p].n_ids);
         }
@@ -319,7 +288,7 @@ int main(int argc, char **argv) {
     ro_free(ro);
     if (vp) vp_free(vp);
     gen_free(g);
-    free(feed.order);
+    prm_feed_free(&feed);
     prm_free(&ps);
     tok_free(tok);
     model_free(m);
