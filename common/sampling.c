@@ -60,18 +60,43 @@ static v4sf exp_neg4(v4sf x) {
     return p * (v4sf)e;
 }
 
-// prob[i] = exp((x[i] - max) * inv_t) for i in [0, n); their sum in double.
+// prob[i] = exp((x[i] - max) * inv_t) for i in [0, n), and their sum: four
+// partial float sums (a block is short enough for float), added in double.
 static double block_exp(const float *x, float *prob, int n, float max, float inv_t) {
-    double sum = 0;
-    for (int i = 0; i < n; i += 4) {
-        v4sf v = {0}, p;
-        int k = n - i < 4 ? n - i : 4;
-        memcpy(&v, x + i, (size_t)k * sizeof(float));
+    v4sf acc = {0}, p;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4sf v;
+        memcpy(&v, x + i, sizeof v);
         p = exp_neg4((v - max) * inv_t);
-        memcpy(prob + i, &p, (size_t)k * sizeof(float));
-        for (int j = 0; j < k; j++) sum += p[j];
+        memcpy(prob + i, &p, sizeof p);
+        acc += p;
+    }
+    double sum = (double)acc[0] + (double)acc[1] + (double)acc[2] + (double)acc[3];
+    if (i < n) {   // the last 1..3 values
+        v4sf v = {0};
+        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
+        p = exp_neg4((v - max) * inv_t);
+        memcpy(prob + i, &p, (size_t)(n - i) * sizeof(float));
+        for (int j = 0; j < n - i; j++) sum += p[j];
     }
     return sum;
+}
+
+// The largest of x[0..n), four lanes at a time.
+static float max_of(const float *x, int n) {
+    v4sf m = {x[0], x[0], x[0], x[0]};
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4sf v;
+        memcpy(&v, x + i, sizeof v);
+        v4si more = v > m;
+        m = (v4sf)(((v4si)v & more) | ((v4si)m & ~more));
+    }
+    float best = m[0];
+    for (int j = 1; j < 4; j++) best = m[j] > best ? m[j] : best;
+    for (; i < n; i++) best = x[i] > best ? x[i] : best;
+    return best;
 }
 
 static uint32_t argmax(const float *x, int V) {
@@ -118,7 +143,7 @@ uint32_t smp_draw(const float *logits, const smp_params *p, rl_rng *rng, smp_wor
     }
     // prob[i] = exp(z_i - max z), z = logits / T, in float; sums in double.
     float inv_t = (float)(1.0 / (double)p->temperature);
-    float zmax = logits[argmax(logits, V)];
+    float zmax = max_of(logits, V);
     int nb = (V + BLOCK - 1) / BLOCK;
     double total = 0;
     for (int b = 0; b < nb; b++) {
