@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench.h"
 #include "model.h"
 #include "rng.h"
 
@@ -207,17 +208,6 @@ static void usage(FILE *f) {
     fprintf(f, "usage: forward write|sgemm|score|decode [options]  (see bench/forward.c)\n");
 }
 
-static int int_arg(const char *s, const char *name, int lo, int hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "forward: error: --%s must be an integer in [%d, %d]\n", name, lo, hi);
-        exit(2);
-    }
-    return (int)v;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
@@ -241,17 +231,17 @@ int main(int argc, char **argv) {
         case 'd':
             if (dt_parse(optarg, &a.mo.dtype) != 0) { fprintf(stderr, "forward: error: bad --dtype\n"); return 2; }
             break;
-        case 'g': a.mo.group = int_arg(optarg, "group", 0, 64); break;
-        case 'r': a.records = int_arg(optarg, "records", 1, 1 << 20); break;
-        case 'p': a.prompt = int_arg(optarg, "prompt", 1, 1 << 16); break;
-        case 't': a.completion = int_arg(optarg, "completion", 1, 1 << 16); break;
-        case 's': a.slots = int_arg(optarg, "slots", 1, 4096); break;
-        case 'n': a.steps = int_arg(optarg, "steps", 1, 1 << 16); break;
-        case 'R': a.reps = int_arg(optarg, "reps", 1, MAX_REPS); break;
-        case '1': a.m = int_arg(optarg, "m", 1, 1 << 16); break;
-        case '2': a.n = int_arg(optarg, "n", 1, 1 << 16); break;
-        case '3': a.k = int_arg(optarg, "k", 1, 1 << 16); break;
-        case 'S': a.seed = (uint64_t)int_arg(optarg, "seed", 0, 1 << 30); break;
+        case 'g': a.mo.group = bench_int_arg("forward", optarg, "group", 0, 64); break;
+        case 'r': a.records = bench_int_arg("forward", optarg, "records", 1, 1 << 20); break;
+        case 'p': a.prompt = bench_int_arg("forward", optarg, "prompt", 1, 1 << 16); break;
+        case 't': a.completion = bench_int_arg("forward", optarg, "completion", 1, 1 << 16); break;
+        case 's': a.slots = bench_int_arg("forward", optarg, "slots", 1, 4096); break;
+        case 'n': a.steps = bench_int_arg("forward", optarg, "steps", 1, 1 << 16); break;
+        case 'R': a.reps = bench_int_arg("forward", optarg, "reps", 1, MAX_REPS); break;
+        case '1': a.m = bench_int_arg("forward", optarg, "m", 1, 1 << 16); break;
+        case '2': a.n = bench_int_arg("forward", optarg, "n", 1, 1 << 16); break;
+        case '3': a.k = bench_int_arg("forward", optarg, "k", 1, 1 << 16); break;
+        case 'S': a.seed = (uint64_t)bench_int_arg("forward", optarg, "seed", 0, 1 << 30); break;
         default: usage(stderr); return 2;
         }
     }

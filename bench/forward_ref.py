@@ -1,10 +1,12 @@
-"""PyTorch side of bench/forward.sh: the same computations as bench/forward.c
-in float32 eager PyTorch (tests/py/llama_ref.py's model), and the record file
-rl-ratio is timed on. Prints RESULT lines in forward.c's format.
+"""PyTorch side of bench/forward.sh and bench/sample.sh: the same computations
+as bench/forward.c and rl-sample in float32 eager PyTorch (tests/py/llama_ref.py's
+model), and the record file rl-ratio is timed on. Prints RESULT lines in
+forward.c's format.
 
   forward_ref.py records OUT --records N --prompt P --completion C [--seed S]
   forward_ref.py score  DIR --records N --prompt P --completion C [--reps R] [--batch B]
   forward_ref.py decode DIR --slots S --prompt P --steps N [--reps R]
+  forward_ref.py generate DIR --slots S --prompt P --steps N [--prompts N] [--reps R]
 
 Threads: torch.set_num_threads(--threads, default 2); run it with
 OMP_WAIT_POLICY=PASSIVE (forward.sh does)."""
@@ -18,6 +20,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "py"))
 
 import torch  # noqa: E402
+import llama_ref  # noqa: E402
+
+
+class Llama(llama_ref.Llama):
+    """llama_ref's model with one-row products through torch.mv: Debian's
+    PyTorch sends x @ Wᵀ to an sgemm that reads W at under half gemv's speed
+    when x is one row (decoding one sequence); mv gives the reference its best."""
+
+    def _linear(self, x, name, bias):
+        if x.numel() != x.shape[-1]:
+            return super()._linear(x, name, bias)
+        y = torch.mv(self.w[name + ".weight"], x.reshape(-1)).view(*x.shape[:-1], -1)
+        return y + self.w[name + ".bias"] if bias else y
+
+    def logits(self, hidden):
+        if hidden.numel() != hidden.shape[-1]:
+            return super().logits(hidden)
+        return torch.mv(self.lm_head, hidden.reshape(-1)).view(*hidden.shape[:-1], -1)
 
 
 def result(what, tokens, flop, times):
@@ -94,9 +114,41 @@ def cmd_decode(a, m):
     result(f"torch_decode_f32_{S}", S * a.steps, (body + head) * S * a.steps, times)
 
 
+def cmd_generate(a, m):
+    """rl-sample's work on --prompts prompts of P random tokens, S at a time:
+    per batch a prefill, then N - 1 decode steps; every step samples one token
+    per sequence at temperature 1 and keeps its log-probability. Timed from the
+    first prefill to the last token; tokens = prompts x N generated."""
+    c = m.cfg
+    S, P, N = a.slots, a.prompt, a.steps
+    n = a.prompts or S
+    g = torch.Generator().manual_seed(a.seed)
+
+    def generate(B):
+        cache = m.new_cache(B, P + N)
+        ids = torch.randint(0, c["V"], (B, P), generator=g)
+        out, logps = [], []
+        for pos in range(P, P + N):
+            logp = torch.log_softmax(m.logits(m.forward(ids, cache, pos - ids.shape[1])[:, -1]), dim=-1)
+            ids = torch.multinomial(logp.exp(), 1, generator=g)          # (B, 1)
+            out.append(ids)
+            logps.append(logp.gather(1, ids))
+        return torch.cat(out, 1), torch.cat(logps, 1)
+
+    generate(1)  # warm-up: one sequence
+    times = []
+    for _ in range(a.reps):
+        t0 = time.perf_counter()
+        for b in range(0, n, S):
+            generate(min(S, n - b))
+        times.append(time.perf_counter() - t0)
+    body, head = flop_per_token(c)
+    result(f"torch_generate_f32_{S}", n * N, (body * (P + N - 1) + head * N) * n, times)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=("records", "score", "decode"))
+    ap.add_argument("cmd", choices=("records", "score", "decode", "generate"))
     ap.add_argument("dir")
     ap.add_argument("--records", type=int, default=64)
     ap.add_argument("--prompt", type=int, default=32)
@@ -105,16 +157,16 @@ def main():
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=0, help="generate: prompts in all (default --slots)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     if a.cmd == "records":
         return cmd_records(a)
-    import llama_ref
     torch.set_num_threads(a.threads)
-    m = llama_ref.Llama(a.dir, dtype=torch.float32)
+    m = (Llama if a.cmd == "generate" else llama_ref.Llama)(a.dir, dtype=torch.float32)
     with torch.no_grad():
-        (cmd_score if a.cmd == "score" else cmd_decode)(a, m)
+        {"score": cmd_score, "decode": cmd_decode, "generate": cmd_generate}[a.cmd](a, m)
 
 
 if __name__ == "__main__":
