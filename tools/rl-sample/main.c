@@ -216,7 +216,8 @@ int main(int argc, char **argv) {
         if (!ps.v[i].answer && o.verifier == 1)
             cli_die("no \"answer\", which --verifier %s needs: %s", vf_name(o.kind), ps.v[i].where);
         if (ps.v[i].answer && vf_check_answer(o.kind, ps.v[i].answer, ps.v[i].answer_len, &e))
-            cli_die("%s: %s", e.msg, ps.v[i].where);
+            cli_die("%s%s: %s", e.msg, o.verifier < 0 ? " (the default with answers; name --verifier exact or boxed)" : "",
+                    ps.v[i].where);
     }
 
     o.gen.eos_id = cfg->eos_id;
