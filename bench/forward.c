@@ -25,7 +25,7 @@
 #include "model.h"
 #include "rng.h"
 
-#define MAX_REPS 64
+#define MAX_REPS 64   // bench_median takes at most 64
 
 static void die(const char *file, int line, const char *msg) {
     fprintf(stderr, "forward: error: %s (%s:%d)\n", msg, file, line);
@@ -33,28 +33,11 @@ static void die(const char *file, int line, const char *msg) {
 }
 #define CHECK(call, err) do { if ((call) != 0) die(__FILE__, __LINE__, (err).msg); } while (0)
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 // Prints the RESULT line of reps timings t (seconds per repetition).
 static void result(const char *what, double tokens, double flop, double *t, int reps) {
-    double s[MAX_REPS];
-    memcpy(s, t, (size_t)reps * sizeof *t);
-    qsort(s, (size_t)reps, sizeof *s, cmp_double);
-    double med = reps % 2 ? s[reps / 2] : 0.5 * (s[reps / 2 - 1] + s[reps / 2]);
-    printf("RESULT what=%s tokens=%.0f flop=%.6g median_s=%.6f tok_s=%.2f times=", what, tokens, flop,
-           med, tokens / med);
-    for (int i = 0; i < reps; i++) printf(i ? ",%.4f" : "%.4f", t[i]);
-    putchar('\n');
-    fflush(stdout);
+    double med = bench_median(t, reps);
+    printf("RESULT what=%s tokens=%.0f flop=%.6g median_s=%.6f tok_s=%.2f ", what, tokens, flop, med, tokens / med);
+    bench_print_times(t, reps);
 }
 
 // Matmul FLOPs of one token through the layers (body) and through the output layer (head).
@@ -108,10 +91,10 @@ static void cmd_sgemm(const args *a) {
     for (size_t i = 0; i < N * K; i++) w[i] = (float)rng_normal(&r);
     double t[MAX_REPS];
     for (int i = -1; i < a->reps; i++) {     // one warm-up
-        double t0 = now();
+        double t0 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a->m, a->n, a->k, 1.0f, x, a->k, w, a->k,
                     0.0f, out, a->n);
-        if (i >= 0) t[i] = now() - t0;
+        if (i >= 0) t[i] = bench_now() - t0;
     }
     char what[64];
     snprintf(what, sizeof what, "sgemm_%dx%dx%d", a->m, a->n, a->k);
@@ -146,9 +129,9 @@ static void cmd_score(const args *a) {
     CHECK(model_score(m, seqs, 1, &err), err);      // warm-up: one sequence
     double t[MAX_REPS];
     for (int i = 0; i < a->reps; i++) {
-        double t0 = now();
+        double t0 = bench_now();
         CHECK(model_score(m, seqs, N, &err), err);
-        t[i] = now() - t0;
+        t[i] = bench_now() - t0;
     }
     double body, head;
     flop_per_token(c, &body, &head);
@@ -180,18 +163,18 @@ static void cmd_decode(const args *a) {
         if (slot < 0) die(__FILE__, __LINE__, "no free slot");
         steps[s] = (model_step_seq){slot, prompts + (size_t)s * P, P};
     }
-    double t0 = now();
+    double t0 = bench_now();
     CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
-    double prefill = now() - t0;
+    double prefill = bench_now() - t0;
     double t[MAX_REPS];
     for (int i = 0; i < a->reps; i++) {
-        t0 = now();
+        t0 = bench_now();
         for (int k = 0; k < a->steps; k++) {
             random_ids(&r, next, (size_t)S, V);
             for (int s = 0; s < S; s++) steps[s].ids = &next[s], steps[s].n = 1;
             CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
         }
-        t[i] = now() - t0;
+        t[i] = bench_now() - t0;
     }
     double body, head;
     flop_per_token(c, &body, &head);

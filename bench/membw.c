@@ -18,7 +18,7 @@
 #include "bench.h"
 
 #define MAX_THREADS 64
-#define MAX_REPS 64
+#define MAX_REPS 64   // bench_median takes at most 64
 
 typedef struct {
     const uint64_t *p;
@@ -33,17 +33,6 @@ static void *read_part(void *arg) {
     for (size_t i = 0; i < a->n; i++) s += a->p[i];
     a->sum = s;
     return NULL;
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -66,10 +55,10 @@ int main(int argc, char **argv) {
     memset(buf, 1, bytes);
     part parts[MAX_THREADS];
     pthread_t th[MAX_THREADS];
-    double t[MAX_REPS], s[MAX_REPS];
+    double t[MAX_REPS];
     uint64_t total = 0;
     for (int r = -1; r < reps; r++) {     // one warm-up pass
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < nt; i++) {
             size_t lo = n * (size_t)i / (size_t)nt, hi = n * (size_t)(i + 1) / (size_t)nt;
             parts[i] = (part){buf + lo, hi - lo, 0};
@@ -79,14 +68,11 @@ int main(int argc, char **argv) {
             }
         }
         for (int i = 0; i < nt; i++) pthread_join(th[i], NULL), total += parts[i].sum;
-        if (r >= 0) t[r] = now() - t0;
+        if (r >= 0) t[r] = bench_now() - t0;
     }
-    memcpy(s, t, (size_t)reps * sizeof *t);
-    qsort(s, (size_t)reps, sizeof *s, cmp_double);
-    double med = reps % 2 ? s[reps / 2] : 0.5 * (s[reps / 2 - 1] + s[reps / 2]);
-    printf("RESULT what=membw_read bytes=%zu median_s=%.6f gb_s=%.2f times=", bytes, med, (double)bytes / med / 1e9);
-    for (int i = 0; i < reps; i++) printf(i ? ",%.4f" : "%.4f", t[i]);
-    printf("\n");
+    double med = bench_median(t, reps);
+    printf("RESULT what=membw_read bytes=%zu median_s=%.6f gb_s=%.2f ", bytes, med, (double)bytes / med / 1e9);
+    bench_print_times(t, reps);
     if (total == 42) printf("(sum %llu)\n", (unsigned long long)total);   // never: keeps the sums live
     free(buf);
     return 0;
