@@ -94,8 +94,7 @@ int cli_out_option(int c, const char *arg, cli_out_opts *o, const char *usage) {
     case CLI_OPT_PROGRESS: o->progress = 1; return 1;
     case 'h': fputs(usage, stdout); exit(0);
     case 'V': cli_print_version(); exit(0);
-    case '?':
-    case ':': fprintf(stderr, "Try '%s --help' for more information.\n", cli_tool()); exit(2);
+    case '?': fprintf(stderr, "Try '%s --help' for more information.\n", cli_tool()); exit(2);
     default: return 0;
     }
 }

@@ -82,8 +82,7 @@ static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, i
     return rec;
 }
 
-int ro_add(ro_t *r, const gen_group *g, rl_err *err) {
-    (void)err;
+void ro_add(ro_t *r, const gen_group *g) {
     const prompt *p = &r->o.prompts->v[g->prompt];
     if (r->tail == r->cap && r->head) {
         memmove(r->held, r->held + r->head, (r->tail - r->head) * sizeof *r->held);
@@ -117,7 +116,6 @@ int ro_add(ro_t *r, const gen_group *g, rl_err *err) {
         }
     }
     r->n_held += (uint64_t)g->n;
-    return 0;
 }
 
 // Appends to err which rollout the external verifier failed on.

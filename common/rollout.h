@@ -16,7 +16,6 @@
 
 typedef struct {
     const prompt_set *prompts;
-    const tokenizer *tok;
     int builtin;              // score prompts that have an answer with `kind`
     vf_kind kind;
     vproc *cmd;               // or ask this external verifier (NULL: none)
@@ -36,9 +35,9 @@ typedef struct ro ro_t;
 ro_t *ro_new(const ro_opts *o);
 void ro_free(ro_t *r);
 
-// Makes the records of a finished group and holds them (sends the external
-// verifier its requests). 0, or -1 with err.
-int ro_add(ro_t *r, const gen_group *g, rl_err *err);
+// Makes the records of a finished group and holds them (queues the external
+// verifier's requests; they are sent by ro_write).
+void ro_add(ro_t *r, const gen_group *g);
 // Writes every held group whose rewards are all known, oldest first, and
 // flushes after each. block: first waits until the external verifier has
 // answered for every held group. 0, or -1 with err (a verifier's failure

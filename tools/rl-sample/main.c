@@ -229,7 +229,7 @@ int main(int argc, char **argv) {
     vproc *vp = NULL;
     if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, &e))) cli_die("%s", e.msg);
     const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
-    ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .tok = tok, .builtin = builtin, .kind = o.kind, .cmd = vp,
+    ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
                                  .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
     rec_t *h = rec_new();
     make_header(h, &o, argc, argv, dir, version, model_nparams(m), vname);
@@ -256,8 +256,7 @@ int main(int argc, char **argv) {
         }
         long n = gen_step(g, &e);
         if (n < 0) cli_die("%s", e.msg);
-        for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g))
-            if (ro_add(ro, grp, &e)) cli_die("%s", e.msg);
+        for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g)) ro_add(ro, grp);
         // Too many records awaiting the external verifier: wait for it.
         if (ro_write(ro, w, ro_held(ro) > 65536, &e)) {
             cli_progress_done(&prog);
