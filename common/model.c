@@ -456,7 +456,7 @@ static void forward(model_t *m, int N, int nseq, int with_cache) {
             kb = kl;
             vb = vl;
         }
-        o->attention(m->att, m->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
+        o->attention(m->att, NULL, m->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
         o->matmul(m->xb, m->att, &L->o, L->bo, N);
         o->add(m->x, m->xb, (size_t)N * C);
         o->rmsnorm(m->xb, m->x, L->mlp_norm, N, C, eps);
@@ -548,7 +548,7 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
     for (size_t r0 = 0; r0 < R; r0 += chunk) {
         int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
         logits_rows(m, m->sel + r0, rows);
-        o->logprob(m->lp + r0, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
+        o->logprob(m->lp + r0, NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
     }
     o->download(lp, m->lp, R * 4);
     r = 0;

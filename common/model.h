@@ -41,12 +41,52 @@ typedef struct {
     size_t n_ids;
     float temperature;        // > 0: log-probs of softmax(logits / temperature)
     float *logp;              // out: n_ids values
+    float *entropy;           // out when not NULL: n_ids entropies (nats) of those distributions
 } model_seq;
 
 // One batched forward over all sequences; the output layer runs in chunks of
 // rows, so no (tokens, V) logits array is held. Errors: token >= vocab,
 // empty prompt, a sequence longer than max_position_embeddings, temperature <= 0.
 int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err);
+
+// ---- Training (f32 models): exact gradients and the AdamW step (DESIGN §4).
+// The gradient, optimizer moments and step live in the model's backend.
+
+// Allocates the gradient (zero) and the AdamW moments (zero) of every parameter.
+int model_train_init(model_t *m, rl_err *err);
+
+// A loss L = Σ_r ℓ_r(logp_r) over the scored tokens, numbered r = 0, 1, ...
+// sequence after sequence (those with n_ids > 0), token after token. The
+// callback gets the log-probabilities of tokens r0 .. r0+rows-1 (in order of
+// r0, each token once) and writes dlogp[i] = dℓ/dlogp for each.
+typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *logp, float *dlogp);
+
+// One forward and backward pass over the sequences (as model_score, whose
+// errors it shares): fills seqs[i].logp (and entropy) and adds dL/dθ to the
+// gradient, so that calls between two model_zero_grad accumulate.
+int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err);
+void model_zero_grad(model_t *m);
+// Σ over every parameter of gradient², in double.
+double model_grad_sumsq(const model_t *m);
+// One AdamW step (ops.h rl_adamw; the caller sets lr, betas, eps, gscale and
+// the bias corrections). Weight decay h->wd applies to 2-D tensors (matrices
+// and embeddings), none to norm weights and biases.
+void model_adamw(model_t *m, const rl_adamw *h);
+
+// The parameter tensors in the model's order; the gradient and moments use the same.
+typedef struct {
+    const char *name;         // Hugging Face name
+    int ndim;
+    int64_t shape[2];
+    size_t n;                 // elements
+} model_tensor;
+size_t model_ntensors(const model_t *m);
+model_tensor model_tensor_at(const model_t *m, size_t i);
+// Host copies (n floats of tensor i) of a parameter, its gradient or a moment;
+// get returns -1 if the model has no training state.
+enum { MODEL_PARAM, MODEL_GRAD, MODEL_EXP_AVG, MODEL_EXP_AVG_SQ };
+int model_tensor_get(const model_t *m, int which, size_t i, float *out);
+int model_tensor_set(model_t *m, int which, size_t i, const float *in);
 
 // ---- Incremental decoding with a KV cache of `slots` sequences of up to max_len tokens.
 int model_cache_init(model_t *m, int slots, int max_len, rl_err *err);

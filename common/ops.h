@@ -30,6 +30,16 @@ typedef struct {
     int32_t q0, n, pos0, kv0;
 } rl_attn_seq;
 
+// One AdamW update as torch.optim.AdamW (single-tensor form) computes it, on
+// n parameters p with gradients g·gscale and moments m, v:
+//   p ← p·(1 − lr·wd);  m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²;
+//   p ← p − (lr / bc1) · m / (√v / bc2_sqrt + eps)
+// bc1 = 1 − β1^step and bc2_sqrt = √(1 − β2^step) are computed by the caller in double.
+typedef struct {
+    float lr, beta1, beta2, eps, wd, gscale;
+    double bc1, bc2_sqrt;
+} rl_adamw;
+
 typedef struct rl_ops {
     const char *name;
     void *(*alloc)(size_t bytes);                                  // zero-filled; aborts when out of memory
@@ -51,16 +61,55 @@ typedef struct rl_ops {
     // dst row i = src row rows[i] (width W), for i < N: the rows that need logits
     void (*gather_rows)(float *dst, const float *src, const int32_t *rows, int N, int W);
     // out (N, NH, HS) = causal softmax(q kᵀ / sqrt(HS)) v per sequence and head;
-    // query head h reads key/value head h / (NH / NKV); k, v rows are (NKV, HS)
-    void (*attention)(float *out, const float *q, const float *k, const float *v,
+    // query head h reads key/value head h / (NH / NKV); k, v rows are (NKV, HS).
+    // lse (N, NH), when not NULL: log Σ_t exp(score_t) of each query row and
+    // head (the softmax's normaliser, kept for the backward pass).
+    void (*attention)(float *out, float *lse, const float *q, const float *k, const float *v,
                       const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS);
     // out (N, F) = silu(gate) * up;  out may equal gate
     void (*swiglu)(float *out, const float *gate, const float *up, int N, int F);
     // x (n) += y (n)
     void (*add)(float *x, const float *y, size_t n);
-    // out[i] = log_softmax(logits[i] * inv_temp[i])[target[i]], logits (N, V)
-    void (*logprob)(float *out, const float *logits, const int32_t *target, const float *inv_temp,
-                    int N, int V);
+    // out[i] = log_softmax(logits[i] * inv_temp[i])[target[i]], logits (N, V);
+    // ent[i], when not NULL: the entropy −Σ p log p of that distribution (nats)
+    void (*logprob)(float *out, float *ent, const float *logits, const int32_t *target,
+                    const float *inv_temp, int N, int V);
+
+    // ---- Training: the backward of each operation above (f32 weights only).
+    // Gradients of parameters accumulate (+=), so micro-batches add up;
+    // gradients of activations are written (=) unless the comment says +=.
+
+    // logits (N, V) replaced by d loss / d logits for a loss whose derivative
+    // with respect to out[i] of logprob is dlogp[i]:
+    //   dlogp[i] · inv_temp[i] · (onehot(target[i]) − softmax(logits[i] · inv_temp[i]))
+    void (*logprob_backward)(float *logits, const int32_t *target, const float *inv_temp,
+                             const float *dlogp, int N, int V);
+    // dx (N, K) = dout (N, M) · W (M, K), or += when accumulate
+    void (*matmul_dx)(float *dx, const float *dout, const rl_mat *W, int N, int accumulate);
+    // dW (M, K) += doutᵀ (M, N) · x (N, K);  dbias (M) += Σ_n dout (n, ·) when not NULL
+    void (*matmul_dw)(float *dW, float *dbias, const float *dout, const float *x, int N, int M, int K);
+    // dx (N, C) += d/dx and dg (C) += d/dg of out = rmsnorm(x, g), given dout (N, C)
+    void (*rmsnorm_backward)(float *dx, float *dg, const float *dout, const float *x, const float *g,
+                             int N, int C, float eps);
+    // x (N, H, HS) rotated in place by −pos·theta^(−2i/HS): the transpose of rope
+    void (*rope_backward)(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
+    // dq (N, NH, HS), dk and dv (N, NKV, HS) of attention given dout (N, NH, HS),
+    // its inputs q, k, v (as given to attention, without a cache: kv rows are
+    // query rows), its output out and lse. dk, dv rows of every sequence are written.
+    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                               const float *k, const float *v, const float *out, const float *lse,
+                               const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS);
+    // dgate, dup (N, F) of out = silu(gate) * up given dout (N, F); dgate may equal dout
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, int N, int F);
+    // dtable (V, C): row ids[i] += dout row i, for i < N (ids may repeat)
+    void (*embed_backward)(float *dtable, const float *dout, const int32_t *ids, int N, int C);
+    // x (n) = 0
+    void (*zero)(float *x, size_t n);
+    // Σ x[i]² (n), accumulated in double: the gradient norm
+    double (*sumsq)(const float *x, size_t n);
+    // one AdamW step on n parameters (rl_adamw above)
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, const rl_adamw *h);
 } rl_ops;
 
 const rl_ops *ops_cpu(void);
