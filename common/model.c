@@ -55,7 +55,17 @@ struct model {
     int32_t *ids, *pos, *rows;
     rl_attn_seq *seqs;
     float *hrows, *logits, *itemp, *lp;   // (lrows, C) (lrows, V) (cap) (cap)
+    float *ent, *dlogp;                   // (cap) (cap): entropies, dloss/dlogp
     int32_t *sel, *tgt;                   // (cap): rows that need logits and their targets
+
+    // Training (model_train_init): gradient and AdamW moments, (nparams) each,
+    // in the order of params; saved activations of the forward for tcap
+    // tokens, per layer (L, tokens, width); gradients of activations.
+    float *grads, *exp_avg, *exp_avg_sq;
+    int tcap;
+    float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
+    float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
+    float *hraw, *dh;                     // (lrows, C) each
 
     // KV cache: (L, slots·max_len, NKV·HS) each
     int slots, max_len;
@@ -352,14 +362,16 @@ int model_save(const model_t *m, const char *dir, rl_err *err) {
     return rc;
 }
 
+static void free_train(model_t *m);
+
 static void free_workspace(model_t *m) {
     const rl_ops *o = m->ops;
     void *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->ids, m->pos, m->rows,
-                    m->seqs, m->hrows, m->logits, m->itemp, m->lp, m->sel, m->tgt};
+                    m->seqs, m->hrows, m->logits, m->itemp, m->lp, m->ent, m->dlogp, m->sel, m->tgt};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) o->free(bufs[i]);
     m->x = m->xb = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
-    m->hrows = m->logits = m->itemp = m->lp = NULL;
+    m->hrows = m->logits = m->itemp = m->lp = m->ent = m->dlogp = NULL;
     m->ids = m->pos = m->rows = m->sel = m->tgt = NULL;
     m->seqs = NULL;
     m->cap = m->seq_cap = 0;
@@ -380,6 +392,10 @@ void model_free(model_t *m) {
     if (!m) return;
     free_workspace(m);
     free_cache(m);
+    free_train(m);
+    float *train[] = {m->grads, m->exp_avg, m->exp_avg_sq};
+    for (size_t i = 0; i < 3; i++)
+        if (train[i]) m->ops->free(train[i]);
     for (size_t i = 0; i < m->nconv; i++) m->ops->free(m->conv[i]);
     free(m->conv);
     if (m->params) m->ops->free(m->params);
@@ -419,6 +435,8 @@ static void reserve(model_t *m, int N, int nseq) {
         m->tgt = o->alloc(n * 4);
         m->itemp = o->alloc(n * 4);
         m->lp = o->alloc(n * 4);
+        m->ent = o->alloc(n * 4);
+        m->dlogp = o->alloc(n * 4);
         m->hrows = o->alloc((size_t)m->lrows * C * 4);
         m->logits = o->alloc((size_t)m->lrows * c->vocab * 4);
         m->cap = cap;
@@ -495,7 +513,13 @@ static int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const c
     return 0;
 }
 
-int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
+// Checks the sequences of a scoring or training pass, reserves activations
+// and uploads the tokens (m->ids, m->pos), the scored rows and their targets
+// and temperatures (m->sel, m->tgt, m->itemp) and the sequences (m->seqs).
+// *N tokens in *nseq sequences, *R scored tokens; 0 (nothing to score is
+// *nseq == 0), or -1 with err.
+static int pack_scored(model_t *m, const model_seq *seqs, size_t n, size_t *N_, size_t *R_, size_t *nseq_,
+                       rl_err *err) {
     size_t N = 0, R = 0, nseq = 0;
     for (size_t i = 0; i < n; i++) {
         const model_seq *s = &seqs[i];
@@ -514,10 +538,13 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
         nseq++;
         if (N > max_batch_tokens(m)) return err_set(err, "batch of over %zu tokens: score it in parts", max_batch_tokens(m));
     }
+    *N_ = N;
+    *R_ = R;
+    *nseq_ = nseq;
     if (nseq == 0) return 0;
     reserve(m, (int)N, (int)nseq);
     int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *sel = xmalloc(R * 4), *tgt = xmalloc(R * 4);
-    float *itemp = xmalloc(R * 4), *lp = xmalloc(R * 4);
+    float *itemp = xmalloc(R * 4);
     rl_attn_seq *as = xmalloc(nseq * sizeof *as);
     size_t q0 = 0, r = 0, k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -543,24 +570,305 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
     o->upload(m->tgt, tgt, R * 4);
     o->upload(m->itemp, itemp, R * 4);
     o->upload(m->seqs, as, nseq * sizeof *as);
-    forward(m, (int)N, (int)nseq, 0);
-    size_t chunk = (size_t)m->lrows;
-    for (size_t r0 = 0; r0 < R; r0 += chunk) {
-        int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
-        logits_rows(m, m->sel + r0, rows);
-        o->logprob(m->lp + r0, NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
-    }
-    o->download(lp, m->lp, R * 4);
-    r = 0;
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < seqs[i].n_ids; j++) seqs[i].logp[j] = lp[r++];
     free(ids);
     free(pos);
     free(sel);
     free(tgt);
     free(itemp);
-    free(lp);
     free(as);
+    return 0;
+}
+
+// Copies per-token values of the scored tokens (R, host) to the sequences'
+// arrays (field logp or entropy; sequences whose array is NULL are skipped).
+static void unpack_scored(model_seq *seqs, size_t n, const float *v, int entropy) {
+    size_t r = 0;
+    for (size_t i = 0; i < n; i++) {
+        float *out = entropy ? seqs[i].entropy : seqs[i].logp;
+        for (size_t j = 0; j < seqs[i].n_ids; j++, r++)
+            if (out) out[j] = v[r];
+    }
+}
+
+static int want_entropy(const model_seq *seqs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (seqs[i].entropy && seqs[i].n_ids) return 1;
+    return 0;
+}
+
+// The R log-probabilities (and entropies) of the scored tokens into the sequences.
+static void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
+    float *v = xmalloc(R * 4);
+    m->ops->download(v, m->lp, R * 4);
+    unpack_scored(seqs, n, v, 0);
+    if (want_entropy(seqs, n)) {
+        m->ops->download(v, m->ent, R * 4);
+        unpack_scored(seqs, n, v, 1);
+    }
+    free(v);
+}
+
+int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
+    size_t N, R, nseq;
+    if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
+    if (nseq == 0) return 0;
+    const rl_ops *o = m->ops;
+    forward(m, (int)N, (int)nseq, 0);
+    size_t chunk = (size_t)m->lrows;
+    for (size_t r0 = 0; r0 < R; r0 += chunk) {
+        int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
+        logits_rows(m, m->sel + r0, rows);
+        o->logprob(m->lp + r0, want_entropy(seqs, n) ? m->ent + r0 : NULL, m->logits, m->tgt + r0,
+                   m->itemp + r0, rows, m->c.vocab);
+    }
+    download_scored(m, seqs, n, R);
+    return 0;
+}
+
+// ---- Training -----------------------------------------------------------------
+
+int model_train_init(model_t *m, rl_err *err) {
+    if (m->o.dtype != DT_F32)
+        return err_set(err, "training needs f32 weights; this model multiplies at %s", dt_name(m->o.dtype));
+    if (m->grads) return 0;
+    size_t bytes = m->nparams * sizeof(float);
+    m->grads = m->ops->alloc(bytes);
+    m->exp_avg = m->ops->alloc(bytes);
+    m->exp_avg_sq = m->ops->alloc(bytes);
+    return 0;
+}
+
+static void free_train(model_t *m) {
+    float **bufs[] = {&m->s_x, &m->s_n1, &m->s_q, &m->s_k, &m->s_v, &m->s_att, &m->s_lse, &m->s_xm,
+                      &m->s_n2, &m->s_gate, &m->s_up, &m->d_x, &m->d_n, &m->d_q, &m->d_k, &m->d_v,
+                      &m->d_att, &m->d_h, &m->d_up, &m->hraw, &m->dh};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        if (*bufs[i]) m->ops->free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    m->tcap = 0;
+}
+
+// Saved activations and activation gradients for N tokens.
+static void reserve_train(model_t *m, int N) {
+    if (N <= m->tcap) return;
+    free_train(m);
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    size_t n = (size_t)N, L = (size_t)c->layers, C = (size_t)c->hidden, F = (size_t)c->inter,
+           QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim;
+    m->s_x = o->alloc((L + 1) * n * C * 4);
+    m->s_n1 = o->alloc(L * n * C * 4);
+    m->s_q = o->alloc(L * n * QD * 4);
+    m->s_k = o->alloc(L * n * KVD * 4);
+    m->s_v = o->alloc(L * n * KVD * 4);
+    m->s_att = o->alloc(L * n * QD * 4);
+    m->s_lse = o->alloc(L * n * (size_t)c->heads * 4);
+    m->s_xm = o->alloc(L * n * C * 4);
+    m->s_n2 = o->alloc(L * n * C * 4);
+    m->s_gate = o->alloc(L * n * F * 4);
+    m->s_up = o->alloc(L * n * F * 4);
+    m->d_x = o->alloc(n * C * 4);
+    m->d_n = o->alloc(n * C * 4);
+    m->d_q = o->alloc(n * QD * 4);
+    m->d_k = o->alloc(n * KVD * 4);
+    m->d_v = o->alloc(n * KVD * 4);
+    m->d_att = o->alloc(n * QD * 4);
+    m->d_h = o->alloc(n * F * 4);
+    m->d_up = o->alloc(n * F * 4);
+    m->hraw = o->alloc((size_t)m->lrows * C * 4);
+    m->dh = o->alloc((size_t)m->lrows * C * 4);
+    m->tcap = N;
+}
+
+// The residual stream (N, C) entering layer l (l = layers: after the last).
+static float *resid_at(const model_t *m, int l, int N) {
+    return m->s_x + (size_t)l * (size_t)N * (size_t)m->c.hidden;
+}
+
+// The activations of layer l saved by forward_train, for N tokens.
+typedef struct {
+    float *x, *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // x: the layer's input
+} saved;
+
+static saved saved_at(const model_t *m, int l, int N) {
+    const model_config *c = &m->c;
+    size_t n = (size_t)N, C = (size_t)c->hidden, F = (size_t)c->inter,
+           QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim;
+    size_t L = (size_t)l;
+    return (saved){.x = resid_at(m, l, N), .n1 = m->s_n1 + L * n * C, .q = m->s_q + L * n * QD,
+                   .k = m->s_k + L * n * KVD, .v = m->s_v + L * n * KVD, .att = m->s_att + L * n * QD,
+                   .lse = m->s_lse + L * n * (size_t)c->heads, .xm = m->s_xm + L * n * C,
+                   .n2 = m->s_n2 + L * n * C, .gate = m->s_gate + L * n * F, .up = m->s_up + L * n * F};
+}
+
+// The gradient of a parameter, given the parameter's address.
+static float *grad_of(const model_t *m, const void *param) {
+    return param ? m->grads + ((const float *)param - m->params) : NULL;
+}
+
+// The forward of model_score (no cache), keeping what the backward needs;
+// the residual stream after the last layer is resid_at(m, layers, N).
+static void forward_train(model_t *m, int N, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
+    float eps = (float)c->rms_eps;
+    o->embed(resid_at(m, 0, N), &m->embed, m->ids, N);
+    for (int l = 0; l < c->layers; l++) {
+        const layer_w *L = &m->L[l];
+        saved s = saved_at(m, l, N);
+        float *next = resid_at(m, l + 1, N);
+        o->rmsnorm(s.n1, s.x, L->attn_norm, N, C, eps);
+        o->matmul(s.q, s.n1, &L->q, L->bq, N);
+        o->matmul(s.k, s.n1, &L->k, L->bk, N);
+        o->matmul(s.v, s.n1, &L->v, L->bv, N);
+        o->rope(s.q, m->pos, m->cos_sin, N, NH, HS);
+        o->rope(s.k, m->pos, m->cos_sin, N, NKV, HS);
+        o->attention(s.att, s.lse, s.q, s.k, s.v, m->seqs, nseq, N, NH, NKV, HS);
+        o->matmul(s.xm, s.att, &L->o, L->bo, N);
+        o->add(s.xm, s.x, (size_t)N * C);
+        o->rmsnorm(s.n2, s.xm, L->mlp_norm, N, C, eps);
+        o->matmul(s.gate, s.n2, &L->gate, NULL, N);
+        o->matmul(s.up, s.n2, &L->up, NULL, N);
+        o->swiglu(m->d_h, s.gate, s.up, N, F);          // h = silu(gate)·up, kept only for down
+        o->matmul(next, m->d_h, &L->down, NULL, N);
+        o->add(next, s.xm, (size_t)N * C);
+    }
+}
+
+// The output layer in chunks of rows, forward and backward at once: the
+// log-probabilities of a chunk go to the caller, whose dloss/dlogp comes
+// back before the next chunk, so no (tokens, V) array is ever held.
+// Leaves d_x (N, C) = dloss / d(residual stream after the last layer).
+static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn dlogp, void *ctx) {
+    const rl_ops *o = m->ops;
+    int C = m->c.hidden, V = m->c.vocab;
+    float eps = (float)m->c.rms_eps;
+    float *x = resid_at(m, m->c.layers, N);
+    float *g_head = grad_of(m, m->head.data), *g_norm = grad_of(m, m->norm);
+    float *lp = xmalloc((size_t)m->lrows * 4), *dl = xmalloc((size_t)m->lrows * 4);
+    o->zero(m->d_x, (size_t)N * C);
+    for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
+        int rows = (int)(R - r0 < (size_t)m->lrows ? R - r0 : (size_t)m->lrows);
+        o->gather_rows(m->hraw, x, m->sel + r0, rows, C);                 // (rows, C) before the norm
+        o->rmsnorm(m->hrows, m->hraw, m->norm, rows, C, eps);
+        o->matmul(m->logits, m->hrows, &m->head, NULL, rows);             // (rows, V)
+        o->logprob(m->lp + r0, entropy ? m->ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, V);
+        o->download(lp, m->lp + r0, (size_t)rows * 4);
+        dlogp(ctx, r0, (size_t)rows, lp, dl);
+        o->upload(m->dlogp + r0, dl, (size_t)rows * 4);
+        o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, rows, V);
+        o->matmul_dx(m->dh, m->logits, &m->head, rows, 0);               // (rows, C)
+        o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
+        o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
+        o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->norm, rows, C, eps);
+        o->scatter_rows(m->d_x, m->sel + r0, m->hrows, rows, C);          // scored rows are distinct
+    }
+    free(lp);
+    free(dl);
+}
+
+// Backward through the layers, from d_x = dloss/d(last residual stream)
+// down to the embeddings; every parameter gradient accumulates.
+static void layers_backward(model_t *m, int N, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
+    int QD = NH * HS, KVD = NKV * HS;
+    float eps = (float)c->rms_eps;
+    float *dres = m->d_x;   // (N, C): dloss / d(residual stream) at the current point
+    for (int l = c->layers - 1; l >= 0; l--) {
+        const layer_w *L = &m->L[l];
+        saved s = saved_at(m, l, N);
+        // MLP: x_next = xm + down(silu(gate(n2)) · up(n2)), n2 = rmsnorm(xm)
+        o->swiglu(m->d_up, s.gate, s.up, N, F);                             // h, again
+        o->matmul_dw(grad_of(m, L->down.data), NULL, dres, m->d_up, N, C, F);
+        o->matmul_dx(m->d_h, dres, &L->down, N, 0);                         // dh (N, F)
+        o->swiglu_backward(m->d_h, m->d_up, m->d_h, s.gate, s.up, N, F);    // dgate, dup
+        o->matmul_dw(grad_of(m, L->gate.data), NULL, m->d_h, s.n2, N, F, C);
+        o->matmul_dw(grad_of(m, L->up.data), NULL, m->d_up, s.n2, N, F, C);
+        o->matmul_dx(m->d_n, m->d_h, &L->gate, N, 0);
+        o->matmul_dx(m->d_n, m->d_up, &L->up, N, 1);
+        o->rmsnorm_backward(dres, grad_of(m, L->mlp_norm), m->d_n, s.xm, L->mlp_norm, N, C, eps);
+        // attention: xm = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))), n1 = rmsnorm(x)
+        o->matmul_dw(grad_of(m, L->o.data), grad_of(m, L->bo), dres, s.att, N, C, QD);
+        o->matmul_dx(m->d_att, dres, &L->o, N, 0);
+        o->attention_backward(m->d_q, m->d_k, m->d_v, m->d_att, s.q, s.k, s.v, s.att, s.lse, m->seqs, nseq,
+                              N, NH, NKV, HS);
+        o->rope_backward(m->d_q, m->pos, m->cos_sin, N, NH, HS);
+        o->rope_backward(m->d_k, m->pos, m->cos_sin, N, NKV, HS);
+        o->matmul_dw(grad_of(m, L->q.data), grad_of(m, L->bq), m->d_q, s.n1, N, QD, C);
+        o->matmul_dw(grad_of(m, L->k.data), grad_of(m, L->bk), m->d_k, s.n1, N, KVD, C);
+        o->matmul_dw(grad_of(m, L->v.data), grad_of(m, L->bv), m->d_v, s.n1, N, KVD, C);
+        o->matmul_dx(m->d_n, m->d_q, &L->q, N, 0);
+        o->matmul_dx(m->d_n, m->d_k, &L->k, N, 1);
+        o->matmul_dx(m->d_n, m->d_v, &L->v, N, 1);
+        o->rmsnorm_backward(dres, grad_of(m, L->attn_norm), m->d_n, s.x, L->attn_norm, N, C, eps);
+    }
+    o->embed_backward(grad_of(m, m->embed.data), dres, m->ids, N, C);
+}
+
+int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {
+    if (!m->grads) return err_set(err, "model_backward before model_train_init");
+    size_t N, R, nseq;
+    if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
+    if (nseq == 0) return 0;
+    reserve_train(m, (int)N);
+    forward_train(m, (int)N, (int)nseq);
+    head_train(m, (int)N, R, want_entropy(seqs, n), dlogp, ctx);
+    layers_backward(m, (int)N, (int)nseq);
+    download_scored(m, seqs, n, R);
+    return 0;
+}
+
+void model_zero_grad(model_t *m) {
+    if (m->grads) m->ops->zero(m->grads, m->nparams);
+}
+
+double model_grad_sumsq(const model_t *m) {
+    return m->grads ? m->ops->sumsq(m->grads, m->nparams) : 0;
+}
+
+void model_adamw(model_t *m, const rl_adamw *h) {
+    if (!m->grads) return;
+    rl_adamw nodecay = *h;
+    nodecay.wd = 0;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        m->ops->adamw(m->params + t->off, m->grads + t->off, m->exp_avg + t->off, m->exp_avg_sq + t->off, t->n,
+                      t->ndim == 2 ? h : &nodecay);
+    }
+}
+
+size_t model_ntensors(const model_t *m) { return m->nt; }
+
+model_tensor model_tensor_at(const model_t *m, size_t i) {
+    const mtensor *t = &m->t[i];
+    return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n};
+}
+
+static float *state_of(const model_t *m, int which) {
+    switch (which) {
+    case MODEL_PARAM: return m->params;
+    case MODEL_GRAD: return m->grads;
+    case MODEL_EXP_AVG: return m->exp_avg;
+    case MODEL_EXP_AVG_SQ: return m->exp_avg_sq;
+    }
+    return NULL;
+}
+
+int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
+    const float *base = state_of(m, which);
+    if (!base || i >= m->nt) return -1;
+    m->ops->download(out, base + m->t[i].off, m->t[i].n * sizeof(float));
+    return 0;
+}
+
+int model_tensor_set(model_t *m, int which, size_t i, const float *in) {
+    float *base = state_of(m, which);
+    if (!base || i >= m->nt || (which == MODEL_PARAM && m->o.dtype != DT_F32)) return -1;
+    m->ops->upload(base + m->t[i].off, in, m->t[i].n * sizeof(float));
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adamw.h"
 #include "config.h"
 #include "dtype.h"
 #include "util.h"

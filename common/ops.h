@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "adamw.h"
 #include "dtype.h"
 
 // A weight matrix W (M, K) at a storage precision; matmul computes x · Wᵀ.
@@ -30,15 +31,6 @@ typedef struct {
     int32_t q0, n, pos0, kv0;
 } rl_attn_seq;
 
-// One AdamW update as torch.optim.AdamW (single-tensor form) computes it, on
-// n parameters p with gradients g·gscale and moments m, v:
-//   p ← p·(1 − lr·wd);  m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²;
-//   p ← p − (lr / bc1) · m / (√v / bc2_sqrt + eps)
-// bc1 = 1 − β1^step and bc2_sqrt = √(1 − β2^step) are computed by the caller in double.
-typedef struct {
-    float lr, beta1, beta2, eps, wd, gscale;
-    double bc1, bc2_sqrt;
-} rl_adamw;
 
 typedef struct rl_ops {
     const char *name;

@@ -2,29 +2,26 @@
 // of many rows, row kernels (kernels.c) for the few-row products of decoding
 // and for everything elementwise, spread over the threads of pool.h. OpenBLAS
 // is kept single-threaded and called by each thread on its block of weight
-// rows, so one set of threads does all the work.
+// rows, so one set of threads does all the work. Attention is attention.c;
+// the backward of the other operations and the optimizer are train.c.
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "ops.h"
+#include "cpu.h"
 #include "pool.h"
 
 void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 
-static const cpu_kernels *K_;          // chosen once by ops_cpu()
+const cpu_kernels *cpu_K;
 
 // Products with at most this many rows use the row kernels (the weights are
 // read once from memory, converted on the fly); more rows go to sgemm.
 #define FEW_ROWS 4
 // Weight rows converted to f32 per sgemm call when weights are not f32.
 #define TILE_ROWS 128
-// Work below this many elements stays on the calling thread: waking the
-// others costs more (a decoding step of one token is all small operations).
-#define PAR_MIN 32768
 
 static void *cpu_alloc(size_t bytes) {
     void *p = NULL;
@@ -36,8 +33,8 @@ static void *cpu_alloc(size_t bytes) {
     return p;
 }
 
-static void *scratch(size_t bytes) {
-    void *p = malloc(bytes);
+void *cpu_scratch(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
     if (!p) {
         fprintf(stderr, "rlpipe: out of memory (%zu bytes of CPU scratch)\n", bytes);
         abort();
@@ -66,14 +63,15 @@ typedef struct {
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
     const rl_attn_seq *seqs;
+    float *out2;             // a second output: entropies
     int N, C, H, HS, NH, NKV, V;
-    float eps;
+    float eps, dir;
 } args;
 
 static void embed_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     for (int i = lo; i < hi; i++)
-        K_->row_to_f32(a->out + (size_t)i * a->C, mat_row(a->W, a->idx[i]), mat_scales(a->W, a->idx[i]),
+        cpu_K->row_to_f32(a->out + (size_t)i * a->C, mat_row(a->W, a->idx[i]), mat_scales(a->W, a->idx[i]),
                        a->C, a->W->group, a->W->dtype);
 }
 
@@ -106,14 +104,14 @@ static void matmul_few_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     const rl_mat *W = a->W;
     int M = W->rows, Kd = W->cols, N = a->N;
-    float *row = N > 1 && W->dtype != DT_F32 ? scratch((size_t)Kd * sizeof(float)) : NULL;
+    float *row = N > 1 && W->dtype != DT_F32 ? cpu_scratch((size_t)Kd * sizeof(float)) : NULL;
     for (int m = lo; m < hi; m++) {
         const void *w = mat_row(W, m);
         const float *s = mat_scales(W, m);
-        if (row) K_->row_to_f32(row, w, s, Kd, W->group, W->dtype);
+        if (row) cpu_K->row_to_f32(row, w, s, Kd, W->group, W->dtype);
         for (int n = 0; n < N; n++)
-            a->out[(size_t)n * M + m] = row ? K_->dot(a->x + (size_t)n * Kd, row, NULL, Kd, 0, DT_F32)
-                                            : K_->dot(a->x + (size_t)n * Kd, w, s, Kd, W->group, W->dtype);
+            a->out[(size_t)n * M + m] = row ? cpu_K->dot(a->x + (size_t)n * Kd, row, NULL, Kd, 0, DT_F32)
+                                            : cpu_K->dot(a->x + (size_t)n * Kd, w, s, Kd, W->group, W->dtype);
     }
     free(row);
 }
@@ -129,11 +127,11 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
                     (const float *)W->data + (size_t)lo * Kd, Kd, 0.0f, a->out + lo, M);
         return;
     }
-    float *tile = scratch((size_t)TILE_ROWS * Kd * sizeof(float));
+    float *tile = cpu_scratch((size_t)TILE_ROWS * Kd * sizeof(float));
     for (int m0 = lo; m0 < hi; m0 += TILE_ROWS) {
         int rows = hi - m0 < TILE_ROWS ? hi - m0 : TILE_ROWS;
         for (int r = 0; r < rows; r++)
-            K_->row_to_f32(tile + (size_t)r * Kd, mat_row(W, m0 + r), mat_scales(W, m0 + r), Kd, W->group,
+            cpu_K->row_to_f32(tile + (size_t)r * Kd, mat_row(W, m0 + r), mat_scales(W, m0 + r), Kd, W->group,
                            W->dtype);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, Kd, 1.0f, a->x, Kd, tile, Kd, 0.0f,
                     a->out + m0, M);
@@ -156,6 +154,7 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
     if (bias) pool_for(N, 1, PAR_MIN / W->rows, bias_part, &a);
 }
 
+// dir 1 turns by +angle (rope), -1 by -angle (its transpose, rope_backward)
 static void rope_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     int half = a->HS / 2;
@@ -164,7 +163,7 @@ static void rope_part(void *ctx, int lo, int hi) {
         for (int h = 0; h < a->H; h++) {
             float *v = a->out + ((size_t)i * a->H + h) * a->HS;
             for (int j = 0; j < half; j++) {
-                float c = cs[2 * j], s = cs[2 * j + 1], x1 = v[j], x2 = v[j + half];
+                float c = cs[2 * j], s = a->dir * cs[2 * j + 1], x1 = v[j], x2 = v[j + half];
                 v[j] = x1 * c - x2 * s;
                 v[j + half] = x2 * c + x1 * s;
             }
@@ -173,7 +172,12 @@ static void rope_part(void *ctx, int lo, int hi) {
 }
 
 static void cpu_rope(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS) {
-    args a = {.out = x, .idx = pos, .vec = cos_sin, .H = H, .HS = HS};
+    args a = {.out = x, .idx = pos, .vec = cos_sin, .H = H, .HS = HS, .dir = 1};
+    pool_for(N, 1, PAR_MIN / (H * HS), rope_part, &a);
+}
+
+static void cpu_rope_backward(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS) {
+    args a = {.out = x, .idx = pos, .vec = cos_sin, .H = H, .HS = HS, .dir = -1};
     pool_for(N, 1, PAR_MIN / (H * HS), rope_part, &a);
 }
 
@@ -187,55 +191,10 @@ static void cpu_gather_rows(float *dst, const float *src, const int32_t *rows, i
         memcpy(dst + (size_t)i * W, src + (size_t)rows[i] * W, (size_t)W * sizeof(float));
 }
 
-// Task s·NH + h: sequence s, head h. For each query row, scores against every
-// key up to its position, softmax, weighted sum of values.
-static void attention_task(void *ctx, int task, int end) {
-    (void)end;
-    const args *a = ctx;
-    int NH = a->NH, HS = a->HS, group = NH / a->NKV, qstride = NH * HS, kvstride = a->NKV * HS;
-    rl_attn_seq sq = a->seqs[task / NH];
-    int h = task % NH, hk = h / group;
-    float scale = 1.0f / sqrtf((float)HS);
-    float *sc = scratch((size_t)(sq.pos0 + sq.n) * sizeof(float));
-    for (int j = 0; j < sq.n; j++) {
-        const float *qr = a->q + (size_t)(sq.q0 + j) * qstride + (size_t)h * HS;
-        float *o = a->out + (size_t)(sq.q0 + j) * qstride + (size_t)h * HS;
-        int T = sq.pos0 + j + 1;
-        float mx = -INFINITY;
-        for (int t = 0; t < T; t++) {
-            const float *kr = a->k + (size_t)(sq.kv0 + t) * kvstride + (size_t)hk * HS;
-            sc[t] = K_->dot(qr, kr, NULL, HS, 0, DT_F32) * scale;
-            if (sc[t] > mx) mx = sc[t];
-        }
-        float sum = 0;
-        for (int t = 0; t < T; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        float inv = 1.0f / sum;
-        memset(o, 0, (size_t)HS * sizeof(float));
-        for (int t = 0; t < T; t++) {
-            const float *vr = a->v + (size_t)(sq.kv0 + t) * kvstride + (size_t)hk * HS;
-            float w = sc[t] * inv;
-            for (int d = 0; d < HS; d++) o[d] += w * vr[d];
-        }
-    }
-    free(sc);
-}
-
-static void cpu_attention(float *out, const float *q, const float *k, const float *v,
-                          const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS) {
-    (void)N;
-    args a = {.out = out, .q = q, .k = k, .v = v, .seqs = seqs, .NH = NH, .NKV = NKV, .HS = HS};
-    pool_tasks(nseq * NH, attention_task, &a);
-}
-
-#define CHUNK 4096   // elements per part of elementwise loops
-
 static void swiglu_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     size_t n = (size_t)a->N, i0 = (size_t)lo * CHUNK, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
-    K_->swiglu(a->out + i0, a->x + i0, a->y + i0, (int)(i1 - i0));
+    cpu_K->swiglu(a->out + i0, a->x + i0, a->y + i0, (int)(i1 - i0));
 }
 
 static void cpu_swiglu(float *out, const float *gate, const float *up, int N, int F) {
@@ -256,22 +215,57 @@ static void cpu_add(float *x, const float *y, size_t n) {
     pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, add_part, &a);
 }
 
+// With z = (l − max)·s, whose largest is exactly 0: logp = z[target] − lse,
+// lse = log Σ exp z, and entropy = lse − Σ p z, with p = exp(z − lse).
 static void logprob_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
+    int V = a->V;
+    float *e = a->out2 ? cpu_scratch((size_t)V * sizeof(float)) : NULL;
     for (int i = lo; i < hi; i++) {
-        const float *l = a->x + (size_t)i * a->V;
-        float mx = -INFINITY, it = a->vec[i];
-        for (int j = 0; j < a->V; j++) mx = l[j] > mx ? l[j] : mx;
-        // log Σ exp((l - mx)·s), whose largest term is exactly 1
-        double lse = log((double)K_->sum_exp(l, a->V, mx, it));
+        const float *l = a->x + (size_t)i * V;
+        float it = a->vec[i], mx = cpu_row_max(l, V);
+        double sum = e ? cpu_K->exp_row(e, l, V, mx, it) : cpu_K->sum_exp(l, V, mx, it);
+        double lse = log(sum);
         a->out[i] = (float)((double)(l[a->idx[i]] - mx) * it - lse);
+        if (e) {
+            double ez = 0;
+#pragma omp simd reduction(+ : ez)
+            for (int j = 0; j < V; j++) ez += (double)e[j] * ((l[j] - mx) * it);
+            a->out2[i] = (float)(lse - ez / sum);
+        }
+    }
+    free(e);
+}
+
+static void cpu_logprob(float *out, float *ent, const float *logits, const int32_t *target,
+                        const float *inv_temp, int N, int V) {
+    args a = {.out = out, .out2 = ent, .x = logits, .idx = target, .vec = inv_temp, .V = V};
+    pool_for(N, 1, 2, logprob_part, &a);
+}
+
+// Row i becomes c·(onehot(target) − softmax(l·s)) with c = dlogp[i]·s: the
+// exponentials are written over the logits, then scaled.
+static void logprob_backward_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    int V = a->V;
+    for (int i = lo; i < hi; i++) {
+        float *l = a->out + (size_t)i * V;
+        float it = a->vec[i], c = a->y[i] * it;
+        if (c == 0) {   // a row without loss, such as a prompt's
+            memset(l, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        float sum = cpu_K->exp_row(l, l, V, cpu_row_max(l, V), it), f = -c / sum;
+#pragma omp simd
+        for (int j = 0; j < V; j++) l[j] *= f;
+        l[a->idx[i]] += c;
     }
 }
 
-static void cpu_logprob(float *out, const float *logits, const int32_t *target, const float *inv_temp,
-                        int N, int V) {
-    args a = {.out = out, .x = logits, .idx = target, .vec = inv_temp, .V = V};
-    pool_for(N, 1, 2, logprob_part, &a);
+static void cpu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp,
+                                 int N, int V) {
+    args a = {.out = logits, .idx = target, .vec = inv_temp, .y = dlogp, .V = V};
+    pool_for(N, 1, 2, logprob_backward_part, &a);
 }
 
 const rl_ops *ops_cpu(void) {
@@ -291,10 +285,21 @@ const rl_ops *ops_cpu(void) {
         .swiglu = cpu_swiglu,
         .add = cpu_add,
         .logprob = cpu_logprob,
+        .logprob_backward = cpu_logprob_backward,
+        .matmul_dx = cpu_matmul_dx,
+        .matmul_dw = cpu_matmul_dw,
+        .rmsnorm_backward = cpu_rmsnorm_backward,
+        .rope_backward = cpu_rope_backward,
+        .attention_backward = cpu_attention_backward,
+        .swiglu_backward = cpu_swiglu_backward,
+        .embed_backward = cpu_embed_backward,
+        .zero = cpu_zero,
+        .sumsq = cpu_sumsq,
+        .adamw = cpu_adamw,
     };
-    if (!K_) {
+    if (!cpu_K) {
         const cpu_kernels *k = getenv("RLPIPE_CPU_PORTABLE") ? NULL : cpu_kernels_avx2();
-        K_ = k ? k : cpu_kernels_portable();
+        cpu_K = k ? k : cpu_kernels_portable();
         openblas_set_num_threads(1);
         pool_threads();
     }

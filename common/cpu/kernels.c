@@ -52,9 +52,49 @@ static void swiglu_portable(float *out, const float *g, const float *u, int n) {
     for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static float exp_row_portable(float *out, const float *x, int n, float sub, float scale) {
+    float s = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = expf((x[i] - sub) * scale);
+        s += out[i];
+    }
+    return s;
+}
+
+static void swiglu_backward_portable(float *dg, float *du, const float *d, const float *g, const float *u, int n) {
+    for (int i = 0; i < n; i++) {
+        float gi = g[i], di = d[i], ui = u[i], sig = 1.0f / (1.0f + expf(-gi));
+        du[i] = di * gi * sig;
+        dg[i] = di * ui * (sig * (1.0f + gi * (1.0f - sig)));
+    }
+}
+
+// torch.lerp(a, b, w) as its vectorised CPU kernel computes it: one fused
+// multiply-add, from whichever end is nearer for accuracy.
+static inline float lerp_torch(float a, float b, float w) {
+    return w < 0.5f ? fmaf(w, b - a, a) : fmaf(w - 1.0f, b - a, b);
+}
+
+// One parameter, in the order of torch's single-tensor AdamW: p.mul_(decay);
+// m.lerp_(g, 1 − β1); v.mul_(β2).addcmul_(g, g, 1 − β2);
+// denom = v.sqrt() / bc2_sqrt + eps; p.addcdiv_(m, denom, −step).
+static inline void adamw_one(float *p, float g, float *m, float *v, const cpu_adamw_f32 *h) {
+    g *= h->gscale;
+    float pd = *p * h->decay;
+    *m = lerp_torch(*m, g, h->lerp_w);
+    *v = *v * h->beta2 + h->one_minus_beta2 * g * g;
+    float denom = sqrtf(*v) / h->bc2_sqrt + h->eps;
+    *p = pd + h->neg_step * *m / denom;
+}
+
+static void adamw_portable(float *p, const float *g, float *m, float *v, int n, const cpu_adamw_f32 *h) {
+    for (int i = 0; i < n; i++) adamw_one(p + i, g[i], m + i, v + i, h);
+}
+
 const cpu_kernels *cpu_kernels_portable(void) {
-    static const cpu_kernels k = {dot_portable, row_to_f32_portable, sum_exp_portable,
-                                  swiglu_portable};
+    static const cpu_kernels k = {dot_portable,     row_to_f32_portable,      sum_exp_portable,
+                                  swiglu_portable,  exp_row_portable,         swiglu_backward_portable,
+                                  adamw_portable};
     return &k;
 }
 
@@ -206,8 +246,62 @@ AVX2 static void swiglu_avx2(float *out, const float *g, const float *u, int n) 
     for (; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+AVX2 static float exp_row_avx2(float *out, const float *x, int n, float sub, float scale) {
+    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(sub), s = _mm256_set1_ps(scale);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), m), s));
+        _mm256_storeu_ps(out + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    float t = hsum8(acc);
+    for (; i < n; i++) {
+        out[i] = expf((x[i] - sub) * scale);
+        t += out[i];
+    }
+    return t;
+}
+
+AVX2 static void swiglu_backward_avx2(float *dg, float *du, const float *d, const float *g, const float *u,
+                                      int n) {
+    int i = 0;
+    __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_loadu_ps(g + i), dv = _mm256_loadu_ps(d + i), uv = _mm256_loadu_ps(u + i);
+        __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv))));
+        __m256 dsilu = _mm256_mul_ps(sig, _mm256_add_ps(one, _mm256_mul_ps(gv, _mm256_sub_ps(one, sig))));
+        _mm256_storeu_ps(du + i, _mm256_mul_ps(_mm256_mul_ps(dv, gv), sig));
+        _mm256_storeu_ps(dg + i, _mm256_mul_ps(_mm256_mul_ps(dv, uv), dsilu));
+    }
+    swiglu_backward_portable(dg + i, du + i, d + i, g + i, u + i, n - i);
+}
+
+AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int n, const cpu_adamw_f32 *h) {
+    __m256 gs = _mm256_set1_ps(h->gscale), decay = _mm256_set1_ps(h->decay), b2 = _mm256_set1_ps(h->beta2),
+           c2 = _mm256_set1_ps(h->one_minus_beta2), bc2 = _mm256_set1_ps(h->bc2_sqrt),
+           eps = _mm256_set1_ps(h->eps), step = _mm256_set1_ps(h->neg_step);
+    int near_m = h->lerp_w < 0.5f;   // lerp_torch's choice of end
+    __m256 w = _mm256_set1_ps(near_m ? h->lerp_w : h->lerp_w - 1.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 gv = _mm256_mul_ps(_mm256_loadu_ps(g + i), gs);
+        __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
+        __m256 mv = _mm256_loadu_ps(m + i), diff = _mm256_sub_ps(gv, mv);
+        mv = _mm256_fmadd_ps(w, diff, near_m ? mv : gv);
+        __m256 vv = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), b2), _mm256_mul_ps(_mm256_mul_ps(c2, gv), gv));
+        __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vv), bc2), eps);
+        pv = _mm256_add_ps(pv, _mm256_div_ps(_mm256_mul_ps(step, mv), denom));
+        _mm256_storeu_ps(m + i, mv);
+        _mm256_storeu_ps(v + i, vv);
+        _mm256_storeu_ps(p + i, pv);
+    }
+    adamw_portable(p + i, g + i, m + i, v + i, n - i, h);
+}
+
 const cpu_kernels *cpu_kernels_avx2(void) {
-    static const cpu_kernels k = {dot_avx2, row_to_f32_avx2, sum_exp_avx2, swiglu_avx2};
+    static const cpu_kernels k = {dot_avx2,    row_to_f32_avx2,      sum_exp_avx2,
+                                  swiglu_avx2, exp_row_avx2,         swiglu_backward_avx2,
+                                  adamw_avx2};
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
     // F16C has no __builtin_cpu_supports name in every GCC; AVX2 processors all have it.

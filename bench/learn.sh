@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# bench/learn.sh [tiny|15m|110m|all] -- training throughput of rl-learn (CPU
+# backend): tokens/s of a full optimizer step (forward, backward, gradient
+# clipping, AdamW) next to the same step in eager PyTorch on the same machine,
+# and its GFLOP/s next to sgemm's.
+#
+# Models (llama, random weights):
+#   tiny: models/tiny/config.json (hidden 128, 4 layers, 4 heads over 2 kv
+#         heads, vocab 448, tied; 0.80M parameters), weights drawn by
+#         rl-learn --config --seed 1 (its version 0);
+#   15m:  bench/forward.sh's (hidden 288, intermediate 768, 6 layers, vocab
+#         32000, tied; 15.2M parameters), written by bench/forward.c;
+#   110m: bench/forward.sh's (hidden 768, intermediate 2048, 12 layers, vocab
+#         32000, tied; 109.5M parameters), written by bench/forward.c.
+# Batches: N sequences of 64 prompt + 192 completion tokens (random ids;
+# rollout records in groups of 4 with differing rewards), N = 32 (tiny),
+# 16 (15m), 16 (110m); one step per batch, a new batch every step. For each
+# configuration and round it runs
+#   - rl-learn --init MODEL --loss sft --batch N --lr 1e-5 (defaults
+#     otherwise: --norm seqs, weight decay 0.01, clipping at 1) for K steps,
+#     one process; each step's time is its metrics line's "seconds" (forward,
+#     backward, clipping and AdamW; the checkpoint written after every step
+#     is not counted);
+#   - PyTorch (bench/learn_ref.py train): the same weights (the same
+#     model.safetensors), the same batches and the same step: loss =
+#     -(1/N) sum of the completion tokens' log-probabilities (output layer
+#     at completion positions only, F.cross_entropy), backward,
+#     clip_grad_norm_(1.0), torch.optim.AdamW with the same hyperparameters,
+#     zero_grad; float32, set_num_threads(2), OMP_WAIT_POLICY=PASSIVE;
+#   - bench/learn.c: the three cblas_sgemm calls of a linear layer's training
+#     step (forward, input gradient, weight gradient) at 1024 tokens through
+#     the model's MLP (C -> F) and output layer (C -> V) shapes; the better
+#     of the two is the "sgemm" figure (OpenBLAS with its own 2 threads).
+# The first step of every process is its warm-up and is not counted; every
+# figure is the median over the other steps of all rounds (the sgemm figure:
+# over rounds), each round running ours next to PyTorch's. tokens/s counts
+# the tokens through the model, N x (64 + 192 - 1) per step (rl-learn's
+# "fwd_tokens"). GFLOP/s = training FLOPs / median step time, with the FLOPs
+# of learn_ref.py's train_flop: 6 x (layer matrix parameters x 255 tokens +
+# output layer V x C x 192 completion tokens) + causal attention
+# 6 x L x heads x head_dim x 255 x 256, per sequence; element-wise work,
+# norms, softmax and AdamW not counted. The step-1 loss of both sides is
+# printed as a check that they compute the same step (same weights, data).
+#
+# Environment: RUNS=N (rounds for tiny and 15m, default 3), RUNS110=N
+# (rounds for 110m, default 2), STEPS=K (steps per process for tiny and 15m,
+# the first one untimed; default 4), STEPS110=K (for 110m, default 3),
+# KEEP=1 (keep the models and records and reuse them next time),
+# BENCH_OUT=DIR (default bench/out), BUILD / BIN (build and tool folders, as
+# the Makefile), PYTHON (default /usr/bin/python3).
+# Results: the table on stdout and in BENCH_OUT/learn.txt, RESULT lines in
+# BENCH_OUT/learn.results (one per measurement and round). Takes ~9 minutes
+# on 2 cores.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+WHICH=${1:-all}
+RUNS=${RUNS:-3}
+RUNS110=${RUNS110:-2}
+STEPS=${STEPS:-4}
+STEPS110=${STEPS110:-3}
+KEEP=${KEEP:-0}
+BUILD=${BUILD:-build}
+BIN=${BIN:-bin}
+[[ $BUILD == /* ]] || BUILD=$root/$BUILD
+[[ $BIN == /* ]] || BIN=$root/$BIN
+FWD=$BUILD/bench/forward
+SGEMM=$BUILD/bench/learn
+LEARN=$BIN/rl-learn
+PY=${PYTHON:-/usr/bin/python3}
+REF=$here/learn_ref.py
+W=${BENCH_OUT:-$here/out}
+export PYTHONPATH=$root/.deps/py${PYTHONPATH:+:$PYTHONPATH}
+
+die() { echo "learn.sh: $*" >&2; exit 1; }
+case $WHICH in tiny | 15m | 110m) CFGS=("$WHICH") ;; all) CFGS=(tiny 15m 110m) ;;
+    *) die "usage: bench/learn.sh [tiny|15m|110m|all]" ;; esac
+for v in RUNS RUNS110; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
+for v in STEPS STEPS110; do [[ ${!v} =~ ^[1-9][0-9]*$ && ${!v} -ge 2 ]] || die "$v must be an integer >= 2 (the first step is not timed)"; done
+[[ -x $FWD && -x $SGEMM ]] || die "$FWD or $SGEMM not found (run: make aux)"
+[[ -x $LEARN ]] || die "$LEARN not found (run: make)"
+"$PY" -c 'import torch, safetensors, zstandard, msgpack' 2>/dev/null ||
+    die "$PY cannot import torch, safetensors, zstandard and msgpack (PYTHONPATH=$PYTHONPATH)"
+
+mkdir -p "$W" || die "cannot create $W"
+exec 9>"$W/.lock"    # the other benchmarks' lock too: two at once would time each other
+flock -n 9 || die "another benchmark is running in $W (wait, or set BENCH_OUT=another dir)"
+cleanup() {
+    if [[ $KEEP != 1 ]]; then rm -rf "$W"/learn-model-* "$W"/learn-records-*.rlr; fi
+    rm -rf "$W"/learn-ckpt "$W/learn.err" "$W/learn-metrics.jsonl" "$W/.lock"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+RES=$W/learn.results
+ERR=$W/learn.err
+: >"$RES"
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+
+P=64 T=192
+declare -A NSEQ=([tiny]=32 [15m]=16 [110m]=16)
+declare -A C_HID=([tiny]=128 [15m]=288 [110m]=768) C_FF=([tiny]=352 [15m]=768 [110m]=2048)
+declare -A C_V=([tiny]=448 [15m]=32000 [110m]=32000)
+declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=() FAILED=()
+NFAIL=0
+
+fail() {
+    NFAIL=$((NFAIL + 1)); FAILED[$1]=1
+    echo "  $1: FAILED${2:+ ($2)}" >&2; tail -n 5 "$ERR" | sed 's/^/    /' >&2
+}
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# add KEY FIELD LINE: one round's RESULT line; the values of its FIELD
+# (times: the timed steps; median_s: the round's median) join KEY's.
+add() {
+    echo "$1 $3" >>"$RES"
+    TOKS[$1]=$(field tokens "$3")
+    [[ -n $(field loss1 "$3") ]] && LOSS1[$1]+="$(field loss1 "$3") "
+    TIMES[$1]+="$(field "$2" "$3" | tr ',' ' ') "
+}
+
+# measure KEY FIELD CMD...: CMD prints a RESULT line.
+measure() {
+    local key=$1 fld=$2 out; shift 2
+    [[ -n ${FAILED[$key]:-} ]] && return
+    if out=$("$@" 2>"$ERR" | grep '^RESULT' | tail -n1) && [[ -n $out ]]; then
+        add "$key" "$fld" "$out"
+    else
+        fail "$key"
+    fi
+}
+
+# The RESULT line of an rl-learn metrics file (argv: FILE STEPS FLOP): times
+# are the "seconds" of the steps after the first.
+METRICS_PY='
+import json, statistics, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+K, flop = int(sys.argv[2]), float(sys.argv[3])
+assert len(steps) == K, f"{len(steps)} metrics lines, {K} steps asked for"
+toks = {s["fwd_tokens"] for s in steps}
+assert len(toks) == 1, f"steps of different sizes: {toks}"
+t = [s["seconds"] for s in steps[1:]]
+med, n, loss1, warm = statistics.median(t), toks.pop(), steps[0]["loss"], steps[0]["seconds"]
+times = ",".join(f"{x:.4f}" for x in t)
+print(f"RESULT what=rl-learn tokens={n} flop={flop:.6g} median_s={med:.6f} tok_s={n / med:.2f}"
+      f" loss1={loss1:.6g} warmup_s={warm:.4f} times={times}")
+'
+
+# ours CFG MODEL RECORDS STEPS: one rl-learn process of STEPS steps.
+ours() {
+    local cfg=$1 model=$2 recs=$3 K=$4 key="$1 ours" line
+    [[ -n ${FAILED[$key]:-} ]] && return
+    rm -rf "$W/learn-ckpt"
+    if ! "$LEARN" --init "$model" --out "$W/learn-ckpt" --keep 1 --batch "${NSEQ[$cfg]}" --lr 1e-5 --loss sft \
+        --max-steps "$K" --metrics "$W/learn-metrics.jsonl" -q "$recs" 2>"$ERR"; then
+        fail "$key"; return
+    fi
+    line=$("$PY" -c "$METRICS_PY" "$W/learn-metrics.jsonl" "$K" "${FLOP[$cfg]}" 2>"$ERR") || { fail "$key" metrics; return; }
+    add "$key" times "$line"
+}
+
+for cfg in "${CFGS[@]}"; do
+    reps=$RUNS K=$STEPS
+    [[ $cfg == 110m ]] && reps=$RUNS110 K=$STEPS110
+    N=${NSEQ[$cfg]} m=$W/learn-model-$cfg recs=$W/learn-records-$cfg.rlr
+    if [[ $KEEP == 1 && -s $m/model.safetensors ]]; then
+        echo "reusing $m" >&2
+    else
+        rm -rf "$m" "$m.init"
+        if [[ $cfg == tiny ]]; then
+            # version 0 of a run without records: the random weights of --seed 1
+            { "$LEARN" --config "$root/models/tiny/config.json" --seed 1 --out "$m.init" -q </dev/null &&
+                mv "$m.init/v000000" "$m" && rm -rf "$m.init"; } || die "tiny model: rl-learn --config failed"
+        else
+            "$FWD" write --model "$m" --config "$cfg" >&2 || die "forward write $cfg failed"
+        fi
+    fi
+    "$PY" "$REF" records "$recs" --records $((N * K)) --prompt $P --completion $T --vocab "${C_V[$cfg]}" ||
+        die "records for $cfg failed"
+    read -r f PARAMS[$cfg] < <("$PY" "$REF" flop "$m" --prompt $P --completion $T |
+        sed -n 's/^flop_per_seq=\([^ ]*\) params=\([^ ]*\)$/\1 \2/p')
+    [[ -n ${f:-} ]] || die "learn_ref.py flop $cfg failed"
+    FLOP[$cfg]=$(awk -v f="$f" -v n="$N" 'BEGIN{printf "%.6g", f * n}')
+    for ((r = 1; r <= reps; r++)); do
+        echo "$cfg: round $r of $reps" >&2
+        measure "$cfg sgemm mlp" median_s "$SGEMM" sgemm --m 1024 --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 3
+        measure "$cfg sgemm head" median_s "$SGEMM" sgemm --m 1024 --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 3
+        ours "$cfg" "$m" "$recs" "$K"
+        measure "$cfg torch" times env OMP_WAIT_POLICY=PASSIVE "$PY" "$REF" train "$m" "$recs" \
+            --batch "$N" --steps "$K" --lr 1e-5
+    done
+done
+for key in "${!TIMES[@]}"; do
+    [[ -n ${FAILED[$key]:-} ]] && continue
+    MED[$key]=$(median <<<"${TIMES[$key]}")
+done
+printf '%s\n' "${!TIMES[@]}" | sort | while read -r key; do printf '  %-16s %s s\n' "$key" "${TIMES[$key]}" >&2; done
+
+# ---- table -----------------------------------------------------------------
+# sg CFG N SHAPE: sgemm GFLOP/s at 1024 x N x C, 6 x 1024 x N x C over the median of the rounds' medians
+sg() { awk -v n="$2" -v k="${C_HID[$1]}" -v t="${MED[$1 sgemm $3]:-0}" 'BEGIN{ if (t > 0) printf "%.1f", 6 * 1024 * n * k / t / 1e9; else print 0 }'; }
+{
+    cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
+    echo "rlpipe learn benchmark: $("$LEARN" --version 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+    echo "machine: ${cpu:-unknown CPU}, $(nproc) cores (shared machine); $(uname -sr); $(date -u +%Y-%m-%d)"
+    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the cores distorts every figure)"
+    echo "environment: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(not set)} RLPIPE_THREADS=${RLPIPE_THREADS:-(not set)}" \
+         "OMP_NUM_THREADS=${OMP_NUM_THREADS:-(not set)} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(not set)}"
+    echo "step: forward + backward + clipping + AdamW on N sequences of P + T tokens, loss sft (-(1/N) sum of completion log-probs), lr 1e-5"
+    echo "PyTorch: float32 eager, set_num_threads(2), OMP_WAIT_POLICY=PASSIVE; F.linear, matmul + masked softmax, F.cross_entropy, optim.AdamW"
+    echo "medians of the timed steps: $RUNS rounds x $((STEPS - 1)) steps (tiny, 15m), $RUNS110 x $((STEPS110 - 1)) (110m);" \
+         "the first step of each process untimed"
+    echo "tok/s = N x (P + T - 1) tokens through the model per step / median step time; GFLOP/st = training FLOPs per step (learn_ref.py train_flop)"
+    echo "sgemm = the better of forward + input-gradient + weight-gradient sgemm at 1024 x F x C (MLP) and 1024 x V x C (output layer), GFLOP/s:"
+    for cfg in "${CFGS[@]}"; do
+        echo "  $cfg: MLP $(sg "$cfg" "${C_FF[$cfg]}" mlp), output layer $(sg "$cfg" "${C_V[$cfg]}" head)"
+    done
+    echo "step-1 loss per round, a check that both sides take the same step:"
+    for cfg in "${CFGS[@]}"; do echo "  $cfg: rl-learn ${LOSS1[$cfg ours]:-?}  PyTorch ${LOSS1[$cfg torch]:-?}"; done
+    echo "ours/pt > 1: ours faster; of sg = our GFLOP/s / sgemm GFLOP/s"
+    echo
+    fmt='%-6s %-14s %7s %8s %10s %11s %7s %7s %8s %6s %6s\n'
+    printf "$fmt" config "N x (P + T)" params GFLOP/st "ours tok/s" "torch tok/s" ours/pt "ours GF" "torch GF" sgemm "of sg"
+    printf "$fmt" ------ -------------- ------- -------- ---------- ----------- ------- ------- -------- ------ ------
+    for cfg in "${CFGS[@]}"; do
+        awk -v c="$cfg" -v shape="${NSEQ[$cfg]} x ($P + $T)" -v par="${PARAMS[$cfg]:-0}" -v f="${FLOP[$cfg]:-0}" \
+            -v n="${TOKS[$cfg ours]:-${TOKS[$cfg torch]:-0}}" -v to="${MED[$cfg ours]:-0}" -v tp="${MED[$cfg torch]:-0}" \
+            -v a="$(sg "$cfg" "${C_FF[$cfg]}" mlp)" -v b="$(sg "$cfg" "${C_V[$cfg]}" head)" -v fmt="$fmt" 'BEGIN{
+            s = (a + 0 > b + 0) ? a : b
+            og = (to > 0) ? f / to / 1e9 : 0; pg = (tp > 0) ? f / tp / 1e9 : 0
+            printf fmt, c, shape, sprintf("%.2fM", par / 1e6), sprintf("%.1f", f / 1e9),
+                (to > 0) ? sprintf("%.0f", n / to) : "FAILED", (tp > 0) ? sprintf("%.0f", n / tp) : "FAILED",
+                (to > 0 && tp > 0) ? sprintf("%.2f", tp / to) : "-", sprintf("%.1f", og), sprintf("%.1f", pg),
+                s, (s > 0 && og > 0) ? sprintf("%.2f", og / s) : "-" }'
+    done
+    echo
+    echo "aims (issue): ours >= 1.5x PyTorch, ours >= 0.50 of sgemm"
+} | tee "$W/learn.txt"
+((NFAIL == 0)) || { echo "learn.sh: $NFAIL measurements failed" >&2; exit 1; }

@@ -1,0 +1,94 @@
+// grad_probe — the gradient of one rl-learn step, for the Python tests to
+// compare with PyTorch autograd (tests/py/test_learn.py).
+//
+//   grad_probe --model DIR [--loss pg|ppo|sft] [--adv grpo|drgrpo|rloo]
+//              [--norm seqs|tokens|const:N] [--eps E] [--micro M]
+//              [--micro-tokens T] RECORDS OUT.safetensors
+//
+// Reads every record of RECORDS (a record stream or JSON lines), makes them
+// one batch and runs the first half of a step (lrn_grad: advantages, loss,
+// forward and backward over the micro-batches); writes the gradient of every
+// parameter tensor to OUT (F32, the parameters' names and shapes) and prints
+// the loss (%.17g) on standard output.
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "learner.h"
+#include "safetensors.h"
+#include "source.h"
+
+static void die(const char *msg) {
+    fprintf(stderr, "grad_probe: error: %s\n", msg);
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"model", required_argument, 0, 'm'}, {"loss", required_argument, 0, 'l'},
+        {"adv", required_argument, 0, 'a'},   {"norm", required_argument, 0, 'n'},
+        {"eps", required_argument, 0, 'e'},   {"micro", required_argument, 0, 'M'},
+        {"micro-tokens", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+    const char *dir = NULL;
+    lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1, .micro = 1,
+                  .batch = SIZE_MAX, .opt = adamw_default_opts};   // one batch of every record
+    rl_err e;
+    int c;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'm': dir = optarg; break;
+        case 'l': bad = lrn_parse_loss(optarg, &o.loss, &e); break;
+        case 'a': bad = lrn_parse_adv(optarg, &o.adv, &e); break;
+        case 'n': bad = lrn_parse_norm(optarg, &o.norm, &o.norm_const, &e); break;
+        case 'e': o.ppo_eps = atof(optarg); break;
+        case 'M': o.micro = atoi(optarg); break;
+        case 'T': o.micro_tokens = (size_t)atol(optarg); break;
+        default: die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
+        }
+        if (bad) die(e.msg);
+    }
+    if (!dir || argc - optind != 2) die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
+    model_t *m = model_load(dir, NULL, &e);
+    if (!m || model_train_init(m, &e)) die(e.msg);
+    char tpath[4200];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
+    tokenizer *tok = tok_load(tpath, &e);   // optional: NULL when the directory has none
+    o.tok = tok;
+
+    learner_t *l = lrn_new(m, &o);
+    src_t *s = src_open(argv[optind], SRC_DETECT, &rec_default_limits, &e);
+    if (!s) die(e.msg);
+    rec_t *r = rec_new();
+    recr_event ev;
+    while ((ev = src_next(s, r)) != RECR_END) {
+        if (ev == RECR_ERROR) die(src_error(s));
+        char where[1200];
+        if (ev == RECR_RECORD && lrn_add(l, r, src_where(s, where, sizeof where), &e)) die(e.msg);
+    }
+    src_close(s);
+    lrn_end(l);
+    lrn_metrics mt;
+    if (lrn_grad(l, 0, &mt, &e)) die(e.msg);
+
+    size_t nt = model_ntensors(m);
+    st_out *out = xmalloc(nt * sizeof *out);
+    for (size_t i = 0; i < nt; i++) {
+        model_tensor t = model_tensor_at(m, i);
+        float *g = xmalloc(t.n * sizeof(float));
+        if (model_tensor_get(m, MODEL_GRAD, i, g)) die("no gradient");
+        out[i] = (st_out){.name = t.name, .ndim = t.ndim, .data = g};
+        out[i].shape[0] = t.shape[0];
+        out[i].shape[1] = t.shape[1];
+    }
+    if (st_write_f32(argv[optind + 1], out, nt, &e)) die(e.msg);
+    printf("%.17g\n", mt.loss);
+    for (size_t i = 0; i < nt; i++) free((void *)out[i].data);
+    free(out);
+    rec_free(r);
+    lrn_free(l);
+    tok_free(tok);
+    model_free(m);
+    return 0;
+}

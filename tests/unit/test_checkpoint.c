@@ -1,0 +1,643 @@
+// test_checkpoint.c — checkpoint versions (DESIGN §3): a written version holds
+// the model, the AdamW moments and state.json, and reloads bit for bit; latest
+// names the newest; --keep removes only the oldest; a written version is never
+// replaced; errors name the path; and a writer killed (SIGKILL) at any moment
+// leaves latest naming a complete version, from which the next writer goes on.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "model.h"
+#include "rng.h"
+#include "safetensors.h"
+
+// Untied output layer, grouped-query attention: every kind of tensor a checkpoint holds.
+static model_config cfg_small(void) {
+    return (model_config){.model_type = "llama", .hidden = 64, .inter = 96, .layers = 2, .heads = 4,
+                          .kv_heads = 2, .head_dim = 16, .vocab = 128, .max_pos = 64, .rms_eps = 1e-5,
+                          .rope_theta = 10000, .tie_embeddings = 0, .bos_id = -1, .eos_id = -1};
+}
+
+// ---- Helpers ------------------------------------------------------------------
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char *tmpdir(char *buf, size_t size) {
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, size, "%s/rlpipe-ckpt.XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(buf);
+}
+
+static int exists(const char *dir, const char *name) {
+    char p[4096];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+static void put_file(const char *dir, const char *name, const char *text) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+// The text of dir/name ("" when absent), in buf.
+static const char *file_text(const char *dir, const char *name, char *buf, size_t size) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    buf[0] = 0;
+    FILE *f = fopen(p, "r");
+    if (f) {
+        size_t n = fread(buf, 1, size - 1, f);
+        buf[n] = 0;
+        fclose(f);
+    }
+    return buf;
+}
+
+static const char *state_of(uint64_t v, char *buf, size_t size) {
+    snprintf(buf, size, "{\"version\": %llu, \"step\": %llu}\n", (unsigned long long)v, (unsigned long long)v);
+    return buf;
+}
+
+// A model with training state whose moments are distinct values drawn from seed.
+static model_t *trained_model(uint64_t seed, rl_err *err) {
+    model_config c = cfg_small();
+    model_t *m = model_random(&c, seed, 0.1f, NULL, err);
+    if (!m || model_train_init(m, err)) return m ? (model_free(m), NULL) : NULL;
+    rl_rng r;
+    rng_seed(&r, seed + 1000);
+    for (size_t i = 0; i < model_ntensors(m); i++) {
+        size_t n = model_tensor_at(m, i).n;
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        for (size_t j = 0; j < n; j++) {
+            a[j] = (float)rng_normal(&r);
+            b[j] = (float)rng_uniform(&r);
+        }
+        model_tensor_set(m, MODEL_EXP_AVG, i, a);
+        model_tensor_set(m, MODEL_EXP_AVG_SQ, i, b);
+        free(a);
+        free(b);
+    }
+    return m;
+}
+
+// Whether tensors `which` of a and b are identical bit for bit.
+static int same_bits(const model_t *a, const model_t *b, int which) {
+    if (model_ntensors(a) != model_ntensors(b)) return 0;
+    int same = 1;
+    for (size_t i = 0; i < model_ntensors(a) && same; i++) {
+        size_t n = model_tensor_at(a, i).n;
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+        same = model_tensor_at(b, i).n == n && model_tensor_get(a, which, i, x) == 0 &&
+               model_tensor_get(b, which, i, y) == 0 && memcmp(x, y, n * sizeof *x) == 0;
+        free(x);
+        free(y);
+    }
+    return same;
+}
+
+static int write_version(const char *root, uint64_t v, const model_t *m, int keep, const char *copy_from,
+                         rl_err *err) {
+    char state[128];
+    ckpt_write_opts o = {.root = root, .version = v, .state_json = state_of(v, state, sizeof state),
+                         .copy_from = copy_from, .keep = keep};
+    return ckpt_write(&o, m, err);
+}
+
+// ---- Cases --------------------------------------------------------------------
+
+static void writes_complete_version_and_latest(void) {
+    char base[512], root[1024], text[256], path[4096];
+    rl_err err;
+    CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+    snprintf(root, sizeof root, "%s/ckpt", base);   // created by the first write
+    model_t *m = trained_model(1, &err);
+    CHECK(m, "%s", err.msg);
+    for (uint64_t v = 0; v < 3; v++) CHECK(write_version(root, v, m, 0, NULL, &err) == 0, "%s", err.msg);
+    const char *names[] = {"v000000", "v000001", "v000002"};
+    const char *files[] = {"config.json", "model.safetensors", "optimizer.safetensors", "state.json"};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++) {
+            char sub[2048];
+            snprintf(sub, sizeof sub, "%s/%s", root, names[i]);
+            CHECK(exists(sub, files[k]), "%s/%s missing", sub, files[k]);
+        }
+    CHECK(!strcmp(file_text(root, "latest", text, sizeof text), "v000002\n"), "latest holds '%s'", text);
+    uint64_t version = 99;
+    CHECK(ckpt_resolve(root, path, sizeof path, &version, &err) == 0, "%s", err.msg);
+    char want[2048];
+    snprintf(want, sizeof want, "%s/v000002", root);
+    CHECK(!strcmp(path, want) && version == 2, "resolved %s version %llu", path, (unsigned long long)version);
+    uint64_t *vs;
+    size_t n;
+    CHECK(ckpt_versions(root, &vs, &n, &err) == 0, "%s", err.msg);
+    int listed = n == 3 && vs[0] == 0 && vs[1] == 1 && vs[2] == 2;
+    free(vs);
+    CHECK(listed, "ckpt_versions gave %zu versions, want 0 1 2", n);
+
+    model_t *back = model_load(path, NULL, &err);
+    CHECK(back, "%s", err.msg);
+    int params = same_bits(m, back, MODEL_PARAM);
+    int init = model_train_init(back, &err) == 0;
+    int opt = init && ckpt_read_optimizer(path, back, &err) == 0;
+    int avg = opt && same_bits(m, back, MODEL_EXP_AVG), sq = opt && same_bits(m, back, MODEL_EXP_AVG_SQ);
+    model_free(back);
+    model_free(m);
+    rm_rf(base);
+    CHECK(params, "reloaded parameters differ");
+    CHECK(opt, "%s", err.msg);
+    CHECK(avg && sq, "reloaded moments differ (exp_avg %d, exp_avg_sq %d)", avg, sq);
+}
+
+static void model_without_training_state_writes_no_optimizer(void) {
+    char root[512];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    model_config c = cfg_small();
+    model_t *m = model_random(&c, 2, 0.1f, NULL, &err);
+    CHECK(m, "%s", err.msg);
+    int rc = write_version(root, 0, m, 0, NULL, &err);
+    model_free(m);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/v000000", root);
+    int model = exists(dir, "model.safetensors"), opt = exists(dir, "optimizer.safetensors");
+    rm_rf(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(model && !opt, "model.safetensors %d (want 1), optimizer.safetensors %d (want 0)", model, opt);
+}
+
+static void keep_removes_oldest_versions_only(void) {
+    char root[512];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    model_t *m = trained_model(3, &err);
+    CHECK(m, "%s", err.msg);
+    int rc = 0;
+    for (uint64_t v = 1; v <= 5 && rc == 0; v++) rc = write_version(root, v, m, 2, NULL, &err);
+    model_free(m);
+    CHECK(rc == 0, "%s", err.msg);
+    uint64_t *vs;
+    size_t n;
+    CHECK(ckpt_versions(root, &vs, &n, &err) == 0, "%s", err.msg);
+    int ok = n == 2 && vs[0] == 4 && vs[1] == 5;
+    free(vs);
+    int stray = exists(root, "v000003") || exists(root, "v000001");
+    rm_rf(root);
+    CHECK(ok && !stray, "after 5 writes with keep=2: %zu versions, want v000004 v000005 only", n);
+}
+
+static void copies_tokenizer_files_when_present(void) {
+    char base[512], src[1024], root[1024], dir[2048], text[256];
+    rl_err err;
+    CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+    snprintf(src, sizeof src, "%s/model", base);
+    snprintf(root, sizeof root, "%s/ckpt", base);
+    snprintf(dir, sizeof dir, "%s/v000007", root);
+    mkdir(src, 0755);
+    model_t *m = trained_model(4, &err);
+    CHECK(m, "%s", err.msg);
+    // Without tokenizer.json the copy is refused, naming the file.
+    int rc_missing = write_version(root, 6, m, 0, src, &err);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", err.msg);
+    put_file(src, "tokenizer.json", "{\"model\": {}}\n");
+    put_file(src, "generation_config.json", "{\"eos_token_id\": 2}\n");
+    int rc = write_version(root, 7, m, 0, src, &err);
+    model_free(m);
+    int tok = !strcmp(file_text(dir, "tokenizer.json", text, sizeof text), "{\"model\": {}}\n");
+    int gen = !strcmp(file_text(dir, "generation_config.json", text, sizeof text), "{\"eos_token_id\": 2}\n");
+    int absent = !exists(dir, "tokenizer_config.json") && !exists(dir, "special_tokens_map.json");
+    int v6 = exists(root, "v000006");
+    rm_rf(base);
+    CHECK(rc_missing < 0 && strstr(why, "/model/tokenizer.json") && strstr(why, "No such file"), "got '%s'",
+          rc_missing < 0 ? why : "success");
+    CHECK(!v6, "a failed write left v000006");
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(tok && gen, "copied files differ from the source");
+    CHECK(absent, "files absent from the source appeared in the version");
+}
+
+static void refuses_to_overwrite_written_version(void) {
+    char root[512], text[256];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    model_t *a = trained_model(5, &err), *b = trained_model(6, &err);
+    CHECK(a && b, "%s", err.msg);
+    int rc1 = write_version(root, 1, a, 0, NULL, &err);
+    int rc2 = write_version(root, 2, a, 0, NULL, &err);
+    int same = write_version(root, 2, b, 0, NULL, &err);
+    char why_same[1024], why_older[1024];
+    snprintf(why_same, sizeof why_same, "%s", err.msg);
+    int older = write_version(root, 1, b, 0, NULL, &err);
+    snprintf(why_older, sizeof why_older, "%s", err.msg);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/v000002", root);
+    model_t *back = model_load(dir, NULL, &err);
+    int kept = back && same_bits(a, back, MODEL_PARAM);
+    file_text(root, "latest", text, sizeof text);
+    model_free(back);
+    model_free(a);
+    model_free(b);
+    char want[1024];
+    snprintf(want, sizeof want, "%s/v000002", root);
+    rm_rf(root);
+    CHECK(rc1 == 0 && rc2 == 0, "%s", err.msg);
+    CHECK(same < 0 && strstr(why_same, want) && strstr(why_same, "never replaced"), "rewriting v2: '%s'",
+          same < 0 ? why_same : "succeeded");
+    CHECK(older < 0 && strstr(why_older, "not newer"), "writing v1 after v2: '%s'", older < 0 ? why_older : "succeeded");
+    CHECK(kept, "v000002 was changed");
+    CHECK(!strcmp(text, "v000002\n"), "latest holds '%s'", text);
+}
+
+// A writer killed between renaming vN in and updating latest leaves a complete
+// but unpublished vN; the next writer of version N replaces it.
+static void replaces_unpublished_version_newer_than_latest(void) {
+    char root[512], dir[1024], text[256];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    model_t *a = trained_model(7, &err), *b = trained_model(8, &err);
+    CHECK(a && b, "%s", err.msg);
+    int rc = write_version(root, 1, a, 0, NULL, &err);
+    if (rc == 0) rc = write_version(root, 2, a, 0, NULL, &err);
+    put_file(root, "latest", "v000001\n");     // as if killed before latest moved to v000002
+    if (rc == 0) rc = write_version(root, 2, b, 0, NULL, &err);
+    snprintf(dir, sizeof dir, "%s/v000002", root);
+    model_t *back = rc == 0 ? model_load(dir, NULL, &err) : NULL;
+    int replaced = back && same_bits(b, back, MODEL_PARAM);
+    file_text(root, "latest", text, sizeof text);
+    model_free(back);
+    model_free(a);
+    model_free(b);
+    rm_rf(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(replaced, "v000002 still holds the unpublished weights");
+    CHECK(!strcmp(text, "v000002\n"), "latest holds '%s'", text);
+}
+
+static void errors_name_the_path(void) {
+    char base[512], file[1024], root[2048];
+    rl_err err;
+    CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+    snprintf(file, sizeof file, "%s/plain", base);
+    put_file(base, "plain", "not a directory\n");
+    model_t *m = trained_model(9, &err);
+    CHECK(m, "%s", err.msg);
+    // Tests run as root, so no permission is refused: a path under a regular file gives ENOTDIR.
+    snprintf(root, sizeof root, "%s/ckpt", file);
+    int under = write_version(root, 0, m, 0, NULL, &err);
+    char why_under[1024], why_file[1024], why_state[1024], why_json[1024], why_opt[1024];
+    snprintf(why_under, sizeof why_under, "%s", err.msg);
+    int is_file = write_version(file, 0, m, 0, NULL, &err);
+    snprintf(why_file, sizeof why_file, "%s", err.msg);
+    ckpt_write_opts o = {.root = base, .version = 3, .state_json = "{\"version\": 4}"};
+    int state = ckpt_write(&o, m, &err);
+    snprintf(why_state, sizeof why_state, "%s", err.msg);
+    o.state_json = "{\"version\": 3";
+    int json = ckpt_write(&o, m, &err);
+    snprintf(why_json, sizeof why_json, "%s", err.msg);
+    int opt = ckpt_read_optimizer(file, m, &err);
+    snprintf(why_opt, sizeof why_opt, "%s", err.msg);
+    model_free(m);
+    rm_rf(base);
+    CHECK(under < 0 && strstr(why_under, root) && strstr(why_under, "Not a directory"), "'%s'", why_under);
+    CHECK(is_file < 0 && strstr(why_file, file) && strstr(why_file, "Not a directory"), "'%s'", why_file);
+    CHECK(state < 0 && strstr(why_state, "\"version\" is not 3"), "'%s'", why_state);
+    CHECK(json < 0 && strstr(why_json, "not a JSON object"), "'%s'", why_json);
+    CHECK(opt < 0 && strstr(why_opt, "plain/optimizer.safetensors"), "'%s'", why_opt);
+}
+
+static void removes_stale_temporaries(void) {
+    char root[512], tmp[1024];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s/.tmp-v000005-99999", root);
+    mkdir(tmp, 0755);
+    put_file(tmp, "model.safetensors", "partial");
+    put_file(root, ".latest.tmp-99999", "v0000");
+    put_file(root, "notes.txt", "mine\n");
+    model_t *m = trained_model(10, &err);
+    CHECK(m, "%s", err.msg);
+    int rc = write_version(root, 5, m, 0, NULL, &err);
+    model_free(m);
+    int gone = !exists(root, ".tmp-v000005-99999") && !exists(root, ".latest.tmp-99999");
+    int others = exists(root, "notes.txt") && exists(root, "v000005");
+    rm_rf(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(gone, "stale temporaries remain");
+    CHECK(others, "an entry that is not a temporary was removed, or v000005 is missing");
+}
+
+static void second_writer_is_refused(void) {
+    char root[512], lock[1024];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    snprintf(lock, sizeof lock, "%s/.lock", root);
+    int fd = open(lock, O_RDWR | O_CREAT, 0644);
+    CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0, "%s: %s", lock, strerror(errno));
+    model_t *m = trained_model(11, &err);
+    CHECK(m, "%s", err.msg);
+    int busy = write_version(root, 0, m, 0, NULL, &err);
+    char why[1024];
+    snprintf(why, sizeof why, "%s", err.msg);
+    close(fd);
+    int after = write_version(root, 0, m, 0, NULL, &err);
+    model_free(m);
+    rm_rf(root);
+    CHECK(busy < 0 && strstr(why, "another process") && strstr(why, lock), "'%s'", busy < 0 ? why : "succeeded");
+    CHECK(after == 0, "%s", err.msg);
+}
+
+static void versions_lists_only_version_directories(void) {
+    char root[512], p[1024];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    const char *dirs[] = {"v000003", "v1234567", "v1", "v0000002", "vx", "w000004", ".tmp-v000005-1"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+        mkdir(p, 0755);
+    }
+    put_file(root, "v000004", "a file\n");
+    uint64_t *vs;
+    size_t n;
+    int rc = ckpt_versions(root, &vs, &n, &err);
+    int ok = rc == 0 && n == 2 && vs[0] == 3 && vs[1] == 1234567;
+    free(vs);
+    rm_rf(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(ok, "%zu versions, want 3 and 1234567", n);
+}
+
+// Writes dir/optimizer.safetensors with the moments of m, changed by `how`:
+// 0 as is, 1 without the last tensor, 2 with one misshapen, 3 with one extra.
+static int write_optimizer_file(const char *dir, const model_t *m, int how, rl_err *err) {
+    size_t nt = model_ntensors(m), n = 0;
+    st_out *out = calloc(2 * nt + 1, sizeof *out);
+    char (*names)[128] = calloc(2 * nt + 1, sizeof *names);
+    float *zeros = calloc(4096 * 4, sizeof *zeros);
+    for (size_t i = 0; i < nt; i++) {
+        model_tensor t = model_tensor_at(m, i);
+        for (int k = 0; k < 2; k++, n++) {
+            snprintf(names[n], sizeof names[n], "%s.%s", t.name, k ? "exp_avg_sq" : "exp_avg");
+            out[n] = (st_out){.name = names[n], .ndim = t.ndim, .shape = {t.shape[0], t.shape[1]}, .data = zeros};
+        }
+    }
+    if (how == 1) n--;
+    if (how == 2) out[2].shape[0]--;
+    if (how == 3) {
+        snprintf(names[n], sizeof names[n], "model.norm.weight.momentum");
+        out[n++] = (st_out){.name = names[n - 1], .ndim = 1, .shape = {3}, .data = zeros};
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    int rc = st_write_f32(path, out, n, err);
+    free(zeros);
+    free(names);
+    free(out);
+    return rc;
+}
+
+static void read_optimizer_rejects_missing_or_misshapen_tensor(void) {
+    char dir[512];
+    rl_err err;
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    model_t *m = trained_model(12, &err);
+    CHECK(m, "%s", err.msg);
+    CHECK(model_tensor_at(m, 0).n <= 4096 * 4, "test model too large for the zero buffer");
+    char why[4][1024];
+    int rc[4];
+    for (int how = 0; how < 4; how++) {
+        rc[how] = write_optimizer_file(dir, m, how, &err);
+        if (rc[how] == 0 && how > 0) rc[how] = ckpt_read_optimizer(dir, m, &err);
+        snprintf(why[how], sizeof why[how], "%s", err.msg);
+    }
+    model_t *fresh = trained_model(12, &err);
+    int untouched = fresh && same_bits(m, fresh, MODEL_EXP_AVG) && same_bits(m, fresh, MODEL_EXP_AVG_SQ);
+    model_free(fresh);
+    // Without training state there is nothing to load into.
+    model_config c = cfg_small();
+    model_t *plain = model_random(&c, 12, 0.1f, NULL, &err);
+    write_optimizer_file(dir, m, 0, &err);
+    int none = plain ? ckpt_read_optimizer(dir, plain, &err) : 0;
+    char why_none[1024];
+    snprintf(why_none, sizeof why_none, "%s", err.msg);
+    model_tensor t_last = model_tensor_at(m, model_ntensors(m) - 1), t1 = model_tensor_at(m, 1);
+    char missing[160], misshapen[160];
+    snprintf(missing, sizeof missing, "%s.exp_avg_sq", t_last.name);
+    snprintf(misshapen, sizeof misshapen, "%s.exp_avg", t1.name);
+    model_free(plain);
+    model_free(m);
+    rm_rf(dir);
+    CHECK(rc[0] == 0, "%s", why[0]);
+    CHECK(rc[1] < 0 && strstr(why[1], "optimizer.safetensors") && strstr(why[1], missing) && strstr(why[1], "missing"),
+          "'%s'", why[1]);
+    CHECK(rc[2] < 0 && strstr(why[2], "optimizer.safetensors") && strstr(why[2], misshapen) && strstr(why[2], "shape"),
+          "'%s'", why[2]);
+    CHECK(rc[3] < 0 && strstr(why[3], "model.norm.weight.momentum"), "'%s'", why[3]);
+    CHECK(untouched, "a refused file changed the moments");
+    CHECK(none < 0 && strstr(why_none, "model_train_init"), "'%s'", why_none);
+}
+
+// ---- Killed writers -----------------------------------------------------------
+
+#define KILL_ROUNDS 24
+#define KILL_KEEP 3
+
+// The writer the kill test runs (this program, re-executed): writes versions
+// start, start+1, ... forever, version v with parameter 0 and both moments of
+// tensor 0, element 0, set to v so that a reader can tell that every file of a
+// directory belongs to one version. Writes one byte to stdout once writing begins.
+static int write_forever(const char *root, const char *src, uint64_t start) {
+    rl_err err;
+    model_t *m = trained_model(20, &err);
+    if (!m) {
+        fprintf(stderr, "writer: %s\n", err.msg);
+        return 2;
+    }
+    size_t n0 = model_tensor_at(m, 0).n;
+    float *t0 = malloc(n0 * sizeof *t0);
+    if (write(1, "r", 1) != 1) return 2;
+    for (uint64_t v = start;; v++) {
+        for (int which = MODEL_PARAM; which <= MODEL_EXP_AVG_SQ; which++) {
+            if (which == MODEL_GRAD) continue;
+            model_tensor_get(m, which, 0, t0);
+            t0[0] = (float)v;
+            model_tensor_set(m, which, 0, t0);
+        }
+        if (write_version(root, v, m, KILL_KEEP, src, &err)) {
+            fprintf(stderr, "writer: %s\n", err.msg);
+            return 2;
+        }
+    }
+}
+
+// Loads version directory dir completely: the model, state.json, the
+// optimizer; every part must say version v. 0, or -1 with why.
+static int check_version(const char *dir, uint64_t v, char *why, size_t size) {
+    rl_err err;
+    char path[4096];
+    uint64_t sv = ~0ull;
+    model_t *m = model_load(dir, NULL, &err);
+    int rc = -1;
+    float *t0 = NULL;
+    if (!m) snprintf(why, size, "%s", err.msg);
+    else if (ckpt_resolve(dir, path, sizeof path, &sv, &err) || sv != v)
+        snprintf(why, size, "%s: state.json version %llu, want %llu (%s)", dir, (unsigned long long)sv,
+                 (unsigned long long)v, err.msg);
+    else if (model_train_init(m, &err) || ckpt_read_optimizer(dir, m, &err))
+        snprintf(why, size, "%s", err.msg);
+    else if (!exists(dir, "tokenizer.json"))
+        snprintf(why, size, "%s: tokenizer.json missing", dir);
+    else {
+        t0 = malloc(model_tensor_at(m, 0).n * sizeof *t0);
+        rc = 0;
+        for (int which = MODEL_PARAM; which <= MODEL_EXP_AVG_SQ && rc == 0; which++) {
+            if (which == MODEL_GRAD) continue;
+            model_tensor_get(m, which, 0, t0);
+            if (t0[0] != (float)v) {
+                snprintf(why, size, "%s: state %d of tensor 0 is from version %g, not %llu", dir, which,
+                         (double)t0[0], (unsigned long long)v);
+                rc = -1;
+            }
+        }
+    }
+    free(t0);
+    model_free(m);
+    return rc;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void kill9_never_leaves_latest_incomplete(void) {
+    char base[512], root[1024], src[1024], cal[1024], why[2048] = "";
+    rl_err err;
+    CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+    snprintf(root, sizeof root, "%s/ckpt", base);
+    snprintf(src, sizeof src, "%s/model", base);
+    snprintf(cal, sizeof cal, "%s/calibrate", base);
+    mkdir(src, 0755);
+    put_file(src, "tokenizer.json", "{\"model\": {}}\n");
+    put_file(src, "tokenizer_config.json", "{}\n");
+
+    // The time of one write here, so that the kills spread over a few of them.
+    model_t *m = trained_model(20, &err);
+    CHECK(m, "%s", err.msg);
+    double t = now_s();
+    int rc = 0;
+    for (uint64_t v = 0; v < 4 && rc == 0; v++) rc = write_version(cal, v, m, KILL_KEEP, src, &err);
+    double per_write = (now_s() - t) / 4;
+    model_free(m);
+    CHECK(rc == 0, "%s", err.msg);
+
+    rl_rng r;
+    rng_seed(&r, 2024);
+    uint64_t next = 0;
+    int killed_mid_write = 0, published = 0, failed = 0;
+    for (int round = 0; round < KILL_ROUNDS && !failed; round++) {
+        int fds[2];
+        CHECK(pipe(fds) == 0, "pipe: %s", strerror(errno));
+        pid_t pid = fork();
+        CHECK(pid >= 0, "fork: %s", strerror(errno));
+        if (pid == 0) {
+            char start[32];
+            snprintf(start, sizeof start, "%llu", (unsigned long long)next);
+            dup2(fds[1], 1);
+            close(fds[0]);
+            close(fds[1]);
+            execl("/proc/self/exe", "test_checkpoint", "--write-forever", root, src, start, (char *)NULL);
+            _exit(127);
+        }
+        close(fds[1]);
+        char ready;
+        ssize_t got = read(fds[0], &ready, 1);
+        close(fds[0]);
+        double delay = rng_uniform(&r) * 4 * per_write;
+        struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        if (got == 1) nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        waitpid(pid, &status, 0);
+        if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+            snprintf(why, sizeof why, "round %d: the writer ended by itself (status %d) before the kill", round, status);
+            failed = 1;
+            break;
+        }
+        // latest, when present, names a complete version; so does every v<digits>.
+        char path[4096];
+        uint64_t v;
+        if (exists(root, "latest")) {
+            if (ckpt_resolve(root, path, sizeof path, &v, &err)) {
+                snprintf(why, sizeof why, "round %d: %s", round, err.msg);
+                failed = 1;
+            } else if (check_version(path, v, why, sizeof why)) {
+                failed = 1;
+            } else {
+                if (v + 1 > next) published++;
+                next = v + 1;
+            }
+        }
+        uint64_t *vs = NULL;
+        size_t n = 0;
+        if (!failed && exists(root, ".") && ckpt_versions(root, &vs, &n, &err)) {
+            snprintf(why, sizeof why, "round %d: %s", round, err.msg);
+            failed = 1;
+        }
+        for (size_t i = 0; i < n && !failed; i++) {
+            snprintf(path, sizeof path, "%s/v%06llu", root, (unsigned long long)vs[i]);
+            failed = check_version(path, vs[i], why, sizeof why) != 0;
+        }
+        free(vs);
+        // A temporary left behind means this kill landed inside a write.
+        DIR *d = opendir(root);
+        for (struct dirent *e; d && (e = readdir(d));) killed_mid_write += !strncmp(e->d_name, ".tmp-", 5);
+        if (d) closedir(d);
+    }
+    rm_rf(base);
+    CHECK(!failed, "%s", why);
+    CHECK(published >= KILL_ROUNDS / 4, "only %d of %d rounds published a version (one write: %.1f ms)", published,
+          KILL_ROUNDS, per_write * 1e3);
+    CHECK(killed_mid_write, "no kill landed inside a write; the test does not test");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && !strcmp(argv[1], "--write-forever"))
+        return write_forever(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    RUN(writes_complete_version_and_latest);
+    RUN(model_without_training_state_writes_no_optimizer);
+    RUN(keep_removes_oldest_versions_only);
+    RUN(copies_tokenizer_files_when_present);
+    RUN(refuses_to_overwrite_written_version);
+    RUN(replaces_unpublished_version_newer_than_latest);
+    RUN(errors_name_the_path);
+    RUN(removes_stale_temporaries);
+    RUN(second_writer_is_refused);
+    RUN(versions_lists_only_version_directories);
+    RUN(read_optimizer_rejects_missing_or_misshapen_tensor);
+    RUN(kill9_never_leaves_latest_incomplete);
+    CHECK_DONE();
+}

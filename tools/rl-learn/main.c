@@ -1,0 +1,400 @@
+// rl-learn — the learner: one optimizer step per batch of whole groups
+// (learner.h), a complete checkpoint after every step (checkpoint.h), a
+// metrics line per step. Version 0 is the initial model; version k the
+// weights after k steps.
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "json.h"
+#include "learner.h"
+#include "source.h"
+
+static const char USAGE[] =
+    "Usage: rl-learn (--init DIR | --config FILE | --resume) --out CKPT [OPTION]... [FILE]...\n"
+    "Train a policy on rollout (or example) records: one AdamW step per batch of\n"
+    "whole groups, a checkpoint CKPT/vNNNNNN after every step, CKPT/latest naming\n"
+    "the newest. With no FILE, or when FILE is -, read standard input.\n"
+    "\n"
+    "Model:\n"
+    "      --init DIR         start from this model directory, or a checkpoint's latest\n"
+    "                         version (its weights only; written as version 0)\n"
+    "      --config FILE      start from random weights of this config.json ...\n"
+    "      --seed S           ... drawn with seed S (default 0), std --init-std (0.02)\n"
+    "      --out CKPT         the checkpoint directory (must hold no checkpoint yet)\n"
+    "      --resume           continue from CKPT/latest: weights, optimizer, step;\n"
+    "                         the records its steps consumed are skipped first\n"
+    "      --no-skip          with --resume, train on the input from its first record\n"
+    "      --keep K           keep the K newest versions (default 5; 0 = all)\n"
+    "\n"
+    "Batches:\n"
+    "      --batch N          sequences per step, at least: whole groups (default 64)\n"
+    "      --micro M          micro-batches per step (gradient accumulation; default 1;\n"
+    "                         more when one would exceed 16384 tokens)\n"
+    "      --keep-last        at the end of input, train on a last partial batch too\n"
+    "      --max-steps N      stop once version N is written\n"
+    "\n"
+    "Loss (DESIGN 4; rl-ratio's w and mask apply to pg and ppo, mask to sft):\n"
+    "      --loss L           pg (default), ppo or sft\n"
+    "      --adv A            grpo (default), drgrpo or rloo; a record's adv is used as given\n"
+    "      --norm N           seqs (default), tokens or const:N\n"
+    "      --eps E            PPO clip range (default 0.2)\n"
+    "      --epochs K         PPO: steps on each batch (default 1)\n"
+    "\n"
+    "Optimizer (AdamW as torch.optim.AdamW):\n"
+    "      --lr X             peak learning rate (default 1e-6)\n"
+    "      --warmup STEPS     linear warm-up steps (default 0)\n"
+    "      --schedule S       constant (default) or cosine (to 0 at --total-steps)\n"
+    "      --total-steps N    the cosine schedule's length\n"
+    "      --weight-decay X   on matrices and embeddings (default 0.01)\n"
+    "      --beta1 X, --beta2 X, --adam-eps X   (defaults 0.9, 0.999, 1e-8)\n"
+    "      --grad-clip X      the most gradient norm (default 1; 0 = off)\n"
+    "\n"
+    "Output:\n"
+    "      --metrics FILE     one JSON line per step (- : standard output)\n"
+    "  -q, --quiet            no line per step and no summary on standard error\n"
+    "      --progress         progress of reading on standard error even when not a\n"
+    "                         terminal (a line per step is written either way)\n"
+    "  -h, --help             show this help and exit\n"
+    "  -V, --version          show versions and exit\n"
+    "\n"
+    "Exit status: 0 ok (also after SIGINT or SIGTERM: the newest complete checkpoint\n"
+    "stays), 1 invalid input (the steps before it are kept) or a failed write, 2 usage.\n"
+    "\n"
+    "Examples:\n"
+    "  rl-sample --model m/ train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
+    "  rl-learn --loss sft --init m/ --out sft/ --batch 32 examples.jsonl\n"
+    "  rl-learn --resume --out ckpt/ --max-steps 100 saved/*.rlr\n";
+
+typedef struct {
+    const char *init, *config, *out, *metrics;
+    uint64_t seed, max_steps;
+    double init_std;
+    int resume, no_skip, keep, keep_last, quiet, progress;
+    lrn_opts lrn;
+} options;
+
+static options parse_options(int argc, char **argv) {
+    enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_BATCH, O_MICRO,
+           O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
+           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS };
+    static const struct option longopts[] = {
+        {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
+        {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
+        {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
+        {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
+        {"batch", required_argument, 0, O_BATCH},     {"micro", required_argument, 0, O_MICRO},
+        {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
+        {"loss", required_argument, 0, O_LOSS},       {"adv", required_argument, 0, O_ADV},
+        {"norm", required_argument, 0, O_NORM},       {"eps", required_argument, 0, O_EPS},
+        {"epochs", required_argument, 0, O_EPOCHS},   {"lr", required_argument, 0, O_LR},
+        {"warmup", required_argument, 0, O_WARMUP},   {"schedule", required_argument, 0, O_SCHEDULE},
+        {"total-steps", required_argument, 0, O_TOTAL}, {"weight-decay", required_argument, 0, O_WD},
+        {"beta1", required_argument, 0, O_BETA1},     {"beta2", required_argument, 0, O_BETA2},
+        {"adam-eps", required_argument, 0, O_ADAM_EPS}, {"grad-clip", required_argument, 0, O_CLIP},
+        {"metrics", required_argument, 0, O_METRICS}, {"quiet", no_argument, 0, 'q'},
+        {"progress", no_argument, 0, O_PROGRESS},     {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, 'V'},             {0, 0, 0, 0}};
+    options o = {.init_std = 0.02, .keep = 5,
+                 .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1,
+                         .micro = 1, .batch = 64, .opt = adamw_default_opts}};
+    adamw_opts *a = &o.lrn.opt;
+    rl_err e;
+    int c, max_steps_given = 0;
+    while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
+        switch (c) {
+        case O_INIT: o.init = optarg; break;
+        case O_CONFIG: o.config = optarg; break;
+        case O_SEED: o.seed = cli_parse_uint("--seed", optarg, UINT64_MAX, 0); break;
+        case O_INIT_STD: o.init_std = cli_parse_f64("--init-std", optarg, 0, 10, 0); break;
+        case O_OUT: o.out = optarg; break;
+        case O_RESUME: o.resume = 1; break;
+        case O_NO_SKIP: o.no_skip = 1; break;
+        case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
+        case O_BATCH: o.lrn.batch = cli_parse_uint("--batch", optarg, 1 << 20, 0); break;
+        case O_MICRO: o.lrn.micro = (int)cli_parse_uint("--micro", optarg, 1 << 20, 0); break;
+        case O_KEEP_LAST: o.keep_last = 1; break;
+        case O_MAX_STEPS: max_steps_given = 1; o.max_steps = cli_parse_uint("--max-steps", optarg, UINT64_MAX, 0); break;
+        case O_LOSS:
+            if (lrn_parse_loss(optarg, &o.lrn.loss, &e)) cli_usage_error("%s", e.msg);
+            break;
+        case O_ADV:
+            if (lrn_parse_adv(optarg, &o.lrn.adv, &e)) cli_usage_error("%s", e.msg);
+            break;
+        case O_NORM:
+            if (lrn_parse_norm(optarg, &o.lrn.norm, &o.lrn.norm_const, &e)) cli_usage_error("%s", e.msg);
+            break;
+        case O_EPS: o.lrn.ppo_eps = cli_parse_f64("--eps", optarg, 0, 1, 1); break;
+        case O_EPOCHS: o.lrn.epochs = (int)cli_parse_uint("--epochs", optarg, 1000, 0); break;
+        case O_LR: a->lr = cli_parse_f64("--lr", optarg, 0, 1e3, 0); break;
+        case O_WARMUP: a->warmup = cli_parse_uint("--warmup", optarg, UINT64_MAX, 0); break;
+        case O_SCHEDULE:
+            if (!strcmp(optarg, "constant")) a->schedule = SCHED_CONSTANT;
+            else if (!strcmp(optarg, "cosine")) a->schedule = SCHED_COSINE;
+            else cli_usage_error("--schedule '%s': use constant or cosine", optarg);
+            break;
+        case O_TOTAL: a->total_steps = cli_parse_uint("--total-steps", optarg, UINT64_MAX, 0); break;
+        case O_WD: a->weight_decay = cli_parse_f64("--weight-decay", optarg, 0, 1e3, 0); break;
+        case O_BETA1: a->beta1 = cli_parse_f64("--beta1", optarg, 0, 1, 1); break;
+        case O_BETA2: a->beta2 = cli_parse_f64("--beta2", optarg, 0, 1, 1); break;
+        case O_ADAM_EPS: a->eps = cli_parse_f64("--adam-eps", optarg, 0, 1, 0); break;
+        case O_CLIP: a->grad_clip = cli_parse_f64("--grad-clip", optarg, 0, 1e30, 0); break;
+        case O_METRICS: o.metrics = optarg; break;
+        case 'q': o.quiet = 1; break;
+        case O_PROGRESS: o.progress = 1; break;
+        case 'h': fputs(USAGE, stdout); exit(0);
+        case 'V': cli_print_version(); exit(0);
+        default: fprintf(stderr, "Try 'rl-learn --help' for more information.\n"); exit(2);
+        }
+    }
+    if (!o.out) cli_usage_error("--out CKPT: the checkpoint directory is required");
+    if (o.resume && (o.init || o.config))
+        cli_usage_error("--resume takes the model from CKPT/latest: leave out --%s", o.init ? "init" : "config");
+    if (!o.resume && !!o.init + !!o.config != 1)
+        cli_usage_error("give the initial model: --init DIR or --config FILE (or --resume)");
+    if (o.lrn.batch == 0) cli_usage_error("--batch: a step takes at least one sequence");
+    if (o.max_steps == 0 && max_steps_given) cli_usage_error("--max-steps: at least 1");
+    if (o.lrn.micro < 1) cli_usage_error("--micro: at least one micro-batch per step");
+    if (o.lrn.epochs < 1) cli_usage_error("--epochs: at least 1");
+    if (o.lrn.epochs > 1 && o.lrn.loss != LOSS_PPO) cli_usage_error("--epochs: only the ppo loss takes several steps per batch");
+    if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
+        cli_usage_error("--schedule cosine needs --total-steps larger than --warmup");
+    if (o.no_skip && !o.resume) cli_usage_error("--no-skip goes with --resume");
+    return o;
+}
+
+// ---- Signals: a step in progress is abandoned; idle, the tool exits at once.
+static volatile sig_atomic_t stop_requested, busy;
+static char stop_message[4200];
+
+static void stop_now(void) {
+    ssize_t w = write(2, stop_message, strlen(stop_message));
+    (void)w;
+    _exit(0);
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+    if (!busy) stop_now();
+}
+
+static void set_stop_message(const char *root, uint64_t version) {
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old);
+    snprintf(stop_message, sizeof stop_message, "rl-learn: stopped by a signal; newest checkpoint %s/v%06llu\n", root,
+             (unsigned long long)version);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+// ---- Checkpoints ----------------------------------------------------------------
+
+typedef struct {
+    const options *o;
+    model_t *m;
+    uint64_t version, skip;
+    char from[4096];         // the model directory tokenizer files are copied from ("": none)
+} run_t;
+
+static void save(run_t *r, learner_t *l) {
+    const lrn_opts *lo = &r->o->lrn;
+    const adamw_opts *a = &lo->opt;
+    sbuf st = {0};
+    sbuf_printf(&st, "{\"version\": %llu, \"step\": %llu, \"records\": %llu, \"producer\": \"rl-learn %s\",\n",
+                (unsigned long long)r->version, (unsigned long long)r->version,
+                (unsigned long long)(r->skip + (l ? lrn_consumed(l) : 0)), RLPIPE_VERSION);
+    sbuf_printf(&st, " \"loss\": \"%s\", \"adv\": \"%s\", \"batch\": %zu, \"micro\": %d, \"epochs\": %d, \"seed\": %llu",
+                lrn_loss_name(lo->loss), lrn_adv_name(lo->adv), lo->batch, lo->micro, lo->epochs,
+                (unsigned long long)r->o->seed);
+    const char *keys[] = {"lr", "beta1", "beta2", "adam_eps", "weight_decay", "grad_clip", "ppo_eps"};
+    double vals[] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_clip, lo->ppo_eps};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        sbuf_printf(&st, ", \"%s\": ", keys[i]);
+        json_put_f64(&st, vals[i]);
+    }
+    sbuf_printf(&st, ", \"warmup\": %llu, \"schedule\": \"%s\", \"total_steps\": %llu}\n",
+                (unsigned long long)a->warmup, a->schedule == SCHED_COSINE ? "cosine" : "constant",
+                (unsigned long long)a->total_steps);
+    sbuf_putc(&st, 0);
+    ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
+                         .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep};
+    rl_err e;
+    int rc = ckpt_write(&w, r->m, &e);
+    sbuf_free(&st);
+    if (rc) cli_die("%s", e.msg);
+    set_stop_message(r->o->out, r->version);
+}
+
+// The model to train: CKPT/latest with its optimizer state (--resume), or
+// the initial one, written as version 0.
+static void start(run_t *r, tokenizer **tok) {
+    const options *o = r->o;
+    rl_err e;
+    char dir[4096];
+    uint64_t version = 0;
+    int have = ckpt_resolve(o->out, dir, sizeof dir, &version, &e) == 0 && access(dir, F_OK) == 0 &&
+               strcmp(dir, o->out) != 0;
+    if (o->resume) {
+        if (!have) cli_die("--resume: %s holds no checkpoint (no file 'latest')", o->out);
+        if (!(r->m = model_load(dir, NULL, &e)) || model_train_init(r->m, &e) || ckpt_read_optimizer(dir, r->m, &e))
+            cli_die("%s", e.msg);
+        r->version = version;
+        snprintf(r->from, sizeof r->from, "%s", dir);
+        char path[4200];
+        snprintf(path, sizeof path, "%s/state.json", dir);
+        sbuf text = {0};
+        if (read_whole_file(path, 1 << 20, &text, &e)) cli_die("%s", e.msg);
+        const char *rec = strstr((const char *)text.data, "\"records\":");
+        if (!rec) cli_die("%s: no \"records\" count", path);
+        r->skip = o->no_skip ? 0 : strtoull(rec + 10, NULL, 10);
+        sbuf_free(&text);
+    } else {
+        if (have)
+            cli_die("%s already holds checkpoints (latest: %s): continue with --resume, or choose another --out", o->out,
+                    dir);
+        if (o->init) {
+            uint64_t init_version;
+            if (ckpt_resolve(o->init, r->from, sizeof r->from, &init_version, &e) ||
+                !(r->m = model_load(r->from, NULL, &e)))
+                cli_die("%s", e.msg);
+        } else {
+            model_config c;
+            if (cfg_load(o->config, &c, &e) || !(r->m = model_random(&c, o->seed, (float)o->init_std, NULL, &e)))
+                cli_die("%s", e.msg);
+        }
+        if (model_train_init(r->m, &e)) cli_die("%s", e.msg);
+    }
+    char tpath[4200];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", r->from);
+    if (r->from[0] && access(tpath, F_OK) != 0) r->from[0] = 0;   // a model directory without a tokenizer
+    if (r->from[0] && !(*tok = tok_load(tpath, &e))) cli_die("%s", e.msg);
+    if (!o->resume) save(r, NULL);
+}
+
+static int is_training_kind(const rec_t *h) {
+    const char *kind;
+    size_t n;
+    return rec_get_str(h, "kind", &kind, &n) == REC_OK &&
+           ((n == 8 && !memcmp(kind, "rollouts", 8)) || (n == 8 && !memcmp(kind, "examples", 8)));
+}
+
+static void report(const options *o, FILE *metrics, const lrn_metrics *m) {
+    if (!metrics && o->quiet) return;
+    sbuf line = {0};
+    lrn_metrics_json(m, &line);
+    if (metrics && (fprintf(metrics, "%.*s\n", (int)line.len, (const char *)line.data) < 0 || fflush(metrics)))
+        cli_die("write error: %s: %s", o->metrics, strerror(errno));
+    sbuf_free(&line);
+    if (o->quiet) return;
+    fprintf(stderr, "rl-learn: step %llu: %llu seqs, %llu tokens, loss %.4g, grad %.3g, lr %.3g", (unsigned long long)m->step,
+            (unsigned long long)m->samples, (unsigned long long)m->tokens, m->loss, m->grad_norm, m->lr);
+    if (m->has_reward) fprintf(stderr, ", reward %.3f, acc %.3f", m->reward_mean, m->accuracy);
+    if (m->has_lag) fprintf(stderr, ", lag %.2f", m->lag_mean);
+    fprintf(stderr, ", %.0f tok/s, %.2f s\n", m->tokens_per_s, m->seconds);
+}
+
+// Takes every step the held records allow, each saved and reported; signals
+// wait (busy) until its checkpoint and metrics line are out. 1 once version
+// --max-steps is written.
+static int train(run_t *r, learner_t *l, FILE *metrics, int keep_last, uint64_t *tokens) {
+    const options *o = r->o;
+    while (!(o->max_steps && r->version >= o->max_steps)) {
+        if (!lrn_ready(l, keep_last)) return 0;
+        lrn_metrics m;
+        rl_err e;
+        busy = 1;
+        int rc = lrn_step(l, r->version, &m, &e);
+        if (rc < 0) cli_die("%s", e.msg);
+        if (rc > 0) stop_now();   // abandoned: the newest checkpoint is the model before the step
+        r->version = m.version;
+        *tokens += m.tokens;
+        save(r, l);
+        report(o, metrics, &m);
+        busy = 0;
+        if (stop_requested) stop_now();
+    }
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    cli_init("rl-learn");
+    options o = parse_options(argc, argv);
+    int ninputs;
+    char **inputs = cli_inputs(argc, argv, &ninputs);
+    cli_refuse_overwrite(inputs, ninputs, o.metrics, "metrics file");
+    FILE *metrics = NULL;
+    if (o.metrics && !(metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, o.resume ? "a" : "w") : stdout))
+        cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    busy = 1;   // until the first checkpoint exists
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    double t0 = cli_now();
+    run_t run = {.o = &o};
+    tokenizer *tok = NULL;
+    start(&run, &tok);
+    set_stop_message(o.out, run.version);
+    busy = 0;
+    if (stop_requested) stop_now();
+    if (run.skip && !o.quiet)
+        fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
+                (unsigned long long)run.version, (unsigned long long)run.skip);
+    o.lrn.tok = tok;
+    o.lrn.stop = &stop_requested;
+    learner_t *l = lrn_new(run.m, &o.lrn);
+    uint64_t first = run.version, skipped = 0, tokens = 0, nread = 0;
+    cli_progress prog;
+    cli_progress_init(&prog, o.progress);
+    int done = o.max_steps && run.version >= o.max_steps;
+    rec_t *rec = rec_new();
+    for (int i = 0; i < ninputs && !done; i++) {
+        rl_err e;
+        src_t *s = src_open(inputs[i], SRC_DETECT, &rec_default_limits, &e);
+        if (!s) cli_die("%s", e.msg);
+        const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
+        recr_event ev = RECR_END;
+        while (!done && (ev = src_next(s, rec)) != RECR_END && ev != RECR_ERROR) {
+            if (ev == RECR_HEADER && !is_training_kind(rec))
+                cli_die("member of another kind than \"rollouts\" or \"examples\": %s", name);
+            if (ev != RECR_RECORD) continue;
+            if (skipped < run.skip) {
+                skipped++;
+                continue;
+            }
+            char where[1200];
+            if (lrn_add(l, rec, src_where(s, where, sizeof where), &e)) cli_die("%s", e.msg);
+            nread++;
+            if (lrn_ready(l, 0)) cli_progress_done(&prog);
+            done = train(&run, l, metrics, 0, &tokens);
+            if (cli_progress_due(&prog))
+                cli_progress_print(&prog, "%llu records read, %zu held for step %llu", (unsigned long long)nread,
+                                   lrn_held(l), (unsigned long long)run.version + 1);
+        }
+        if (!done && ev == RECR_ERROR) cli_die("%s", src_error(s));
+        src_close(s);
+    }
+    cli_progress_done(&prog);
+    lrn_end(l);
+    if (!done) train(&run, l, metrics, o.keep_last, &tokens);
+    if (metrics && metrics != stdout && fclose(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
+    if (!o.quiet)
+        fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s\n",
+                (unsigned long long)(run.version - first), (unsigned long long)first, (unsigned long long)run.version,
+                (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, cli_now() - t0);
+    lrn_free(l);
+    rec_free(rec);
+    tok_free(tok);
+    model_free(run.m);
+    return 0;
+}
