@@ -124,7 +124,7 @@ static void cmd_score(const args *a) {
     random_ids(&r, tok, N * (P + T), c->vocab);
     model_seq *seqs = xmalloc(N * sizeof *seqs);
     for (size_t i = 0; i < N; i++)
-        seqs[i] = (model_seq){tok + i * (P + T), P, tok + i * (P + T) + P, T, 1.0f, logp + i * T};
+        seqs[i] = (model_seq){tok + i * (P + T), P, tok + i * (P + T) + P, T, 1.0f, logp + i * T, NULL};
     rl_err err = {{0}};
     CHECK(model_score(m, seqs, 1, &err), err);      // warm-up: one sequence
     double t[MAX_REPS];

@@ -14,7 +14,7 @@
 #         32000, tied; 109.5M parameters), written by bench/forward.c.
 # Batches: N sequences of 64 prompt + 192 completion tokens (random ids;
 # rollout records in groups of 4 with differing rewards), N = 32 (tiny),
-# 16 (15m), 16 (110m); one step per batch, a new batch every step. For each
+# 16 (15m), 8 (110m); one step per batch, a new batch every step. For each
 # configuration and round it runs
 #   - rl-learn --init MODEL --loss sft --batch N --lr 1e-5 (defaults
 #     otherwise: --norm seqs, weight decay 0.01, clipping at 1) for K steps,
@@ -98,7 +98,7 @@ ERR=$W/learn.err
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 
 P=64 T=192
-declare -A NSEQ=([tiny]=32 [15m]=16 [110m]=16)
+declare -A NSEQ=([tiny]=32 [15m]=16 [110m]=8)
 declare -A C_HID=([tiny]=128 [15m]=288 [110m]=768) C_FF=([tiny]=352 [15m]=768 [110m]=2048)
 declare -A C_V=([tiny]=448 [15m]=32000 [110m]=32000)
 declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=() FAILED=()

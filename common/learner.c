@@ -130,8 +130,9 @@ static int get_floats(const rec_t *r, const char *key, size_t n, int nonneg, flo
         return err_set(err, "\"%s\" is not an array of numbers", key);
     }
     if (v.n != n) {
+        size_t got = v.n;
         f32_vec_free(&v);
-        return err_set(err, "\"%s\" has %zu values for %zu completion tokens", key, v.n, n);
+        return err_set(err, "\"%s\" has %zu values for %zu completion tokens", key, got, n);
     }
     for (size_t t = 0; t < n; t++)
         if (!isfinite(v.v[t]) || (nonneg && v.v[t] < 0)) {
@@ -157,7 +158,7 @@ static int get_ids(const learner_t *l, const rec_t *r, const char *key, const ch
             u32_vec_free(&v);
             return err_set(err, "\"%s\" is not an array of token ids", key);
         }
-        *out = v.v;
+        *out = v.v ? v.v : xmalloc(sizeof **out);   // present but empty: not "missing"
         *n = v.n;
     } else if (rec_has(r, text_key)) {
         const char *text;
@@ -228,9 +229,10 @@ static int parse_seq(const learner_t *l, const rec_t *r, lseq *s, rl_err *err) {
         int bad = rec_get_u8s(r, "mask", &v) != REC_OK;
         for (size_t i = 0; !bad && i < v.n; i++) bad = v.v[i] > 1;
         if (bad || v.n != s->n) {
+            size_t got = v.n;
             u8_vec_free(&v);
             return bad ? err_set(err, "\"mask\" is not an array of 0 and 1")
-                       : err_set(err, "\"mask\" has %zu values for %zu completion tokens", v.n, s->n);
+                       : err_set(err, "\"mask\" has %zu values for %zu completion tokens", got, s->n);
         }
         s->mask = xmalloc(s->n * sizeof(float));
         for (size_t i = 0; i < s->n; i++) s->mask[i] = v.v[i];

@@ -244,5 +244,72 @@ def a_record_adv_is_used_as_given():
     check_grads(d, recs, loss="pg")
 
 
+# ---- AdamW steps against torch.optim.AdamW -------------------------------------------------
+
+def learn(*args):
+    rc, out, err = rltest.run("rl-learn", "-q", *args)
+    assert rc == 0, f"rl-learn {' '.join(args)} exited {rc}: {err.strip()[:600]}"
+    return err
+
+
+def ref_adamw_run(model_dir, batches, lr, betas, eps, wd, clip=0.0, warmup=0, **loss_kw):
+    """Weights (float64) after each step of torch.optim.AdamW on the reference's
+    loss; decay on 2-D tensors only, clip_grad_norm_ when clip > 0, linear warm-up."""
+    ref = llama_ref.Llama(model_dir)
+    decay = [t for t in ref.w.values() if t.dim() == 2]
+    other = [t for t in ref.w.values() if t.dim() != 2]
+    for t in ref.w.values():
+        t.requires_grad_(True)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": other, "weight_decay": 0.0}],
+                            lr=lr, betas=betas, eps=eps)
+    out = []
+    for step, recs in enumerate(batches, 1):
+        for g in opt.param_groups:
+            g["lr"] = lr * step / warmup if warmup and step <= warmup else lr
+        opt.zero_grad()
+        ref_loss(ref, recs, **loss_kw).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(list(ref.w.values()), clip)
+        opt.step()
+        out.append({k: t.detach().clone() for k, t in ref.w.items()})
+    return out
+
+
+def check_weights(ckpt_version_dir, want, tol=1e-6):
+    got = load_file(os.path.join(ckpt_version_dir, "model.safetensors"))
+    assert set(got) == set(want), f"tensors differ: {sorted(set(got) ^ set(want))}"
+    worst = 0.0
+    for k, w in want.items():
+        e = (got[k].to(torch.float64) - w).norm().item() / w.norm().item()
+        worst = max(worst, e)
+        assert e <= tol, f"{k}: relative weight error {e:.2e} > {tol}"
+    return worst
+
+
+def adamw_case(name, steps, clip, warmup, **kw):
+    d = model(name, seed=20 + steps)
+    batches = [records(n_groups=2, group_size=4, seed=30 + s, equal_group=False) for s in range(steps)]
+    src = write_records(name + ".rlr", [r for b in batches for r in b])
+    out = path(name + ".ckpt")
+    lr, b1, b2, eps, wd = 1e-3, 0.9, 0.99, 1e-8, 0.1
+    learn("--init", d, "--out", out, "--batch", "8", "--lr", str(lr), "--beta1", str(b1), "--beta2", str(b2),
+          "--adam-eps", str(eps), "--weight-decay", str(wd), "--grad-clip", str(clip), "--warmup", str(warmup),
+          "--keep", "0", src)
+    want = ref_adamw_run(d, batches, lr, (b1, b2), eps, wd, clip, warmup)
+    for s in range(steps):
+        worst = check_weights(os.path.join(out, f"v{s + 1:06d}"), want[s])
+        print(f"  step {s + 1}: worst relative weight error {worst:.2e}")
+
+
+@case
+def one_adamw_step_matches_torch_adamw_with_weight_decay():
+    adamw_case("adamw1", 1, 0.0, 0)
+
+
+@case
+def three_adamw_steps_match_torch_adamw_with_clipping_and_warmup():
+    adamw_case("adamw3", 3, 0.5, 2)
+
+
 if __name__ == "__main__":
     rltest.finish()

@@ -91,7 +91,7 @@ static void run_score(model_t *m, job *jobs, size_t n) {
     model_seq *seqs = xmalloc(n * sizeof *seqs);
     for (size_t i = 0; i < n; i++) {
         seqs[i] = (model_seq){jobs[i].prompt, jobs[i].np, jobs[i].ids, jobs[i].ni, jobs[i].temp,
-                              xmalloc(jobs[i].ni * sizeof(float))};
+                              xmalloc(jobs[i].ni * sizeof(float)), NULL};
     }
     CHECK(model_score(m, seqs, n, &err), err);
     for (size_t i = 0; i < n; i++) {

@@ -26,7 +26,8 @@ static const char USAGE[] =
     "      --init DIR         start from this model directory, or a checkpoint's latest\n"
     "                         version (its weights only; written as version 0)\n"
     "      --config FILE      start from random weights of this config.json ...\n"
-    "      --seed S           ... drawn with seed S (default 0), std --init-std (0.02)\n"
+    "      --seed S           ... drawn with seed S (default 0)\n"
+    "      --init-std STD     ... and standard deviation STD (default 0.02)\n"
     "      --out CKPT         the checkpoint directory (must hold no checkpoint yet)\n"
     "      --resume           continue from CKPT/latest: weights, optimizer, step;\n"
     "                         the records its steps consumed are skipped first\n"
@@ -329,9 +330,6 @@ int main(int argc, char **argv) {
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.metrics, "metrics file");
-    FILE *metrics = NULL;
-    if (o.metrics && !(metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, o.resume ? "a" : "w") : stdout))
-        cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -344,6 +342,9 @@ int main(int argc, char **argv) {
     run_t run = {.o = &o};
     tokenizer *tok = NULL;
     start(&run, &tok);
+    FILE *metrics = NULL;   // opened once the checkpoint directory is known good, so a refused run loses nothing
+    if (o.metrics && !(metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, o.resume ? "a" : "w") : stdout))
+        cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
     set_stop_message(o.out, run.version);
     busy = 0;
     if (stop_requested) stop_now();

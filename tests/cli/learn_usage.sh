@@ -1,0 +1,108 @@
+#!/bin/bash
+# rl-learn's help and version, its usage errors (exit 2, nothing written), and
+# a short training run with resume and a bad record under the sanitizers.
+# (man/rl-learn.1; DESIGN §7.)
+# also-asan
+. "$(dirname "$0")/../lib.sh"
+cd "$T" || exit 1
+export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
+
+check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
+
+"$PY" - <<'EOF2' || { fail setup "could not write the model and records"; finish; }
+import rltest, llama_ref
+llama_ref.random_model("m", hidden=32, inter=48, layers=1, heads=2, kv_heads=1, vocab=64, seed=2)
+recs = [{"group": i // 2, "prompt_ids": [1 + i, 2], "ids": [3, 4 + i, 5], "reward": float(i % 2)} for i in range(12)]
+open("r.rlr", "wb").write(rltest.write_stream(recs))
+recs[9]["mask"] = [1, 0]
+open("bad.rlr", "wb").write(rltest.write_stream(recs))
+EOF2
+
+# ---- help and version
+expect "--help: exit 0" 0 '' -- rl-learn --help
+check "--help: usage on stdout, nothing on stderr" "stdout: $(head -c 200 out); stderr: $(head -c 200 err)" \
+    eval 'grep -qE "^Usage: rl-learn " out && [ ! -s err ]'
+# The options --help lists (each line's text before its description) and those
+# the man page documents (.TP items of OPTIONS) are the same set.
+awk '/^ *-/ { sub(/^ +/, ""); split($0, a, /   +/); print a[1] }' out |
+    grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >help.opts
+sed -n '/^\.SH OPTIONS/,/^\.SH [^O]/p' "$RLPIPE_ROOT/man/rl-learn.1" | sed 's/\\-/-/g' |
+    awk 'tp { print } { tp = /^\.TP/ }' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >man.opts
+check "--help and man/rl-learn.1 document the same options" \
+    "only in --help: $(comm -23 help.opts man.opts | tr '\n' ' '); only in the man page: $(comm -13 help.opts man.opts | tr '\n' ' ')" \
+    eval '[ "$(wc -l <man.opts)" -ge 30 ] && cmp -s help.opts man.opts'
+# Every documented option is one rl-learn accepts (none is "unrecognized").
+unknown=
+while read -r o; do
+    rl-learn "$o" </dev/null >/dev/null 2>err.o
+    grep -qE 'unrecognized|invalid option' err.o && unknown="$unknown $o"
+done <man.opts
+check "every documented option is accepted by getopt" "unrecognized:$unknown" [ -z "$unknown" ]
+expect "--version: exit 0" 0 '' -- rl-learn --version
+check "--version: 'rl-learn (rlpipe) 0.1.0', then the zstd and msgpack-c versions" "stdout: $(head -c 200 out)" \
+    eval '[ "$(head -n 1 out)" = "rl-learn (rlpipe) 0.1.0" ] && sed -n 2p out | grep -qi zstd && sed -n 2p out | grep -qi msgpack'
+
+# ---- usage errors: exit 2, the reason and the hint, and no checkpoint directory
+usage() {  # usage NAME PATTERN ARGS...
+    local name=$1 pattern=$2
+    shift 2
+    rm -rf ck
+    expect "$name: usage error" 2 "^rl-learn: error: $pattern" -- rl-learn "$@" r.rlr
+    check "$name: the hint to --help, nothing written" "stderr: $(head -c 300 err); ck: $(ls -d ck 2>&1)" \
+        eval 'grep -qx "Try '\''rl-learn --help'\'' for more information." err && [ ! -e ck ] && [ ! -s out ]'
+}
+usage "no --out" '--out CKPT' --init m
+usage "neither --init nor --config" 'give the initial model' --out ck
+usage "both --init and --config" 'give the initial model' --init m --config m/config.json --out ck
+usage "--resume with --init" '--resume takes the model from CKPT/latest: leave out --init' --resume --init m --out ck
+usage "--resume with --config" '--resume takes the model from CKPT/latest: leave out --config' --resume --config m/config.json --out ck
+usage "--no-skip without --resume" '--no-skip goes with --resume' --init m --no-skip --out ck
+usage "--batch 0" '--batch' --init m --out ck --batch 0
+usage "--batch -1" '--batch' --init m --out ck --batch -1
+usage "--micro 0" '--micro' --init m --out ck --micro 0
+usage "--epochs 2 with --loss pg" '--epochs: only the ppo loss takes several steps per batch' --init m --out ck --epochs 2
+usage "--epochs 2 with --loss sft" '--epochs' --init m --out ck --loss sft --epochs 2
+usage "--epochs 0" '--epochs' --init m --out ck --loss ppo --epochs 0
+usage "--schedule cosine without --total-steps" '--schedule cosine needs --total-steps' \
+    --init m --out ck --schedule cosine
+usage "--schedule cosine with --total-steps = --warmup" '--schedule cosine needs --total-steps larger than --warmup' \
+    --init m --out ck --schedule cosine --warmup 10 --total-steps 10
+usage "--schedule linear" "--schedule 'linear': use constant or cosine" --init m --out ck --schedule linear
+usage "--loss grpo" "--loss 'grpo': use pg, ppo or sft" --init m --out ck --loss grpo
+usage "--adv ppo" "--adv 'ppo': use grpo, drgrpo or rloo" --init m --out ck --adv ppo
+usage "--norm words" "--norm 'words': use seqs, tokens or const:N" --init m --out ck --norm words
+usage "--norm const:0" "--norm 'const:0': const:N needs a positive number N" --init m --out ck --norm const:0
+usage "--norm const:x" "--norm 'const:x'" --init m --out ck --norm const:x
+usage "--lr -1" '--lr' --init m --out ck --lr -1
+usage "--lr nan" '--lr' --init m --out ck --lr nan
+usage "--beta1 1" '--beta1' --init m --out ck --beta1 1
+usage "--eps 1" '--eps' --init m --out ck --eps 1
+usage "--keep -1" '--keep' --init m --out ck --keep -1
+usage "--seed x" '--seed' --config m/config.json --out ck --seed x
+usage "--metrics naming an input" 'the metrics file r.rlr is also an input' --init m --out ck --metrics r.rlr
+rm -rf ck
+expect "an unknown option: usage error" 2 "Try 'rl-learn --help' for more information" -- \
+    rl-learn --init m --out ck --bogus r.rlr
+check "an unknown option: nothing written" "ck: $(ls -d ck 2>&1)" [ ! -e ck ]
+
+# ---- a run (under the sanitizers in the ASan run): steps, resume, bad input
+expect "2 steps of batch 4 then --max-steps: exit 0, the summary" 0 \
+    '^rl-learn: 2 steps \(versions 0 to 2\), 24 tokens, [0-9]+ records left unused, ck/v000002, ' -- \
+    rl-learn --init m --out ck --batch 4 --lr 1e-3 --max-steps 2 --metrics met.jsonl r.rlr
+check "2 metrics lines, latest v000002" "$(cat ck/latest 2>&1); $(wc -l <met.jsonl) lines" \
+    eval '[ "$(cat ck/latest)" = v000002 ] && [ "$(wc -l <met.jsonl)" = 2 ]'
+expect "--resume: skips the 8 records consumed" 0 \
+    '^rl-learn: resuming at version 2: skipping the 8 records its steps consumed \(--no-skip to train on them\)$' -- \
+    rl-learn --resume --out ck --batch 4 --lr 1e-3 --metrics met.jsonl r.rlr
+check "--resume: takes the last step" "stderr: $(tail -n 1 err)" \
+    grep -qE '^rl-learn: 1 steps \(versions 2 to 3\), 12 tokens, 0 records left unused, ck/v000003, ' err
+check "--resume appends to the metrics" "$(wc -l <met.jsonl) lines" eval '[ "$(wc -l <met.jsonl)" = 3 ]'
+expect "without --resume, a used --out: exit 1 suggesting --resume" 1 \
+    '^rl-learn: error: ck already holds checkpoints \(latest: ck/v000003\): continue with --resume' -- \
+    rl-learn --init m --out ck r.rlr
+expect "a bad record: exit 1 naming the field, the file and the record" 1 \
+    '^rl-learn: error: "mask" has 2 values for 3 completion tokens: bad.rlr record 9$' -- \
+    rl-learn --init m --out ck2 --batch 2 -q bad.rlr
+check "a bad record: the steps before it are kept" "latest: $(cat ck2/latest 2>&1)" \
+    eval '[ "$(cat ck2/latest)" = v000004 ]'
+finish

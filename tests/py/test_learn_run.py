@@ -1,0 +1,626 @@
+"""rl-learn as a tool (man/rl-learn.1, DESIGN §3-§4): the checkpoint
+directory it writes, resuming bit for bit, surviving kill -9 and stopping on
+SIGINT/SIGTERM, batches of whole groups, errors that name the bad record, SFT
+on text examples, and random initialisation from a config.
+
+The gradients and the optimizer's arithmetic are test_learn.py's; here every
+value asserted is a count, a byte-for-byte equality, or (for the reference
+loss of a step) the float64 PyTorch model of llama_ref.py at 1e-5 relative.
+Models are tiny (hidden 48, vocab 96) so that a step takes milliseconds and
+the file runs in seconds; most of the time goes to the fsyncs of checkpoints.
+"""
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_ref  # noqa: E402
+import rltest  # noqa: E402
+import torch  # noqa: E402
+from rltest import case  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+WORK = tempfile.mkdtemp(prefix="rlpipe-learn-run.", dir=os.environ.get("TMPDIR"))
+LEARN = os.path.join(rltest.BIN, "rl-learn")
+VOCAB = 96
+TIMING = ("tokens_per_s", "seconds")   # metrics that differ between identical steps
+METRIC_KEYS = ["step", "version", "epoch", "samples", "groups", "trained", "tokens", "fwd_tokens", "reward_mean",
+               "reward_std", "accuracy", "adv_mean", "adv_std", "adv_zero", "loss", "grad_norm", "lr", "entropy",
+               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "tokens_per_s", "seconds"]
+
+
+def path(*names):
+    return os.path.join(WORK, *names)
+
+
+def model(name, **kw):
+    d = path(name)
+    args = dict(hidden=48, inter=80, layers=2, heads=4, kv_heads=2, vocab=VOCAB, logit_scale=2.0, gain=1.2, seed=3)
+    args.update(kw)
+    llama_ref.random_model(d, **args)
+    return d
+
+
+MODEL = model("m")
+
+
+def rollouts(sizes, seed=1, equal=(), first_id=0):
+    """Rollout records in groups of the given sizes (group g has sizes[g]
+    records, ids g + first_id): rewards 0/1 that differ within a group, or all
+    equal (1.0) for the groups listed in `equal`; prompts of 1-4 and
+    completions of 1-8 tokens."""
+    rng = random.Random(seed)
+    out = []
+    for g, size in enumerate(sizes):
+        rewards = [1.0] * size if g in equal else [float(k % 2) for k in range(size)]
+        for k in range(size):
+            n = rng.randint(1, 8)
+            out.append({"id": len(out), "group": g + first_id,
+                        "prompt_ids": [rng.randrange(VOCAB) for _ in range(rng.randint(1, 4))],
+                        "ids": [rng.randrange(VOCAB) for _ in range(n)], "reward": rewards[k],
+                        "temperature": 1.0, "ver": [0] * n})
+    return out
+
+
+def write(name, recs, **kw):
+    return rltest.tmpfile(name, rltest.write_stream(recs, **kw))
+
+
+def learn(*args, input=None):
+    return rltest.run("rl-learn", *args, input=input)
+
+
+def learn_ok(*args, input=None):
+    rc, out, err = learn(*args, input=input)
+    assert rc == 0, f"rl-learn {' '.join(args)} exited {rc}: {err[-600:]}"
+    return err
+
+
+def metrics(file):
+    with open(file) as f:
+        return [json.loads(line) for line in f]
+
+
+def latest(ckpt):
+    with open(os.path.join(ckpt, "latest")) as f:
+        return f.read()
+
+
+def vdir(ckpt, v):
+    return os.path.join(ckpt, f"v{v:06d}")
+
+
+def read_bytes(file):
+    with open(file, "rb") as f:
+        return f.read()
+
+
+def st_header(file):
+    """The JSON header of a safetensors file, read by hand (not by rlpipe)."""
+    with open(file, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+    h.pop("__metadata__", None)
+    return h
+
+
+def versions(ckpt):
+    return sorted(int(n[1:]) for n in os.listdir(ckpt) if n[:1] == "v" and n[1:].isdigit())
+
+
+MODEL_TENSORS = load_file(os.path.join(MODEL, "model.safetensors"))
+
+
+def check_complete(ckpt, v, tensors=MODEL_TENSORS):
+    """ckpt/vNNNNNN is a complete version v of a model with these tensors: config.json,
+    model.safetensors (F32, the same names and shapes), optimizer.safetensors
+    (NAME.exp_avg and NAME.exp_avg_sq of each, F32), state.json of version v.
+    Returns the state.json."""
+    d = vdir(ckpt, v)
+    for f in ("config.json", "model.safetensors", "optimizer.safetensors", "state.json"):
+        assert os.path.isfile(os.path.join(d, f)), f"{d}: no {f}"
+    with open(os.path.join(d, "config.json")) as f:
+        assert json.load(f)["vocab_size"] == tensors["model.embed_tokens.weight"].shape[0]
+    with open(os.path.join(d, "state.json")) as f:
+        state = json.load(f)
+    assert state["version"] == v, f"{d}/state.json: version {state['version']}, expected {v}"
+    h = st_header(os.path.join(d, "model.safetensors"))
+    assert {k: (t["dtype"], t["shape"]) for k, t in h.items()} == \
+        {k: ("F32", list(t.shape)) for k, t in tensors.items()}, f"{d}/model.safetensors: other tensors"
+    w = load_file(os.path.join(d, "model.safetensors"))
+    assert all(torch.isfinite(t).all() for t in w.values()), f"{d}: weights not finite"
+    o = st_header(os.path.join(d, "optimizer.safetensors"))
+    want = {}
+    for k, t in tensors.items():
+        want[k + ".exp_avg"] = want[k + ".exp_avg_sq"] = ("F32", list(t.shape))
+    assert {k: (t["dtype"], t["shape"]) for k, t in o.items()} == want, f"{d}/optimizer.safetensors: other tensors"
+    load_file(os.path.join(d, "optimizer.safetensors"))
+    return state
+
+
+def same_files(a, b, names=("model.safetensors", "optimizer.safetensors")):
+    for n in names:
+        assert read_bytes(os.path.join(a, n)) == read_bytes(os.path.join(b, n)), f"{a}/{n} and {b}/{n} differ"
+
+
+def ref_pg_loss(model_dir, recs):
+    """DESIGN §4's pg loss with grpo advantages, --norm seqs, in float64."""
+    ref = llama_ref.Llama(model_dir)
+    by = {}
+    for i, r in enumerate(recs):
+        by.setdefault(r["group"], []).append(i)
+    total = 0.0
+    for idx in by.values():
+        rs = [recs[i]["reward"] for i in idx]
+        n, mean = len(rs), sum(rs) / len(rs)
+        if len(set(rs)) == 1:
+            continue
+        sd = math.sqrt(sum((x - mean) ** 2 for x in rs) / (n - 1))
+        for j, i in enumerate(idx):
+            r = recs[i]
+            p, ids = r["prompt_ids"], r["ids"]
+            h = ref.forward(torch.tensor([p + ids[:-1]]))[0, len(p) - 1:]
+            lp = torch.log_softmax(ref.logits(h), dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+            total -= (rs[j] - mean) / (sd + 1e-4) * float(lp.sum())
+    return total / len(recs)
+
+
+# ---- 1. the checkpoint directory ----------------------------------------------------------
+
+LAYOUT_RECS = rollouts([2] * 6)   # batch 4: steps of groups [0,1], [2,3], [4,5]
+LAYOUT_SRC = write("layout.rlr", LAYOUT_RECS)
+
+
+@case
+def checkpoints_are_complete_versions_one_per_step_with_latest_and_metrics():
+    recs, src = LAYOUT_RECS, LAYOUT_SRC
+    c, met = path("c_layout"), path("layout.jsonl")
+    err = learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--lr", "1e-3", "--keep", "0", "--metrics", met, src)
+    assert versions(c) == [0, 1, 2, 3], f"versions {versions(c)}"
+    assert latest(c) == "v000003\n", f"latest {latest(c)!r}"
+    assert sorted(os.listdir(c)) == [".lock", "latest", "v000000", "v000001", "v000002", "v000003"], os.listdir(c)
+    for v in range(4):
+        state = check_complete(c, v)
+        assert state["records"] == 4 * v, f"v{v}: records {state['records']}, expected {4 * v}"
+        assert state["step"] == v and state["loss"] == "pg" and state["adv"] == "grpo" and state["seed"] == 0, state
+    # version 0 is the initial model, tensor for tensor, with zero moments
+    w0 = load_file(os.path.join(vdir(c, 0), "model.safetensors"))
+    for k, t in MODEL_TENSORS.items():
+        assert torch.equal(w0[k], t), f"v000000 {k} differs from the --init model's"
+    assert all(not t.any() for t in load_file(os.path.join(vdir(c, 0), "optimizer.safetensors")).values())
+    w1 = load_file(os.path.join(vdir(c, 1), "model.safetensors"))
+    assert not torch.equal(w1["model.embed_tokens.weight"], w0["model.embed_tokens.weight"]), "step 1 changed nothing"
+    # one metrics line per step, the keys in the man page's order, the counts of each batch
+    m = metrics(met)
+    assert [list(x) for x in m] == [METRIC_KEYS] * 3, f"keys {list(m[0])}"
+    for k, x in enumerate(m):
+        batch = recs[4 * k:4 * k + 4]
+        want = {"step": k + 1, "version": k + 1, "epoch": 1, "samples": 4, "groups": 2, "trained": 4,
+                "tokens": sum(len(r["ids"]) for r in batch),
+                "fwd_tokens": sum(len(r["prompt_ids"]) + len(r["ids"]) - 1 for r in batch),
+                "reward_mean": 0.5, "accuracy": 0.5, "adv_zero": 0.0, "lr": 1e-3, "lag_mean": k, "lag_max": k,
+                "k3": None, "capped": None, "ppo_clipped": None}
+        got = {key: x[key] for key in want}
+        assert got == want, f"step {k + 1}: {got} != {want}"
+        assert x["grad_norm"] > 0 and math.isfinite(x["loss"]) and x["entropy"] > 0, x
+    loss_ref = ref_pg_loss(MODEL, recs[:4])
+    assert abs(m[0]["loss"] - loss_ref) <= 1e-5 * max(1, abs(loss_ref)), f"loss {m[0]['loss']} vs reference {loss_ref}"
+    assert "3 steps (versions 0 to 3)" in err and "0 records left unused" in err and f"{c}/v000003" in err, err
+
+
+@case
+def keep_2_keeps_only_the_two_newest_versions():
+    src = write("keep.rlr", rollouts([2] * 10))
+    c = path("c_keep")
+    learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--keep", "2", src)
+    assert sorted(os.listdir(c)) == [".lock", "latest", "v000004", "v000005"], sorted(os.listdir(c))
+    assert latest(c) == "v000005\n"
+    for v in (4, 5):
+        assert check_complete(c, v)["records"] == 4 * v
+
+
+# ---- 2. resuming -----------------------------------------------------------------------------
+
+RESUME_SRC = write("resume.rlr", rollouts([2] * 9, seed=5))   # 4 steps of batch 4, 2 records left
+
+
+@case
+def resume_after_max_steps_2_gives_the_bytes_of_an_uninterrupted_run():
+    src = RESUME_SRC
+    opts = ("--batch", "4", "--lr", "1e-2", "--weight-decay", "0.1", "--warmup", "3", "-q")
+    c1, c2, c3 = path("c_whole"), path("c_split"), path("c_noskip")
+    m1, m2, m3 = path("whole.jsonl"), path("split.jsonl"), path("noskip.jsonl")
+    learn_ok("--init", MODEL, "--out", c1, *opts, "--metrics", m1, src)
+    learn_ok("--init", MODEL, "--out", c2, *opts, "--max-steps", "2", "--metrics", m2, src)
+    assert latest(c2) == "v000002\n" and check_complete(c2, 2)["records"] == 8
+    shutil.copytree(c2, c3)
+    err = learn(*("--resume", "--out", c2, *opts[:-1], "--max-steps", "4", "--metrics", m2, src))[2]
+    assert "resuming at version 2: skipping the 8 records" in err, err
+    assert latest(c2) == "v000004\n"
+    same_files(vdir(c1, 4), vdir(c2, 4))
+    assert check_complete(c2, 4)["records"] == 16
+    whole, split = metrics(m1), metrics(m2)
+    assert [x["step"] for x in split] == [1, 2, 3, 4], "the metrics of the resumed run are appended"
+    for a, b in zip(whole[2:4], split[2:4]):
+        for k in TIMING:
+            a.pop(k), b.pop(k)
+        assert a == b, f"step {a['step']}: {a} != {b}"
+    # --no-skip: steps 3 and 4 train on records 0-7 again, so the model differs
+    learn_ok("--resume", "--no-skip", "--out", c3, *opts, "--max-steps", "4", "--metrics", m3, src)
+    ns = metrics(m3)
+    assert [x["step"] for x in ns] == [3, 4]
+    assert [x["tokens"] for x in ns] == [x["tokens"] for x in whole[:2]], "--no-skip did not start from record 0"
+    assert read_bytes(os.path.join(vdir(c3, 4), "model.safetensors")) != \
+        read_bytes(os.path.join(vdir(c1, 4), "model.safetensors")), "--no-skip gave the skipping run's weights"
+    assert check_complete(c3, 4)["records"] == 8, "after --no-skip, records counts this run's input"
+
+
+@case
+def resume_at_or_past_max_steps_takes_no_step():
+    c = path("c_split")   # at version 4 (the case above)
+    err = learn_ok("--resume", "--out", c, "--max-steps", "3", RESUME_SRC)
+    assert latest(c) == "v000004\n" and versions(c)[-1] == 4
+    assert "0 steps (versions 4 to 4)" in err, err
+
+
+# ---- 3. kill -9, SIGINT and SIGTERM ---------------------------------------------------------
+
+KILL_SRC = write("kill.rlr", rollouts([2] * 40, seed=9))   # 40 steps of batch 2
+KILL_OPTS = ("--batch", "2", "--lr", "1e-2", "-q")
+
+
+def check_all_versions_complete(c):
+    """Every v<digits> directory is complete, and latest names one of them."""
+    for v in versions(c):
+        check_complete(c, v)
+    name = latest(c)
+    assert name[0] == "v" and name.endswith("\n") and int(name[1:]) in versions(c), f"latest {name!r}"
+    return int(name[1:])
+
+
+def wait_for_version(c, v, p, timeout=20):
+    """Waits until c/latest names version v or a later one (p still running or not)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        done = p.poll() is not None
+        try:
+            if int(latest(c)[1:]) >= v:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        assert not done, f"rl-learn exited {p.returncode} before version {v}"
+        time.sleep(0.002)
+    raise AssertionError(f"no version {v} in {timeout} s")
+
+
+@case
+def kill_9_at_random_moments_leaves_a_complete_latest_and_resume_ends_bit_exact():
+    ref = path("c_kill_ref")
+    t0 = time.time()
+    learn_ok("--init", MODEL, "--out", ref, *KILL_OPTS, KILL_SRC)
+    step_s = (time.time() - t0) / 40
+    assert latest(ref) == "v000040\n"
+    c = path("c_kill")
+    rng = random.Random(7)
+    # the first run is killed while it loads or writes version 0; each later
+    # one at a random moment of the 2 steps after a random version is out
+    targets = [None] + sorted(rng.sample(range(2, 39), 5))
+    killed = []
+    for target in targets:
+        started = os.path.exists(os.path.join(c, "latest"))
+        args = ["--resume"] if started else ["--init", MODEL]
+        p = subprocess.Popen([LEARN, *args, "--out", c, *KILL_OPTS, KILL_SRC], stderr=subprocess.PIPE)
+        if target is None:
+            time.sleep(rng.uniform(0, 0.02))
+        else:
+            wait_for_version(c, target, p)
+            time.sleep(rng.uniform(0, 2 * step_s))
+        p.kill()
+        _, err = p.communicate()
+        assert p.returncode in (0, -signal.SIGKILL), f"exit {p.returncode}: {err.decode()[-300:]}"
+        if os.path.exists(os.path.join(c, "latest")):
+            killed.append(check_all_versions_complete(c))
+    assert len([v for v in killed if v < 40]) >= 3, f"fewer than 3 kills landed mid-run: {killed}"
+    learn_ok("--resume", "--out", c, *KILL_OPTS, KILL_SRC)
+    assert check_all_versions_complete(c) == 40
+    same_files(vdir(ref, 40), vdir(c, 40))
+    assert not [n for n in os.listdir(c) if n.startswith(".tmp") or n.startswith(".latest.tmp")], os.listdir(c)
+    print(f"  latest after each kill: {killed}")
+
+
+@case
+def sigterm_while_waiting_for_input_exits_0_naming_the_newest_checkpoint():
+    c = path("c_term")
+    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", c, "--batch", "2"], stdin=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    # 3 whole batches and the first record of a 4th group: 3 steps; the pipe stays open
+    objs = rltest.member_bytes(rollouts([2, 2, 2, 2], seed=11))[:1 + 7]
+    p.stdin.write(b"".join(objs))
+    p.stdin.flush()
+    wait_for_version(c, 3, p)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=20)
+    err = err.decode()
+    assert p.returncode == 0, f"exit {p.returncode}: {err[-300:]}"
+    assert check_all_versions_complete(c) == 3
+    assert err.endswith(f"rl-learn: stopped by a signal; newest checkpoint {c}/v000003\n"), err[-300:]
+    assert "steps (versions" not in err, "a stopped run writes no summary line"
+
+
+@case
+def sigint_during_steps_exits_0_naming_latest_and_resume_finishes_bit_exact():
+    ref = path("c_kill_ref")
+    c = path("c_int")
+    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", c, *KILL_OPTS, KILL_SRC], stderr=subprocess.PIPE)
+    wait_for_version(c, 5, p)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=20)
+    err = err.decode()
+    assert p.returncode == 0, f"exit {p.returncode}: {err[-300:]}"
+    v = check_all_versions_complete(c)
+    assert 5 <= v < 40, f"stopped at version {v}"
+    assert err == f"rl-learn: stopped by a signal; newest checkpoint {c}/v{v:06d}\n", \
+        f"with -q only the stop message: {err!r}"
+    learn_ok("--resume", "--out", c, *KILL_OPTS, KILL_SRC)
+    same_files(vdir(ref, 40), vdir(c, 40))
+
+
+# ---- 4. groups and batches --------------------------------------------------------------------
+
+@case
+def batches_are_whole_groups_and_the_last_partial_one_needs_keep_last():
+    recs = rollouts([3, 5, 2, 4, 1])
+    src = write("groups.rlr", recs)
+    for keep_last, steps in ((False, 2), (True, 3)):
+        c, met = path(f"c_groups{int(keep_last)}"), path(f"groups{int(keep_last)}.jsonl")
+        err = learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--metrics", met,
+                       *(["--keep-last"] if keep_last else []), src)
+        m = metrics(met)
+        want = [(8, 2, 8), (6, 2, 6), (1, 1, 0)][:steps]
+        assert [(x["samples"], x["groups"], x["trained"]) for x in m] == want, [(x["samples"], x["groups"]) for x in m]
+        assert [x["tokens"] for x in m] == [sum(len(r["ids"]) for r in b) for b in (recs[:8], recs[8:14], recs[14:])][:steps]
+        assert latest(c) == f"v{steps:06d}\n"
+        unused = 0 if keep_last else 1
+        assert f"{steps} steps (versions 0 to {steps})" in err and f"{unused} records left unused" in err, err
+        assert check_complete(c, steps)["records"] == 15 - unused
+    assert m[2]["adv_zero"] == 1.0 and m[2]["grad_norm"] == 0.0, "the group of one has advantage 0"
+
+
+@case
+def a_batch_of_equal_rewards_has_zero_advantage_and_without_decay_changes_no_weight():
+    src = write("equal.rlr", rollouts([2, 2], equal=(0, 1)))
+    c, met = path("c_equal"), path("equal.jsonl")
+    learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--lr", "1e-2", "--weight-decay", "0", "--metrics", met, src)
+    (x,) = metrics(met)
+    want = {"samples": 4, "groups": 2, "trained": 0, "adv_mean": 0.0, "adv_std": 0.0, "adv_zero": 1.0,
+            "loss": 0.0, "grad_norm": 0.0, "lr": 1e-2, "entropy": None, "fwd_tokens": 0}
+    assert {k: x[k] for k in want} == want, x
+    w0 = load_file(os.path.join(vdir(c, 0), "model.safetensors"))
+    w1 = load_file(os.path.join(vdir(c, 1), "model.safetensors"))
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]), f"{k} changed on a zero gradient without weight decay"
+    assert all(not t.any() for t in load_file(os.path.join(vdir(c, 1), "optimizer.safetensors")).values())
+    # with weight decay the same step scales the matrices by 1 − lr·wd and leaves the norm weights
+    c2 = path("c_equal_wd")
+    learn_ok("--init", MODEL, "--out", c2, "--batch", "4", "--lr", "1e-2", "--weight-decay", "0.5", src)
+    w1 = load_file(os.path.join(vdir(c2, 1), "model.safetensors"))
+    for k in w0:
+        want = w0[k] * (1 - 1e-2 * 0.5) if w0[k].dim() == 2 else w0[k]
+        assert torch.allclose(w1[k], want, rtol=1e-6, atol=0), f"{k}: not p·(1 − lr·wd)"
+
+
+@case
+def adv_zero_is_the_fraction_of_the_batch_in_all_equal_groups():
+    src = write("mixed.rlr", rollouts([2, 4], equal=(0,)))
+    c, met = path("c_mixed"), path("mixed.jsonl")
+    learn_ok("--init", MODEL, "--out", c, "--batch", "6", "--metrics", met, src)
+    (x,) = metrics(met)
+    assert (x["samples"], x["groups"], x["trained"]) == (6, 2, 4), x
+    assert abs(x["adv_zero"] - 2 / 6) < 1e-12, x["adv_zero"]
+    assert x["grad_norm"] > 0
+
+
+# ---- 5. bad input ------------------------------------------------------------------------------
+
+def bad_record(name, change, *expect, index=5):
+    """Records in groups of 2 with record `index` spoilt by change(record):
+    exit 1, a message with each of expect and "FILE record INDEX", and the
+    steps before it (batch 2: one per group completed) kept."""
+    recs = rollouts([2] * 4, seed=13)
+    change(recs[index])
+    src = write(name + ".rlr", recs)
+    c = path("c_" + name)
+    rc, _, err = learn("--init", MODEL, "--out", c, "--batch", "2", "-q", src)
+    assert rc == 1, f"exit {rc}: {err[-300:]}"
+    assert err.startswith("rl-learn: error: ") and err.count("\n") == 1, err
+    for e in (*expect, f"{src} record {index}"):
+        assert e in err, f"{e!r} not in {err!r}"
+    # a group is complete (and its batch of 2 trained) once a good record of the next one arrives
+    assert check_all_versions_complete(c) == (index - 1) // 2, f"latest {latest(c)!r}"
+
+
+@case
+def a_record_without_ids_is_an_error_naming_it():
+    bad_record("noids", lambda r: r.pop("ids"), 'no "ids"')
+
+
+@case
+def empty_ids_is_an_error_naming_the_record():
+    bad_record("emptyids", lambda r: (r.__setitem__("ids", []), r.__setitem__("ver", [])), "empty completion")
+
+
+@case
+def a_nan_reward_is_an_error_naming_the_record():
+    bad_record("nanreward", lambda r: r.__setitem__("reward", float("nan")), '"reward" is nan', index=4)
+
+
+@case
+def a_mask_of_the_wrong_length_is_an_error_naming_the_record():
+    def change(r):
+        r["ids"] = [1, 2, 3, 4]
+        r["ver"] = [0] * 4
+        r["mask"] = [1, 0, 1]
+    bad_record("mask", change, '"mask" has 3 values for 4 completion tokens', index=3)
+
+
+@case
+def w_of_the_wrong_length_is_an_error_naming_the_record():
+    def change(r):
+        r["ids"] = [7, 8]
+        r["ver"] = [0] * 2
+        r["w"] = [1.0] * 3
+    bad_record("w", change, '"w" has 3 values for 2 completion tokens')
+
+
+@case
+def a_token_id_outside_the_vocabulary_is_an_error_naming_the_record():
+    def change(r):
+        r["ids"] = [5, VOCAB, 6]
+        r["ver"] = [0] * 3
+    bad_record("vocab", change, f'"ids"[1] = {VOCAB} is outside the model\'s vocabulary ({VOCAB} tokens)')
+
+
+@case
+def a_member_of_kind_prompts_is_an_error_and_the_steps_before_it_stay():
+    data = rltest.write_stream(rollouts([2] * 3)) + \
+        rltest.write_stream([{"prompt": "1+1=", "answer": "2"}], hdr=rltest.header("prompts"))
+    src = rltest.tmpfile("prompts_member.rlr", data)
+    c = path("c_prompts")
+    rc, _, err = learn("--init", MODEL, "--out", c, "--batch", "2", "-q", src)
+    assert rc == 1, f"exit {rc}: {err}"
+    assert err == f'rl-learn: error: member of another kind than "rollouts" or "examples": {src}\n', err
+    # groups 0 and 1 were complete (steps 1, 2); group 2 was still held
+    assert check_all_versions_complete(c) == 2
+
+
+@case
+def a_truncated_stream_is_an_error_after_the_steps_before_the_cut():
+    data = rltest.write_stream(rollouts([2] * 8, seed=3), frame_every=3)
+    src = rltest.tmpfile("cut.rlr", data[:len(data) // 2])
+    c = path("c_cut")
+    rc, _, err = learn("--init", MODEL, "--out", c, "--batch", "2", "-q", src)
+    assert rc == 1, f"exit {rc}: {err}"
+    assert err.startswith("rl-learn: error: ") and "truncated stream" in err and src in err, err
+    v = check_all_versions_complete(c)
+    assert 1 <= v < 8, f"latest v{v}: the complete frames before the cut should give some steps"
+
+
+# ---- 6. the checkpoint directory and --resume ---------------------------------------------------
+
+@case
+def out_holding_checkpoints_without_resume_is_an_error_suggesting_it():
+    c = path("c_layout")   # versions 0-3 (case 1)
+    rc, _, err = learn("--init", MODEL, "--out", c, LAYOUT_SRC)
+    assert rc == 1, f"exit {rc}: {err}"
+    assert f"{c} already holds checkpoints (latest: {c}/v000003)" in err and "--resume" in err, err
+    assert latest(c) == "v000003\n" and versions(c) == [0, 1, 2, 3], "the failed run changed the checkpoints"
+
+
+@case
+def a_refused_out_leaves_the_metrics_file_of_the_run_that_wrote_it_alone():
+    # the usual slip: the same command again without --resume
+    met = path("layout_again.jsonl")
+    shutil.copy(path("layout.jsonl"), met)
+    rc, _, err = learn("--init", MODEL, "--out", path("c_layout"), "--metrics", met, LAYOUT_SRC)
+    assert rc == 1, f"exit {rc}: {err}"
+    assert len(metrics(met)) == 3, f"the refused run left {len(metrics(met))} of the 3 metrics lines"
+
+
+@case
+def resume_on_an_empty_or_missing_directory_is_an_error():
+    empty = path("c_empty")
+    os.mkdir(empty)
+    for d in (empty, path("c_missing")):
+        rc, _, err = learn("--resume", "--out", d, LAYOUT_SRC)
+        assert rc == 1, f"exit {rc}: {err}"
+        assert f"--resume: {d} holds no checkpoint" in err, err
+    assert os.listdir(empty) == [], os.listdir(empty)
+
+
+# ---- 7. SFT on text examples ----------------------------------------------------------------------
+
+BOS, EOS = 445, 446
+
+
+def sft_model():
+    d = model("sftm", vocab=448, seed=21, tie=True)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["bos_token_id"], cfg["eos_token_id"] = BOS, EOS
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    shutil.copy(os.path.join(rltest.ROOT, "models", "tiny", "tokenizer.json"), d)
+    return d
+
+
+@case
+def sft_on_prompt_and_completion_text_lowers_the_loss_and_keeps_the_tokenizer():
+    from tokenizers import Tokenizer
+    d = sft_model()
+    ex = [("12+30=", "42"), ("7*6=", "42"), ("100-1=", "99"), ("3+4=", "seven")]
+    lines = [json.dumps({"prompt": p, "completion": c}) for _ in range(10) for p, c in ex]
+    src = rltest.tmpfile("sft.jsonl", ("\n".join(lines) + "\n").encode())
+    c, met = path("c_sft"), path("sft.jsonl.metrics")
+    learn_ok("--loss", "sft", "--init", d, "--out", c, "--batch", "4", "--lr", "1e-2", "--keep", "0",
+             "--metrics", met, src)
+    m = metrics(met)
+    assert [x["step"] for x in m] == list(range(1, 11)), [x["step"] for x in m]
+    # the text is encoded with the model's tokenizer: bos + prompt, completion + eos
+    tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    enc = [(len(tok.encode(p, add_special_tokens=False).ids) + 1, len(tok.encode(c, add_special_tokens=False).ids) + 1)
+           for p, c in ex]
+    for x in m:
+        assert (x["samples"], x["trained"], x["tokens"], x["fwd_tokens"], x["reward_mean"]) == \
+            (4, 4, sum(n for _, n in enc), sum(a + b - 1 for a, b in enc), None), x
+    assert m[-1]["loss"] < 0.5 * m[0]["loss"], f"loss {m[0]['loss']:.4g} -> {m[-1]['loss']:.4g}"
+    src_tok = read_bytes(os.path.join(d, "tokenizer.json"))
+    for v in range(11):
+        assert read_bytes(os.path.join(vdir(c, v), "tokenizer.json")) == src_tok, f"v{v}: tokenizer.json"
+    print(f"  sft loss {m[0]['loss']:.4f} -> {m[-1]['loss']:.4f}")
+
+
+@case
+def text_records_without_a_tokenizer_are_an_error_naming_the_line():
+    src = rltest.tmpfile("sft_notok.jsonl", b'{"prompt": "1+1=", "completion": "2"}\n')
+    rc, _, err = learn("--loss", "sft", "--init", MODEL, "--out", path("c_notok"), src)
+    assert rc == 1 and "no tokenizer.json" in err and f"{src} line 1" in err, f"exit {rc}: {err}"
+
+
+# ---- 8. random initialisation --------------------------------------------------------------------
+
+@case
+def config_and_seed_give_reproducible_random_weights_that_differ_between_seeds():
+    cfg = os.path.join(MODEL, "config.json")
+    runs = {}
+    for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+        c = path("c_rand_" + name)
+        learn_ok("--config", cfg, "--seed", seed, "--out", c, input=b"")
+        assert latest(c) == "v000000\n"
+        assert check_complete(c, 0)["seed"] == int(seed)
+        assert not os.path.exists(os.path.join(vdir(c, 0), "tokenizer.json"))
+        runs[name] = vdir(c, 0)
+    same_files(runs["a"], runs["b"])
+    wa, wc = (load_file(os.path.join(runs[k], "model.safetensors")) for k in "ac")
+    for k, t in wa.items():
+        if k.endswith("norm.weight"):
+            assert torch.equal(t, torch.ones_like(t)), f"{k}: norm weights are 1"
+        else:
+            assert not torch.equal(t, wc[k]), f"{k}: seeds 5 and 6 gave the same values"
+            assert abs(t.std().item() - 0.02) < 0.1 * 0.02, f"{k}: std {t.std().item():.4f}, expected 0.02"
+    c = path("c_rand_std")
+    learn_ok("--config", cfg, "--init-std", "0.05", "--out", c, input=b"")
+    w = load_file(os.path.join(vdir(c, 0), "model.safetensors"))["model.embed_tokens.weight"]
+    assert abs(w.std().item() - 0.05) < 0.005, f"--init-std 0.05: std {w.std().item():.4f}"
+
+
+if __name__ == "__main__":
+    rltest.finish()
