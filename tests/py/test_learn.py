@@ -120,7 +120,9 @@ def advantages(recs, kind="grpo"):
     return a
 
 
-def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2):
+def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None):
+    """pi_old: for ppo, log π_old per record (list of tensors); default the
+    record's logp_learner, else the current log-probs (detached)."""
     a = advantages(recs, adv) if loss != "sft" else [0.0] * len(recs)
     if norm == "seqs":
         z = len(recs)
@@ -129,7 +131,7 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2):
     else:
         z = float(norm.split(":")[1])
     total = torch.zeros((), dtype=torch.float64)
-    for r, ai in zip(recs, a):
+    for i, (r, ai) in enumerate(zip(recs, a)):
         lp = ref_logprobs(ref, r)
         n = len(r["ids"])
         w = torch.tensor(r.get("w", [1.0] * n), dtype=torch.float64)
@@ -139,7 +141,12 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2):
         elif loss == "pg":
             total = total - (w * m * ai * lp).sum()
         else:
-            old = torch.tensor(r["logp_learner"], dtype=torch.float64) if "logp_learner" in r else lp.detach()
+            if pi_old is not None:
+                old = pi_old[i]
+            elif "logp_learner" in r:
+                old = torch.tensor(r["logp_learner"], dtype=torch.float64)
+            else:
+                old = lp.detach()
             rho = torch.exp(lp - old)
             total = total - (w * m * torch.minimum(rho * ai, rho.clamp(1 - eps, 1 + eps) * ai)).sum()
     return total / z
@@ -252,7 +259,8 @@ def learn(*args):
     return err
 
 
-def ref_adamw_run(model_dir, batches, lr, betas, eps, wd, clip=0.0, warmup=0, **loss_kw):
+def ref_adamw_run(model_dir, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epochs=1, loss_kw=None):
+    loss_kw = loss_kw or {}
     """Weights (float64) after each step of torch.optim.AdamW on the reference's
     loss; decay on 2-D tensors only, clip_grad_norm_ when clip > 0, linear warm-up."""
     ref = llama_ref.Llama(model_dir)
@@ -263,11 +271,14 @@ def ref_adamw_run(model_dir, batches, lr, betas, eps, wd, clip=0.0, warmup=0, **
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": other, "weight_decay": 0.0}],
                             lr=lr, betas=betas, eps=eps)
     out = []
-    for step, recs in enumerate(batches, 1):
+    steps = [(recs, e) for recs in batches for e in range(epochs)]
+    for step, (recs, epoch) in enumerate(steps, 1):
         for g in opt.param_groups:
             g["lr"] = lr * step / warmup if warmup and step <= warmup else lr
+        if epoch == 0:   # PPO: π_old is the learner at the start of the batch
+            pi_old = [ref_logprobs(ref, r).detach() for r in recs]
         opt.zero_grad()
-        ref_loss(ref, recs, **loss_kw).backward()
+        ref_loss(ref, recs, pi_old=pi_old if loss_kw.get("loss") == "ppo" else None, **loss_kw).backward()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(list(ref.w.values()), clip)
         opt.step()
@@ -286,16 +297,16 @@ def check_weights(ckpt_version_dir, want, tol=1e-6):
     return worst
 
 
-def adamw_case(name, steps, clip, warmup, **kw):
+def adamw_case(name, steps, clip, warmup, *args, epochs=1, **kw):
     d = model(name, seed=20 + steps)
-    batches = [records(n_groups=2, group_size=4, seed=30 + s, equal_group=False) for s in range(steps)]
+    batches = [records(n_groups=2, group_size=4, seed=30 + s, equal_group=False) for s in range(steps // epochs)]
     src = write_records(name + ".rlr", [r for b in batches for r in b])
     out = path(name + ".ckpt")
     lr, b1, b2, eps, wd = 1e-3, 0.9, 0.99, 1e-8, 0.1
     learn("--init", d, "--out", out, "--batch", "8", "--lr", str(lr), "--beta1", str(b1), "--beta2", str(b2),
           "--adam-eps", str(eps), "--weight-decay", str(wd), "--grad-clip", str(clip), "--warmup", str(warmup),
-          "--keep", "0", src)
-    want = ref_adamw_run(d, batches, lr, (b1, b2), eps, wd, clip, warmup)
+          "--keep", "0", *args, src)
+    want = ref_adamw_run(d, batches, lr, (b1, b2), eps, wd, clip, warmup, epochs, kw)
     for s in range(steps):
         worst = check_weights(os.path.join(out, f"v{s + 1:06d}"), want[s])
         print(f"  step {s + 1}: worst relative weight error {worst:.2e}")
@@ -309,6 +320,13 @@ def one_adamw_step_matches_torch_adamw_with_weight_decay():
 @case
 def three_adamw_steps_match_torch_adamw_with_clipping_and_warmup():
     adamw_case("adamw3", 3, 0.5, 2)
+
+
+
+@case
+def ppo_epochs_take_steps_against_the_pi_old_of_the_batch_start():
+    adamw_case("ppo_epochs", 4, 0.0, 0, "--loss", "ppo", "--epochs", "2", "--eps", "0.1", epochs=2, loss="ppo",
+               eps=0.1)
 
 
 if __name__ == "__main__":

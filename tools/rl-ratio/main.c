@@ -50,7 +50,7 @@ static const char USAGE[] =
     "still written) or a model that cannot be loaded, 2 usage error.\n"
     "\n"
     "Examples:\n"
-    "  rl-sample --model m/ prompts.jsonl | rl-ratio --model m/ --clip 2 | rl-learn --out ckpt/\n"
+    "  rl-sample --model m/ prompts.jsonl | rl-ratio --model m/ --clip 2 | rl-learn --init m/ --out ckpt/\n"
     "  rl-cat --pack theirs.jsonl | rl-ratio --model m/ | rl-cat --stats\n"
     "  rl-ratio --mode geo --mask 0.5,2 --metrics mm.jsonl scored.rlr -o weighted.rlr\n";
 

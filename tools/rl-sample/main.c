@@ -63,7 +63,7 @@ static const char USAGE[] =
     "that fails (the groups finished before are written), 2 usage error.\n"
     "\n"
     "Examples:\n"
-    "  rl-sample --model m/ -n 8 --dtype bf16 train.jsonl | rl-ratio --model m/ | rl-learn --out ckpt/\n"
+    "  rl-sample --model m/ -n 8 --dtype bf16 train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
     "  rl-sample --model ckpt/ --temperature 0 test.jsonl | rl-cat --stats\n";
 
 typedef struct {
