@@ -58,14 +58,14 @@ static const float *mat_scales(const rl_mat *W, int r) {
 // The arguments of every operation, passed to the parts that threads run.
 typedef struct {
     float *out;
-    const float *x, *y, *q, *k, *v;
+    float *out2;             // a second output: entropies
+    const float *x, *y;
     const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
-    const rl_attn_seq *seqs;
-    float *out2;             // a second output: entropies
-    int N, C, H, HS, NH, NKV, V;
-    float eps, dir;
+    int N, C, H, HS, V;
+    float eps;
+    float dir;               // rope: 1 turns by +angle, -1 by -angle
 } args;
 
 static void embed_part(void *ctx, int lo, int hi) {

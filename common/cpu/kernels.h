@@ -1,6 +1,7 @@
 // cpu/kernels.h — the inner loops of the CPU backend, in two builds: AVX2 +
 // FMA + F16C (chosen at run time when the processor has them) and portable C.
-// Each works on one row or one contiguous run; cpu.c spreads them over threads.
+// Each works on one row or one contiguous run; cpu.c, attention.c and train.c
+// spread them over threads.
 #ifndef RLPIPE_CPU_KERNELS_H
 #define RLPIPE_CPU_KERNELS_H
 
