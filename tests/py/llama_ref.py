@@ -252,3 +252,21 @@ def random_model(model_dir, *, model_type="llama", hidden=64, inter=96, layers=2
         out[name] = t.to(torch.float32 if dtype == "F32" else torch.bfloat16).contiguous()
     save_file(out, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     return cfg
+
+
+# The built-in tiny tokenizer (models/tiny/tokenizer.json): 448 tokens, bos and eos ids.
+TINY_VOCAB, TINY_BOS, TINY_EOS = 448, 445, 446
+
+
+def add_tiny_tokenizer(model_dir):
+    """Gives a random model directory (vocab >= 448) the tiny tokenizer and its
+    bos/eos ids in config.json, so that it encodes text as rl-sample does."""
+    import shutil
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["bos_token_id"], cfg["eos_token_id"] = TINY_BOS, TINY_EOS
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    shutil.copy(os.path.join(root, "models", "tiny", "tokenizer.json"), model_dir)
+    return model_dir

@@ -548,18 +548,11 @@ def resume_on_an_empty_or_missing_directory_is_an_error():
 
 # ---- 7. SFT on text examples ----------------------------------------------------------------------
 
-BOS, EOS = 445, 446
+BOS, EOS = llama_ref.TINY_BOS, llama_ref.TINY_EOS
 
 
 def sft_model():
-    d = model("sftm", vocab=448, seed=21, tie=True)
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["bos_token_id"], cfg["eos_token_id"] = BOS, EOS
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    shutil.copy(os.path.join(rltest.ROOT, "models", "tiny", "tokenizer.json"), d)
-    return d
+    return llama_ref.add_tiny_tokenizer(model("sftm", vocab=448, seed=21, tie=True))
 
 
 @case

@@ -28,20 +28,14 @@ WORK = tempfile.mkdtemp(prefix="rlpipe-sample.", dir=os.environ.get("TMPDIR"))
 BUILD = os.path.join(rltest.ROOT, os.environ.get("BUILD", "build"))
 PROBE = os.path.join(BUILD, "tests", "tools", "model_probe")
 TOL = 1e-4
-BOS, EOS = 445, 446
+BOS, EOS = llama_ref.TINY_BOS, llama_ref.TINY_EOS
 
 
 def make_model():
     d = os.path.join(WORK, "model")
     llama_ref.random_model(d, hidden=128, inter=352, layers=4, heads=4, kv_heads=2, vocab=448,
                            tie=True, logit_scale=2.5, seed=11)
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["bos_token_id"], cfg["eos_token_id"] = BOS, EOS
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    shutil.copy(os.path.join(rltest.ROOT, "models", "tiny", "tokenizer.json"), d)
-    return d
+    return llama_ref.add_tiny_tokenizer(d)
 
 
 MODEL = make_model()
