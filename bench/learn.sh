@@ -17,10 +17,10 @@
 # 16 (15m), 8 (110m); one step per batch, a new batch every step. For each
 # configuration and round it runs
 #   - rl-learn --init MODEL --loss sft --batch N --lr 1e-5 (defaults
-#     otherwise: --norm seqs, weight decay 0.01, clipping at 1) for K steps,
-#     one process; each step's time is its metrics line's "seconds" (forward,
-#     backward, clipping and AdamW; the checkpoint written after every step
-#     is not counted);
+#     otherwise: --norm seqs, weight decay 0.01, clipping at 1) for
+#     WARMUP + STEPS steps, one process; each step's time is its metrics
+#     line's "seconds" (forward, backward, clipping and AdamW; the
+#     checkpoint written after every step is not counted);
 #   - PyTorch (bench/learn_ref.py train): the same weights (the same
 #     model.safetensors), the same batches and the same step: loss =
 #     -(1/N) sum of the completion tokens' log-probabilities (output layer
@@ -28,11 +28,15 @@
 #     clip_grad_norm_(1.0), torch.optim.AdamW with the same hyperparameters,
 #     zero_grad; float32, set_num_threads(2), OMP_WAIT_POLICY=PASSIVE;
 #   - bench/learn.c: the three cblas_sgemm calls of a linear layer's training
-#     step (forward, input gradient, weight gradient) at 1024 tokens through
-#     the model's MLP (C -> F) and output layer (C -> V) shapes; the better
-#     of the two is the "sgemm" figure (OpenBLAS with its own 2 threads).
-# The first step of every process is its warm-up and is not counted; every
-# figure is the median over the other steps of all rounds (the sgemm figure:
+#     step (forward, input gradient, weight gradient) at the step's shapes:
+#     N x (P + T - 1) tokens through the MLP (C -> F) and N x T through the
+#     output layer (C -> V); GFLOP/s of the median of 5 repetitions, the
+#     better of the two shapes is the "sgemm" figure (OpenBLAS with its own
+#     threads, one per core).
+# The first WARMUP steps of every process (ours and PyTorch's) are not
+# timed: PyTorch's second and third steps of the 110m model are still 10-50%
+# slower than the later ones (ours are flat from the second). Every figure
+# is the median over the timed steps of all rounds (the sgemm figures:
 # over rounds), each round running ours next to PyTorch's. tokens/s counts
 # the tokens through the model, N x (64 + 192 - 1) per step (rl-learn's
 # "fwd_tokens"). GFLOP/s = training FLOPs / median step time, with the FLOPs
@@ -43,11 +47,11 @@
 # printed as a check that they compute the same step (same weights, data).
 #
 # Environment: RUNS=N (rounds for tiny and 15m, default 3), RUNS110=N
-# (rounds for 110m, default 2), STEPS=K (steps per process for tiny and 15m,
-# the first one untimed; default 4), STEPS110=K (for 110m, default 3),
-# KEEP=1 (keep the models and records and reuse them next time),
-# BENCH_OUT=DIR (default bench/out), BUILD / BIN (build and tool folders, as
-# the Makefile), PYTHON (default /usr/bin/python3).
+# (rounds for 110m, default 2), STEPS=K (timed steps per process for tiny
+# and 15m, default 3), STEPS110=K (for 110m, default 2), WARMUP=W (untimed
+# steps before them, default 3), KEEP=1 (keep the models and reuse them next
+# time), BENCH_OUT=DIR (default bench/out), BUILD / BIN (build and tool
+# folders, as the Makefile), PYTHON (default /usr/bin/python3).
 # Results: the table on stdout and in BENCH_OUT/learn.txt, RESULT lines in
 # BENCH_OUT/learn.results (one per measurement and round). Takes ~9 minutes
 # on 2 cores.
@@ -58,8 +62,9 @@ root=$(dirname "$here")
 WHICH=${1:-all}
 RUNS=${RUNS:-3}
 RUNS110=${RUNS110:-2}
-STEPS=${STEPS:-4}
-STEPS110=${STEPS110:-3}
+STEPS=${STEPS:-3}
+STEPS110=${STEPS110:-2}
+WARMUP=${WARMUP:-3}
 KEEP=${KEEP:-0}
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
@@ -77,7 +82,8 @@ die() { echo "learn.sh: $*" >&2; exit 1; }
 case $WHICH in tiny | 15m | 110m) CFGS=("$WHICH") ;; all) CFGS=(tiny 15m 110m) ;;
     *) die "usage: bench/learn.sh [tiny|15m|110m|all]" ;; esac
 for v in RUNS RUNS110; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
-for v in STEPS STEPS110; do [[ ${!v} =~ ^[1-9][0-9]*$ && ${!v} -ge 2 ]] || die "$v must be an integer >= 2 (the first step is not timed)"; done
+for v in STEPS STEPS110; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
+[[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be an integer >= 0"
 [[ -x $FWD && -x $SGEMM ]] || die "$FWD or $SGEMM not found (run: make aux)"
 [[ -x $LEARN ]] || die "$LEARN not found (run: make)"
 "$PY" -c 'import torch, safetensors, zstandard, msgpack' 2>/dev/null ||
@@ -131,32 +137,32 @@ measure() {
     fi
 }
 
-# The RESULT line of an rl-learn metrics file (argv: FILE STEPS FLOP): times
-# are the "seconds" of the steps after the first.
+# The RESULT line of an rl-learn metrics file (argv: FILE WARMUP STEPS FLOP):
+# times are the "seconds" of the STEPS steps after the first WARMUP.
 METRICS_PY='
 import json, statistics, sys
 steps = [json.loads(l) for l in open(sys.argv[1])]
-K, flop = int(sys.argv[2]), float(sys.argv[3])
-assert len(steps) == K, f"{len(steps)} metrics lines, {K} steps asked for"
+W, K, flop = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+assert len(steps) == W + K, f"{len(steps)} metrics lines, {W + K} steps asked for"
 toks = {s["fwd_tokens"] for s in steps}
 assert len(toks) == 1, f"steps of different sizes: {toks}"
-t = [s["seconds"] for s in steps[1:]]
-med, n, loss1, warm = statistics.median(t), toks.pop(), steps[0]["loss"], steps[0]["seconds"]
-times = ",".join(f"{x:.4f}" for x in t)
+t = [s["seconds"] for s in steps[W:]]
+med, n, loss1 = statistics.median(t), toks.pop(), steps[0]["loss"]
+warm, times = (",".join(f"{x:.4f}" for x in v) for v in ([s["seconds"] for s in steps[:W]], t))
 print(f"RESULT what=rl-learn tokens={n} flop={flop:.6g} median_s={med:.6f} tok_s={n / med:.2f}"
-      f" loss1={loss1:.6g} warmup_s={warm:.4f} times={times}")
+      f" loss1={loss1:.6g} warmup_s={warm} times={times}")
 '
 
-# ours CFG MODEL RECORDS STEPS: one rl-learn process of STEPS steps.
+# ours CFG MODEL RECORDS STEPS: one rl-learn process of WARMUP + STEPS steps.
 ours() {
     local cfg=$1 model=$2 recs=$3 K=$4 key="$1 ours" line
     [[ -n ${FAILED[$key]:-} ]] && return
     rm -rf "$W/learn-ckpt"
     if ! "$LEARN" --init "$model" --out "$W/learn-ckpt" --keep 1 --batch "${NSEQ[$cfg]}" --lr 1e-5 --loss sft \
-        --max-steps "$K" --metrics "$W/learn-metrics.jsonl" -q "$recs" 2>"$ERR"; then
+        --max-steps $((WARMUP + K)) --metrics "$W/learn-metrics.jsonl" -q "$recs" 2>"$ERR"; then
         fail "$key"; return
     fi
-    line=$("$PY" -c "$METRICS_PY" "$W/learn-metrics.jsonl" "$K" "${FLOP[$cfg]}" 2>"$ERR") || { fail "$key" metrics; return; }
+    line=$("$PY" -c "$METRICS_PY" "$W/learn-metrics.jsonl" "$WARMUP" "$K" "${FLOP[$cfg]}" 2>"$ERR") || { fail "$key" metrics; return; }
     add "$key" times "$line"
 }
 
@@ -176,7 +182,7 @@ for cfg in "${CFGS[@]}"; do
             "$FWD" write --model "$m" --config "$cfg" >&2 || die "forward write $cfg failed"
         fi
     fi
-    "$PY" "$REF" records "$recs" --records $((N * K)) --prompt $P --completion $T --vocab "${C_V[$cfg]}" ||
+    "$PY" "$REF" records "$recs" --records $((N * (WARMUP + K))) --prompt $P --completion $T --vocab "${C_V[$cfg]}" ||
         die "records for $cfg failed"
     read -r f PARAMS[$cfg] < <("$PY" "$REF" flop "$m" --prompt $P --completion $T |
         sed -n 's/^flop_per_seq=\([^ ]*\) params=\([^ ]*\)$/\1 \2/p')
@@ -184,22 +190,22 @@ for cfg in "${CFGS[@]}"; do
     FLOP[$cfg]=$(awk -v f="$f" -v n="$N" 'BEGIN{printf "%.6g", f * n}')
     for ((r = 1; r <= reps; r++)); do
         echo "$cfg: round $r of $reps" >&2
-        measure "$cfg sgemm mlp" median_s "$SGEMM" sgemm --m 1024 --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 3
-        measure "$cfg sgemm head" median_s "$SGEMM" sgemm --m 1024 --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 3
+        measure "$cfg sgemm mlp" gflop_s "$SGEMM" sgemm --m $((N * (P + T - 1))) --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
+        measure "$cfg sgemm head" gflop_s "$SGEMM" sgemm --m $((N * T)) --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
         ours "$cfg" "$m" "$recs" "$K"
         measure "$cfg torch" times env OMP_WAIT_POLICY=PASSIVE "$PY" "$REF" train "$m" "$recs" \
-            --batch "$N" --steps "$K" --lr 1e-5
+            --batch "$N" --steps "$K" --warmup "$WARMUP" --lr 1e-5
     done
 done
 for key in "${!TIMES[@]}"; do
     [[ -n ${FAILED[$key]:-} ]] && continue
     MED[$key]=$(median <<<"${TIMES[$key]}")
 done
-printf '%s\n' "${!TIMES[@]}" | sort | while read -r key; do printf '  %-16s %s s\n' "$key" "${TIMES[$key]}" >&2; done
+printf '%s\n' "${!TIMES[@]}" | sort | while read -r key; do printf '  %-16s %s\n' "$key" "${TIMES[$key]}" >&2; done
 
 # ---- table -----------------------------------------------------------------
-# sg CFG N SHAPE: sgemm GFLOP/s at 1024 x N x C, 6 x 1024 x N x C over the median of the rounds' medians
-sg() { awk -v n="$2" -v k="${C_HID[$1]}" -v t="${MED[$1 sgemm $3]:-0}" 'BEGIN{ if (t > 0) printf "%.1f", 6 * 1024 * n * k / t / 1e9; else print 0 }'; }
+# sg CFG SHAPE: the median over rounds of the sgemm GFLOP/s at that shape (mlp or head)
+sg() { awk -v g="${MED[$1 sgemm $2]:-0}" 'BEGIN{ printf "%.1f", g }'; }
 {
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
     echo "rlpipe learn benchmark: $("$LEARN" --version 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
@@ -209,12 +215,14 @@ sg() { awk -v n="$2" -v k="${C_HID[$1]}" -v t="${MED[$1 sgemm $3]:-0}" 'BEGIN{ i
          "OMP_NUM_THREADS=${OMP_NUM_THREADS:-(not set)} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(not set)}"
     echo "step: forward + backward + clipping + AdamW on N sequences of P + T tokens, loss sft (-(1/N) sum of completion log-probs), lr 1e-5"
     echo "PyTorch: float32 eager, set_num_threads(2), OMP_WAIT_POLICY=PASSIVE; F.linear, matmul + masked softmax, F.cross_entropy, optim.AdamW"
-    echo "medians of the timed steps: $RUNS rounds x $((STEPS - 1)) steps (tiny, 15m), $RUNS110 x $((STEPS110 - 1)) (110m);" \
-         "the first step of each process untimed"
+    echo "medians of the timed steps: $RUNS rounds x $STEPS steps (tiny, 15m), $RUNS110 x $STEPS110 (110m);" \
+         "the first $WARMUP steps of each process untimed"
     echo "tok/s = N x (P + T - 1) tokens through the model per step / median step time; GFLOP/st = training FLOPs per step (learn_ref.py train_flop)"
-    echo "sgemm = the better of forward + input-gradient + weight-gradient sgemm at 1024 x F x C (MLP) and 1024 x V x C (output layer), GFLOP/s:"
+    echo "sgemm = the better of forward + input-gradient + weight-gradient sgemm (tokens x out x in) through the MLP and the output layer, GFLOP/s:"
     for cfg in "${CFGS[@]}"; do
-        echo "  $cfg: MLP $(sg "$cfg" "${C_FF[$cfg]}" mlp), output layer $(sg "$cfg" "${C_V[$cfg]}" head)"
+        N=${NSEQ[$cfg]} C=${C_HID[$cfg]}
+        echo "  $cfg: MLP $((N * (P + T - 1))) x ${C_FF[$cfg]} x $C: $(sg "$cfg" mlp)," \
+             "output layer $((N * T)) x ${C_V[$cfg]} x $C: $(sg "$cfg" head) (rounds: ${TIMES[$cfg sgemm mlp]:-}/ ${TIMES[$cfg sgemm head]:-})"
     done
     echo "step-1 loss per round, a check that both sides take the same step:"
     for cfg in "${CFGS[@]}"; do echo "  $cfg: rl-learn ${LOSS1[$cfg ours]:-?}  PyTorch ${LOSS1[$cfg torch]:-?}"; done
@@ -226,7 +234,7 @@ sg() { awk -v n="$2" -v k="${C_HID[$1]}" -v t="${MED[$1 sgemm $3]:-0}" 'BEGIN{ i
     for cfg in "${CFGS[@]}"; do
         awk -v c="$cfg" -v shape="${NSEQ[$cfg]} x ($P + $T)" -v par="${PARAMS[$cfg]:-0}" -v f="${FLOP[$cfg]:-0}" \
             -v n="${TOKS[$cfg ours]:-${TOKS[$cfg torch]:-0}}" -v to="${MED[$cfg ours]:-0}" -v tp="${MED[$cfg torch]:-0}" \
-            -v a="$(sg "$cfg" "${C_FF[$cfg]}" mlp)" -v b="$(sg "$cfg" "${C_V[$cfg]}" head)" -v fmt="$fmt" 'BEGIN{
+            -v a="$(sg "$cfg" mlp)" -v b="$(sg "$cfg" head)" -v fmt="$fmt" 'BEGIN{
             s = (a + 0 > b + 0) ? a : b
             og = (to > 0) ? f / to / 1e9 : 0; pg = (tp > 0) ? f / tp / 1e9 : 0
             printf fmt, c, shape, sprintf("%.2fM", par / 1e6), sprintf("%.1f", f / 1e9),

@@ -20,8 +20,7 @@
 
 #define CKPT_PATH 4096
 
-// The "version" of DIR/state.json: 1 found, 0 no state.json or no "version", -1 error.
-static int state_version(const char *dir, uint64_t *version, rl_err *err) {
+int ckpt_state_uint(const char *dir, const char *key, uint64_t *value, rl_err *err) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/state.json", dir) >= sizeof path)
         return err_set(err, "path too long: %s/state.json", dir);
@@ -33,14 +32,14 @@ static int state_version(const char *dir, uint64_t *version, rl_err *err) {
     cJSON *j = cJSON_Parse((const char *)text.data);
     sbuf_free(&text);
     if (!j) return err_set(err, "%s: not valid JSON", path);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "version");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     int rc = 0;
     if (v) {
         double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
         if (!(d >= 0 && d <= 9007199254740992.0 && d == (double)(uint64_t)d))
-            rc = err_set(err, "%s: \"version\" is not a non-negative integer", path);
+            rc = err_set(err, "%s: \"%s\" is not a non-negative integer", path, key);
         else {
-            *version = (uint64_t)d;
+            *value = (uint64_t)d;
             rc = 1;
         }
     }
@@ -72,7 +71,7 @@ int ckpt_resolve(const char *dir, char *path, size_t size, uint64_t *version, rl
         return -1;
     }
     *version = 0;
-    int rc = state_version(path, version, err);
+    int rc = ckpt_state_uint(path, "version", version, err);
     if (rc == 0 && name && name[0] == 'v' && name[1] && strspn(name + 1, "0123456789") == strlen(name + 1))
         *version = strtoull(name + 1, NULL, 10);
     sbuf_free(&latest_text);

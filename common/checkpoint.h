@@ -17,6 +17,9 @@ struct model;
 // integer "version" of the resolved directory's state.json, or else the
 // number of a "latest" name v<digits>, or else 0. 0, or -1 with err.
 int ckpt_resolve(const char *dir, char *path, size_t size, uint64_t *version, rl_err *err);
+// The non-negative integer `key` of dir/state.json: 1 found, 0 no state.json
+// or no such key, -1 with err (not JSON, not such an integer).
+int ckpt_state_uint(const char *dir, const char *key, uint64_t *value, rl_err *err);
 
 typedef struct {
     const char *root;          // checkpoint root (created if missing; its parent must exist)

@@ -248,14 +248,11 @@ static void start(run_t *r, tokenizer **tok) {
             cli_die("%s", e.msg);
         r->version = version;
         snprintf(r->from, sizeof r->from, "%s", dir);
-        char path[4200];
-        snprintf(path, sizeof path, "%s/state.json", dir);
-        sbuf text = {0};
-        if (read_whole_file(path, 1 << 20, &text, &e)) cli_die("%s", e.msg);
-        const char *rec = strstr((const char *)text.data, "\"records\":");
-        if (!rec) cli_die("%s: no \"records\" count", path);
-        r->skip = o->no_skip ? 0 : strtoull(rec + 10, NULL, 10);
-        sbuf_free(&text);
+        uint64_t records = 0;
+        int found = ckpt_state_uint(dir, "records", &records, &e);
+        if (found < 0) cli_die("%s", e.msg);
+        if (!found) cli_die("%s/state.json: no \"records\" count: not written by rl-learn", dir);
+        r->skip = o->no_skip ? 0 : records;
     } else {
         if (have)
             cli_die("%s already holds checkpoints (latest: %s): continue with --resume, or choose another --out", o->out,
