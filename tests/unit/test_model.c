@@ -53,7 +53,7 @@ static void make_seqs(tseq *s, int vocab, uint64_t seed) {
 static int score_all(model_t *m, tseq *s, rl_err *err) {
     model_seq ms[NSEQ];
     for (int i = 0; i < NSEQ; i++)
-        ms[i] = (model_seq){s[i].prompt, s[i].np, s[i].ids, s[i].ni, s[i].temp, s[i].lp_full};
+        ms[i] = (model_seq){s[i].prompt, s[i].np, s[i].ids, s[i].ni, s[i].temp, s[i].lp_full, NULL};
     return model_score(m, ms, NSEQ, err);
 }
 
@@ -139,7 +139,7 @@ static void scoring_alone_equals_scoring_in_a_batch(void) {
     CHECK(score_all(m, s, &err) == 0, "%s", err.msg);
     for (int i = 0; i < NSEQ; i++) {
         float lp[40];
-        model_seq one = {s[i].prompt, s[i].np, s[i].ids, s[i].ni, s[i].temp, lp};
+        model_seq one = {s[i].prompt, s[i].np, s[i].ids, s[i].ni, s[i].temp, lp, NULL};
         CHECK(model_score(m, &one, 1, &err) == 0, "%s", err.msg);
         for (size_t j = 0; j < s[i].ni; j++)
             CHECK(fabsf(lp[j] - s[i].lp_full[j]) <= 1e-5f, "seq %d token %zu: alone %.9g, batched %.9g", i, j,
@@ -213,14 +213,14 @@ static void bad_input_is_refused_with_a_reason(void) {
     CHECK(m, "%s", err.msg);
     uint32_t p[2] = {1, 2}, bad[1] = {300}, ok[1] = {5};
     float lp[1];
-    model_seq s = {p, 2, bad, 1, 1.0f, lp};
+    model_seq s = {p, 2, bad, 1, 1.0f, lp, NULL};
     CHECK(model_score(m, &s, 1, &err) < 0 && strstr(err.msg, "outside the vocabulary of 300"), "%s", err.msg);
-    s = (model_seq){p, 0, ok, 1, 1.0f, lp};
+    s = (model_seq){p, 0, ok, 1, 1.0f, lp, NULL};
     CHECK(model_score(m, &s, 1, &err) < 0 && strstr(err.msg, "empty prompt"), "%s", err.msg);
-    s = (model_seq){p, 2, ok, 1, 0.0f, lp};
+    s = (model_seq){p, 2, ok, 1, 0.0f, lp, NULL};
     CHECK(model_score(m, &s, 1, &err) < 0 && strstr(err.msg, "temperature"), "%s", err.msg);
     uint32_t *longp = calloc(200, sizeof *longp);
-    s = (model_seq){longp, 200, ok, 1, 1.0f, lp};
+    s = (model_seq){longp, 200, ok, 1, 1.0f, lp, NULL};
     CHECK(model_score(m, &s, 1, &err) < 0 && strstr(err.msg, "max_position_embeddings 128"), "%s", err.msg);
     CHECK(model_cache_init(m, 1 << 30, 128, &err) < 0 && strstr(err.msg, "1 TiB"), "%s", err.msg);
     CHECK(model_cache_init(m, 2, 8, &err) == 0, "%s", err.msg);
@@ -257,7 +257,7 @@ static void tiny_model_initialises_from_its_seed(void) {
     for (int k = 0; k < 3; k++) {
         model_t *m = model_random(&c, k < 2 ? 7 : 8, 0.02f, NULL, &err);
         CHECK(m, "%s", err.msg);
-        model_seq s = {ids, 1, ids + 1, n - 1, 1.0f, lp[k]};
+        model_seq s = {ids, 1, ids + 1, n - 1, 1.0f, lp[k], NULL};
         CHECK(n - 1 <= 64 && model_score(m, &s, 1, &err) == 0, "%s", err.msg);
         model_free(m);
     }
