@@ -36,46 +36,27 @@
 # minutes on 2 cores.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
+NAME=forward
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 WHICH=${1:-all}
 RUNS=${RUNS:-5}
 RUNS110=${RUNS110:-3}
 KEEP=${KEEP:-0}
-BUILD=${BUILD:-build}
-BIN=${BIN:-bin}
-[[ $BUILD == /* ]] || BUILD=$root/$BUILD
-[[ $BIN == /* ]] || BIN=$root/$BIN
 FWD=$BUILD/bench/forward
 RATIO=$BIN/rl-ratio
-PY=${PYTHON:-/usr/bin/python3}
 REF=$here/forward_ref.py
-W=${BENCH_OUT:-$here/out}
-export PYTHONPATH=$root/.deps/py${PYTHONPATH:+:$PYTHONPATH}
 
-die() { echo "forward.sh: $*" >&2; exit 1; }
 case $WHICH in 15m) CFGS=(15m) ;; 110m) CFGS=(110m) ;; all) CFGS=(15m 110m) ;;
     *) die "usage: bench/forward.sh [15m|110m|all]" ;; esac
-[[ $RUNS =~ ^[1-9][0-9]*$ && $RUNS110 =~ ^[1-9][0-9]*$ ]] || die "RUNS and RUNS110 must be positive integers"
+positive RUNS RUNS110
 [[ -x $FWD ]] || die "$FWD not found (run: make aux)"
 [[ -x $RATIO ]] || die "$RATIO not found (run: make)"
 "$PY" -c 'import torch, safetensors' 2>/dev/null || die "$PY cannot import torch and safetensors (PYTHONPATH=$PYTHONPATH)"
 
-mkdir -p "$W" || die "cannot create $W"
-exec 9>"$W/.lock"
-flock -n 9 || die "another forward.sh is running in $W (wait, or set BENCH_OUT=another dir)"
-cleanup() {
-    if [[ $KEEP != 1 ]]; then rm -rf "$W"/model-15m "$W"/model-110m "$W"/records-*.rlr; fi
-    rm -f "$W/.lock" "$W/forward.err"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-RES=$W/forward.results
-: >"$RES"
-LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+cleanup() { if [[ $KEEP != 1 ]]; then rm -rf "$W"/model-15m "$W"/model-110m "$W"/records-*.rlr; fi; }
+bench_start cleanup
 
-declare -A MED=() TOKS=() FLOP=() FAILED=() TIMES=()
-NFAIL=0
+declare -A MED=() TOKS=() FLOP=() TIMES=()
 
 # add KEY LINE: one round's RESULT line (its median_s) for KEY.
 add() {
@@ -86,17 +67,12 @@ add() {
     TIMES[$key]+="$(sed -n 's/.* median_s=\([^ ]*\).*/\1/p' <<<"$line") "
 }
 
-fail() {
-    NFAIL=$((NFAIL + 1)); FAILED[$1]=1
-    echo "  $1: FAILED" >&2; tail -n 5 "$W/forward.err" | sed 's/^/    /' >&2
-}
-
 # measure KEY CMD...: runs CMD, which prints a RESULT line; skipped once KEY failed.
 measure() {
     local key=$1; shift
     [[ -n ${FAILED[$key]:-} ]] && return
     local out
-    if out=$("$@" 2>>"$W/forward.err") && [[ $out == *RESULT* ]]; then
+    if out=$("$@" 2>>"$ERR") && [[ $out == *RESULT* ]]; then
         add "$key" "$(grep '^RESULT' <<<"$out" | tail -n1)"
     else
         fail "$key"
@@ -110,12 +86,11 @@ time_ratio() {
     local key=$1 model=$2 recs=$3 toks=$4 flop=$5 t0 t1
     [[ -n ${FAILED[$key]:-} ]] && return
     t0=$(now)
-    if ! "$RATIO" -q --model "$model" <"$recs" >/dev/null 2>>"$W/forward.err"; then fail "$key"; return; fi
+    if ! "$RATIO" -q --model "$model" <"$recs" >/dev/null 2>>"$ERR"; then fail "$key"; return; fi
     t1=$(now)
     add "$key" "RESULT what=rl-ratio tokens=$toks flop=$flop median_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.4f", b-a}')"
 }
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 declare -A C_HID=([15m]=288 [110m]=768) C_FF=([15m]=768 [110m]=2048)
 declare -A C_REC=([15m]=64 [110m]=16) C_D1=([15m]=64 [110m]=16) C_D64=([15m]=16 [110m]=8)
@@ -177,7 +152,7 @@ tps() { awk -v n="${TOKS[$1]:-0}" -v t="${MED[$1]:-0}" 'BEGIN{ if (t > 0) printf
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
     echo "rlpipe forward benchmark: $("$RATIO" --version 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
     echo "machine: ${cpu:-unknown CPU}, $(nproc) cores (shared machine); $(uname -sr); $(date -u +%Y-%m-%d)"
-    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the cores distorts every figure)"
+    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(loadavg) (other work on the cores distorts every figure)"
     echo "environment: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(not set)} RLPIPE_THREADS=${RLPIPE_THREADS:-(not set)}" \
          "OMP_NUM_THREADS=${OMP_NUM_THREADS:-(not set)} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(not set)}"
     echo "PyTorch: float32 eager, torch.no_grad, set_num_threads(2), OMP_WAIT_POLICY=PASSIVE"

@@ -57,8 +57,8 @@
 # on 2 cores.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
+NAME=learn
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 WHICH=${1:-all}
 RUNS=${RUNS:-3}
 RUNS110=${RUNS110:-2}
@@ -66,55 +66,32 @@ STEPS=${STEPS:-3}
 STEPS110=${STEPS110:-2}
 WARMUP=${WARMUP:-3}
 KEEP=${KEEP:-0}
-BUILD=${BUILD:-build}
-BIN=${BIN:-bin}
-[[ $BUILD == /* ]] || BUILD=$root/$BUILD
-[[ $BIN == /* ]] || BIN=$root/$BIN
 FWD=$BUILD/bench/forward
 SGEMM=$BUILD/bench/learn
 LEARN=$BIN/rl-learn
-PY=${PYTHON:-/usr/bin/python3}
 REF=$here/learn_ref.py
-W=${BENCH_OUT:-$here/out}
-export PYTHONPATH=$root/.deps/py${PYTHONPATH:+:$PYTHONPATH}
 
-die() { echo "learn.sh: $*" >&2; exit 1; }
 case $WHICH in tiny | 15m | 110m) CFGS=("$WHICH") ;; all) CFGS=(tiny 15m 110m) ;;
     *) die "usage: bench/learn.sh [tiny|15m|110m|all]" ;; esac
-for v in RUNS RUNS110; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
-for v in STEPS STEPS110; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
+positive RUNS RUNS110 STEPS STEPS110
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "WARMUP must be an integer >= 0"
 [[ -x $FWD && -x $SGEMM ]] || die "$FWD or $SGEMM not found (run: make aux)"
 [[ -x $LEARN ]] || die "$LEARN not found (run: make)"
 "$PY" -c 'import torch, safetensors, zstandard, msgpack' 2>/dev/null ||
     die "$PY cannot import torch, safetensors, zstandard and msgpack (PYTHONPATH=$PYTHONPATH)"
 
-mkdir -p "$W" || die "cannot create $W"
-exec 9>"$W/.lock"    # the other benchmarks' lock too: two at once would time each other
-flock -n 9 || die "another benchmark is running in $W (wait, or set BENCH_OUT=another dir)"
 cleanup() {
     if [[ $KEEP != 1 ]]; then rm -rf "$W"/learn-model-* "$W"/learn-records-*.rlr; fi
-    rm -rf "$W"/learn-ckpt "$W/learn.err" "$W/learn-metrics.jsonl" "$W/.lock"
+    rm -rf "$W"/learn-ckpt "$W/learn-metrics.jsonl"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-RES=$W/learn.results
-ERR=$W/learn.err
-: >"$RES"
-LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+bench_start cleanup
 
 P=64 T=192
 declare -A NSEQ=([tiny]=32 [15m]=16 [110m]=8)
 declare -A C_HID=([tiny]=128 [15m]=288 [110m]=768) C_FF=([tiny]=352 [15m]=768 [110m]=2048)
 declare -A C_V=([tiny]=448 [15m]=32000 [110m]=32000)
-declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=() FAILED=()
-NFAIL=0
+declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=()
 
-fail() {
-    NFAIL=$((NFAIL + 1)); FAILED[$1]=1
-    echo "  $1: FAILED${2:+ ($2)}" >&2; tail -n 5 "$ERR" | sed 's/^/    /' >&2
-}
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 # add KEY FIELD LINE: one round's RESULT line; the values of its FIELD
@@ -210,7 +187,7 @@ sg() { awk -v g="${MED[$1 sgemm $2]:-0}" 'BEGIN{ printf "%.1f", g }'; }
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
     echo "rlpipe learn benchmark: $("$LEARN" --version 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
     echo "machine: ${cpu:-unknown CPU}, $(nproc) cores (shared machine); $(uname -sr); $(date -u +%Y-%m-%d)"
-    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the cores distorts every figure)"
+    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(loadavg) (other work on the cores distorts every figure)"
     echo "environment: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(not set)} RLPIPE_THREADS=${RLPIPE_THREADS:-(not set)}" \
          "OMP_NUM_THREADS=${OMP_NUM_THREADS:-(not set)} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(not set)}"
     echo "step: forward + backward + clipping + AdamW on N sequences of P + T tokens, loss sft (-(1/N) sum of completion log-probs), lr 1e-5"

@@ -43,44 +43,28 @@
 # on 2 cores.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
+NAME=sample
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 WHICH=${1:-all}
 RUNS=${RUNS:-3}
 RUNS110=${RUNS110:-2}
 KEEP=${KEEP:-0}
-BUILD=${BUILD:-build}
-BIN=${BIN:-bin}
-[[ $BUILD == /* ]] || BUILD=$root/$BUILD
-[[ $BIN == /* ]] || BIN=$root/$BIN
 FWD=$BUILD/bench/forward
 MEMBW=$BUILD/bench/membw
 SAMPLE=$BIN/rl-sample
-PY=${PYTHON:-/usr/bin/python3}
-W=${BENCH_OUT:-$here/out}
-export PYTHONPATH=$root/.deps/py${PYTHONPATH:+:$PYTHONPATH}
 
-die() { echo "sample.sh: $*" >&2; exit 1; }
 case $WHICH in 15m) CFGS=(15m) ;; 110m) CFGS=(110m) ;; all) CFGS=(15m 110m) ;;
     *) die "usage: bench/sample.sh [15m|110m|all]" ;; esac
-[[ $RUNS =~ ^[1-9][0-9]*$ && $RUNS110 =~ ^[1-9][0-9]*$ ]] || die "RUNS and RUNS110 must be positive integers"
+positive RUNS RUNS110
 [[ -x $FWD && -x $MEMBW ]] || die "$FWD or $MEMBW not found (run: make aux)"
 [[ -x $SAMPLE ]] || die "$SAMPLE not found (run: make)"
 "$PY" -c 'import torch, safetensors' 2>/dev/null || die "$PY cannot import torch and safetensors (PYTHONPATH=$PYTHONPATH)"
 
-mkdir -p "$W" || die "cannot create $W"
-exec 9>"$W/.lock"    # forward.sh's lock too: two benchmarks at once would time each other
-flock -n 9 || die "another benchmark is running in $W (wait, or set BENCH_OUT=another dir)"
 cleanup() {
     if [[ $KEEP != 1 ]]; then rm -rf "$W"/sample-model-15m "$W"/sample-model-110m; fi
-    rm -f "$W/.lock" "$W/sample.err" "$W/sample-prompts.jsonl"
+    rm -f "$W/sample-prompts.jsonl"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-RES=$W/sample.results
-ERR=$W/sample.err
-: >"$RES"
-LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+bench_start cleanup
 
 P=16
 SLOTS=(1 16 64 256)
@@ -90,16 +74,10 @@ declare -A NEW=([15m]=64 [110m]=32)    # generated tokens per completion
 declare -A NPROMPT=([15m 1]=8 [15m 16]=32 [15m 64]=64 [15m 256]=256
                     [110m 1]=2 [110m 16]=16 [110m 64]=64 [110m 256]=256)
 declare -A C_HID=([15m]=288 [110m]=768) C_FF=([15m]=768 [110m]=2048) C_L=([15m]=6 [110m]=12)
-declare -A VALS=() MED=() FAILED=()
-NFAIL=0
+declare -A VALS=() MED=()
 
 # add KEY VALUE LINE: one round's figure (tok/s or GB/s) and its RESULT line.
 add() { echo "$1 $3" >>"$RES"; VALS[$1]+="$2 "; }
-fail() {
-    NFAIL=$((NFAIL + 1)); FAILED[$1]=1
-    echo "  $1: FAILED${2:+ ($2)}" >&2; tail -n 5 "$ERR" | sed 's/^/    /' >&2
-}
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 
 # ours CFG S DTYPE: one rl-sample run; its summary line gives tokens and tok/s.
 ours() {
@@ -174,7 +152,7 @@ ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN{ if (a > 0 && b > 0) printf "
     l3=$(cat /sys/devices/system/cpu/cpu0/cache/index3/size 2>/dev/null || echo "?")
     echo "rlpipe sample benchmark: $("$SAMPLE" --version 2>&1 | head -n1); torch $("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
     echo "machine: ${cpu:-unknown CPU}, $(nproc) cores (shared machine), L3 $l3; $(uname -sr); $(date -u +%Y-%m-%d)"
-    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the cores distorts every figure)"
+    echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(loadavg) (other work on the cores distorts every figure)"
     echo "environment: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(not set)} RLPIPE_THREADS=${RLPIPE_THREADS:-(not set)}" \
          "OMP_NUM_THREADS=${OMP_NUM_THREADS:-(not set)} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-(not set)}"
     echo "PyTorch: float32 eager KV-cache decode loop (the reference of every dtype), torch.no_grad, set_num_threads(2), OMP_WAIT_POLICY=PASSIVE"

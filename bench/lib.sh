@@ -1,0 +1,57 @@
+# bench/lib.sh — what the benchmark scripts (forward.sh, sample.sh,
+# learn.sh) share, sourced once the script has set NAME (forward, ...):
+#   here root BUILD BIN PY W   this folder, the project, the build and tool
+#                              folders (BUILD, BIN as the Makefile), Python
+#                              (PYTHON, default /usr/bin/python3), the output
+#                              folder (BENCH_OUT, default bench/out)
+#   die MSG                    "NAME.sh: MSG" on stderr, exit 1
+#   positive VAR...            dies unless each variable holds a positive integer
+#   bench_start CLEAN          makes $W and takes its lock (every benchmark
+#                              takes the same one: two at once would time each
+#                              other); on exit runs the function CLEAN and
+#                              removes the lock and $ERR; empties RES; sets
+#                              RES=$W/NAME.results, ERR=$W/NAME.err, LOAD0
+#   fail KEY [WHY]             marks KEY failed (FAILED[KEY], NFAIL) and shows
+#                              the end of $ERR
+#   median                     the median of the numbers on stdin
+#   loadavg                    the 1, 5 and 15 minute load averages now
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+BUILD=${BUILD:-build}
+BIN=${BIN:-bin}
+[[ $BUILD == /* ]] || BUILD=$root/$BUILD
+[[ $BIN == /* ]] || BIN=$root/$BIN
+PY=${PYTHON:-/usr/bin/python3}
+W=${BENCH_OUT:-$here/out}
+export PYTHONPATH=$root/.deps/py${PYTHONPATH:+:$PYTHONPATH}
+declare -A FAILED=()
+NFAIL=0
+
+die() { echo "$NAME.sh: $*" >&2; exit 1; }
+
+positive() {
+    local v
+    for v; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"; done
+}
+
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+bench_start() {
+    BENCH_CLEAN=$1
+    RES=$W/$NAME.results
+    ERR=$W/$NAME.err
+    mkdir -p "$W" || die "cannot create $W"
+    exec 9>"$W/.lock"
+    flock -n 9 || die "another benchmark is running in $W (wait, or set BENCH_OUT=another dir)"
+    trap '"$BENCH_CLEAN"; rm -f "$W/.lock" "$ERR"' EXIT
+    trap 'exit 130' INT TERM
+    : >"$RES"
+    LOAD0=$(loadavg)
+}
+
+fail() {
+    NFAIL=$((NFAIL + 1)); FAILED[$1]=1
+    echo "  $1: FAILED${2:+ ($2)}" >&2; tail -n 5 "$ERR" | sed 's/^/    /' >&2
+}
+
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
