@@ -51,7 +51,7 @@ struct model {
 
     // workspace for up to cap tokens (backend memory)
     int cap, seq_cap, lrows;
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    float *x, *xb, *xm, *q, *k, *v, *att, *hb, *hb2;
     int32_t *ids, *pos, *rows;
     rl_attn_seq *seqs;
     float *hrows, *logits, *itemp, *lp;   // (lrows, C) (lrows, V) (cap) (cap)
@@ -366,11 +366,11 @@ static void free_train(model_t *m);
 
 static void free_workspace(model_t *m) {
     const rl_ops *o = m->ops;
-    void *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->ids, m->pos, m->rows,
+    void *bufs[] = {m->x, m->xb, m->xm, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->ids, m->pos, m->rows,
                     m->seqs, m->hrows, m->logits, m->itemp, m->lp, m->ent, m->dlogp, m->sel, m->tgt};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) o->free(bufs[i]);
-    m->x = m->xb = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
+    m->x = m->xb = m->xm = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
     m->hrows = m->logits = m->itemp = m->lp = m->ent = m->dlogp = NULL;
     m->ids = m->pos = m->rows = m->sel = m->tgt = NULL;
     m->seqs = NULL;
@@ -422,6 +422,7 @@ static void reserve(model_t *m, int N, int nseq) {
                KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, n = (size_t)cap;
         m->x = o->alloc(n * C * 4);
         m->xb = o->alloc(n * C * 4);
+        m->xm = o->alloc(n * C * 4);
         m->q = o->alloc(n * QD * 4);
         m->att = o->alloc(n * QD * 4);
         m->k = o->alloc(n * KVD * 4);
@@ -448,49 +449,67 @@ static void reserve(model_t *m, int N, int nseq) {
     }
 }
 
-// x (N, C) = the residual stream after the last layer, for the tokens in
-// m->ids at positions m->pos; with_cache: keys and values go to the cache rows
-// m->rows and attention reads the cache, else they stay in m->k, m->v.
-static void forward(model_t *m, int N, int nseq, int with_cache) {
+// The activations of one layer over N tokens: where forward_train saves them
+// for the backward, or the workspace that forward reuses for every layer.
+typedef struct {
+    float *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // lse may be NULL
+    float *x;                                                 // the layer's input (saved only)
+} saved;
+
+// Layer l over N tokens: x (N, C) in, next (N, C) out (next may be x: it is
+// read first). The activations go to s; h (N, F) is the MLP's hidden product
+// (may be s->gate). with_cache: keys and values also go to the cache rows
+// m->rows, and attention reads the cache.
+static void layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
+                          int with_cache) {
     const model_config *c = &m->c;
     const rl_ops *o = m->ops;
+    const layer_w *L = &m->L[l];
     int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
     size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len;
     float eps = (float)c->rms_eps;
-    o->embed(m->x, &m->embed, m->ids, N);
-    for (int l = 0; l < c->layers; l++) {
-        const layer_w *L = &m->L[l];
-        o->rmsnorm(m->xb, m->x, L->attn_norm, N, C, eps);
-        o->matmul(m->q, m->xb, &L->q, L->bq, N);
-        o->matmul(m->k, m->xb, &L->k, L->bk, N);
-        o->matmul(m->v, m->xb, &L->v, L->bv, N);
-        o->rope(m->q, m->pos, m->cos_sin, N, NH, HS);
-        o->rope(m->k, m->pos, m->cos_sin, N, NKV, HS);
-        const float *kb = m->k, *vb = m->v;
-        if (with_cache) {
-            float *kl = m->kc + (size_t)l * layer_rows * KVD, *vl = m->vc + (size_t)l * layer_rows * KVD;
-            o->scatter_rows(kl, m->rows, m->k, N, (int)KVD);
-            o->scatter_rows(vl, m->rows, m->v, N, (int)KVD);
-            kb = kl;
-            vb = vl;
-        }
-        o->attention(m->att, NULL, m->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
-        o->matmul(m->xb, m->att, &L->o, L->bo, N);
-        o->add(m->x, m->xb, (size_t)N * C);
-        o->rmsnorm(m->xb, m->x, L->mlp_norm, N, C, eps);
-        o->matmul(m->hb, m->xb, &L->gate, NULL, N);
-        o->matmul(m->hb2, m->xb, &L->up, NULL, N);
-        o->swiglu(m->hb, m->hb, m->hb2, N, F);
-        o->matmul(m->xb, m->hb, &L->down, NULL, N);
-        o->add(m->x, m->xb, (size_t)N * C);
+    o->rmsnorm(s->n1, x, L->attn_norm, N, C, eps);
+    o->matmul(s->q, s->n1, &L->q, L->bq, N);
+    o->matmul(s->k, s->n1, &L->k, L->bk, N);
+    o->matmul(s->v, s->n1, &L->v, L->bv, N);
+    o->rope(s->q, m->pos, m->cos_sin, N, NH, HS);
+    o->rope(s->k, m->pos, m->cos_sin, N, NKV, HS);
+    const float *kb = s->k, *vb = s->v;
+    if (with_cache) {
+        float *kl = m->kc + (size_t)l * layer_rows * KVD, *vl = m->vc + (size_t)l * layer_rows * KVD;
+        o->scatter_rows(kl, m->rows, s->k, N, (int)KVD);
+        o->scatter_rows(vl, m->rows, s->v, N, (int)KVD);
+        kb = kl;
+        vb = vl;
     }
+    o->attention(s->att, s->lse, s->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
+    o->matmul(s->xm, s->att, &L->o, L->bo, N);       // xm = x + o(attention)
+    o->add(s->xm, x, (size_t)N * C);
+    o->rmsnorm(s->n2, s->xm, L->mlp_norm, N, C, eps);
+    o->matmul(s->gate, s->n2, &L->gate, NULL, N);
+    o->matmul(s->up, s->n2, &L->up, NULL, N);
+    o->swiglu(h, s->gate, s->up, N, F);
+    o->matmul(next, h, &L->down, NULL, N);           // next = xm + down(silu(gate)·up)
+    o->add(next, s->xm, (size_t)N * C);
 }
 
-// logits (rows, V) for rows sel[r0 .. r0+rows) of x: final norm, output layer.
-static void logits_rows(model_t *m, const int32_t *sel, int rows) {
+// m->x (N, C) = the residual stream after the last layer, for the tokens in
+// m->ids at positions m->pos; with_cache: keys and values go to the cache rows
+// m->rows and attention reads the cache, else they stay in m->k, m->v.
+static void forward(model_t *m, int N, int nseq, int with_cache) {
+    saved w = {.n1 = m->xb, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .xm = m->xm, .n2 = m->xb,
+               .gate = m->hb, .up = m->hb2};
+    m->ops->embed(m->x, &m->embed, m->ids, N);
+    for (int l = 0; l < m->c.layers; l++) layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
+}
+
+// m->logits (rows, V) for rows sel[0 .. rows) of the residual stream x
+// (tokens, C): those rows gathered into raw (rows, C), the final norm into
+// m->hrows (raw may be m->hrows), the output layer.
+static void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
     const rl_ops *o = m->ops;
-    o->gather_rows(m->hrows, m->x, sel, rows, m->c.hidden);
-    o->rmsnorm(m->hrows, m->hrows, m->norm, rows, m->c.hidden, (float)m->c.rms_eps);
+    o->gather_rows(raw, x, sel, rows, m->c.hidden);
+    o->rmsnorm(m->hrows, raw, m->norm, rows, m->c.hidden, (float)m->c.rms_eps);
     o->matmul(m->logits, m->hrows, &m->head, NULL, rows);
 }
 
@@ -615,11 +634,11 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
     const rl_ops *o = m->ops;
     forward(m, (int)N, (int)nseq, 0);
     size_t chunk = (size_t)m->lrows;
+    float *ent = want_entropy(seqs, n) ? m->ent : NULL;
     for (size_t r0 = 0; r0 < R; r0 += chunk) {
         int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
-        logits_rows(m, m->sel + r0, rows);
-        o->logprob(m->lp + r0, want_entropy(seqs, n) ? m->ent + r0 : NULL, m->logits, m->tgt + r0,
-                   m->itemp + r0, rows, m->c.vocab);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, rows);
+        o->logprob(m->lp + r0, ent ? ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
     }
     download_scored(m, seqs, n, R);
     return 0;
@@ -687,10 +706,6 @@ static float *resid_at(const model_t *m, int l, int N) {
 }
 
 // The activations of layer l saved by forward_train, for N tokens.
-typedef struct {
-    float *x, *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // x: the layer's input
-} saved;
-
 static saved saved_at(const model_t *m, int l, int N) {
     const model_config *c = &m->c;
     size_t n = (size_t)N, C = (size_t)c->hidden, F = (size_t)c->inter,
@@ -710,30 +725,10 @@ static float *grad_of(const model_t *m, const void *param) {
 // The forward of model_score (no cache), keeping what the backward needs;
 // the residual stream after the last layer is resid_at(m, layers, N).
 static void forward_train(model_t *m, int N, int nseq) {
-    const model_config *c = &m->c;
-    const rl_ops *o = m->ops;
-    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
-    float eps = (float)c->rms_eps;
-    o->embed(resid_at(m, 0, N), &m->embed, m->ids, N);
-    for (int l = 0; l < c->layers; l++) {
-        const layer_w *L = &m->L[l];
+    m->ops->embed(resid_at(m, 0, N), &m->embed, m->ids, N);
+    for (int l = 0; l < m->c.layers; l++) {
         saved s = saved_at(m, l, N);
-        float *next = resid_at(m, l + 1, N);
-        o->rmsnorm(s.n1, s.x, L->attn_norm, N, C, eps);
-        o->matmul(s.q, s.n1, &L->q, L->bq, N);
-        o->matmul(s.k, s.n1, &L->k, L->bk, N);
-        o->matmul(s.v, s.n1, &L->v, L->bv, N);
-        o->rope(s.q, m->pos, m->cos_sin, N, NH, HS);
-        o->rope(s.k, m->pos, m->cos_sin, N, NKV, HS);
-        o->attention(s.att, s.lse, s.q, s.k, s.v, m->seqs, nseq, N, NH, NKV, HS);
-        o->matmul(s.xm, s.att, &L->o, L->bo, N);
-        o->add(s.xm, s.x, (size_t)N * C);
-        o->rmsnorm(s.n2, s.xm, L->mlp_norm, N, C, eps);
-        o->matmul(s.gate, s.n2, &L->gate, NULL, N);
-        o->matmul(s.up, s.n2, &L->up, NULL, N);
-        o->swiglu(m->d_h, s.gate, s.up, N, F);          // h = silu(gate)·up, kept only for down
-        o->matmul(next, m->d_h, &L->down, NULL, N);
-        o->add(next, s.xm, (size_t)N * C);
+        layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, 0);   // d_h: h, kept only for down
     }
 }
 
@@ -751,9 +746,7 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
     o->zero(m->d_x, (size_t)N * C);
     for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
         int rows = (int)(R - r0 < (size_t)m->lrows ? R - r0 : (size_t)m->lrows);
-        o->gather_rows(m->hraw, x, m->sel + r0, rows, C);                 // (rows, C) before the norm
-        o->rmsnorm(m->hrows, m->hraw, m->norm, rows, C, eps);
-        o->matmul(m->logits, m->hrows, &m->head, NULL, rows);             // (rows, V)
+        logits_rows(m, x, m->hraw, m->sel + r0, rows);                    // hraw: the rows before the norm
         o->logprob(m->lp + r0, entropy ? m->ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, V);
         o->download(lp, m->lp + r0, (size_t)rows * 4);
         dlogp(ctx, r0, (size_t)rows, lp, dl);
@@ -956,7 +949,7 @@ int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_
     size_t chunk = (size_t)m->lrows;
     for (size_t r0 = 0; r0 < n; r0 += chunk) {
         int k = (int)(n - r0 < chunk ? n - r0 : chunk);
-        logits_rows(m, m->sel + r0, k);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
         o->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
     }
     for (size_t i = 0; i < n; i++) m->slot_len[s[i].slot] += (int)s[i].n;
