@@ -279,8 +279,8 @@ static void start(run_t *r, tokenizer **tok) {
 static int is_training_kind(const rec_t *h) {
     const char *kind;
     size_t n;
-    return rec_get_str(h, "kind", &kind, &n) == REC_OK &&
-           ((n == 8 && !memcmp(kind, "rollouts", 8)) || (n == 8 && !memcmp(kind, "examples", 8)));
+    return rec_get_str(h, "kind", &kind, &n) == REC_OK && n == 8 &&
+           (!memcmp(kind, "rollouts", 8) || !memcmp(kind, "examples", 8));
 }
 
 static void report(const options *o, FILE *metrics, const lrn_metrics *m) {
