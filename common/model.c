@@ -35,18 +35,30 @@ typedef struct {
     float *bq, *bk, *bv, *bo;             // biases or NULL
 } layer_w;
 
+// One complete set of weights. A model computes with one; a standby set
+// (model_weights) has the same layout and is swapped in whole, pointers and all.
+typedef struct {
+    float *params;                        // backend: every tensor, f32, table order
+    void **mdata;                         // (nt) backend: tensor i at the model's dtype, for
+    float **mscales;                      //   matrices when it is not f32 (int8: and its scales), else NULL
+    rl_mat embed, head;                   // (V, C); head is embed when tied
+    float *norm;                          // (C)
+    layer_w *L;
+} weights;
+
+struct model_weights {
+    weights w;
+    float *stage;                         // host (stage_n): a chunk converted to f32
+    size_t stage_n;
+};
+
 struct model {
     model_config c;
     model_opts o;
     const rl_ops *ops;
     mtensor *t;
     size_t nt, nparams;
-    float *params;                        // backend: every tensor, f32, table order
-    rl_mat embed, head;                   // (V, C); head is embed when tied
-    float *norm;                          // (C)
-    layer_w *L;
-    void **conv;                          // backend copies at the model's dtype
-    size_t nconv;
+    weights w;                            // the weights in use
     float *cos_sin;                       // (max_pos, HS/2, 2)
 
     // workspace for up to cap tokens (backend memory)
@@ -126,79 +138,120 @@ static const mtensor *find_tensor(const model_t *m, const char *name) {
     return NULL;
 }
 
-// A matrix at the model's dtype from its f32 parameters.
-static rl_mat make_mat(model_t *m, const mtensor *t) {
-    rl_mat w = {.dtype = m->o.dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1]};
-    float *src = m->params + t->off;
-    if (w.dtype == DT_F32) {
-        w.data = src;
-        return w;
+static int stored_apart(const model_t *m, const mtensor *t) { return t->is_mat && m->o.dtype != DT_F32; }
+
+// The matrix of tensor t in w: at the model's dtype, or its f32 parameters.
+static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
+    rl_mat r = {.dtype = m->o.dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1]};
+    size_t i = (size_t)(t - m->t);
+    if (!stored_apart(m, t)) {
+        r.dtype = DT_F32;
+        r.data = w->params + t->off;
+        return r;
     }
-    float *host = xmalloc(t->n * sizeof(float));
-    m->ops->download(host, src, t->n * sizeof(float));
-    size_t bytes = t->n * dt_size(w.dtype);
-    void *conv = xmalloc(bytes);
-    float *scales = NULL;
-    size_t nscales = 0;
-    switch (w.dtype) {
-    case DT_BF16: dt_f32_to_bf16(conv, host, t->n); break;
-    case DT_F16: dt_f32_to_f16(conv, host, t->n); break;
-    case DT_I8:
-        w.group = m->o.group;
-        nscales = (size_t)w.rows * (size_t)((w.cols + w.group - 1) / w.group);
-        scales = xmalloc(nscales * sizeof(float));
-        dt_quantize_i8(conv, scales, host, (size_t)w.rows, (size_t)w.cols, w.group);
-        break;
-    case DT_F32: break;
-    }
-    m->conv = xrealloc(m->conv, (m->nconv + 2) * sizeof *m->conv);
-    w.data = m->conv[m->nconv++] = m->ops->alloc(bytes);
-    m->ops->upload(w.data, conv, bytes);
-    if (scales) {
-        w.scales = m->conv[m->nconv++] = m->ops->alloc(nscales * sizeof(float));
-        m->ops->upload(w.scales, scales, nscales * sizeof(float));
-    }
-    free(scales);
-    free(conv);
-    free(host);
-    return w;
+    r.data = w->mdata[i];
+    r.scales = w->mscales[i];
+    if (r.dtype == DT_I8) r.group = m->o.group;
+    return r;
 }
 
-static float *param(model_t *m, const char *fmt, int l, const char *what) {
+static size_t nscales(const model_t *m, const mtensor *t) {
+    int G = m->o.group;
+    return stored_apart(m, t) && m->o.dtype == DT_I8 ? (size_t)t->shape[0] * (size_t)((t->shape[1] + G - 1) / G) : 0;
+}
+
+static float *param_of(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
     char name[96];
     snprintf(name, sizeof name, fmt, l, what);
     const mtensor *t = find_tensor(m, name);
-    return t ? m->params + t->off : NULL;
+    return t ? w->params + t->off : NULL;
 }
 
-static rl_mat mat(model_t *m, const char *fmt, int l, const char *what) {
+static rl_mat layer_mat(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
     char name[96];
     snprintf(name, sizeof name, fmt, l, what);
-    return make_mat(m, find_tensor(m, name));
+    return mat_of(m, w, find_tensor(m, name));
 }
 
-// Points the layer structs at the parameters and converts the matrices.
-static void bind(model_t *m) {
+// Allocates a set of weights of the model's layout (contents zero) and points
+// its layer structs into it.
+static void alloc_weights(const model_t *m, weights *w) {
     const char *A = "model.layers.%d.self_attn.%s", *P = "model.layers.%d.%s";
-    m->embed = make_mat(m, find_tensor(m, "model.embed_tokens.weight"));
-    m->head = m->c.tie_embeddings ? m->embed : make_mat(m, find_tensor(m, "lm_head.weight"));
-    m->norm = m->params + find_tensor(m, "model.norm.weight")->off;
-    m->L = xmalloc((size_t)m->c.layers * sizeof *m->L);
+    memset(w, 0, sizeof *w);
+    w->params = m->ops->alloc(m->nparams * sizeof(float));
+    w->mdata = xmalloc(m->nt * sizeof *w->mdata);
+    w->mscales = xmalloc(m->nt * sizeof *w->mscales);
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        w->mdata[i] = stored_apart(m, t) ? m->ops->alloc(t->n * dt_size(m->o.dtype)) : NULL;
+        w->mscales[i] = nscales(m, t) ? m->ops->alloc(nscales(m, t) * sizeof(float)) : NULL;
+    }
+    w->embed = mat_of(m, w, find_tensor(m, "model.embed_tokens.weight"));
+    w->head = m->c.tie_embeddings ? w->embed : mat_of(m, w, find_tensor(m, "lm_head.weight"));
+    w->norm = w->params + find_tensor(m, "model.norm.weight")->off;
+    w->L = xmalloc((size_t)m->c.layers * sizeof *w->L);
     for (int l = 0; l < m->c.layers; l++) {
-        layer_w *L = &m->L[l];
-        L->attn_norm = param(m, P, l, "input_layernorm.weight");
-        L->mlp_norm = param(m, P, l, "post_attention_layernorm.weight");
-        L->q = mat(m, A, l, "q_proj.weight");
-        L->k = mat(m, A, l, "k_proj.weight");
-        L->v = mat(m, A, l, "v_proj.weight");
-        L->o = mat(m, A, l, "o_proj.weight");
-        L->gate = mat(m, P, l, "mlp.gate_proj.weight");
-        L->up = mat(m, P, l, "mlp.up_proj.weight");
-        L->down = mat(m, P, l, "mlp.down_proj.weight");
-        L->bq = param(m, A, l, "q_proj.bias");
-        L->bk = param(m, A, l, "k_proj.bias");
-        L->bv = param(m, A, l, "v_proj.bias");
-        L->bo = param(m, A, l, "o_proj.bias");
+        layer_w *L = &w->L[l];
+        L->attn_norm = param_of(m, w, P, l, "input_layernorm.weight");
+        L->mlp_norm = param_of(m, w, P, l, "post_attention_layernorm.weight");
+        L->q = layer_mat(m, w, A, l, "q_proj.weight");
+        L->k = layer_mat(m, w, A, l, "k_proj.weight");
+        L->v = layer_mat(m, w, A, l, "v_proj.weight");
+        L->o = layer_mat(m, w, A, l, "o_proj.weight");
+        L->gate = layer_mat(m, w, P, l, "mlp.gate_proj.weight");
+        L->up = layer_mat(m, w, P, l, "mlp.up_proj.weight");
+        L->down = layer_mat(m, w, P, l, "mlp.down_proj.weight");
+        L->bq = param_of(m, w, A, l, "q_proj.bias");
+        L->bk = param_of(m, w, A, l, "k_proj.bias");
+        L->bv = param_of(m, w, A, l, "v_proj.bias");
+        L->bo = param_of(m, w, A, l, "o_proj.bias");
+    }
+}
+
+static void free_weights(const model_t *m, weights *w) {
+    for (size_t i = 0; w->mdata && i < m->nt; i++) {
+        if (w->mdata[i]) m->ops->free(w->mdata[i]);
+        if (w->mscales[i]) m->ops->free(w->mscales[i]);
+    }
+    free(w->mdata);
+    free(w->mscales);
+    if (w->params) m->ops->free(w->params);
+    free(w->L);
+    memset(w, 0, sizeof *w);
+}
+
+// Rows [r0, r0 + rows) of matrix t in w at the model's dtype, from f32 host
+// values x (rows, cols). Int8 scales are per row, so any whole rows convert
+// exactly as the whole matrix would.
+static void convert_rows(const model_t *m, weights *w, const mtensor *t, const float *x, size_t r0, size_t rows) {
+    size_t i = (size_t)(t - m->t), K = (size_t)t->shape[1], n = rows * K, es = dt_size(m->o.dtype);
+    void *conv = xmalloc(n * es);
+    switch (m->o.dtype) {
+    case DT_BF16: dt_f32_to_bf16(conv, x, n); break;
+    case DT_F16: dt_f32_to_f16(conv, x, n); break;
+    case DT_I8: {
+        size_t per_row = nscales(m, t) / (size_t)t->shape[0];
+        float *sc = xmalloc(rows * per_row * sizeof(float));
+        dt_quantize_i8(conv, sc, x, rows, K, m->o.group);
+        m->ops->upload(w->mscales[i] + r0 * per_row, sc, rows * per_row * sizeof(float));
+        free(sc);
+        break;
+    }
+    case DT_F32: break;
+    }
+    m->ops->upload((char *)w->mdata[i] + r0 * K * es, conv, n * es);
+    free(conv);
+}
+
+// Every matrix of w at the model's dtype, from w's f32 parameters.
+static void convert_all(const model_t *m, weights *w) {
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        if (!stored_apart(m, t)) continue;
+        float *host = xmalloc(t->n * sizeof(float));
+        m->ops->download(host, w->params + t->off, t->n * sizeof(float));
+        convert_rows(m, w, t, host, 0, (size_t)t->shape[0]);
+        free(host);
     }
 }
 
@@ -239,12 +292,12 @@ static model_t *model_new(const model_config *c, const model_opts *o, rl_err *er
     m->ops = ops_cpu();
     m->lrows = logit_rows(c->vocab);
     build_table(m);
-    m->params = m->ops->alloc(m->nparams * sizeof(float));
+    alloc_weights(m, &m->w);
     return m;
 }
 
 static model_t *finish_new(model_t *m) {
-    bind(m);
+    convert_all(m, &m->w);
     make_rope(m);
     return m;
 }
@@ -292,12 +345,12 @@ static int load_tensors(model_t *m, const char *path, rl_err *err) {
             goto out;
         }
         if (s->dtype == DT_F32) {   // straight from the mapped file
-            m->ops->upload(m->params + t->off, s->data, t->n * sizeof(float));
+            m->ops->upload(m->w.params + t->off, s->data, t->n * sizeof(float));
             continue;
         }
         stage = xrealloc(stage, t->n * sizeof(float));
         st_read_f32(s, stage);
-        m->ops->upload(m->params + t->off, stage, t->n * sizeof(float));
+        m->ops->upload(m->w.params + t->off, stage, t->n * sizeof(float));
     }
     rc = 0;
 out:
@@ -337,7 +390,7 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
         int is_norm = strstr(t->name, "norm.weight") != NULL;
         stage = xrealloc(stage, t->n * sizeof(float));
         for (size_t j = 0; j < t->n; j++) stage[j] = is_norm ? 1.0f : (float)(rng_normal(&rng) * std);
-        m->ops->upload(m->params + t->off, stage, t->n * sizeof(float));
+        m->ops->upload(m->w.params + t->off, stage, t->n * sizeof(float));
     }
     free(stage);
     return finish_new(m);
@@ -348,7 +401,7 @@ int model_save(const model_t *m, const char *dir, rl_err *err) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (cfg_save(path, &m->c, err) < 0) return -1;
     float *host = xmalloc(m->nparams * sizeof(float));
-    m->ops->download(host, m->params, m->nparams * sizeof(float));
+    m->ops->download(host, m->w.params, m->nparams * sizeof(float));
     st_out *out = xmalloc(m->nt * sizeof *out);
     for (size_t i = 0; i < m->nt; i++) {
         out[i] = (st_out){.name = m->t[i].name, .ndim = m->t[i].ndim, .data = host + m->t[i].off};
@@ -396,11 +449,8 @@ void model_free(model_t *m) {
     float *train[] = {m->grads, m->exp_avg, m->exp_avg_sq};
     for (size_t i = 0; i < 3; i++)
         if (train[i]) m->ops->free(train[i]);
-    for (size_t i = 0; i < m->nconv; i++) m->ops->free(m->conv[i]);
-    free(m->conv);
-    if (m->params) m->ops->free(m->params);
+    free_weights(m, &m->w);
     if (m->cos_sin) m->ops->free(m->cos_sin);
-    free(m->L);
     free(m->t);
     free(m);
 }
@@ -464,7 +514,7 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
                           int with_cache) {
     const model_config *c = &m->c;
     const rl_ops *o = m->ops;
-    const layer_w *L = &m->L[l];
+    const layer_w *L = &m->w.L[l];
     int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
     size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len;
     float eps = (float)c->rms_eps;
@@ -499,7 +549,7 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
 static void forward(model_t *m, int N, int nseq, int with_cache) {
     saved w = {.n1 = m->xb, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .xm = m->xm, .n2 = m->xb,
                .gate = m->hb, .up = m->hb2};
-    m->ops->embed(m->x, &m->embed, m->ids, N);
+    m->ops->embed(m->x, &m->w.embed, m->ids, N);
     for (int l = 0; l < m->c.layers; l++) layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
 }
 
@@ -509,8 +559,8 @@ static void forward(model_t *m, int N, int nseq, int with_cache) {
 static void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
     const rl_ops *o = m->ops;
     o->gather_rows(raw, x, sel, rows, m->c.hidden);
-    o->rmsnorm(m->hrows, raw, m->norm, rows, m->c.hidden, (float)m->c.rms_eps);
-    o->matmul(m->logits, m->hrows, &m->head, NULL, rows);
+    o->rmsnorm(m->hrows, raw, m->w.norm, rows, m->c.hidden, (float)m->c.rms_eps);
+    o->matmul(m->logits, m->hrows, &m->w.head, NULL, rows);
 }
 
 // The most tokens of one forward: each activation array (tokens, width) must
@@ -719,13 +769,13 @@ static saved saved_at(const model_t *m, int l, int N) {
 
 // The gradient of a parameter, given the parameter's address.
 static float *grad_of(const model_t *m, const void *param) {
-    return param ? m->grads + ((const float *)param - m->params) : NULL;
+    return param ? m->grads + ((const float *)param - m->w.params) : NULL;
 }
 
 // The forward of model_score (no cache), keeping what the backward needs;
 // the residual stream after the last layer is resid_at(m, layers, N).
 static void forward_train(model_t *m, int N, int nseq) {
-    m->ops->embed(resid_at(m, 0, N), &m->embed, m->ids, N);
+    m->ops->embed(resid_at(m, 0, N), &m->w.embed, m->ids, N);
     for (int l = 0; l < m->c.layers; l++) {
         saved s = saved_at(m, l, N);
         layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, 0);   // d_h: h, kept only for down
@@ -741,7 +791,7 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
     int C = m->c.hidden, V = m->c.vocab;
     float eps = (float)m->c.rms_eps;
     float *x = resid_at(m, m->c.layers, N);
-    float *g_head = grad_of(m, m->head.data), *g_norm = grad_of(m, m->norm);
+    float *g_head = grad_of(m, m->w.head.data), *g_norm = grad_of(m, m->w.norm);
     float *lp = xmalloc((size_t)m->lrows * 4), *dl = xmalloc((size_t)m->lrows * 4);
     o->zero(m->d_x, (size_t)N * C);
     for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
@@ -752,10 +802,10 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
         dlogp(ctx, r0, (size_t)rows, lp, dl);
         o->upload(m->dlogp + r0, dl, (size_t)rows * 4);
         o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, rows, V);
-        o->matmul_dx(m->dh, m->logits, &m->head, rows, 0);               // (rows, C)
+        o->matmul_dx(m->dh, m->logits, &m->w.head, rows, 0);               // (rows, C)
         o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
         o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
-        o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->norm, rows, C, eps);
+        o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->w.norm, rows, C, eps);
         o->scatter_rows(m->d_x, m->sel + r0, m->hrows, rows, C);          // scored rows are distinct
     }
     free(lp);
@@ -772,7 +822,7 @@ static void layers_backward(model_t *m, int N, int nseq) {
     float eps = (float)c->rms_eps;
     float *dres = m->d_x;   // (N, C): dloss / d(residual stream) at the current point
     for (int l = c->layers - 1; l >= 0; l--) {
-        const layer_w *L = &m->L[l];
+        const layer_w *L = &m->w.L[l];
         saved s = saved_at(m, l, N);
         // MLP: x_next = xm + down(silu(gate(n2)) · up(n2)), n2 = rmsnorm(xm)
         o->swiglu(m->d_up, s.gate, s.up, N, F);                             // h, again
@@ -799,7 +849,7 @@ static void layers_backward(model_t *m, int N, int nseq) {
         o->matmul_dx(m->d_n, m->d_v, &L->v, N, 1);
         o->rmsnorm_backward(dres, grad_of(m, L->attn_norm), m->d_n, s.x, L->attn_norm, N, C, eps);
     }
-    o->embed_backward(grad_of(m, m->embed.data), dres, m->ids, N, C);
+    o->embed_backward(grad_of(m, m->w.embed.data), dres, m->ids, N, C);
 }
 
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {
@@ -829,7 +879,7 @@ void model_adamw(model_t *m, const rl_adamw *h) {
     nodecay.wd = 0;
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
-        m->ops->adamw(m->params + t->off, m->grads + t->off, m->exp_avg + t->off, m->exp_avg_sq + t->off, t->n,
+        m->ops->adamw(m->w.params + t->off, m->grads + t->off, m->exp_avg + t->off, m->exp_avg_sq + t->off, t->n,
                       t->ndim == 2 ? h : &nodecay);
     }
 }
@@ -838,12 +888,13 @@ size_t model_ntensors(const model_t *m) { return m->nt; }
 
 model_tensor model_tensor_at(const model_t *m, size_t i) {
     const mtensor *t = &m->t[i];
-    return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n};
+    return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n,
+                          .stored = stored_apart(m, t) ? m->o.dtype : DT_F32};
 }
 
 static float *state_of(const model_t *m, int which) {
     switch (which) {
-    case MODEL_PARAM: return m->params;
+    case MODEL_PARAM: return m->w.params;
     case MODEL_GRAD: return m->grads;
     case MODEL_EXP_AVG: return m->exp_avg;
     case MODEL_EXP_AVG_SQ: return m->exp_avg_sq;
@@ -863,6 +914,57 @@ int model_tensor_set(model_t *m, int which, size_t i, const float *in) {
     if (!base || i >= m->nt || (which == MODEL_PARAM && m->o.dtype != DT_F32)) return -1;
     m->ops->upload(base + m->t[i].off, in, m->t[i].n * sizeof(float));
     return 0;
+}
+
+// ---- Standby weights --------------------------------------------------------
+
+model_weights *model_weights_new(const model_t *m) {
+    model_weights *w = xmalloc(sizeof *w);
+    memset(w, 0, sizeof *w);
+    alloc_weights(m, &w->w);
+    return w;
+}
+
+void model_weights_free(const model_t *m, model_weights *w) {
+    if (!w) return;
+    free_weights(m, &w->w);
+    free(w->stage);
+    free(w);
+}
+
+int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, size_t n, rl_dtype wire,
+                      const void *data) {
+    if (i >= m->nt) return -1;
+    const mtensor *t = &m->t[i];
+    size_t K = t->ndim == 2 ? (size_t)t->shape[1] : 1;
+    if (off > t->n || n > t->n - off || (stored_apart(m, t) && (off % K || n % K))) return -1;
+    const float *x = data;
+    if (wire != DT_F32) {
+        if (w->stage_n < n) {
+            free(w->stage);
+            w->stage = xmalloc(n * sizeof(float));
+            w->stage_n = n;
+        }
+        switch (wire) {
+        case DT_BF16: dt_bf16_to_f32(w->stage, data, n); break;
+        case DT_F16: dt_f16_to_f32(w->stage, data, n); break;
+        default: return -1;
+        }
+        x = w->stage;
+    }
+    m->ops->upload(w->w.params + t->off + off, x, n * sizeof(float));
+    if (!stored_apart(m, t)) return 0;
+    if (wire == m->o.dtype)   // rounding the widened values again gives back the same bits
+        m->ops->upload((char *)w->w.mdata[i] + off * dt_size(wire), data, n * dt_size(wire));
+    else
+        convert_rows(m, &w->w, t, x, off / K, n / K);
+    return 0;
+}
+
+void model_weights_swap(model_t *m, model_weights *w) {
+    weights tmp = m->w;
+    m->w = w->w;
+    w->w = tmp;
 }
 
 // ---- Incremental decoding ---------------------------------------------------

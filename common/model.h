@@ -80,6 +80,7 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     size_t n;                 // elements
+    rl_dtype stored;          // the dtype products read it at: the model's for matrices, else f32
 } model_tensor;
 size_t model_ntensors(const model_t *m);
 model_tensor model_tensor_at(const model_t *m, size_t i);
@@ -88,6 +89,25 @@ model_tensor model_tensor_at(const model_t *m, size_t i);
 enum { MODEL_PARAM, MODEL_GRAD, MODEL_EXP_AVG, MODEL_EXP_AVG_SQ };
 int model_tensor_get(const model_t *m, int which, size_t i, float *out);
 int model_tensor_set(model_t *m, int which, size_t i, const float *in);
+
+// ---- Standby weights: a second set of every parameter, filled while the
+// model works (from another thread: filling touches only the standby set and
+// the backend's memory), then swapped in whole between two calls (receiver.h).
+typedef struct model_weights model_weights;
+// Allocates a set of the model's layout and dtype (contents zero).
+model_weights *model_weights_new(const model_t *m);
+void model_weights_free(const model_t *m, model_weights *w);
+// Elements [off, off + n) of tensor i (table order, model_tensor_at) from host
+// data at `wire` (f32, bf16 or f16), converted as loading converts: the f32
+// parameters are the values widened, and a matrix stored at the model's dtype
+// is the same bits as a model loaded from those values. For a matrix stored at
+// another dtype off and n must be whole rows. 0, or -1 for a range, index or wire dtype out of bounds.
+int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, size_t n, rl_dtype wire,
+                      const void *data);
+// Exchanges the model's weights with w in O(1) (pointers only): the model
+// computes with w's from its next call, and w holds the previous ones. The KV
+// cache is kept: sequences decoding go on with the new weights.
+void model_weights_swap(model_t *m, model_weights *w);
 
 // ---- Incremental decoding with a KV cache of `slots` sequences of up to max_len tokens.
 int model_cache_init(model_t *m, int slots, int max_len, rl_err *err);
