@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "receiver.h"
 
 // A record waiting to be scored and written, with what was decoded from it.
 typedef struct {
@@ -183,11 +184,15 @@ static int metrics_line(scorer_t *s, rl_err *err) {
 int scr_flush(scorer_t *s, recw_t *w, rl_err *err) {
     size_t n = s->n;
     s->n = 0;   // whatever happens, nothing stays held
-    if (s->o.model && score(s, n, err)) return -1;
+    uint64_t ver = s->o.ver_learner;
+    if (s->o.receiver) ver = rcv_hold(s->o.receiver);   // a verified push is installed here
+    int rc = s->o.model ? score(s, n, err) : 0;
+    if (s->o.receiver) rcv_release(s->o.receiver);
+    if (rc) return -1;
     for (size_t i = 0; i < n; i++) {
         held_rec *h = &s->held[i];
         if (s->o.model) {
-            h->in.ver_learner = s->o.ver_learner;
+            h->in.ver_learner = ver;
             h->in.has_ver_learner = 1;
         }
         size_t capped = ratio_compute(&s->o.ratio, &h->in);

@@ -25,6 +25,8 @@ typedef struct {
     ratio_opts ratio;
     model_t *model;            // NULL: records carry logp_learner (an external scorer)
     uint64_t ver_learner;      // with model: stored in every record's ver_learner
+    struct rcv *receiver;      // with model, or NULL: pushed weights (receiver.h); each
+                               // scoring holds the model and stamps the version held
     const char *model_dir;     // with model: the directory loaded, for the header
     size_t batch;              // records per metrics line; most records held (>= 1)
     size_t forward_tokens;     // 0: SCR_FORWARD_TOKENS

@@ -19,6 +19,9 @@ pc_has libzstd || need libzstd-dev
 pc_has msgpack || pc_has msgpack-c || need libmsgpack-dev
 pc_has libcjson || need libcjson-dev
 pc_has openblas || need libopenblas-dev
+# Weight pushes: XXH3 checksums, HMAC-SHA256 authentication (OpenSSL's libcrypto).
+pc_has libxxhash || need libxxhash-dev
+pc_has libcrypto || need libssl-dev
 
 if [ "$what" = test ]; then
     py=/usr/bin/python3
@@ -26,6 +29,7 @@ if [ "$what" = test ]; then
     $py -c 'import msgpack' 2>/dev/null || need python3-msgpack
     $py -c 'import zstandard' 2>/dev/null || need python3-zstandard
     $py -c 'import numpy' 2>/dev/null || need python3-numpy
+    $py -c 'import xxhash' 2>/dev/null || need python3-xxhash
     command -v zstd >/dev/null 2>&1 || need zstd
     command -v script >/dev/null 2>&1 || need bsdutils
     $py -c 'import torch' 2>/dev/null || need python3-torch

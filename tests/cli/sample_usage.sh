@@ -67,7 +67,18 @@ expect "--verifier with --verifier-cmd: usage error" 2 'exclude each other' -- \
     rl-sample --model m --verifier exact --verifier-cmd cat p.jsonl
 expect "--max-records below the group: usage error" 2 '^rl-sample: error: --max-records 3 holds no whole group of 4' -- \
     rl-sample --model m -n 4 --max-records 3 p.jsonl
-expect "--listen (not yet): usage error naming it" 2 'listen' -- rl-sample --model m --listen unix:/tmp/x p.jsonl
+expect "--max-lag without --listen: usage error" 2 'give --listen' -- rl-sample --model m --max-lag 1 --batch 4 p.jsonl
+expect "--sync without --batch: usage error" 2 'need --batch N' -- rl-sample --model m --listen s.sock --sync p.jsonl
+expect "--sync with --max-lag 2: usage error" 2 '--sync is --max-lag 0' -- \
+    rl-sample --model m --listen s.sock --max-lag 2 --sync --batch 4 p.jsonl
+expect "--batch alone: usage error" 2 'for --max-lag or --sync' -- rl-sample --model m --batch 4 p.jsonl
+expect "--listen tcp without --token-file: usage error" 2 'tcp needs --token-file' -- \
+    rl-sample --model m --listen tcp:127.0.0.1:0 p.jsonl
+expect "--listen with a bad address: usage error" 2 '^rl-sample: error: --listen tcp:x:' -- \
+    rl-sample --model m --listen tcp:x:99999 p.jsonl
+expect "--token-file without --listen: usage error" 2 'is for --listen' -- rl-sample --model m --token-file t p.jsonl
+expect "--listen on a path that is not a socket: exit 1 naming it" 1 'p.jsonl' -- \
+    rl-sample --model m --listen unix:p.jsonl p.jsonl
 expect "output file is an input: usage error" 2 'also an input' -- rl-sample --model m p.jsonl -o p.jsonl
 expect "--help: exit 0" 0 '' -- rl-sample --help
 check "--help: usage on stdout naming every option" "stdout: $(head -c 300 out)" \

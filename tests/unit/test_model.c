@@ -206,6 +206,91 @@ static void sampler_precisions_stay_close_to_f32(void) {
     model_free(ref);
 }
 
+// Logits (temperature 1) after a fresh prompt, through the KV cache.
+static int step_logits(model_t *m, const uint32_t *prompt, size_t n, float *logits, rl_err *err) {
+    int slot = model_slot_acquire(m);
+    model_step_seq q = {.slot = slot, .ids = prompt, .n = n};
+    int rc = slot < 0 ? err_set(err, "no free slot") : model_step(m, &q, 1, logits, err);
+    if (slot >= 0) model_slot_release(m, slot);
+    return rc;
+}
+
+// Weights pushed in flight: a standby set filled tensor by tensor, in chunks
+// of 7 rows, with each tensor at the dtype a receiver asks for (matrices at
+// the model's bf16/f16, the rest f32), then swapped in, computes bit for bit
+// as a model built from those weights; the standby then holds the old ones.
+static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) {
+    const struct { rl_dtype dt; int wire_native; } cases[] = {
+        {DT_F32, 0}, {DT_BF16, 0}, {DT_BF16, 1}, {DT_F16, 1}, {DT_I8, 0},
+    };
+    model_config c = cfg_qwen2();
+    const uint32_t prompt[] = {5, 77, 3, 250, 9, 41};
+    float *got = malloc((size_t)c.vocab * sizeof(float)), *want = malloc((size_t)c.vocab * sizeof(float));
+    float *old = malloc((size_t)c.vocab * sizeof(float));
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        rl_err err;
+        model_opts o = {.dtype = cases[k].dt};
+        model_t *a = model_random(&c, 5, 0.3f, &o, &err), *b = model_random(&c, 6, 0.3f, &o, &err);
+        CHECK(a && b, "%s", err.msg);
+        CHECK(model_cache_init(a, 2, 32, &err) == 0 && model_cache_init(b, 2, 32, &err) == 0, "%s", err.msg);
+        CHECK(step_logits(a, prompt, 6, old, &err) == 0 && step_logits(b, prompt, 6, want, &err) == 0, "%s", err.msg);
+        model_weights *w = model_weights_new(a);
+        for (size_t i = 0; i < model_ntensors(b); i++) {
+            model_tensor t = model_tensor_at(b, i);
+            float *x = malloc(t.n * sizeof(float));
+            uint16_t *h = malloc(t.n * sizeof(uint16_t));
+            CHECK(model_tensor_get(b, MODEL_PARAM, i, x) == 0, "tensor %zu", i);
+            rl_dtype wire = cases[k].wire_native && t.stored != DT_F32 ? t.stored : DT_F32;
+            if (wire == DT_BF16) dt_f32_to_bf16(h, x, t.n);
+            if (wire == DT_F16) dt_f32_to_f16(h, x, t.n);
+            size_t step = 7 * (t.ndim == 2 ? (size_t)t.shape[1] : 1);
+            for (size_t off = 0; off < t.n; off += step) {
+                size_t cnt = t.n - off < step ? t.n - off : step;
+                const void *src = wire == DT_F32 ? (const void *)(x + off) : (const void *)(h + off);
+                CHECK(model_weights_put(a, w, i, off, cnt, wire, src) == 0, "put %s [%zu, +%zu)", t.name, off, cnt);
+            }
+            free(x);
+            free(h);
+        }
+        model_weights_swap(a, w);
+        CHECK(step_logits(a, prompt, 6, got, &err) == 0, "%s", err.msg);
+        CHECK(memcmp(got, want, (size_t)c.vocab * sizeof(float)) == 0, "%s%s: swapped-in weights compute otherwise",
+              dt_name(cases[k].dt), cases[k].wire_native ? " (sent at its dtype)" : "");
+        model_weights_swap(a, w);
+        CHECK(step_logits(a, prompt, 6, got, &err) == 0, "%s", err.msg);
+        CHECK(memcmp(got, old, (size_t)c.vocab * sizeof(float)) == 0, "%s: swapping back does not restore",
+              dt_name(cases[k].dt));
+        model_weights_free(a, w);
+        model_free(a);
+        model_free(b);
+    }
+    free(got);
+    free(want);
+    free(old);
+}
+
+// Chunks outside a tensor, of no whole rows where int8 needs them, or at a
+// wire dtype that never travels, are refused and change nothing.
+static void standby_puts_out_of_bounds_are_refused(void) {
+    model_config c = cfg_llama();
+    rl_err err;
+    model_t *m = model_random(&c, 5, 0.3f, &(model_opts){.dtype = DT_I8}, &err);
+    CHECK(m, "%s", err.msg);
+    model_weights *w = model_weights_new(m);
+    model_tensor t = model_tensor_at(m, 1);   // the first layer norm: (C)
+    model_tensor e = model_tensor_at(m, 0);   // the embedding: (V, C), int8
+    float *x = calloc(e.n, sizeof(float));
+    CHECK(model_weights_put(m, w, model_ntensors(m), 0, 1, DT_F32, x) == -1, "a tensor index past the table");
+    CHECK(model_weights_put(m, w, 1, t.n - 1, 2, DT_F32, x) == -1, "a chunk past the tensor's end");
+    CHECK(model_weights_put(m, w, 0, 1, (size_t)e.shape[1], DT_F32, x) == -1, "int8 rows must start on a row");
+    CHECK(model_weights_put(m, w, 0, 0, (size_t)e.shape[1] + 1, DT_F32, x) == -1, "int8 chunks must be whole rows");
+    CHECK(model_weights_put(m, w, 1, 0, 1, DT_I8, x) == -1, "int8 never travels");
+    CHECK(model_weights_put(m, w, 0, (size_t)e.shape[1], (size_t)e.shape[1], DT_F32, x) == 0, "one whole row");
+    free(x);
+    model_weights_free(m, w);
+    model_free(m);
+}
+
 static void bad_input_is_refused_with_a_reason(void) {
     model_config c = cfg_llama();
     rl_err err;
@@ -272,6 +357,8 @@ int main(void) {
     RUN(scoring_alone_equals_scoring_in_a_batch);
     RUN(saved_weights_load_back_identically);
     RUN(sampler_precisions_stay_close_to_f32);
+    RUN(standby_weights_swapped_in_compute_as_a_model_built_with_them);
+    RUN(standby_puts_out_of_bounds_are_refused);
     RUN(bad_input_is_refused_with_a_reason);
     RUN(tiny_model_initialises_from_its_seed);
     CHECK_DONE();

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "receiver.h"
 #include "scorer.h"
 #include "source.h"
 
@@ -26,6 +27,10 @@ static const char USAGE[] =
     "                         must carry logp_learner already\n"
     "      --batch N          records scored together and per metrics line, 1..65536\n"
     "                         (default 256)\n"
+    "      --listen ADDR      take new learner weights from rl-sync while scoring:\n"
+    "                         unix:PATH or tcp:HOST:PORT; each batch is scored with the\n"
+    "                         newest weights held, and its records say which (ver_learner)\n"
+    "      --token-file FILE  a shared secret every sender must prove (required for tcp)\n"
     "\n"
     "Weights, with rho = exp(logp_learner - logp) per token:\n"
     "      --mode MODE        token: w = min(rho, C) per token (TIS, the default);\n"
@@ -55,17 +60,18 @@ static const char USAGE[] =
     "  rl-ratio --mode geo --mask 0.5,2 --metrics mm.jsonl scored.rlr -o weighted.rlr\n";
 
 typedef struct {
-    const char *model, *metrics;
+    const char *model, *metrics, *listen, *token_file;
     cli_out_opts out;
     scr_opts scr;
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
+        {"listen", required_argument, 0, O_LISTEN}, {"token-file", required_argument, 0, O_TOKEN},
         CLI_OUT_LONGOPTS,                           {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
@@ -87,8 +93,13 @@ static options parse_options(int argc, char **argv) {
             break;
         case O_BATCH: o.scr.batch = cli_parse_uint("--batch", optarg, 65536, 1); break;
         case O_METRICS: o.metrics = optarg; break;
+        case O_LISTEN: o.listen = optarg; break;
+        case O_TOKEN: o.token_file = optarg; break;
         }
     }
+    if (o.listen && !o.model) cli_usage_error("--listen replaces the weights of --model DIR: give it");
+    if (o.token_file && !o.listen) cli_usage_error("--token-file is for --listen");
+    if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
     if (o.scr.batch == 0) cli_usage_error("--batch: a batch holds at least one record");
     int records_to_stdout = !o.out.output || !strcmp(o.out.output, "-");
     if (o.metrics && !strcmp(o.metrics, "-") && records_to_stdout)
@@ -150,6 +161,13 @@ int main(int argc, char **argv) {
             cli_die("%s", e.msg);
         o.scr.model_dir = model_dir;
     }
+    if (o.listen) {
+        rl_err e;
+        rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-ratio", .quiet = o.out.quiet};
+        if (!(o.scr.receiver = rcv_start(o.scr.model, o.scr.ver_learner, &ropt, &e))) cli_die("%s", e.msg);
+        rcv_release(o.scr.receiver);   // the scorer holds the model only while it scores
+        if (!o.out.quiet) fprintf(stderr, "rl-ratio: listening for weights on %s\n", rcv_address(o.scr.receiver));
+    }
     run.scr = scr_new(&o.scr);
 
     rec_t *rec = rec_new();
@@ -206,15 +224,25 @@ int main(int argc, char **argv) {
     rl_err e;
     if (scr_flush(run.scr, run.w, &e) || scr_finish(run.scr, &e) || recw_close(run.w, &e)) cli_die("%s", e.msg);
     uint64_t bytes_out = recw_bytes_written(run.w);
+    rcv_stats rs = {0};
+    if (o.scr.receiver) {
+        rs = rcv_get_stats(o.scr.receiver);
+        rcv_stop(o.scr.receiver);
+    }
     recw_free(run.w);
     if (!o.out.quiet) {
         sbuf line = {0};
         char bin[32], bout[32];
         ratio_acc_text(scr_total(run.scr), &line);
-        fprintf(stderr, "rl-ratio: %.*s; %llu member%s, %d file%s, %s in, %s out, %.2f s\n", (int)line.len,
+        char pushes[200] = "";
+        if (o.listen)
+            snprintf(pushes, sizeof pushes, "; weights v%llu to v%llu, %llu pushes installed, %llu refused, swaps "
+                     "stalled scoring %.0f us", (unsigned long long)o.scr.ver_learner, (unsigned long long)rs.version,
+                     (unsigned long long)rs.installed, (unsigned long long)rs.refused, rs.stall_s * 1e6);
+        fprintf(stderr, "rl-ratio: %.*s; %llu member%s, %d file%s, %s in, %s out, %.2f s%s\n", (int)line.len,
                 (const char *)line.data, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
                 ninputs == 1 ? "" : "s", cli_bytes(bytes_in, bin, sizeof bin), cli_bytes(bytes_out, bout, sizeof bout),
-                cli_now() - t0);
+                cli_now() - t0, pushes);
         sbuf_free(&line);
     }
     if (o.scr.metrics && o.scr.metrics != stdout && fclose(o.scr.metrics))

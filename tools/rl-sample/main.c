@@ -5,6 +5,7 @@
 // (generate.h) and writes finished groups as records (rollout.h).
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "receiver.h"
 #include "rollout.h"
 
 static const char USAGE[] =
@@ -49,6 +51,16 @@ static const char USAGE[] =
     "      --verifier-cmd CMD a program that reads JSON lines {prompt, completion, answer}\n"
     "                         and writes one reward per line (flushed), run by sh -c\n"
     "\n"
+    "Weights pushed while generating (rl-sync):\n"
+    "      --listen ADDR      take new weights from rl-sync: unix:PATH or tcp:HOST:PORT\n"
+    "                         (tcp binds loopback unless HOST says otherwise)\n"
+    "      --token-file FILE  a shared secret every sender must prove (required for tcp)\n"
+    "      --batch N          records per learner step (rl-learn --batch N), for --max-lag\n"
+    "      --max-lag K        start no prompt whose samples the learner would train on\n"
+    "                         more than K versions after the weights held\n"
+    "      --sync             the conventional baseline, --max-lag 0: after each batch,\n"
+    "                         wait for the weights trained on it\n"
+    "\n"
     "Output:\n"
     "  -o, --output FILE      write records to FILE instead of standard output\n"
     "  -u, --uncompressed     write raw msgpack instead of zstd frames\n"
@@ -59,15 +71,21 @@ static const char USAGE[] =
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show versions and exit\n"
     "\n"
+    "SIGINT or SIGTERM stops it: the groups finished are written, the stream closed\n"
+    "properly, and the exit status is 0.\n"
+    "\n"
     "Exit status: 0 ok, 1 bad prompts, a model that cannot be loaded or a verifier\n"
     "that fails (the groups finished before are written), 2 usage error.\n"
     "\n"
     "Examples:\n"
     "  rl-sample --model m/ -n 8 --dtype bf16 train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
-    "  rl-sample --model ckpt/ --temperature 0 test.jsonl | rl-cat --stats\n";
+    "  rl-sample --model ckpt/ --temperature 0 test.jsonl | rl-cat --stats\n"
+    "  rl-sample --model m/ -n 8 --listen unix:/tmp/s.sock --max-lag 2 --batch 64 train.jsonl | ...\n";
 
 typedef struct {
-    const char *model, *verifier_cmd;
+    const char *model, *verifier_cmd, *listen, *token_file;
+    uint64_t batch;
+    int64_t max_lag;              // -1: no bound
     rl_dtype dtype;
     gen_opts gen;
     char **stop;
@@ -92,7 +110,7 @@ static char *unescape(const char *s) {
 
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
-           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD };
+           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -101,9 +119,12 @@ static options parse_options(int argc, char **argv) {
         {"slots", required_argument, 0, O_SLOTS},          {"seed", required_argument, 0, O_SEED},
         {"epochs", required_argument, 0, O_EPOCHS},        {"max-prompts", required_argument, 0, O_MAXPROMPTS},
         {"max-records", required_argument, 0, O_MAXRECORDS}, {"verifier", required_argument, 0, O_VERIFIER},
-        {"verifier-cmd", required_argument, 0, O_VCMD},    CLI_OUT_LONGOPTS,
+        {"verifier-cmd", required_argument, 0, O_VCMD},    {"listen", required_argument, 0, O_LISTEN},
+        {"token-file", required_argument, 0, O_TOKEN},     {"batch", required_argument, 0, O_BATCH},
+        {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
+        CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
-    options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1,
+    options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1, .max_lag = -1,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
     int c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "n:", longopts, NULL)) != -1) {
@@ -140,6 +161,19 @@ static options parse_options(int argc, char **argv) {
             else cli_usage_error("--verifier: expected exact, number, boxed or none, got '%s'", optarg);
             break;
         case O_VCMD: o.verifier_cmd = optarg; break;
+        case O_LISTEN: o.listen = optarg; break;
+        case O_TOKEN: o.token_file = optarg; break;
+        case O_BATCH: o.batch = cli_parse_uint("--batch", optarg, UINT32_MAX, 0); break;
+        case O_MAXLAG: {
+            int64_t k = (int64_t)cli_parse_uint("--max-lag", optarg, UINT32_MAX, 0);
+            if (o.max_lag >= 0 && o.max_lag != k) cli_usage_error("--sync is --max-lag 0; give one of them");
+            o.max_lag = k;
+            break;
+        }
+        case O_SYNC:
+            if (o.max_lag > 0) cli_usage_error("--sync is --max-lag 0; give one of them");
+            o.max_lag = 0;
+            break;
         }
     }
     if (!o.model) cli_usage_error("--model DIR is required");
@@ -149,6 +183,13 @@ static options parse_options(int argc, char **argv) {
     if (o.verifier_cmd && o.verifier >= 0) cli_usage_error("--verifier and --verifier-cmd exclude each other");
     if (o.max_records && o.max_records < (uint64_t)o.gen.group)
         cli_usage_error("--max-records %llu holds no whole group of %d", (unsigned long long)o.max_records, o.gen.group);
+    if (o.max_lag >= 0 && !o.listen) cli_usage_error("--max-lag and --sync wait for pushed weights: give --listen ADDR");
+    if (o.max_lag >= 0 && !o.batch)
+        cli_usage_error("--max-lag and --sync need --batch N, the records per learner step (rl-learn --batch)");
+    if (o.batch && o.max_lag < 0) cli_usage_error("--batch is for --max-lag or --sync");
+    if (o.token_file && !o.listen) cli_usage_error("--token-file is for --listen");
+    rl_err e;
+    if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
     if (!o.epochs_set && (o.max_prompts || o.max_records)) o.epochs = 0;
     if (o.gen.sp.temperature == 0 && (o.gen.sp.top_p < 1 || o.gen.sp.top_k))
         cli_warn("--temperature 0 is greedy: --top-p and --top-k change nothing");
@@ -183,6 +224,24 @@ static void make_header(rec_t *h, const options *o, int argc, char **argv, const
     rec_set_raw(h, "sampling", 8, enc.data, enc.len);
     sbuf_free(&enc);
     rec_free(sub);
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+// The lag bound at admission (DESIGN §5). The learner takes a step per batch
+// of `per_batch` whole groups, so group j is trained on at version v0 + j /
+// per_batch (v0: the version the sampler and the learner started from); its
+// tokens carry the version held when they are sampled, at least the one held
+// when it starts. Group j may start once the weights held are >= v0 + j /
+// per_batch - K: every lag the learner measures on it is then <= K.
+static uint64_t version_needed(uint64_t v0, uint64_t j, uint64_t per_batch, uint64_t K) {
+    uint64_t at = v0 + j / per_batch;
+    return at > K ? at - K : 0;
 }
 
 int main(int argc, char **argv) {
@@ -226,6 +285,19 @@ int main(int argc, char **argv) {
     gen_t *g = gen_new(m, tok, &o.gen, &e);
     if (!g) cli_die("%s", e.msg);
     gen_set_version(g, (uint32_t)version);
+    rcv_t *rcv = NULL;
+    if (o.listen) {
+        rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-sample", .quiet = o.out.quiet};
+        if (!(rcv = rcv_start(m, version, &ropt, &e))) cli_die("%s", e.msg);
+        if (!o.out.quiet) fprintf(stderr, "rl-sample: listening for weights on %s\n", rcv_address(rcv));
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    uint64_t per_batch = o.batch ? (o.batch + (uint64_t)o.gen.group - 1) / (uint64_t)o.gen.group : 1;
+    uint64_t started = 0;   // groups
     vproc *vp = NULL;
     if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, &e))) cli_die("%s", e.msg);
     const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
@@ -248,13 +320,24 @@ int main(int argc, char **argv) {
     cli_progress_init(&prog, o.out.progress);
     double tgen = cli_now();
     int more = 1;
-    for (;;) {
+    while (!stop_requested) {
+        uint64_t held = rcv ? rcv_hold(rcv) : version;   // a verified push is installed here
+        gen_set_version(g, (uint32_t)held);
+        int lagging = 0;
         while (more && gen_waiting(g) < (size_t)gen_free_slots(g)) {
+            if (o.max_lag >= 0 && held < version_needed(version, started, per_batch, (uint64_t)o.max_lag)) {
+                lagging = 1;
+                break;
+            }
             long p = prm_feed_next(&feed);
             if (p < 0) more = 0;
-            else gen_add(g, (size_t)p, ps.v[p].ids, ps.v[p].n_ids);
+            else {
+                gen_add(g, (size_t)p, ps.v[p].ids, ps.v[p].n_ids);
+                started++;
+            }
         }
         long n = gen_step(g, &e);
+        if (rcv) rcv_release(rcv);
         if (n < 0) cli_die("%s", e.msg);
         for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g)) ro_add(ro, grp);
         // Too many records awaiting the external verifier: wait for it.
@@ -263,6 +346,11 @@ int main(int argc, char **argv) {
             cli_die("%s", e.msg);
         }
         if (n == 0 && !more) break;
+        if (n == 0 && lagging) {   // all written: wait for the learner's weights
+            if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
+            if (rcv_wait(rcv, version_needed(version, started, per_batch, (uint64_t)o.max_lag), &stop_requested) < 0)
+                break;
+        }
         if (cli_progress_due(&prog)) {
             const ro_totals *t = ro_total(ro);
             double dt = cli_now() - tgen;
@@ -272,6 +360,11 @@ int main(int argc, char **argv) {
         }
     }
     cli_progress_done(&prog);
+    rcv_stats rs = {0};
+    if (rcv) {
+        rs = rcv_get_stats(rcv);
+        rcv_stop(rcv);
+    }
     if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || recw_close(w, &e)) cli_die("%s", e.msg);
     double tend = cli_now();
     const ro_totals *t = ro_total(ro);
@@ -280,9 +373,17 @@ int main(int argc, char **argv) {
         if (t->rewarded)
             snprintf(acc, sizeof acc, ", reward mean %.4f, accuracy %.4f", t->reward_sum / (double)t->rewarded,
                      (double)t->positive / (double)t->rewarded);
-        fprintf(stderr, "rl-sample: %llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s, %d slots, %.2f s\n",
-                (unsigned long long)t->groups, (unsigned long long)t->samples, (unsigned long long)t->tokens,
-                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, dt_name(o.dtype), o.gen.slots, tend - t0);
+        char pushes[256] = "";
+        if (o.listen)
+            snprintf(pushes, sizeof pushes, "; weights v%llu to v%llu, %llu pushes installed, %llu refused, swaps "
+                     "stalled generation %.0f us (longest %.0f us), waited %.2f s for weights",
+                     (unsigned long long)version, (unsigned long long)rs.version, (unsigned long long)rs.installed,
+                     (unsigned long long)rs.refused, rs.stall_s * 1e6, rs.stall_max_s * 1e6, rs.wait_s);
+        fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s, %d slots, %.2f s%s\n",
+                stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
+                (unsigned long long)t->samples, (unsigned long long)t->tokens,
+                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, dt_name(o.dtype), o.gen.slots, tend - t0,
+                pushes);
     }
     recw_free(w);
     ro_free(ro);

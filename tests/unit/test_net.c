@@ -1,0 +1,944 @@
+// test_net.c — the sockets weights travel over and the push protocol's shared
+// pieces (net.h, push.h, DESIGN §5): addresses parse and print back; a unix
+// socket is created 0600, a stale one replaced, a live one refused; tcp port 0
+// resolves; whole-buffer transfers arrive intact, tell a clean end from a
+// broken one, give up after the timeout and when told to stop; messages
+// round-trip and over-long ones are refused before reading; the greeting
+// authenticates the right token only; token files and tensor lists are checked.
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <msgpack.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "net.h"
+#include "push.h"
+
+// ---- Helpers ------------------------------------------------------------------
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static char *tmpdir(char *buf, size_t size) {
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, size, "%s/rlpipe-net.XXXXXX", t && *t ? t : "/tmp");
+    return mkdtemp(buf);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int has(const char *text, const char *part) { return strstr(text, part) != NULL; }
+
+static int pair(int sv[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv); }
+
+static void put_file(const char *path, const char *text, size_t n, mode_t mode) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0) return;
+    if (write(fd, text, n) != (ssize_t)n) perror("write");
+    fchmod(fd, mode);
+    close(fd);
+}
+
+static sbuf token_of(const char *s) {
+    sbuf b = {0};
+    sbuf_put(&b, s, strlen(s));
+    return b;
+}
+
+static const char *TOKEN_A = "a-token-of-enough-bytes-A";
+static const char *TOKEN_B = "a-token-of-enough-bytes-B";
+
+// A transfer or greeting run on a second thread while the test drives the other end.
+typedef struct {
+    int fd, stop_fd;
+    const void *p;
+    size_t n;
+    double timeout, delay;
+    const sbuf *token;
+    int rc;
+    rl_err err;
+} job;
+
+static void *send_job(void *arg) {
+    job *j = arg;
+    j->rc = net_send_all(j->fd, j->p, j->n, j->stop_fd, j->timeout, &j->err);
+    return NULL;
+}
+
+static void *greet_job(void *arg) {
+    job *j = arg;
+    j->rc = push_greet(j->fd, j->token, j->stop_fd, j->timeout, &j->err);
+    return NULL;
+}
+
+// Writes one byte to fd after `delay` seconds.
+static void *poke_job(void *arg) {
+    job *j = arg;
+    struct timespec ts = {.tv_sec = (time_t)j->delay, .tv_nsec = (long)((j->delay - (double)(time_t)j->delay) * 1e9)};
+    nanosleep(&ts, NULL);
+    j->rc = (int)write(j->fd, "x", 1);
+    return NULL;
+}
+
+// ---- Addresses ----------------------------------------------------------------
+
+static void parse_reads_unix_and_bare_paths(void) {
+    net_addr a;
+    rl_err err = {{0}};
+    char text[512];
+    CHECK(net_parse("unix:/run/rl.sock", &a, &err) == 0, "%s", err.msg);
+    CHECK(!a.tcp && !strcmp(a.path, "/run/rl.sock"), "path %s", a.path);
+    net_format(&a, text, sizeof text);
+    CHECK(!strcmp(text, "unix:/run/rl.sock"), "%s", text);
+    CHECK(net_parse("rel/dir/rl.sock", &a, &err) == 0, "%s", err.msg);
+    CHECK(!a.tcp && !strcmp(a.path, "rel/dir/rl.sock"), "path %s", a.path);
+    net_format(&a, text, sizeof text);
+    CHECK(!strcmp(text, "unix:rel/dir/rl.sock"), "%s", text);
+    char longest[200] = "unix:";
+    memset(longest + 5, 'p', 107);                // sun_path holds 107 bytes and the NUL
+    CHECK(net_parse(longest, &a, &err) == 0, "%s", err.msg);
+    CHECK(strlen(a.path) == 107, "%zu", strlen(a.path));
+}
+
+static void parse_reads_tcp_forms_and_formats_them_back(void) {
+    net_addr a;
+    rl_err err = {{0}};
+    char text[512];
+    CHECK(net_parse("tcp:5000", &a, &err) == 0, "%s", err.msg);
+    CHECK(a.tcp && !strcmp(a.host, "127.0.0.1") && !strcmp(a.port, "5000"), "%s %s", a.host, a.port);
+    net_format(&a, text, sizeof text);
+    CHECK(!strcmp(text, "tcp:127.0.0.1:5000"), "%s", text);
+    CHECK(net_parse("tcp:gpu-7.example.org:65535", &a, &err) == 0, "%s", err.msg);
+    CHECK(!strcmp(a.host, "gpu-7.example.org") && !strcmp(a.port, "65535"), "%s %s", a.host, a.port);
+    CHECK(net_parse("tcp:0.0.0.0:0", &a, &err) == 0, "%s", err.msg);
+    CHECK(!strcmp(a.host, "0.0.0.0") && !strcmp(a.port, "0"), "%s %s", a.host, a.port);
+    CHECK(net_parse("tcp:[::1]:9000", &a, &err) == 0, "%s", err.msg);
+    CHECK(a.tcp && !strcmp(a.host, "::1") && !strcmp(a.port, "9000"), "%s %s", a.host, a.port);
+    net_format(&a, text, sizeof text);
+    CHECK(!strcmp(text, "tcp:[::1]:9000"), "%s", text);
+    CHECK(net_parse(text, &a, &err) == 0 && !strcmp(a.host, "::1"), "%s", err.msg);
+    CHECK(net_parse("tcp:007", &a, &err) == 0 && !strcmp(a.port, "7"), "port %s", a.port);
+}
+
+static void parse_refuses_malformed_addresses_saying_why(void) {
+    static const struct { const char *addr, *why; } bad[] = {
+        {"", "empty socket path"},
+        {"unix:", "empty socket path"},
+        {"tcp:", "bad port"},
+        {"tcp:host:", "bad port"},
+        {"tcp:65536", "bad port \"65536\""},
+        {"tcp:12a", "bad port"},
+        {"tcp:-1", "bad port"},
+        {"tcp:123456", "bad port"},
+        {"tcp::80", "empty host"},
+        {"tcp:[]:80", "empty host"},
+        {"tcp:::1:80", "needs brackets"},
+        {"tcp:[::1:80", "no ']'"},
+        {"tcp:[::1]80", "no ':PORT'"},
+    };
+    net_addr a;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rl_err err = {{0}};
+        CHECK(net_parse(bad[i].addr, &a, &err) == -1, "\"%s\" accepted", bad[i].addr);
+        CHECK(has(err.msg, bad[i].why), "\"%s\": %s", bad[i].addr, err.msg);
+    }
+    char too_long[200] = "unix:";
+    memset(too_long + 5, 'p', 108);
+    rl_err err = {{0}};
+    CHECK(net_parse(too_long, &a, &err) == -1, "a 108-byte path accepted");
+    CHECK(has(err.msg, "socket path too long (108 bytes, at most 107)"), "%s", err.msg);
+    char long_host[400] = "tcp:";
+    memset(long_host + 4, 'h', 300);
+    strcat(long_host, ":80");
+    CHECK(net_parse(long_host, &a, &err) == -1 && has(err.msg, "host name too long"), "%s", err.msg);
+}
+
+// ---- Listening and connecting -------------------------------------------------
+
+static void unix_listen_makes_a_socket_only_its_owner_may_use(void) {
+    char dir[256], addr[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    mode_t old = umask(0);                       // the mode must not depend on the umask
+    int lfd = net_listen(&a, &err);
+    umask(old);
+    CHECK(lfd >= 0, "%s", err.msg);
+    struct stat st;
+    CHECK(stat(a.path, &st) == 0 && S_ISSOCK(st.st_mode), "no socket at %s", a.path);
+    CHECK((st.st_mode & 0777) == 0600, "mode %o, expected 0600", st.st_mode & 0777);
+    CHECK(fcntl(lfd, F_GETFD) & FD_CLOEXEC, "listening socket without close-on-exec");
+    int unreachable = -1;
+    int cfd = net_connect(&a, &unreachable, &err);
+    CHECK(cfd >= 0 && unreachable == 0, "%s", err.msg);
+    CHECK(fcntl(cfd, F_GETFD) & FD_CLOEXEC, "connected socket without close-on-exec");
+    int sfd = accept(lfd, NULL, NULL);
+    CHECK(sfd >= 0, "accept: %s", strerror(errno));
+    CHECK(net_send_all(cfd, "hello", 5, -1, 5, &err) == 0, "%s", err.msg);
+    char got[5];
+    CHECK(net_recv_all(sfd, got, 5, -1, 5, &err) == 0 && !memcmp(got, "hello", 5), "%s", err.msg);
+    close(sfd), close(cfd), close(lfd);
+    net_unlink(&a);
+    CHECK(stat(a.path, &st) == -1 && errno == ENOENT, "net_unlink left %s", a.path);
+    rm_rf(dir);
+}
+
+static void unix_listen_replaces_a_stale_socket(void) {
+    char dir[256], addr[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    // A crashed receiver's socket: bound, listened on, closed, the file left behind.
+    int old = net_listen(&a, &err);
+    CHECK(old >= 0, "%s", err.msg);
+    close(old);
+    struct stat st;
+    CHECK(stat(a.path, &st) == 0 && S_ISSOCK(st.st_mode), "the stale socket is missing");
+    int lfd = net_listen(&a, &err);
+    CHECK(lfd >= 0, "stale socket not replaced: %s", err.msg);
+    int cfd = net_connect(&a, NULL, &err);
+    CHECK(cfd >= 0, "%s", err.msg);
+    close(cfd), close(lfd);
+    net_unlink(&a);
+    rm_rf(dir);
+}
+
+static void unix_listen_refuses_a_live_socket(void) {
+    char dir[256], addr[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    int lfd = net_listen(&a, &err);
+    CHECK(lfd >= 0, "%s", err.msg);
+    int second = net_listen(&a, &err);
+    CHECK(second == -1, "a second listener on a live socket");
+    char want[600];
+    snprintf(want, sizeof want, "already listening: %s", addr);
+    CHECK(!strcmp(err.msg, want), "%s", err.msg);
+    // The first listener still works: its file was not replaced.
+    int cfd = net_connect(&a, NULL, &err);
+    CHECK(cfd >= 0, "%s", err.msg);
+    int probe = accept(lfd, NULL, NULL), sfd = accept(lfd, NULL, NULL);
+    CHECK(probe >= 0 && sfd >= 0, "accept: %s", strerror(errno));
+    close(probe), close(sfd), close(cfd), close(lfd);
+    net_unlink(&a);
+    rm_rf(dir);
+}
+
+static void unix_listen_refuses_a_file_that_is_not_a_socket(void) {
+    char dir[256], path[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/rl.sock", dir);
+    put_file(path, "data", 4, 0644);
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse(path, &a, &err) == 0, "%s", err.msg);
+    CHECK(net_listen(&a, &err) == -1, "a regular file replaced by a socket");
+    CHECK(has(err.msg, "not a socket") && has(err.msg, path), "%s", err.msg);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && S_ISREG(st.st_mode), "the file was removed");
+    snprintf(path, sizeof path, "unix:%s/no-such-dir/rl.sock", dir);
+    CHECK(net_parse(path, &a, &err) == 0, "%s", err.msg);
+    CHECK(net_listen(&a, &err) == -1 && has(err.msg, path), "%s", err.msg);
+    rm_rf(dir);
+}
+
+static void connect_to_nobody_is_unreachable(void) {
+    char dir[256], addr[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    int unreachable = 0;
+    CHECK(net_connect(&a, &unreachable, &err) == -1 && unreachable == 1, "absent socket: %d", unreachable);
+    CHECK(has(err.msg, "cannot connect to ") && has(err.msg, addr), "%s", err.msg);
+    int lfd = net_listen(&a, &err);            // then stale: ECONNREFUSED
+    CHECK(lfd >= 0, "%s", err.msg);
+    close(lfd);
+    unreachable = 0;
+    CHECK(net_connect(&a, &unreachable, &err) == -1 && unreachable == 1, "stale socket: %d", unreachable);
+    CHECK(net_connect(&a, NULL, &err) == -1, "NULL unreachable");
+    net_unlink(&a);
+    // A tcp port nobody listens on any more.
+    net_addr t;
+    CHECK(net_parse("tcp:0", &t, &err) == 0, "%s", err.msg);
+    lfd = net_listen(&t, &err);
+    CHECK(lfd >= 0, "%s", err.msg);
+    close(lfd);
+    unreachable = 0;
+    CHECK(net_connect(&t, &unreachable, &err) == -1 && unreachable == 1, "closed tcp port: %s", err.msg);
+    rm_rf(dir);
+}
+
+static void tcp_listen_on_port_0_binds_a_free_port_and_accepts(void) {
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse("tcp:0", &a, &err) == 0, "%s", err.msg);
+    int lfd = net_listen(&a, &err);
+    CHECK(lfd >= 0, "%s", err.msg);
+    int port = atoi(a.port);
+    CHECK(port > 0 && port <= 65535, "port %s", a.port);
+    char text[512], want[64];
+    net_format(&a, text, sizeof text);
+    snprintf(want, sizeof want, "tcp:127.0.0.1:%d", port);
+    CHECK(!strcmp(text, want), "%s", text);
+    net_addr b;
+    CHECK(net_parse(text, &b, &err) == 0, "%s", err.msg);
+    int cfd = net_connect(&b, NULL, &err);
+    CHECK(cfd >= 0, "%s", err.msg);
+    int sfd = accept(lfd, NULL, NULL);
+    CHECK(sfd >= 0, "accept: %s", strerror(errno));
+    net_bulk(sfd), net_bulk(cfd);
+    CHECK(net_send_all(sfd, "over tcp", 8, -1, 5, &err) == 0, "%s", err.msg);
+    char got[8];
+    CHECK(net_recv_all(cfd, got, 8, -1, 5, &err) == 0 && !memcmp(got, "over tcp", 8), "%s", err.msg);
+    close(sfd), close(cfd), close(lfd);
+    // The same port cannot be listened on twice at once.
+    lfd = net_listen(&b, &err);
+    CHECK(lfd >= 0, "SO_REUSEADDR: %s", err.msg);
+    CHECK(net_listen(&b, &err) == -1 && has(err.msg, text), "%s", err.msg);
+    close(lfd);
+}
+
+// Whether this host has an IPv6 loopback to test on (containers may not).
+static int have_ipv6_loopback(void) {
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+static void tcp_listens_on_ipv6_loopback(void) {
+    net_addr a;
+    rl_err err = {{0}};
+    CHECK(net_parse("tcp:[::1]:0", &a, &err) == 0, "%s", err.msg);
+    int lfd = net_listen(&a, &err);
+    CHECK(lfd >= 0, "%s", err.msg);
+    CHECK(atoi(a.port) > 0, "port %s", a.port);
+    int cfd = net_connect(&a, NULL, &err);
+    CHECK(cfd >= 0, "%s", err.msg);
+    close(cfd), close(lfd);
+}
+
+// ---- Transfers ----------------------------------------------------------------
+
+static void transfer_of_64_mib_arrives_intact(void) {
+    size_t n = (size_t)64 << 20;
+    uint8_t *src = xmalloc(n), *dst = xmalloc(n);
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        src[i] = (uint8_t)x;
+    }
+    memset(dst, 0, n);
+    int sv[2];
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    net_bulk(sv[0]), net_bulk(sv[1]);
+    job j = {.fd = sv[0], .stop_fd = -1, .p = src, .n = n, .timeout = 30};
+    pthread_t th;
+    pthread_create(&th, NULL, send_job, &j);
+    rl_err err = {{0}};
+    int rc = net_recv_all(sv[1], dst, n, -1, 30, &err);
+    pthread_join(th, NULL);
+    int same = !memcmp(src, dst, n);
+    free(src), free(dst);
+    close(sv[0]), close(sv[1]);
+    CHECK(j.rc == 0, "send: %s", j.err.msg);
+    CHECK(rc == 0, "recv: %s", err.msg);
+    CHECK(same, "the bytes differ");
+}
+
+static void recv_returns_1_on_a_clean_end_and_fails_mid_buffer(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    char buf[10];
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    close(sv[0]);
+    CHECK(net_recv_all(sv[1], buf, 10, -1, 5, &err) == 1, "a clean end: %s", err.msg);
+    CHECK(net_recv_all(sv[1], buf, 0, -1, 5, &err) == 0, "nothing to read is done");
+    close(sv[1]);
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    CHECK(write(sv[0], "abc", 3) == 3, "write");
+    close(sv[0]);
+    CHECK(net_recv_all(sv[1], buf, 10, -1, 5, &err) == -1, "a broken end read as complete");
+    CHECK(!strcmp(err.msg, "connection closed by the peer after 3 of 10 bytes"), "%s", err.msg);
+    close(sv[1]);
+}
+
+static void send_to_a_closed_peer_fails_without_sigpipe(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    close(sv[1]);
+    static char big[1 << 16];
+    CHECK(net_send_all(sv[0], big, sizeof big, -1, 5, &err) == -1, "sent to nobody");
+    CHECK(has(err.msg, "connection closed by the peer after 0 of 65536 bytes"), "%s", err.msg);
+    CHECK(errno == EPIPE || errno == ECONNRESET, "errno %d", errno);
+    close(sv[0]);
+}
+
+static void recv_gives_up_after_the_timeout_without_progress(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    char buf[4];
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    CHECK(write(sv[0], "ab", 2) == 2, "write");
+    double t0 = now_s();
+    int rc = net_recv_all(sv[1], buf, 4, -1, 0.2, &err);
+    double dt = now_s() - t0;
+    close(sv[0]), close(sv[1]);
+    CHECK(rc == -1, "rc %d", rc);
+    CHECK(!strcmp(err.msg, "no progress for 0.2 s"), "%s", err.msg);
+    CHECK(errno == ETIMEDOUT, "errno %d", errno);
+    CHECK(dt >= 0.19 && dt < 2, "gave up after %.3f s, expected 0.2 s", dt);
+}
+
+static void send_gives_up_after_the_timeout_when_the_peer_does_not_read(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    size_t n = (size_t)64 << 20;                 // far more than the socket buffers hold
+    uint8_t *p = xmalloc(n);
+    memset(p, 7, n);
+    double t0 = now_s();
+    int rc = net_send_all(sv[0], p, n, -1, 0.2, &err);
+    double dt = now_s() - t0;
+    free(p);
+    close(sv[0]), close(sv[1]);
+    CHECK(rc == -1 && !strcmp(err.msg, "no progress for 0.2 s"), "%s", err.msg);
+    CHECK(dt >= 0.19 && dt < 2, "gave up after %.3f s", dt);
+}
+
+static void stop_fd_stops_a_waiting_transfer(void) {
+    int sv[2], stop[2];
+    rl_err err = {{0}};
+    char buf[4];
+    CHECK(pair(sv) == 0 && pipe(stop) == 0, "%s", strerror(errno));
+    job poke = {.fd = stop[1], .delay = 0.1};
+    pthread_t th;
+    pthread_create(&th, NULL, poke_job, &poke);
+    double t0 = now_s();
+    int rc = net_recv_all(sv[1], buf, 4, stop[0], 0, &err);   // no timeout: only the stop ends it
+    double dt = now_s() - t0;
+    pthread_join(th, NULL);
+    CHECK(rc == -1 && !strcmp(err.msg, "stopped"), "rc %d: %s", rc, err.msg);
+    CHECK(errno == ECANCELED, "errno %d", errno);
+    CHECK(dt >= 0.09 && dt < 5, "stopped after %.3f s", dt);
+    // Already stopped: a send that could go on at once does not.
+    CHECK(net_send_all(sv[0], "abcd", 4, stop[0], 5, &err) == -1 && !strcmp(err.msg, "stopped"), "%s", err.msg);
+    // A stop descriptor whose writer is gone stops too.
+    close(stop[0]), close(stop[1]);
+    CHECK(pipe(stop) == 0, "pipe");
+    close(stop[1]);
+    CHECK(net_recv_all(sv[1], buf, 4, stop[0], 5, &err) == -1 && !strcmp(err.msg, "stopped"), "%s", err.msg);
+    close(stop[0]), close(sv[0]), close(sv[1]);
+}
+
+// ---- Messages -----------------------------------------------------------------
+
+static void messages_round_trip(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    rec_t *m = rec_new(), *got = rec_new();
+    rec_set_bool(m, "ok", 1);
+    rec_set_cstr(m, "receiver", "rl-sample 0.1.0");
+    rec_set_uint(m, "version", 41);
+    CHECK(push_send_msg(sv[0], m, -1, 5, &err) == 0, "%s", err.msg);
+    rec_set_uint(m, "version", 42);
+    CHECK(push_send_msg(sv[0], m, -1, 5, &err) == 0, "%s", err.msg);
+    uint64_t v = 0;
+    const char *s;
+    size_t len;
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(rec_get_uint(got, "version", &v) == REC_OK && v == 41, "version %llu", (unsigned long long)v);
+    CHECK(rec_get_str(got, "receiver", &s, &len) == REC_OK && len == 15 && !memcmp(s, "rl-sample 0.1.0", 15),
+          "receiver");
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(rec_get_uint(got, "version", &v) == REC_OK && v == 42, "version %llu", (unsigned long long)v);
+    close(sv[0]);
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == 1, "a clean end between messages: %s", err.msg);
+    close(sv[1]);
+    // An error message, as the peer reads it.
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    push_send_error(sv[0], "version 3 is not newer than 5");
+    int64_t ok = 1;
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(rec_get_int(got, "ok", &ok) != REC_OK, "ok is a boolean, not an integer");
+    CHECK(rec_get_str(got, "error", &s, &len) == REC_OK && len == 29 && !memcmp(s, "version 3 is not newer than 5", 29),
+          "error");
+    close(sv[1]);
+    push_send_error(sv[0], "to nobody");         // best effort: a peer gone is no failure (nor SIGPIPE)
+    close(sv[0]);
+    rec_free(m), rec_free(got);
+}
+
+static void message_lengths_out_of_range_are_refused_before_reading(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    rec_t *got = rec_new();
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    // 16 MiB + 1 announced, nothing sent after: refused at once, not after waiting for the body.
+    uint8_t len[4] = {0x01, 0x00, 0x00, 0x01};
+    CHECK(write(sv[0], len, 4) == 4, "write");
+    double t0 = now_s();
+    CHECK(push_recv_msg(sv[1], got, -1, 10, &err) == -1, "an over-long message accepted");
+    CHECK(now_s() - t0 < 1, "waited for the body");
+    CHECK(has(err.msg, "16777217 bytes"), "%s", err.msg);
+    uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    CHECK(write(sv[0], huge, 4) == 4, "write");
+    CHECK(push_recv_msg(sv[1], got, -1, 10, &err) == -1 && has(err.msg, "4294967295 bytes"), "%s", err.msg);
+    uint8_t zero[4] = {0};
+    CHECK(write(sv[0], zero, 4) == 4, "write");
+    CHECK(push_recv_msg(sv[1], got, -1, 10, &err) == -1 && has(err.msg, "0 bytes"), "%s", err.msg);
+    close(sv[0]), close(sv[1]);
+    rec_free(got);
+}
+
+static void broken_messages_are_refused(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    rec_t *got = rec_new();
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    uint8_t not_map[] = {3, 0, 0, 0, 0x92, 0x01, 0x02};   // [1, 2]
+    CHECK(write(sv[0], not_map, sizeof not_map) == (ssize_t)sizeof not_map, "write");
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == -1 && has(err.msg, "malformed message") && has(err.msg, "array"),
+          "%s", err.msg);
+    uint8_t cut[] = {4, 0, 0, 0, 0x81, 0xa1, 'k'};        // a map cut short
+    CHECK(write(sv[0], cut, sizeof cut) == (ssize_t)sizeof cut, "write");
+    close(sv[0]);
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == -1, "a message cut short accepted");
+    CHECK(!strcmp(err.msg, "connection closed by the peer after 3 of 4 bytes"), "%s", err.msg);
+    close(sv[1]);
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    uint8_t only_len[] = {4, 0, 0, 0};
+    CHECK(write(sv[0], only_len, 4) == 4, "write");
+    close(sv[0]);
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == -1 && has(err.msg, "after 0 of 4 bytes"), "%s", err.msg);
+    close(sv[1]);
+    rec_free(got);
+}
+
+// ---- Greeting and authentication ----------------------------------------------
+
+// Runs push_greet (receiver, token rt) on a thread against push_answer (sender, token st).
+static void greet_answer(const sbuf *rt, const sbuf *st, job *g, int *answer_rc, rl_err *answer_err, int sv[2]) {
+    *g = (job){.fd = sv[0], .stop_fd = -1, .timeout = 5, .token = rt};
+    pthread_t th;
+    pthread_create(&th, NULL, greet_job, g);
+    *answer_rc = push_answer(sv[1], st, 5, answer_err);
+    if (*answer_rc) close(sv[1]);                // a sender that gives up hangs up
+    pthread_join(th, NULL);
+}
+
+static void greet_and_answer_agree_on_the_right_token(void) {
+    sbuf t = token_of(TOKEN_A), same = token_of(TOKEN_A);
+    int sv[2], arc;
+    job g;
+    rl_err aerr = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    greet_answer(&t, &same, &g, &arc, &aerr, sv);
+    CHECK(arc == 0, "answer: %s", aerr.msg);
+    CHECK(g.rc == 0, "greet: %s", g.err.msg);
+    // Nothing else was sent: the stream is at the hello, which the receiver writes next.
+    rec_t *m = rec_new();
+    rec_set_bool(m, "ok", 1);
+    rl_err err = {{0}};
+    CHECK(push_send_msg(sv[0], m, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(push_recv_msg(sv[1], m, -1, 5, &err) == 0 && rec_nfields(m) == 1, "%s", err.msg);
+    rec_free(m);
+    close(sv[0]), close(sv[1]);
+    sbuf_free(&t), sbuf_free(&same);
+}
+
+static void wrong_token_fails_on_both_sides(void) {
+    sbuf a = token_of(TOKEN_A), b = token_of(TOKEN_B);
+    int sv[2], arc;
+    job g;
+    rl_err aerr = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    greet_answer(&a, &b, &g, &arc, &aerr, sv);
+    CHECK(g.rc == -1 && !strcmp(g.err.msg, "authentication failed (wrong token)"), "greet %d: %s", g.rc, g.err.msg);
+    CHECK(arc == 0, "answer: %s", aerr.msg);     // the sender learns it from the message that follows
+    rec_t *m = rec_new();
+    rl_err err = {{0}};
+    const char *s;
+    size_t len;
+    CHECK(push_recv_msg(sv[1], m, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(rec_has(m, "ok") && rec_get_str(m, "error", &s, &len) == REC_OK, "no error in the reply");
+    CHECK(len == 34 && !memcmp(s, "authentication failed: wrong token", 34), "error %.*s", (int)len, s);
+    rec_free(m);
+    close(sv[0]), close(sv[1]);
+    sbuf_free(&a), sbuf_free(&b);
+}
+
+static void receiver_requiring_a_token_refuses_a_sender_without_one(void) {
+    sbuf a = token_of(TOKEN_A);
+    int sv[2], arc;
+    job g;
+    rl_err aerr = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    greet_answer(&a, NULL, &g, &arc, &aerr, sv);
+    CHECK(arc == -1 && has(aerr.msg, "requires authentication") && has(aerr.msg, "--token-file"), "%s", aerr.msg);
+    CHECK(g.rc == 1, "greet %d: %s (the sender hung up without answering)", g.rc, g.err.msg);
+    close(sv[0]);
+    sbuf_free(&a);
+}
+
+static void greeting_without_authentication(void) {
+    sbuf a = token_of(TOKEN_A);
+    int sv[2], arc;
+    job g;
+    rl_err aerr = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    greet_answer(NULL, NULL, &g, &arc, &aerr, sv);
+    CHECK(arc == 0 && g.rc == 0, "answer: %s; greet: %s", aerr.msg, g.err.msg);
+    close(sv[0]), close(sv[1]);
+    // A sender with a token talks to a receiver without one: nothing to prove.
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    greet_answer(NULL, &a, &g, &arc, &aerr, sv);
+    CHECK(arc == 0 && g.rc == 0, "answer: %s; greet: %s", aerr.msg, g.err.msg);
+    char c;
+    rl_err err = {{0}};
+    close(sv[0]);
+    CHECK(net_recv_all(sv[1], &c, 1, -1, 5, &err) == 1, "the sender sent a MAC nobody asked for");
+    close(sv[1]);
+    sbuf_free(&a);
+}
+
+static void a_probe_connection_is_a_silent_clean_end(void) {
+    sbuf a = token_of(TOKEN_A);
+    rl_err err = {{0}};
+    int sv[2];
+    // Connected and closed at once (net_listen's test for a live socket).
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    close(sv[1]);
+    int rc = push_greet(sv[0], &a, -1, 5, &err);
+    CHECK(rc == 1, "greet %d: %s", rc, err.msg);
+    close(sv[0]);
+    // Closed after the greeting arrived, unread.
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    int probe = sv[1];
+    job g = {.fd = sv[0], .stop_fd = -1, .timeout = 5, .token = &a};
+    pthread_t th;
+    pthread_create(&th, NULL, greet_job, &g);
+    struct timespec ts = {.tv_nsec = 50 * 1000000};
+    nanosleep(&ts, NULL);
+    close(probe);
+    pthread_join(th, NULL);
+    CHECK(g.rc == 1, "greet %d: %s", g.rc, g.err.msg);
+    close(sv[0]);
+    // Over a real unix socket, probed by a second net_listen.
+    char dir[256], addr[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
+    net_addr na;
+    CHECK(net_parse(addr, &na, &err) == 0, "%s", err.msg);
+    int lfd = net_listen(&na, &err);
+    CHECK(lfd >= 0, "%s", err.msg);
+    CHECK(net_listen(&na, &err) == -1, "second listener");
+    int sfd = accept(lfd, NULL, NULL);
+    CHECK(sfd >= 0, "accept: %s", strerror(errno));
+    rc = push_greet(sfd, &a, -1, 5, &err);
+    CHECK(rc == 1, "greet %d: %s", rc, err.msg);
+    close(sfd), close(lfd);
+    net_unlink(&na);
+    rm_rf(dir);
+    sbuf_free(&a);
+}
+
+static void answer_refuses_a_non_receiver_and_another_protocol(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    uint8_t g[PUSH_GREETING] = "HTTP/1.1 200 OK\r\n";
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    CHECK(write(sv[0], g, sizeof g) == (ssize_t)sizeof g, "write");
+    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "not an rlpipe receiver"), "%s", err.msg);
+    memset(g, 0, sizeof g);
+    memcpy(g, "RLPW", 4);
+    g[4] = 2;                                    // protocol 2
+    CHECK(write(sv[0], g, sizeof g) == (ssize_t)sizeof g, "write");
+    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "protocol 2"), "%s", err.msg);
+    CHECK(write(sv[0], g, 10) == 10, "write");
+    close(sv[0]);
+    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "after 10 of 48 bytes"), "%s", err.msg);
+    close(sv[1]);
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    close(sv[0]);
+    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "before its greeting"), "%s", err.msg);
+    close(sv[1]);
+}
+
+// ---- Token files --------------------------------------------------------------
+
+static void token_file_drops_one_trailing_newline(void) {
+    char dir[256], path[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/token", dir);
+    sbuf t = {0};
+    rl_err err = {{0}};
+    static const struct { const char *text, *token; } cases[] = {
+        {"0123456789abcdef\n", "0123456789abcdef"},
+        {"0123456789abcdef\r\n", "0123456789abcdef"},
+        {"0123456789abcdef", "0123456789abcdef"},
+        {"0123456789abcdef\n\n", "0123456789abcdef\n"},
+        {" spaces are part of it \r", " spaces are part of it \r"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        put_file(path, cases[i].text, strlen(cases[i].text), 0600);
+        CHECK(push_read_token(path, &t, &err) == 0, "case %zu: %s", i, err.msg);
+        CHECK(t.len == strlen(cases[i].token) && !memcmp(t.data, cases[i].token, t.len), "case %zu: %zu bytes", i,
+              t.len);
+    }
+    char big[PUSH_TOKEN_MAX + 1];
+    memset(big, 'k', PUSH_TOKEN_MAX);
+    big[PUSH_TOKEN_MAX] = '\n';
+    put_file(path, big, sizeof big, 0400);
+    CHECK(push_read_token(path, &t, &err) == 0 && t.len == PUSH_TOKEN_MAX, "%s", err.msg);
+    sbuf_free(&t);
+    rm_rf(dir);
+}
+
+static void token_file_others_may_read_is_refused(void) {
+    char dir[256], path[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/token", dir);
+    sbuf t = {0};
+    rl_err err = {{0}};
+    put_file(path, "0123456789abcdef\n", 17, 0644);
+    CHECK(push_read_token(path, &t, &err) == -1, "a world-readable token accepted");
+    CHECK(has(err.msg, path) && has(err.msg, "chmod 600") && has(err.msg, "0644"), "%s", err.msg);
+    CHECK(t.len == 0, "the token was kept");
+    put_file(path, "0123456789abcdef\n", 17, 0620);
+    CHECK(push_read_token(path, &t, &err) == -1 && has(err.msg, "chmod 600"), "group-writable: %s", err.msg);
+    snprintf(path, sizeof path, "%s/absent", dir);
+    CHECK(push_read_token(path, &t, &err) == -1 && has(err.msg, "cannot open") && has(err.msg, path), "%s", err.msg);
+    sbuf_free(&t);
+    rm_rf(dir);
+}
+
+static void token_of_the_wrong_length_is_refused(void) {
+    char dir[256], path[512];
+    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/token", dir);
+    sbuf t = {0};
+    rl_err err = {{0}};
+    put_file(path, "0123456789abcde\n", 16, 0600);          // 15 bytes once the newline goes
+    CHECK(push_read_token(path, &t, &err) == -1 && has(err.msg, "15 bytes") && has(err.msg, path), "%s", err.msg);
+    put_file(path, "", 0, 0600);
+    CHECK(push_read_token(path, &t, &err) == -1 && has(err.msg, "0 bytes"), "%s", err.msg);
+    char big[PUSH_TOKEN_MAX + 1];
+    memset(big, 'k', sizeof big);
+    put_file(path, big, sizeof big, 0600);
+    CHECK(push_read_token(path, &t, &err) == -1 && has(err.msg, "4097 bytes"), "%s", err.msg);
+    sbuf_free(&t);
+    rm_rf(dir);
+}
+
+// ---- Tensor lists -------------------------------------------------------------
+
+static void tensor_lists_round_trip(void) {
+    push_tensor in[3] = {
+        {.name = "model.embed_tokens.weight", .dtype = DT_BF16, .ndim = 2, .shape = {32000, 4096}},
+        {.name = "model.norm.weight", .dtype = DT_F32, .ndim = 1, .shape = {4096}},
+        {.name = "scalar", .dtype = DT_F16, .ndim = 0},
+    };
+    memset(in[0].name + strlen(in[0].name), 0, sizeof in[0].name - strlen(in[0].name));
+    rec_t *m = rec_new();
+    rec_set_uint(m, "version", 7);
+    push_set_tensors(m, "tensors", in, 3);
+    push_set_tensors(m, "none", in, 0);
+    // Through the wire and back.
+    int sv[2];
+    rl_err err = {{0}};
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    CHECK(push_send_msg(sv[0], m, -1, 5, &err) == 0, "%s", err.msg);
+    rec_t *got = rec_new();
+    CHECK(push_recv_msg(sv[1], got, -1, 5, &err) == 0, "%s", err.msg);
+    close(sv[0]), close(sv[1]);
+    push_tensor *t = NULL;
+    size_t n = 0;
+    CHECK(push_get_tensors(got, "tensors", &t, &n, &err) == 0, "%s", err.msg);
+    CHECK(n == 3, "%zu tensors", n);
+    size_t want_n[3] = {(size_t)32000 * 4096, 4096, 1};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK(!strcmp(t[i].name, in[i].name) && t[i].dtype == in[i].dtype && t[i].ndim == in[i].ndim, "entry %zu", i);
+        for (int d = 0; d < t[i].ndim; d++) CHECK(t[i].shape[d] == in[i].shape[d], "entry %zu dim %d", i, d);
+        CHECK(t[i].n == want_n[i], "entry %zu: %zu elements", i, t[i].n);
+    }
+    free(t);
+    CHECK(push_get_tensors(got, "none", &t, &n, &err) == 0 && n == 0, "%s", err.msg);
+    free(t);
+    CHECK(push_get_tensors(got, "absent", &t, &n, &err) == -1 && has(err.msg, "absent"), "%s", err.msg);
+    CHECK(push_get_tensors(got, "version", &t, &n, &err) == -1 && has(err.msg, "not an array"), "%s", err.msg);
+    rec_free(m), rec_free(got);
+}
+
+// Builds the value of "tensors" with msgpack-c: entry 0 is good, entry 1 what `bad` packs.
+typedef void (*packer_fn)(msgpack_packer *pk);
+
+static void pack_str(msgpack_packer *pk, const char *s) {
+    msgpack_pack_str(pk, strlen(s));
+    msgpack_pack_str_body(pk, s, strlen(s));
+}
+
+static void pack_entry(msgpack_packer *pk, const char *name, const char *dtype, int ndim, const int64_t *dims) {
+    msgpack_pack_array(pk, 3);
+    pack_str(pk, name);
+    pack_str(pk, dtype);
+    msgpack_pack_array(pk, (size_t)ndim);
+    for (int d = 0; d < ndim; d++) msgpack_pack_int64(pk, dims[d]);
+}
+
+static void bad_not_array(msgpack_packer *pk) { pack_str(pk, "w"); }
+static void bad_pair(msgpack_packer *pk) {
+    msgpack_pack_array(pk, 2);
+    pack_str(pk, "w");
+    pack_str(pk, "f32");
+}
+static void bad_int8(msgpack_packer *pk) { pack_entry(pk, "w", "int8", 1, (int64_t[]){4}); }
+static void bad_f64(msgpack_packer *pk) { pack_entry(pk, "w", "f64", 1, (int64_t[]){4}); }
+static void bad_dims(msgpack_packer *pk) { pack_entry(pk, "w", "f32", 5, (int64_t[]){1, 2, 3, 4, 5}); }
+static void bad_negative(msgpack_packer *pk) { pack_entry(pk, "w", "f32", 2, (int64_t[]){4, -1}); }
+static void bad_overflow(msgpack_packer *pk) { pack_entry(pk, "w", "f32", 2, (int64_t[]){1ll << 32, 1ll << 31}); }
+static void bad_float_dim(msgpack_packer *pk) {
+    msgpack_pack_array(pk, 3);
+    pack_str(pk, "w");
+    pack_str(pk, "f32");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_double(pk, 4.0);
+}
+static void bad_long_name(msgpack_packer *pk) {
+    char name[129];
+    memset(name, 'n', 128);
+    name[128] = 0;
+    pack_entry(pk, name, "f32", 1, (int64_t[]){4});
+}
+static void bad_empty_name(msgpack_packer *pk) { pack_entry(pk, "", "f32", 1, (int64_t[]){4}); }
+static void bad_nul_name(msgpack_packer *pk) {
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_str(pk, 3);
+    msgpack_pack_str_body(pk, "a\0b", 3);
+    pack_str(pk, "f32");
+    msgpack_pack_array(pk, 0);
+}
+static void bad_huge_shape(msgpack_packer *pk) {   // 100000 dimensions: refused by the scan before msgpack-c allocates them
+    msgpack_pack_array(pk, 3);
+    pack_str(pk, "w");
+    pack_str(pk, "f32");
+    msgpack_pack_array(pk, 100000);
+    for (int i = 0; i < 100000; i++) msgpack_pack_int(pk, 1);
+}
+
+static void malformed_tensor_lists_are_refused_naming_the_entry(void) {
+    static const struct { packer_fn bad; const char *why; } cases[] = {
+        {bad_not_array, "tensors[1]: not a [name, dtype, [dimensions...]] triple"},
+        {bad_pair, "tensors[1]: not a [name, dtype, [dimensions...]] triple"},
+        {bad_int8, "tensors[1]: a dtype other than f32, bf16 or f16"},
+        {bad_f64, "tensors[1]: a dtype other than f32, bf16 or f16"},
+        {bad_dims, "tensors[1]: more than 4 dimensions"},
+        {bad_negative, "tensors[1]: a negative dimension"},
+        {bad_overflow, "tensors[1]: an element count that overflows"},
+        {bad_float_dim, "tensors[1]: a dimension that is not an integer"},
+        {bad_long_name, "tensors[1]: a name longer than 127 bytes"},
+        {bad_empty_name, "tensors[1]: an empty name"},
+        {bad_nul_name, "tensors[1]: a name with a NUL byte"},
+        {bad_huge_shape, "tensors[1]: array of 100000 elements"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_array(&pk, 3);
+        pack_entry(&pk, "good", "bf16", 2, (int64_t[]){2, 3});
+        cases[i].bad(&pk);
+        pack_entry(&pk, "also good", "f32", 0, NULL);
+        rec_t *m = rec_new();
+        rec_set_raw(m, "tensors", 7, (const uint8_t *)sb.data, sb.size);
+        msgpack_sbuffer_destroy(&sb);
+        push_tensor *t = (push_tensor *)1;
+        size_t n = 99;
+        rl_err err = {{0}};
+        int rc = push_get_tensors(m, "tensors", &t, &n, &err);
+        rec_free(m);
+        CHECK(rc == -1, "case %zu accepted", i);
+        CHECK(t == NULL && n == 0, "case %zu: output left set", i);
+        CHECK(has(err.msg, cases[i].why), "case %zu: %s", i, err.msg);
+    }
+    // More entries than PUSH_MAX_TENSORS: refused from the array header alone.
+    uint8_t many[] = {0xdd, 0x00, 0x01, 0x00, 0x01};   // 65537 entries declared, none present
+    rec_t *m = rec_new();
+    rec_set_raw(m, "tensors", 7, many, sizeof many);
+    push_tensor *t;
+    size_t n;
+    rl_err err = {{0}};
+    CHECK(push_get_tensors(m, "tensors", &t, &n, &err) == -1 && has(err.msg, "65537 tensors"), "%s", err.msg);
+    // A list that says more entries than it holds.
+    uint8_t short_list[] = {0x92, 0x93, 0xa1, 'w', 0xa3, 'f', '3', '2', 0x90};
+    rec_set_raw(m, "tensors", 7, short_list, sizeof short_list);
+    CHECK(push_get_tensors(m, "tensors", &t, &n, &err) == -1 && has(err.msg, "tensors[1]: cut short"), "%s", err.msg);
+    rec_free(m);
+}
+
+int main(void) {
+    RUN(parse_reads_unix_and_bare_paths);
+    RUN(parse_reads_tcp_forms_and_formats_them_back);
+    RUN(parse_refuses_malformed_addresses_saying_why);
+    RUN(unix_listen_makes_a_socket_only_its_owner_may_use);
+    RUN(unix_listen_replaces_a_stale_socket);
+    RUN(unix_listen_refuses_a_live_socket);
+    RUN(unix_listen_refuses_a_file_that_is_not_a_socket);
+    RUN(connect_to_nobody_is_unreachable);
+    RUN(tcp_listen_on_port_0_binds_a_free_port_and_accepts);
+    if (have_ipv6_loopback()) RUN(tcp_listens_on_ipv6_loopback);
+    else printf("SKIP tcp_listens_on_ipv6_loopback: no IPv6 loopback on this host\n");
+    RUN(transfer_of_64_mib_arrives_intact);
+    RUN(recv_returns_1_on_a_clean_end_and_fails_mid_buffer);
+    RUN(send_to_a_closed_peer_fails_without_sigpipe);
+    RUN(recv_gives_up_after_the_timeout_without_progress);
+    RUN(send_gives_up_after_the_timeout_when_the_peer_does_not_read);
+    RUN(stop_fd_stops_a_waiting_transfer);
+    RUN(messages_round_trip);
+    RUN(message_lengths_out_of_range_are_refused_before_reading);
+    RUN(broken_messages_are_refused);
+    RUN(greet_and_answer_agree_on_the_right_token);
+    RUN(wrong_token_fails_on_both_sides);
+    RUN(receiver_requiring_a_token_refuses_a_sender_without_one);
+    RUN(greeting_without_authentication);
+    RUN(a_probe_connection_is_a_silent_clean_end);
+    RUN(answer_refuses_a_non_receiver_and_another_protocol);
+    RUN(token_file_drops_one_trailing_newline);
+    RUN(token_file_others_may_read_is_refused);
+    RUN(token_of_the_wrong_length_is_refused);
+    RUN(tensor_lists_round_trip);
+    RUN(malformed_tensor_lists_are_refused_naming_the_entry);
+    CHECK_DONE();
+}
