@@ -33,6 +33,8 @@ struct learner {
     lseq *s;                   // held records, in input order
     size_t n, cap;
     size_t complete;           // s[0 .. complete) are whole groups
+    uint64_t group_size;       // records per group in this member (0: unknown)
+    uint64_t run;              // records of the last group held
     int ended;
     uint64_t consumed;
     size_t bn;                 // records in the batch being trained (0: none formed yet)
@@ -257,21 +259,29 @@ int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err) {
         seq_free(&s);
         return err_set(err, "%s: %s", e.msg, where);
     }
-    if (l->n) {   // a record outside the last one's group completes that group
-        const lseq *p = &l->s[l->n - 1];
-        if (!(p->has_group && s.has_group && p->group == s.group)) l->complete = l->n;
+    const lseq *p = l->n > l->complete ? &l->s[l->n - 1] : NULL;
+    if (p && p->has_group && s.has_group && p->group == s.group) l->run++;
+    else {   // a record outside the last one's group completes that group
+        l->complete = l->n;
+        l->run = 1;
     }
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->s = xrealloc(l->s, l->cap * sizeof *l->s);
     }
     l->s[l->n++] = s;
+    if (!s.has_group || (l->group_size && l->run >= l->group_size)) l->complete = l->n;
     return 0;
 }
 
 void lrn_end(learner_t *l) {
     l->ended = 1;
     l->complete = l->n;
+}
+
+void lrn_member(learner_t *l, uint64_t group_size) {
+    l->complete = l->n;
+    l->group_size = group_size;
 }
 
 // Records in the next batch: the fewest whole groups holding >= batch

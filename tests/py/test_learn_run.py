@@ -615,5 +615,31 @@ def config_and_seed_give_reproducible_random_weights_that_differ_between_seeds()
     assert abs(w.std().item() - 0.05) < 0.005, f"--init-std 0.05: std {w.std().item():.4f}"
 
 
+
+@case
+def a_group_is_complete_when_it_holds_the_headers_group_size_without_waiting_for_the_next():
+    # rl-sample --sync sends nothing more until the weights trained on the
+    # batch arrive: the learner must take its step on the batch's last group
+    # as soon as that group has sampling.group records (the header says 2).
+    ck = path("ck-groupsize")
+    hdr = rltest.header(sampling={"group": 2})
+    objs = rltest.member_bytes(rollouts([2, 2, 2]), hdr)   # header, 3 groups of 2, trailer
+    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", ck, "--batch", "4", "-q"], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(b"".join(objs[:5]))   # the header and two groups
+        p.stdin.flush()
+        deadline = time.time() + 20
+        while time.time() < deadline and not os.path.exists(os.path.join(ck, "v000001")):
+            time.sleep(0.05)
+        assert os.path.exists(os.path.join(ck, "v000001")), "no step on two complete groups of 2 while input stays open"
+        assert not os.path.exists(os.path.join(ck, "v000002"))
+        p.stdin.write(b"".join(objs[5:]))
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+    assert p.returncode == 0, p.stderr.read().decode()
+
+
 if __name__ == "__main__":
     rltest.finish()
