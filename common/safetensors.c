@@ -41,8 +41,7 @@ static int json_uint(const cJSON *v, uint64_t *out) {
     return 0;
 }
 
-// "[2, 3]" for error messages.
-static void shape_str(char *buf, size_t size, const int64_t *shape, int ndim) {
+void st_shape_str(char *buf, size_t size, const int64_t *shape, int ndim) {
     size_t k = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < ndim && k < size; i++)
         k += (size_t)snprintf(buf + k, size - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
@@ -97,7 +96,7 @@ static int parse_entry(const char *path, const cJSON *e, size_t data_size, st_te
         t->shape[t->ndim++] = (int64_t)dim;
     }
     char shape_text[256];
-    shape_str(shape_text, sizeof shape_text, t->shape, t->ndim);
+    st_shape_str(shape_text, sizeof shape_text, t->shape, t->ndim);
     size_t nbytes;
     if (shape_nelem(t->shape, t->ndim, &t->nelem) ||
         __builtin_mul_overflow(t->nelem, dt_size(t->dtype), &nbytes))

@@ -37,6 +37,9 @@ st_file *st_open(const char *path, rl_err *err);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 
+// "[2, 3]": a shape for messages.
+void st_shape_str(char *buf, size_t size, const int64_t *shape, int ndim);
+
 // Copies a tensor into f32 (converting BF16/F16); n must equal its element count.
 void st_read_f32(const st_tensor *t, float *dst);
 

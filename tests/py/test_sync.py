@@ -1,0 +1,378 @@
+"""rl-sync against an independent receiver (pushproto.py: the protocol of
+common/push.h written in Python from its description): what arrives is the
+checkpoint's tensors, bit for bit as f32, and as PyTorch's float32 -> bfloat16
+/ float16 rounding for a receiver that asks for those; a receiver that holds
+the version gets nothing; wrong tokens, models that do not fit and refused
+pushes fail with exit 1 and a message naming the receiver; --watch pushes each
+new version of a checkpoint root (written by rl-learn, or by hand the way
+common/checkpoint.c writes them), passes over versions that pile up, and ends
+at --max-version, when the receivers go away, or on SIGTERM (man/rl-sync.1).
+
+Models are tiny (hidden 32, vocab 64): every push takes milliseconds; the
+time goes to the waits of the watch cases (poll intervals of 0.1-0.2 s).
+"""
+import atexit
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_ref  # noqa: E402
+import pushproto  # noqa: E402
+import rltest  # noqa: E402
+import torch  # noqa: E402
+from rltest import case  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+
+WORK = tempfile.mkdtemp(prefix="rlpipe-sync.", dir=os.environ.get("TMPDIR"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
+SYNC = os.path.join(rltest.BIN, "rl-sync")
+TOKEN = b"0123456789abcdef-test-token"
+
+
+def path(*names):
+    return os.path.join(WORK, *names)
+
+
+def model(name, **kw):
+    d = path(name)
+    args = dict(hidden=32, inter=48, layers=2, heads=2, kv_heads=1, vocab=64, seed=4)
+    args.update(kw)
+    llama_ref.random_model(d, **args)
+    return d
+
+
+MODEL = model("m")
+WEIGHTS = load_file(os.path.join(MODEL, "model.safetensors"))
+SHAPES = {k: tuple(v.shape) for k, v in WEIGHTS.items()}
+
+
+def token_file(name, data=TOKEN):
+    p = path(name)
+    with open(p, "wb") as f:
+        f.write(data + b"\n")
+    os.chmod(p, 0o600)
+    return p
+
+
+def sock(name):
+    return "unix:" + path(name + ".sock")
+
+
+def sync(*args, timeout=60):
+    p = subprocess.run([SYNC, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    return p.returncode, p.stderr.decode("utf-8", "replace")
+
+
+def sync_ok(*args):
+    rc, err = sync(*args)
+    assert rc == 0, f"rl-sync {' '.join(args)} exited {rc}: {err[-800:]}"
+    return err
+
+
+def start_sync(*args):
+    return subprocess.Popen([SYNC, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def finish(proc, timeout=20):
+    """Waits for a watching rl-sync to end by itself; (status, stderr)."""
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(f"rl-sync did not end within {timeout} s: {err.decode()[-800:]}")
+    return proc.returncode, err.decode("utf-8", "replace")
+
+
+def perturbed(v):
+    """The weights of version v: WEIGHTS plus v * 1e-3 (exactly representable changes are not needed)."""
+    return {k: (t + v * 1e-3).contiguous() for k, t in WEIGHTS.items()}
+
+
+def write_version(root, v, weights=None, state=True):
+    """root/vNNNNNN written as common/checkpoint.c writes it: a temporary
+    directory renamed into place, then 'latest' replaced by a rename."""
+    os.makedirs(root, exist_ok=True)
+    name = f"v{v:06d}"
+    tmp = os.path.join(root, f".tmp-{name}-py")
+    os.makedirs(tmp)
+    shutil.copy(os.path.join(MODEL, "config.json"), tmp)
+    save_file(weights if weights is not None else perturbed(v), os.path.join(tmp, "model.safetensors"),
+              metadata={"format": "pt"})
+    if state:
+        with open(os.path.join(tmp, "state.json"), "w") as f:
+            json.dump({"version": v}, f)
+    os.rename(tmp, os.path.join(root, name))
+    with open(os.path.join(root, ".latest.tmp-py"), "w") as f:
+        f.write(name + "\n")
+    os.rename(os.path.join(root, ".latest.tmp-py"), os.path.join(root, "latest"))
+    return os.path.join(root, name)
+
+
+def same_bits(received, expected, name):
+    want = expected.contiguous().numpy().tobytes()
+    assert received == want, f"{name}: the bytes received differ from the file's"
+
+
+def receiver(name, version=0, tensors=None, **kw):
+    return pushproto.Receiver(sock(name), tensors or SHAPES, version=version, **kw)
+
+
+PUSH_LINE = r"^rl-sync: v{v:06d} -> {addr}: [0-9.]+ kB in [0-9.]+ s \([0-9.]+ [kMG]?B/s\), receiver stall 1 us$"
+
+
+# ---- one-shot pushes -------------------------------------------------------------------------
+
+@case
+def a_checkpoint_root_pushes_its_latest_version_bit_for_bit_over_unix():
+    root = path("ck_unix")
+    rc, _, err = rltest.run("rl-learn", "--init", MODEL, "--out", root, input=b"")
+    assert rc == 0, f"rl-learn: {err}"
+    vdir = write_version(root, 1)
+    with receiver("one") as r:
+        err = sync_ok(root, "--to", r.address)
+        assert len(r.exchanges) == 1 and r.exchanges[0].kind == "pushed", r.exchanges
+        ex = r.exchanges[0]
+    assert ex.version == 1 and ex.push["checksum"] == "xxh3-64", ex.push
+    file = load_file(os.path.join(vdir, "model.safetensors"))
+    assert sorted(ex.raw) == sorted(file), f"tensors {sorted(ex.raw)}"
+    for k, t in file.items():
+        assert ex.dtypes[k] == "f32"
+        same_bits(ex.raw[k], t, k)
+    assert ex.bytes == sum(4 * t.numel() for t in file.values())
+    lines = err.splitlines()
+    assert re.match(PUSH_LINE.format(v=1, addr=re.escape(r.address)), lines[0]), lines[0]
+    assert re.match(r"^rl-sync: 1 push, 0 failed, 0 already held, 0 versions skipped for newer ones, "
+                    r"[0-9.]+ kB at [0-9.]+ [kMG]?B/s, [0-9.]+ s$", lines[1]), lines[1]
+
+
+@case
+def tcp_with_a_token_converts_to_the_dtypes_the_receiver_asks_for_as_torch_rounds():
+    vdir = write_version(path("ck_tcp"), 3)
+    file = load_file(os.path.join(vdir, "model.safetensors"))
+    f16 = "model.layers.0.mlp.up_proj.weight"
+    want = {k: (s, "f32" if k.endswith("norm.weight") else "f16" if k == f16 else "bf16") for k, s in SHAPES.items()}
+    with pushproto.Receiver("tcp:127.0.0.1:0", want, version=2, token=TOKEN, dtype="bf16") as r:
+        sync_ok(path("ck_tcp"), "--to", r.address, "--token-file", token_file("tok"))
+        assert [e.kind for e in r.exchanges] == ["pushed"], r.exchanges
+        ex = r.exchanges[0]
+    for k, t in file.items():
+        dt = want[k][1]
+        assert ex.dtypes[k] == dt, f"{k}: sent as {ex.dtypes[k]}, asked for {dt}"
+        expected = t if dt == "f32" else t.to(torch.bfloat16 if dt == "bf16" else torch.float16)
+        assert ex.raw[k] == expected.view(torch.int32 if dt == "f32" else torch.int16).numpy().tobytes(), \
+            f"{k}: not PyTorch's float32 -> {dt} rounding"
+
+
+@case
+def a_bf16_file_is_sent_as_it_lies_or_widened_exactly_to_f32():
+    d = model("m_bf16", dtype="BF16", seed=5)
+    file = load_file(os.path.join(d, "model.safetensors"))
+    half = sorted(file)[::2]
+    want = {k: (tuple(t.shape), "bf16" if k in half else "f32") for k, t in file.items()}
+    with pushproto.Receiver(sock("bf16"), want, version=0) as r:
+        sync_ok(d, "--as-version", "1", "--to", r.address)
+        ex = r.pushes()[0]
+    for k, t in file.items():
+        got = ex.raw[k]
+        if k in half:
+            assert got == t.view(torch.int16).numpy().tobytes(), f"{k}: bf16 bytes changed on the way"
+        else:
+            same_bits(got, t.to(torch.float32), k)
+
+
+@case
+def a_receiver_holding_the_version_or_a_newer_one_gets_nothing():
+    write_version(path("ck_held"), 4)
+    with receiver("held", version=5) as r:
+        err = sync_ok(path("ck_held"), "--to", r.address)
+        r.wait(lambda x: x.exchanges)
+        assert [e.kind for e in r.exchanges] == ["closed"] and r.exchanges[0].push is None, r.exchanges
+    assert f"rl-sync: {r.address} already holds v000005\n" in err, err
+    assert "0 pushes, 0 failed, 1 already held" in err, err
+
+
+@case
+def a_model_directory_without_state_json_is_version_0_unless_told():
+    with receiver("v0") as r:
+        err = sync_ok(MODEL, "--to", r.address)
+        assert "already holds v000000 (SRC has no state.json, so it is version 0: give --as-version N)" in err, err
+        sync_ok(MODEL, "--to", r.address, "--as-version", "7")
+        assert r.pushes() and r.pushes()[0].version == 7 and r.version == 7, r.exchanges
+
+
+@case
+def a_wrong_token_is_refused_with_exit_1_naming_the_receiver():
+    write_version(path("ck_tok"), 1)
+    with pushproto.Receiver("tcp:127.0.0.1:0", SHAPES, token=TOKEN) as r:
+        rc, err = sync(path("ck_tok"), "--to", r.address, "--token-file", token_file("bad", b"another-token-0123456"))
+        assert rc == 1, f"exit {rc}: {err}"
+        assert f"rl-sync: warning: v000001 not pushed: {r.address}: the receiver refused the push: " \
+               "authentication failed: wrong token" in err, err
+        assert [e.kind for e in r.exchanges] == ["auth"] and r.version == 0
+
+
+@case
+def a_receiver_that_wants_a_token_tells_a_sender_without_one():
+    write_version(path("ck_notok"), 1)
+    with receiver("needtok", token=TOKEN) as r:
+        rc, err = sync(path("ck_notok"), "--to", r.address)
+    assert rc == 1 and "the receiver requires authentication: give its token with --token-file" in err, err
+
+
+@case
+def a_model_that_does_not_fit_the_receiver_fails_naming_the_tensor_and_the_file():
+    vdir = write_version(path("ck_fit"), 1)
+    st = os.path.join(vdir, "model.safetensors")
+    with receiver("fit", tensors=dict(SHAPES, **{"model.extra.weight": (4, 4)})) as r:
+        rc, err = sync(path("ck_fit"), "--to", r.address)
+        assert rc == 1 and f"the receiver needs tensor model.extra.weight, which is not in {st}" in err, err
+    shapes = dict(SHAPES, **{"model.norm.weight": (33,)})
+    with receiver("fit2", tensors=shapes) as r:
+        rc, err = sync(path("ck_fit"), "--to", r.address)
+        assert rc == 1 and f"tensor model.norm.weight is [32] in {st}, but the receiver's model has [33]" in err, err
+        r.wait(lambda x: x.exchanges)
+        assert all(e.kind == "closed" for e in r.exchanges) and r.version == 0, r.exchanges
+
+
+@case
+def a_refused_push_is_exit_1_with_the_receivers_reason():
+    write_version(path("ck_ref"), 2)
+    with receiver("refuse") as r:
+        r.refuse = "standby buffer busy"
+        rc, err = sync(path("ck_ref"), "--to", r.address)
+        assert rc == 1 and f"{r.address}: the receiver refused the push: standby buffer busy" in err, err
+        r.refuse, r.fail_result = None, "weights rejected after the checksum"
+        rc, err = sync(path("ck_ref"), "--to", r.address)
+        assert rc == 1 and "the receiver refused the push: weights rejected after the checksum" in err, err
+
+
+@case
+def a_receiver_that_is_not_listening_yet_is_tried_again_for_retry_seconds():
+    write_version(path("ck_retry"), 1)
+    proc = start_sync(path("ck_retry"), "--to", sock("late"), "--retry", "10", "--poll", "0.1")
+    time.sleep(0.5)
+    with receiver("late") as r:
+        rc, err = finish(proc)
+        assert rc == 0 and [e.kind for e in r.exchanges] == ["pushed"], (rc, err, r.exchanges)
+    assert f"rl-sync: nobody listens at {sock('late')} yet; trying again for 10 s" in err, err
+    t0 = time.monotonic()
+    rc, err = sync(path("ck_retry"), "--to", sock("never"), "--retry", "0.5", "--poll", "0.1")
+    assert rc == 1 and f"nobody listens at {sock('never')} (tried for 0.5 s)" in err, err
+    assert 0.5 <= time.monotonic() - t0 < 5
+
+
+@case
+def a_slow_receiver_does_not_delay_the_others():
+    write_version(path("ck_slow"), 1)
+    with receiver("slow") as slow, receiver("fast") as fast:
+        slow.delay = 1.5
+        sync_ok(path("ck_slow"), "--to", slow.address, "--to", fast.address)
+        s, f = slow.pushes()[0], fast.pushes()[0]
+    assert f.ended < s.ended - 1.0, f"the fast receiver finished {s.ended - f.ended:.2f} s before the slow one"
+
+
+# ---- --watch ---------------------------------------------------------------------------------
+
+@case
+def watch_pushes_each_new_version_and_ends_at_max_version():
+    root = path("ck_watch")
+    write_version(root, 0, WEIGHTS)
+    with receiver("watch") as r:
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.2", "--max-version", "3")
+        assert r.wait(lambda x: len(x.exchanges) >= 1), "no exchange for v000000"
+        for v in (1, 2, 3):
+            write_version(root, v)
+            assert r.wait(lambda x: x.version == v), f"v{v} not pushed: {r.exchanges}"
+        rc, err = finish(proc)
+        assert [e.version for e in r.pushes()] == [1, 2, 3], r.exchanges
+    assert rc == 0, err
+    for v in (1, 2, 3):
+        assert re.search(PUSH_LINE.format(v=v, addr=re.escape(r.address)), err, re.M), err
+    assert re.search(r"^rl-sync: 3 pushes, 0 failed, 1 already held, 0 versions skipped", err, re.M), err
+
+
+@case
+def watch_passes_over_versions_that_pile_up_while_a_push_is_in_flight():
+    root = path("ck_pile")
+    write_version(root, 0, WEIGHTS)
+    with receiver("pile") as r:
+        r.delay = 1.0
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.2", "--max-version", "4")
+        write_version(root, 1)
+        assert r.wait(lambda x: x.active is not None and x.active.push is not None, 10), "v1 never started"
+        for v in (2, 3, 4):
+            write_version(root, v)
+        rc, err = finish(proc)
+        assert [e.version for e in r.pushes()] == [1, 4], r.exchanges
+    assert rc == 0 and re.search(r"^rl-sync: 2 pushes, 0 failed, [01] already held, 2 versions skipped", err, re.M), err
+
+
+@case
+def watch_ends_when_every_receiver_it_reached_has_gone_away():
+    root = path("ck_gone")
+    write_version(root, 1)
+    a, b = receiver("gone_a"), pushproto.Receiver("tcp:127.0.0.1:0", SHAPES, token=TOKEN)
+    proc = start_sync("--watch", root, "--to", a.address, "--to", b.address, "--token-file", token_file("tok_g"),
+                      "--poll", "0.1")
+    assert a.wait(lambda x: x.version == 1) and b.wait(lambda x: x.version == 1), (a.exchanges, b.exchanges)
+    a.close()
+    time.sleep(0.5)
+    assert proc.poll() is None, "rl-sync ended while a receiver still listened"
+    b.close()
+    rc, err = finish(proc, 10)
+    assert rc == 0, err
+    for x in (a, b):
+        assert f"rl-sync: {x.address} has gone away" in err, err
+    assert "rl-sync: every receiver it reached has gone away" in err, err
+
+
+@case
+def watch_follows_a_root_that_does_not_exist_yet_and_a_learner_writing_it():
+    root = path("ck_learn")
+    recs = [{"group": i // 2, "prompt_ids": [1 + i, 2], "ids": [3, 4 + i, 5], "reward": float(i % 2)} for i in range(8)]
+    data = rltest.tmpfile("learn.rlr", rltest.write_stream(recs))
+    with receiver("learn") as r:
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.1", "--max-version", "4")
+        time.sleep(0.3)
+        rc, _, err = rltest.run("rl-learn", "--init", MODEL, "--out", root, "--batch", "2", "--lr", "1e-3", data)
+        assert rc == 0, err
+        rc, err = finish(proc)
+        last = r.pushes()[-1]
+    assert rc == 0 and last.version == 4, (rc, err, r.exchanges)
+    for k, t in load_file(os.path.join(root, "v000004", "model.safetensors")).items():
+        same_bits(last.raw[k], t, k)
+
+
+@case
+def watch_sees_a_new_version_at_once_through_inotify_not_only_by_polling():
+    root = path("ck_inotify")
+    write_version(root, 1)
+    with receiver("inotify") as r:
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "30")
+        assert r.wait(lambda x: x.version == 1, 10), r.exchanges
+        t0 = time.monotonic()
+        write_version(root, 2)
+        assert r.wait(lambda x: x.version == 2, 10), r.exchanges
+        took = time.monotonic() - t0
+        proc.send_signal(signal.SIGTERM)
+        rc, err = finish(proc)
+    assert took < 5, f"v2 pushed {took:.1f} s after it was written (the poll interval is 30 s)"
+    assert rc == 0 and re.search(r"^rl-sync: 2 pushes, 0 failed", err, re.M), (rc, err)
+
+
+@case
+def watch_on_a_model_directory_is_an_error():
+    rc, err = sync("--watch", MODEL, "--to", sock("x"))
+    assert rc == 1 and f"{MODEL} is a model directory, not a checkpoint root" in err, err
+
+
+if __name__ == "__main__":
+    rltest.finish()
