@@ -218,6 +218,7 @@ int push_weights(const net_addr *to, const char *dir, uint64_t version, const pu
     double t0 = cli_now();
     int unreachable = 0;
     if ((c.fd = net_connect(to, &unreachable, err)) < 0) return unreachable ? PUSH_UNREACHABLE : -1;
+    rep->connected = 1;
     net_bulk(c.fd);
     c.msg = rec_new();
     int rc = -1;

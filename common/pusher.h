@@ -17,6 +17,7 @@ typedef struct {
 } push_opts;
 
 typedef struct {
+    int connected;            // somebody accepted the connection (even if it said nothing)
     char receiver[64];        // the receiver's name from its hello ("rl-sample 0.1.0")
     char dtype[8];            // its dtype
     uint64_t had;             // the version it held when it said hello

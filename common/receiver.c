@@ -179,8 +179,15 @@ static void set_us(rec_t *msg, const char *key, double seconds) {
     rec_set_uint(msg, key, seconds > 0 ? (uint64_t)(seconds * 1e6 + 0.5) : 0);
 }
 
+static int stopping(rcv_t *r) {
+    pthread_mutex_lock(&r->mu);
+    int s = r->stopping;
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
 // Receives the data of a push into the standby weights: 0 when every byte
-// arrived and the checksum matches, 1 when stopped, -1 with err.
+// arrived and the checksum matches, -1 with err.
 static int receive_data(rcv_t *r, int fd, const push_tensor *t, const size_t *order, size_t n, rl_err *err) {
     XXH3_state_t *h = XXH3_createState();
     if (!h) return err_set(err, "out of memory");
@@ -238,7 +245,7 @@ static void serve(rcv_t *r, int fd) {
     int g = push_greet(fd, r->has_token ? &r->token : NULL, stop_fd, to, &e);
     if (g > 0) return;   // a probe: connected and left
     if (g < 0) {
-        if (strcmp(e.msg, "stopped")) refuse(r, -1, e.msg);
+        if (!stopping(r)) refuse(r, -1, e.msg);
         return;
     }
     rec_t *msg = rec_new();
@@ -299,13 +306,9 @@ static void serve(rcv_t *r, int fd) {
     }
     if (!r->standby) r->standby = model_weights_new(r->m);
     double t0 = now_s();
-    int rc = receive_data(r, fd, t, order, n, &e);
-    if (rc) {
-        if (strcmp(e.msg, "stopped")) {
-            snprintf(why, sizeof why, "%s", e.msg);
-            goto refused;
-        }
-        goto out;
+    if (receive_data(r, fd, t, order, n, &e)) {
+        snprintf(why, sizeof why, "%s", e.msg);
+        goto refused;
     }
     double t1 = now_s();
 
@@ -329,7 +332,7 @@ static void serve(rcv_t *r, int fd) {
     set_us(msg, "recv_us", t1 - t0);
     set_us(msg, "wait_us", t2 - t1);
     set_us(msg, "stall_us", stall);
-    push_send_msg(fd, msg, stop_fd, to, &e);   // installed whether or not the sender hears it
+    push_send_msg(fd, msg, -1, 5, &e);   // even while stopping: it is installed, whether or not the sender hears it
     if (!r->o.quiet) {
         char b[32];
         fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
@@ -338,7 +341,7 @@ static void serve(rcv_t *r, int fd) {
     }
     goto out;
 refused:
-    refuse(r, fd, why);
+    if (!stopping(r)) refuse(r, fd, why);   // else: the tool is ending, and cut the push off itself
 out:
     free(order);
     free(t);

@@ -145,7 +145,7 @@ static void *peer_main(void *arg) {
         char msg[sizeof err.msg + sizeof p->name + 100];
         msg[0] = 0;
         if (s->stopping) break;   // dropped: neither done nor failed
-        if (rc == PUSH_OK || (rc < 0 && rep.receiver[0])) {   // it answered
+        if (rc == PUSH_OK || (rc < 0 && rep.connected)) {   // somebody was there
             if (p->gone) s->st.gone--;
             if (p->waiting_said) s->st.waiting--;
             p->reached = 1, p->gone = 0, p->waiting_said = 0;

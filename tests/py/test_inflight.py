@@ -1,0 +1,362 @@
+"""In-flight weight updates (DESIGN §5, issue 6): rl-sample and rl-ratio take
+pushed weights while they work, every token says which weights produced it,
+broken pushes change nothing, and --sync / --max-lag bound the staleness the
+learner measures.
+
+Two tiny random models of one configuration (llama_ref.random_model, the
+tiny tokenizer) are the weights v0 and v1; references are the float64
+PyTorch model of llama_ref.py (nothing of rlpipe's own code), at 1e-4 nats
+as in test_sample.py. Pushes are sent by bin/rl-sync, or, when they must
+misbehave, by pushproto.py (an independent implementation of the protocol).
+Every process runs in its own process group with a timeout, and is killed
+when a case fails: nothing may hang CI.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import inflight_util as iu  # noqa: E402
+import llama_ref  # noqa: E402
+import pushproto  # noqa: E402
+import rltest  # noqa: E402
+from rltest import case  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+WORK = rltest.TMP.name   # removed at exit, sockets included
+TOL = 1e-4               # nats: sampler and scorer log-probs against the float64 reference
+FAR = 0.05               # nats: "clearly not" that model's log-probs (they differ by ~1 per token)
+# rewards 0/1 that differ within groups (the parity of the request line's
+# length), so that learner steps change the weights
+VERIFIER = (f"{sys.executable} -c 'import sys\n"
+            "for line in iter(sys.stdin.readline, \"\"): print(len(line) % 2, flush=True)'")
+
+
+def path(*names):
+    return os.path.join(WORK, *names)
+
+
+def make_model(name, seed):
+    d = path(name)
+    llama_ref.random_model(d, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, vocab=448, tie=True,
+                           logit_scale=2.5, max_pos=512, seed=seed)
+    return llama_ref.add_tiny_tokenizer(d)
+
+
+V0, V1 = make_model("v0", 1), make_model("v1", 2)
+REF = {V0: llama_ref.Llama(V0), V1: llama_ref.Llama(V1)}
+V1_TENSORS = load_file(os.path.join(V1, "model.safetensors"))
+
+
+def prompts(name, n):
+    lines = [json.dumps({"prompt": f"{i * 37 % 100}+{i * 11 % 50}=", "answer": str(i * 37 % 100 + i * 11 % 50)})
+             for i in range(n)]
+    return rltest.tmpfile(name, ("\n".join(lines) + "\n").encode())
+
+
+PROMPTS = prompts("prompts.jsonl", 64)
+
+
+def ref(model_dir):
+    if model_dir not in REF:
+        REF[model_dir] = llama_ref.Llama(model_dir)
+    return REF[model_dir]
+
+
+def logp_error(r, model_dir, key="logp", tokens=None):
+    """max |r[key] - reference log-probs of model_dir| over the tokens (all, or those listed)."""
+    lp = ref(model_dir).logprobs(r["prompt_ids"], r["ids"], 1.0)
+    tokens = range(len(r["ids"])) if tokens is None else tokens
+    return max(abs(r[key][t] - lp[t]) for t in tokens)
+
+
+def summary_pushes(err, tool="rl-sample"):
+    """(first version, last version, installed, refused) of the summary line."""
+    m = re.search(rf"^{tool}: .*; weights v(\d+) to v(\d+), (\d+) pushes installed, (\d+) refused, swaps stalled",
+                  err, re.M)
+    assert m, f"no summary line with pushes: {err[-600:]}"
+    return tuple(int(x) for x in m.groups())
+
+
+def refusals(err):
+    return re.findall(r"^rl-sample: warning: push refused: (.*); keeping weights v(\d+)$", err, re.M)
+
+
+def check_groups(recs, group):
+    """Records of whole groups, contiguous, ids 0..n-1; ver as long as ids and never decreasing."""
+    assert sorted(r["id"] for r in recs) == list(range(len(recs))), "record ids are not 0..n-1"
+    for i in range(0, len(recs), group):
+        g = {r["group"] for r in recs[i:i + group]}
+        assert len(g) == 1 and len(recs[i:i + group]) == group, f"records {i}..{i + group - 1}: groups {g}"
+    for r in recs:
+        v = r["ver"]
+        assert len(v) == len(r["ids"]) == len(r["logp"]) and len(v) > 0, f"record {r['id']}: lengths differ"
+        assert all(a <= b for a, b in zip(v, v[1:])), f"record {r['id']}: ver decreases: {v}"
+
+
+def metrics(file):
+    with open(file) as f:
+        return [json.loads(line) for line in f]
+
+
+# ---- 1. a push during generation --------------------------------------------------------
+
+@case
+def a_push_mid_generation_switches_versions_between_tokens_and_each_whole_record_matches_its_weights():
+    sock = path("mid.sock")
+    with iu.Procs(WORK) as P:
+        s = P.start("rl-sample", "--model", V0, "-n", "2", "--slots", "8", "--max-new-tokens", "32",
+                    "--max-prompts", "600", "-u", "--no-provenance", "--listen", "unix:" + sock, PROMPTS,
+                    stdout=subprocess.PIPE, name="rl-sample")
+        out = iu.Reader(s.stdout)
+        assert iu.listen_address(s) == "unix:" + sock
+        out.wait_records(2)   # the first group is out: generation is under way
+        sync = P.start("rl-sync", "--as-version", "1", V1, "--to", "unix:" + sock, name="rl-sync")
+        assert iu.exit_status(sync, 30) == 0, f"rl-sync exited {sync.returncode}: {iu.stderr_of(sync)}"
+        hdr, recs, _ = out.finish()
+        err = iu.expect_exit_0(s)
+    assert not os.path.exists(sock), "rl-sample left its socket file behind"
+    assert hdr["model"]["version"] == 0, hdr["model"]
+    assert len(recs) == 1200, f"{len(recs)} records, expected 600 groups of 2"
+    check_groups(recs, 2)
+    assert summary_pushes(err) == (0, 1, 1, 0), err[-400:]
+    assert re.search(r"^rl-sample: weights v1 installed from a push: ", err, re.M), err
+
+    old = [r for r in recs if set(r["ver"]) == {0}]
+    new = [r for r in recs if set(r["ver"]) == {1}]
+    mixed = [r for r in recs if set(r["ver"]) == {0, 1}]
+    assert len(old) + len(new) + len(mixed) == len(recs), "a version other than 0 and 1"
+    print(f"  {len(old)} records at v0, {len(mixed)} switching mid-sequence, {len(new)} at v1")
+    assert old and new, "the push came after generation ended (or before it started): no records on both sides"
+    assert mixed, "no sequence was in flight at the swap"
+    # one swap, never back: every record entirely at v0 is written before every one entirely at v1
+    last_old = max(i for i, r in enumerate(recs) if set(r["ver"]) == {0})
+    first_new = min(i for i, r in enumerate(recs) if set(r["ver"]) == {1})
+    assert last_old < first_new, f"a v0 record (index {last_old}) after a v1 record (index {first_new})"
+
+    for r in old[-6:] + old[:2]:
+        e0, e1 = logp_error(r, V0), logp_error(r, V1)
+        assert e0 <= TOL and e1 > FAR, f"v0 record {r['id']}: |logp - v0 ref| {e0:.3g}, |logp - v1 ref| {e1:.3g}"
+    for r in new[:6] + new[-2:]:
+        e0, e1 = logp_error(r, V0), logp_error(r, V1)
+        assert e1 <= TOL and e0 > FAR, f"v1 record {r['id']}: |logp - v1 ref| {e1:.3g}, |logp - v0 ref| {e0:.3g}"
+    # a switching sequence: exactly one change point; its v0 prefix was computed by v0
+    # alone (the reference's); after it, the v1 weights read v0's KV cache (continuity only)
+    by_id = {r["id"]: r for r in recs}
+    for r in mixed:
+        v = r["ver"]
+        k = v.index(1)
+        assert v == [0] * k + [1] * (len(v) - k) and k > 0, f"record {r['id']}: ver {v}"
+        e0 = logp_error(r, V0, tokens=range(k))
+        assert e0 <= TOL, f"mixed record {r['id']}: its v0 tokens are {e0:.3g} from the v0 reference"
+        mate = by_id[r["id"] ^ 1]   # the other sample of its group (ids 2g, 2g+1)
+        assert mate["group"] == r["group"] and mate["prompt_ids"] == r["prompt_ids"], f"record {r['id']}: group differs"
+    after = max(logp_error(r, V0, tokens=range(r["ver"].index(1), len(r["ver"]))) for r in mixed)
+    assert after > FAR, f"the tokens after the change point equal v0's log-probs ({after:.3g}): no swap happened"
+
+
+# ---- 2. refused pushes ---------------------------------------------------------------
+
+@case
+def broken_or_unauthorised_pushes_are_refused_saying_why_and_generation_goes_on_with_the_old_weights():
+    token = b"a shared secret of 32 characters"
+    tok = rltest.tmpfile("token", token + b"\n")
+    os.chmod(tok, 0o600)
+    bad = [   # (what pushproto does, what the warning says)
+        (dict(corrupt="data"), r"checksum mismatch"),
+        (dict(truncate_at=1000), r"closed by the peer after 1000 of|broke off"),
+        (dict(token=b"not the secret the receiver has"), r"authentication failed \(wrong token\)"),
+        (dict(version=0, force=True), r"version 0 is not newer than the weights held \(v0\)"),
+        (dict(msg_length=0xFFFFFFFF), r"a message of 4294967295 bytes announced"),
+        (dict(omit=("model.norm.weight",), extra={"model.norm.weights": V1_TENSORS["model.norm.weight"]}),
+         r"tensor 'model.norm.weights' is not part of the model"),
+        (dict(shapes={"model.norm.weight": (32, 2)}), r"tensor 'model.norm.weight' has another shape than the model's"),
+        (dict(omit=("model.norm.weight",)),
+         rf"the push has {len(V1_TENSORS) - 1} tensors, the model {len(V1_TENSORS)}"),
+    ]
+    with iu.Procs(WORK) as P:
+        s = P.start("rl-sample", "--model", V0, "-n", "2", "--slots", "4", "--max-new-tokens", "24", "--epochs", "0",
+                    "-u", "--listen", "tcp:127.0.0.1:0", "--token-file", tok, PROMPTS,
+                    stdout=subprocess.PIPE, name="rl-sample")
+        out = iu.Reader(s.stdout)
+        addr = iu.listen_address(s)
+        assert re.fullmatch(r"tcp:127\.0\.0\.1:\d+", addr) and not addr.endswith(":0"), addr
+        out.wait_records(2)
+        for i, (kw, why) in enumerate(bad):
+            args = dict(token=token, version=1)
+            args.update(kw)
+            res = pushproto.push(addr, V1_TENSORS, args.pop("version"), args.pop("token"), **args)
+            assert not res.ok, f"push {kw} was accepted: {res}"
+            iu.wait_for(lambda: len(refusals(iu.stderr_of(s))) > i, 20, f"the warning about push {kw}")
+            got, held = refusals(iu.stderr_of(s))[i]
+            assert re.search(why, got) and held == "0", f"push {kw}: warning '{got}; keeping weights v{held}'"
+        # generation went on: records keep coming, at v0 with v0's log-probs
+        n = len(out.records())
+        before = out.wait_records(n + 6)
+        assert s.poll() is None, f"rl-sample exited {s.returncode}"
+        assert all(set(r["ver"]) == {0} for r in before), "a refused push changed the weights"
+        for r in before[-4:]:
+            e = logp_error(r, V0)
+            assert e <= TOL, f"record {r['id']} after the refusals: |logp - v0 ref| {e:.3g}"
+        # and a good push is still taken
+        sync = P.start("rl-sync", "--as-version", "1", "--token-file", tok, V1, "--to", addr, name="rl-sync")
+        assert iu.exit_status(sync, 30) == 0, f"rl-sync exited {sync.returncode}: {iu.stderr_of(sync)}"
+        out.wait_records(0, cond=lambda rs: sum(set(r["ver"]) == {1} for r in rs) >= 4)
+        s.send_signal(signal.SIGTERM)
+        hdr, recs, _ = out.finish()
+        err = iu.expect_exit_0(s)
+    check_groups(recs, 2)
+    assert "stopped by a signal" in err, err[-300:]
+    assert summary_pushes(err) == (0, 1, 1, len(bad)), err[-400:]
+    assert all(set(r["ver"]) == {0} for r in recs[:len(before)]), "records written before the good push are not all v0"
+    r = next(r for r in recs if set(r["ver"]) == {1})
+    e = logp_error(r, V1)
+    assert e <= TOL, f"record {r['id']} after the good push: |logp - v1 ref| {e:.3g}"
+
+
+# ---- 3. rl-ratio --listen --------------------------------------------------------------------
+
+@case
+def rl_ratio_scores_the_batches_after_a_push_with_the_pushed_weights_and_says_so_in_ver_learner():
+    rc, raw, err = rltest.run("rl-sample", "--model", V0, "-n", "2", "--max-new-tokens", "12", "--max-prompts", "4",
+                              "-u", "-q", PROMPTS)
+    assert rc == 0, err
+    (hdr, recs, _), = rltest.read_stream(raw)
+    assert len(recs) == 8
+    sock = path("ratio.sock")
+    with iu.Procs(WORK) as P:
+        rt = P.start("rl-ratio", "--model", V0, "--listen", "unix:" + sock, "--batch", "4", "-u",
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, name="rl-ratio")
+        out = iu.Reader(rt.stdout)
+        assert iu.listen_address(rt) == "unix:" + sock
+        objs = rltest.member_bytes(recs, hdr)   # header, 8 records, trailer
+        rt.stdin.write(b"".join(objs[:5]))
+        rt.stdin.flush()
+        out.wait_records(4)
+        sync = P.start("rl-sync", "--as-version", "1", V1, "--to", "unix:" + sock, name="rl-sync")
+        assert iu.exit_status(sync, 30) == 0, f"rl-sync exited {sync.returncode}: {iu.stderr_of(sync)}"
+        rt.stdin.write(b"".join(objs[5:]))
+        rt.stdin.close()
+        _, scored, _ = out.finish()
+        err = iu.expect_exit_0(rt)
+    assert not os.path.exists(sock), "rl-ratio left its socket file behind"
+    assert summary_pushes(err, "rl-ratio") == (0, 1, 1, 0), err[-400:]
+    assert [r["ver_learner"] for r in scored] == [0] * 4 + [1] * 4, [r["ver_learner"] for r in scored]
+    for r in scored:
+        want, other = (V0, V1) if r["ver_learner"] == 0 else (V1, V0)
+        e, e_other = logp_error(r, want, "logp_learner"), logp_error(r, other, "logp_learner")
+        assert e <= TOL and e_other > FAR, f"record {r['id']} (ver_learner {r['ver_learner']}): " \
+            f"|logp_learner - its ref| {e:.3g}, other's {e_other:.3g}"
+
+
+# ---- 4-6. pipelines with rl-sync --watch --------------------------------------------------------
+
+def pipeline(tag, sample_opts, ratio_opts=(), learn_opts=(), watch=True):
+    """rl-sample --listen A SAMPLE_OPTS | rl-ratio --model v0 RATIO_OPTS |
+    rl-learn --init v0 --out CK --metrics M LEARN_OPTS, with (when watch)
+    rl-sync --watch CK pushing to A, and to rl-ratio's --listen when RATIO_OPTS
+    has one. Every exit status must be 0, rl-sync's too: it ends by itself once
+    the receivers have gone away. Returns (metrics, stderr of each tool,
+    rl-ratio's records as they went to rl-learn, CK)."""
+    a, ck, met = path(tag + ".sock"), path(tag + ".ck"), path(tag + ".metrics")
+    with iu.Procs(WORK) as P:
+        s = P.start("rl-sample", "--model", V0, "--listen", "unix:" + a, "--verifier-cmd", VERIFIER, "-u",
+                    *sample_opts, PROMPTS, stdout=subprocess.PIPE, name="rl-sample")
+        r = P.start("rl-ratio", "--model", V0, "-u", *ratio_opts, stdin=s.stdout, stdout=subprocess.PIPE,
+                    name="rl-ratio")
+        s.stdout.close()
+        ln = P.start("rl-learn", "--init", V0, "--out", ck, "--metrics", met, "--lr", "3e-2", "--keep", "0",
+                     *learn_opts, stdin=subprocess.PIPE, name="rl-learn")
+        out = iu.Reader(r.stdout, forward=ln.stdin)   # a tee: rl-ratio's records, kept and passed on
+        try:
+            iu.listen_address(s)
+            to = ["--to", "unix:" + a]
+            if "--listen" in ratio_opts:
+                to += ["--to", iu.listen_address(r)]
+            iu.wait_for(lambda: os.path.exists(os.path.join(ck, "latest")), 20, "rl-learn's version 0")
+            sync = P.start("rl-sync", "--watch", ck, *to, name="rl-sync") if watch else None
+            _, scored, _ = out.finish(60)
+            errs = {p.label: iu.expect_exit_0(p, 60) for p in (s, r, ln)}
+            if sync:
+                errs["rl-sync"] = iu.expect_exit_0(sync, 30)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{P.stderr_tails()}") from None
+    for name in ("rl-sample", "rl-ratio"):
+        refused = [line for line in errs[name].splitlines() if "push refused" in line]
+        assert not refused, f"{name} refused a push of rl-sync: {refused}"
+    return metrics(met), errs, scored, ck
+
+
+def lags(m):
+    return [x["lag_max"] for x in m]
+
+
+@case
+def sync_batch_gives_zero_lag_on_every_step_and_a_step_per_batch_the_prompts_allow():
+    # 14 prompts of 2 samples, --batch 4: 7 steps; each batch sampled with the weights trained on the ones before
+    m, errs, scored, _ = pipeline("sync", ["-n", "2", "--slots", "4", "--max-new-tokens", "12", "--max-prompts", "14",
+                                           "--sync", "--batch", "4"], learn_opts=["--batch", "4"])
+    assert [x["step"] for x in m] == list(range(1, 8)), lags(m)
+    assert lags(m) == [0] * 7 and [x["lag_mean"] for x in m] == [0] * 7, f"lag_max per step {lags(m)}"
+    assert sum(x["grad_norm"] > 0 for x in m) >= 3, "fewer than 3 steps changed the weights: versions hardly differ"
+    # the sampler held version b for batch b: record k has ver k // 4 throughout
+    assert [set(r["ver"]) for r in scored] == [{k // 4} for k in range(28)], [sorted(set(r["ver"])) for r in scored]
+    assert "7 steps (versions 0 to 7)" in errs["rl-learn"], errs["rl-learn"][-300:]
+    assert "rl-sample: 14 prompts, 28 samples," in errs["rl-sample"], errs["rl-sample"][-300:]
+    first, last, installed, refused = summary_pushes(errs["rl-sample"])
+    assert (first, refused) == (0, 0) and 6 <= last <= 7 and installed == last, errs["rl-sample"][-300:]
+
+
+MAXLAG_OPTS = ["-n", "2", "--slots", "4", "--max-new-tokens", "12", "--max-prompts", "40"]
+
+
+@case
+def max_lag_k_keeps_every_measured_lag_at_most_k_when_the_learner_is_slower():
+    K = 2
+    # without the bound the sampler runs ahead: the learner is the slower one (no
+    # rl-sync: this sampler waits for nothing, and is done before a push could come)
+    free, _, _, _ = pipeline("free", MAXLAG_OPTS, learn_opts=["--batch", "4"], watch=False)
+    assert len(free) == 20 and max(lags(free)) > K + 2, f"unbounded lag_max per step {lags(free)}"
+    m, errs, scored, _ = pipeline("lag", MAXLAG_OPTS + ["--max-lag", str(K), "--batch", "4"],
+                                  learn_opts=["--batch", "4"])
+    print(f"  lag_max per step: unbounded {lags(free)}\n                    --max-lag {K} {lags(m)}")
+    assert len(m) == 20, f"{len(m)} steps"
+    assert max(lags(m)) <= K, f"lag_max per step {lags(m)} exceeds {K}"
+    assert max(lags(m)) >= 1, f"lag_max per step {lags(m)}: never ahead of the learner, as --sync would be"
+    # the admission rule itself: group j (records 2j, 2j+1) starts at a version >= j // 2 - K
+    for r in scored:
+        j = r["id"] // 2
+        assert min(r["ver"]) >= j // 2 - K, f"record {r['id']}: ver {r['ver']} below {j // 2 - K}"
+
+
+@case
+def full_loop_sample_ratio_learn_with_rl_sync_watch_pushing_to_both_ends_cleanly_at_max_prompts():
+    ratio_sock = path("loop-ratio.sock")
+    m, errs, scored, ck = pipeline("loop", ["-n", "2", "--slots", "4", "--max-new-tokens", "12", "--max-prompts", "20",
+                                            "--max-lag", "2", "--batch", "4"],
+                                   ratio_opts=["--listen", "unix:" + ratio_sock, "--batch", "4"],
+                                   learn_opts=["--batch", "4"])
+    assert [x["step"] for x in m] == list(range(1, 11)), [x["step"] for x in m]
+    assert max(lags(m)) <= 2, lags(m)
+    assert len(scored) == 40 and sorted(r["id"] for r in scored) == list(range(40))
+    vers = [max(r["ver"]) for r in scored]
+    vl = [r["ver_learner"] for r in scored]
+    print(f"  sampler ver per record {vers}\n  ver_learner per record {vl}")
+    assert max(vers) >= 1, "the sampler never took a pushed version"
+    assert all(a <= b for a, b in zip(vl, vl[1:])) and vl[-1] >= 1, f"ver_learner {vl}"
+    # a record scored at version v has the log-probs of the checkpoint's version v
+    for r in [next(r for r in scored if r["ver_learner"] == vl[-1])]:
+        e = logp_error(r, os.path.join(ck, f"v{r['ver_learner']:06d}"), "logp_learner")
+        assert e <= TOL, f"record {r['id']}: |logp_learner - ref of v{r['ver_learner']}| {e:.3g}"
+    assert "10 steps (versions 0 to 10)" in errs["rl-learn"], errs["rl-learn"][-300:]
+    assert "rl-sample: 20 prompts, 40 samples," in errs["rl-sample"], errs["rl-sample"][-300:]
+    assert summary_pushes(errs["rl-ratio"], "rl-ratio")[2] >= 1, errs["rl-ratio"][-300:]
+    assert summary_pushes(errs["rl-sample"])[2] >= 1, errs["rl-sample"][-300:]
+    assert not os.path.exists(ratio_sock) and not os.path.exists(path("loop.sock")), "a socket file was left behind"
+
+
+if __name__ == "__main__":
+    rltest.finish()
