@@ -6,7 +6,7 @@
 // floating-point operations per repetition (2 per multiply-add; attention
 // scores and element-wise work not counted).
 //
-//   forward write   --model DIR --config 15m|110m [--seed N]
+//   forward write   --model DIR --config 15m|110m|1b [--seed N]
 //   forward sgemm   --m M --n N --k K [--reps R]
 //   forward score   --model DIR [--dtype D] [--group G] [--records N] [--prompt P]
 //                   [--completion C] [--reps R]
@@ -62,10 +62,13 @@ static void cmd_write(const args *a) {
         c.hidden = 288, c.inter = 768, c.layers = 6, c.heads = 6;
     } else if (strcmp(a->config, "110m") == 0) {
         c.hidden = 768, c.inter = 2048, c.layers = 12, c.heads = 12;
+    } else if (strcmp(a->config, "1b") == 0) {   // Llama-3.2-1B's shapes: 1.24B parameters, 4.9 GB at f32
+        c.hidden = 2048, c.inter = 8192, c.layers = 16, c.heads = 32, c.kv_heads = 8;
+        c.vocab = 128256, c.rope_theta = 500000.0;
     } else {
-        die(__FILE__, __LINE__, "--config must be 15m or 110m");
+        die(__FILE__, __LINE__, "--config must be 15m, 110m or 1b");
     }
-    c.kv_heads = c.heads;
+    if (!c.kv_heads) c.kv_heads = c.heads;
     c.head_dim = c.hidden / c.heads;
     rl_err err = {{0}};
     CHECK(cfg_check(&c, &err), err);
