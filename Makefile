@@ -50,6 +50,8 @@ $(BUILD)/deps.mk: scripts/deps.sh
 # Normal build: optimised objects, a static library, the tools. The CPU
 # kernels are written for the vectoriser, which -O3 turns fully on.
 $(BUILD)/obj/common/cpu/%.o: OPT = -O3
+# The conversions of weights pushed or loaded (bf16, f16) are loops for the vectoriser too.
+$(BUILD)/obj/common/dtype.o: OPT = -O3
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)

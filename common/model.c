@@ -25,7 +25,8 @@ typedef struct {
     char name[96];
     int ndim;
     int64_t shape[2];
-    size_t off, n;             // into params, in floats
+    size_t off, n;             // in the table's layout of every parameter (gradients, moments), in floats
+    size_t poff;               // into a weights set's params; SIZE_MAX for a matrix stored apart
     int is_mat;                // a 2-D weight used in products (stored at the model's dtype)
 } mtensor;
 
@@ -38,7 +39,7 @@ typedef struct {
 // One complete set of weights. A model computes with one; a standby set
 // (model_weights) has the same layout and is swapped in whole, pointers and all.
 typedef struct {
-    float *params;                        // backend: every tensor, f32, table order
+    float *params;                        // backend: (nfloat) every tensor not stored apart, f32, table order
     void **mdata;                         // (nt) backend: tensor i at the model's dtype, for
     float **mscales;                      //   matrices when it is not f32 (int8: and its scales), else NULL
     rl_mat embed, head;                   // (V, C); head is embed when tied
@@ -57,7 +58,7 @@ struct model {
     model_opts o;
     const rl_ops *ops;
     mtensor *t;
-    size_t nt, nparams;
+    size_t nt, nparams, nfloat;           // tensors, parameters, f32 parameters held (all for f32 models)
     weights w;                            // the weights in use
     float *cos_sin;                       // (max_pos, HS/2, 2)
 
@@ -146,7 +147,7 @@ static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
     size_t i = (size_t)(t - m->t);
     if (!stored_apart(m, t)) {
         r.dtype = DT_F32;
-        r.data = w->params + t->off;
+        r.data = w->params + t->poff;
         return r;
     }
     r.data = w->mdata[i];
@@ -164,7 +165,7 @@ static float *param_of(const model_t *m, const weights *w, const char *fmt, int 
     char name[96];
     snprintf(name, sizeof name, fmt, l, what);
     const mtensor *t = find_tensor(m, name);
-    return t ? w->params + t->off : NULL;
+    return t ? w->params + t->poff : NULL;
 }
 
 static rl_mat layer_mat(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
@@ -178,7 +179,7 @@ static rl_mat layer_mat(const model_t *m, const weights *w, const char *fmt, int
 static void alloc_weights(const model_t *m, weights *w) {
     const char *A = "model.layers.%d.self_attn.%s", *P = "model.layers.%d.%s";
     memset(w, 0, sizeof *w);
-    w->params = m->ops->alloc(m->nparams * sizeof(float));
+    w->params = m->ops->alloc((m->nfloat ? m->nfloat : 1) * sizeof(float));
     w->mdata = xmalloc(m->nt * sizeof *w->mdata);
     w->mscales = xmalloc(m->nt * sizeof *w->mscales);
     for (size_t i = 0; i < m->nt; i++) {
@@ -188,7 +189,7 @@ static void alloc_weights(const model_t *m, weights *w) {
     }
     w->embed = mat_of(m, w, find_tensor(m, "model.embed_tokens.weight"));
     w->head = m->c.tie_embeddings ? w->embed : mat_of(m, w, find_tensor(m, "lm_head.weight"));
-    w->norm = w->params + find_tensor(m, "model.norm.weight")->off;
+    w->norm = w->params + find_tensor(m, "model.norm.weight")->poff;
     w->L = xmalloc((size_t)m->c.layers * sizeof *w->L);
     for (int l = 0; l < m->c.layers; l++) {
         layer_w *L = &w->L[l];
@@ -243,16 +244,16 @@ static void convert_rows(const model_t *m, weights *w, const mtensor *t, const f
     free(conv);
 }
 
-// Every matrix of w at the model's dtype, from w's f32 parameters.
-static void convert_all(const model_t *m, weights *w) {
-    for (size_t i = 0; i < m->nt; i++) {
-        const mtensor *t = &m->t[i];
-        if (!stored_apart(m, t)) continue;
-        float *host = xmalloc(t->n * sizeof(float));
-        m->ops->download(host, w->params + t->off, t->n * sizeof(float));
-        convert_rows(m, w, t, host, 0, (size_t)t->shape[0]);
-        free(host);
+// Elements [off, off + n) of tensor t in w from f32 host values x: its f32
+// parameters, or for a matrix stored apart its rows at the model's dtype
+// (off and n then whole rows).
+static void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x) {
+    if (!stored_apart(m, t)) {
+        m->ops->upload(w->params + t->poff + off, x, n * sizeof(float));
+        return;
     }
+    size_t K = (size_t)t->shape[1];
+    convert_rows(m, w, t, x, off / K, n / K);
 }
 
 // cos and sin of pos · theta^(-2i/HS), computed in double.
@@ -292,12 +293,16 @@ static model_t *model_new(const model_config *c, const model_opts *o, rl_err *er
     m->ops = ops_cpu();
     m->lrows = logit_rows(c->vocab);
     build_table(m);
+    for (size_t i = 0; i < m->nt; i++) {   // a model at another dtype keeps no f32 copy of its matrices
+        mtensor *t = &m->t[i];
+        t->poff = stored_apart(m, t) ? SIZE_MAX : m->nfloat;
+        if (!stored_apart(m, t)) m->nfloat += t->n;
+    }
     alloc_weights(m, &m->w);
     return m;
 }
 
 static model_t *finish_new(model_t *m) {
-    convert_all(m, &m->w);
     make_rope(m);
     return m;
 }
@@ -344,13 +349,13 @@ static int load_tensors(model_t *m, const char *path, rl_err *err) {
                     want);
             goto out;
         }
-        if (s->dtype == DT_F32) {   // straight from the mapped file
-            m->ops->upload(m->w.params + t->off, s->data, t->n * sizeof(float));
+        if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
+            put_f32(m, &m->w, t, 0, t->n, s->data);
             continue;
         }
         stage = xrealloc(stage, t->n * sizeof(float));
         st_read_f32(s, stage);
-        m->ops->upload(m->w.params + t->off, stage, t->n * sizeof(float));
+        put_f32(m, &m->w, t, 0, t->n, stage);
     }
     rc = 0;
 out:
@@ -390,7 +395,7 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
         int is_norm = strstr(t->name, "norm.weight") != NULL;
         stage = xrealloc(stage, t->n * sizeof(float));
         for (size_t j = 0; j < t->n; j++) stage[j] = is_norm ? 1.0f : (float)(rng_normal(&rng) * std);
-        m->ops->upload(m->w.params + t->off, stage, t->n * sizeof(float));
+        put_f32(m, &m->w, t, 0, t->n, stage);
     }
     free(stage);
     return finish_new(m);
@@ -401,7 +406,7 @@ int model_save(const model_t *m, const char *dir, rl_err *err) {
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (cfg_save(path, &m->c, err) < 0) return -1;
     float *host = xmalloc(m->nparams * sizeof(float));
-    m->ops->download(host, m->w.params, m->nparams * sizeof(float));
+    for (size_t i = 0; i < m->nt; i++) model_tensor_get(m, MODEL_PARAM, i, host + m->t[i].off);
     st_out *out = xmalloc(m->nt * sizeof *out);
     for (size_t i = 0; i < m->nt; i++) {
         out[i] = (st_out){.name = m->t[i].name, .ndim = m->t[i].ndim, .data = host + m->t[i].off};
@@ -905,7 +910,29 @@ static float *state_of(const model_t *m, int which) {
 int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
     const float *base = state_of(m, which);
     if (!base || i >= m->nt) return -1;
-    m->ops->download(out, base + m->t[i].off, m->t[i].n * sizeof(float));
+    const mtensor *t = &m->t[i];
+    if (which != MODEL_PARAM) {
+        m->ops->download(out, base + t->off, t->n * sizeof(float));
+        return 0;
+    }
+    if (!stored_apart(m, t)) {
+        m->ops->download(out, base + t->poff, t->n * sizeof(float));
+        return 0;
+    }
+    size_t es = dt_size(m->o.dtype), ns = nscales(m, t);
+    void *q = xmalloc(t->n * es);
+    m->ops->download(q, m->w.mdata[i], t->n * es);
+    if (m->o.dtype == DT_I8) {
+        float *sc = xmalloc(ns * sizeof(float));
+        m->ops->download(sc, m->w.mscales[i], ns * sizeof(float));
+        dt_dequantize_i8(out, q, sc, (size_t)t->shape[0], (size_t)t->shape[1], m->o.group);
+        free(sc);
+    } else if (m->o.dtype == DT_BF16) {
+        dt_bf16_to_f32(out, q, t->n);
+    } else {
+        dt_f16_to_f32(out, q, t->n);
+    }
+    free(q);
     return 0;
 }
 
@@ -938,6 +965,11 @@ int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, 
     const mtensor *t = &m->t[i];
     size_t K = t->ndim == 2 ? (size_t)t->shape[1] : 1;
     if (off > t->n || n > t->n - off || (stored_apart(m, t) && (off % K || n % K))) return -1;
+    if (wire != DT_F32 && wire != DT_BF16 && wire != DT_F16) return -1;
+    if (stored_apart(m, t) && wire == m->o.dtype) {   // as sent: widening and rounding again gives the same bits
+        m->ops->upload((char *)w->w.mdata[i] + off * dt_size(wire), data, n * dt_size(wire));
+        return 0;
+    }
     const float *x = data;
     if (wire != DT_F32) {
         if (w->stage_n < n) {
@@ -945,19 +977,11 @@ int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, 
             w->stage = xmalloc(n * sizeof(float));
             w->stage_n = n;
         }
-        switch (wire) {
-        case DT_BF16: dt_bf16_to_f32(w->stage, data, n); break;
-        case DT_F16: dt_f16_to_f32(w->stage, data, n); break;
-        default: return -1;
-        }
+        if (wire == DT_BF16) dt_bf16_to_f32(w->stage, data, n);
+        else dt_f16_to_f32(w->stage, data, n);
         x = w->stage;
     }
-    m->ops->upload(w->w.params + t->off + off, x, n * sizeof(float));
-    if (!stored_apart(m, t)) return 0;
-    if (wire == m->o.dtype)   // rounding the widened values again gives back the same bits
-        m->ops->upload((char *)w->w.mdata[i] + off * dt_size(wire), data, n * dt_size(wire));
-    else
-        convert_rows(m, &w->w, t, x, off / K, n / K);
+    put_f32(m, &w->w, t, off, n, x);
     return 0;
 }
 

@@ -85,7 +85,9 @@ typedef struct {
 size_t model_ntensors(const model_t *m);
 model_tensor model_tensor_at(const model_t *m, size_t i);
 // Host copies (n floats of tensor i) of a parameter, its gradient or a moment;
-// get returns -1 if the model has no training state.
+// get returns -1 if the model has no training state. A model at another dtype
+// than f32 keeps no f32 copy of its matrices: their parameter is the stored
+// matrix widened (int8: dequantized). set refuses parameters of such models.
 enum { MODEL_PARAM, MODEL_GRAD, MODEL_EXP_AVG, MODEL_EXP_AVG_SQ };
 int model_tensor_get(const model_t *m, int which, size_t i, float *out);
 int model_tensor_set(model_t *m, int which, size_t i, const float *in);
@@ -98,10 +100,11 @@ typedef struct model_weights model_weights;
 model_weights *model_weights_new(const model_t *m);
 void model_weights_free(const model_t *m, model_weights *w);
 // Elements [off, off + n) of tensor i (table order, model_tensor_at) from host
-// data at `wire` (f32, bf16 or f16), converted as loading converts: the f32
-// parameters are the values widened, and a matrix stored at the model's dtype
-// is the same bits as a model loaded from those values. For a matrix stored at
-// another dtype off and n must be whole rows. 0, or -1 for a range, index or wire dtype out of bounds.
+// data at `wire` (f32, bf16 or f16), converted as loading converts: a matrix
+// stored at the model's dtype gets the same bits as a model loaded from those
+// values (sent at that dtype, they are taken as they are), any other tensor
+// the values widened to f32. For a matrix stored at another dtype off and n
+// must be whole rows. 0, or -1 for a range, index or wire dtype out of bounds.
 int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, size_t n, rl_dtype wire,
                       const void *data);
 // Exchanges the model's weights with w in O(1) (pointers only): the model

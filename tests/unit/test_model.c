@@ -231,7 +231,8 @@ static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) 
         rl_err err;
         model_opts o = {.dtype = cases[k].dt};
         model_t *a = model_random(&c, 5, 0.3f, &o, &err), *b = model_random(&c, 6, 0.3f, &o, &err);
-        CHECK(a && b, "%s", err.msg);
+        model_t *values = model_random(&c, 6, 0.3f, NULL, &err);   // b's weights in f32, as a checkpoint has them
+        CHECK(a && b && values, "%s", err.msg);
         CHECK(model_cache_init(a, 2, 32, &err) == 0 && model_cache_init(b, 2, 32, &err) == 0, "%s", err.msg);
         CHECK(step_logits(a, prompt, 6, old, &err) == 0 && step_logits(b, prompt, 6, want, &err) == 0, "%s", err.msg);
         model_weights *w = model_weights_new(a);
@@ -239,7 +240,7 @@ static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) 
             model_tensor t = model_tensor_at(b, i);
             float *x = malloc(t.n * sizeof(float));
             uint16_t *h = malloc(t.n * sizeof(uint16_t));
-            CHECK(model_tensor_get(b, MODEL_PARAM, i, x) == 0, "tensor %zu", i);
+            CHECK(model_tensor_get(values, MODEL_PARAM, i, x) == 0, "tensor %zu", i);
             rl_dtype wire = cases[k].wire_native && t.stored != DT_F32 ? t.stored : DT_F32;
             if (wire == DT_BF16) dt_f32_to_bf16(h, x, t.n);
             if (wire == DT_F16) dt_f32_to_f16(h, x, t.n);
@@ -263,10 +264,38 @@ static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) 
         model_weights_free(a, w);
         model_free(a);
         model_free(b);
+        model_free(values);
     }
     free(got);
     free(want);
     free(old);
+}
+
+// A model at bf16 keeps no f32 copy of its matrices: their parameters read
+// back as the stored bf16 values widened, the rest as loaded.
+static void a_bf16_models_matrix_parameters_are_its_stored_values(void) {
+    model_config c = cfg_llama();
+    rl_err err;
+    model_t *f = model_random(&c, 9, 0.3f, NULL, &err), *h = model_random(&c, 9, 0.3f, &(model_opts){.dtype = DT_BF16}, &err);
+    CHECK(f && h, "%s", err.msg);
+    for (size_t i = 0; i < model_ntensors(f); i++) {
+        model_tensor t = model_tensor_at(h, i);
+        float *x = malloc(t.n * sizeof(float)), *y = malloc(t.n * sizeof(float));
+        uint16_t *b = malloc(t.n * sizeof(uint16_t));
+        model_tensor_get(f, MODEL_PARAM, i, x);
+        model_tensor_get(h, MODEL_PARAM, i, y);
+        if (t.stored == DT_BF16) {
+            dt_f32_to_bf16(b, x, t.n);
+            dt_bf16_to_f32(x, b, t.n);
+        }
+        int same = memcmp(x, y, t.n * sizeof(float)) == 0;
+        free(x);
+        free(y);
+        free(b);
+        CHECK(same, "%s (stored %s) reads back otherwise", t.name, dt_name(t.stored));
+    }
+    model_free(f);
+    model_free(h);
 }
 
 // Chunks outside a tensor, of no whole rows where int8 needs them, or at a
@@ -359,6 +388,7 @@ int main(void) {
     RUN(sampler_precisions_stay_close_to_f32);
     RUN(standby_weights_swapped_in_compute_as_a_model_built_with_them);
     RUN(standby_puts_out_of_bounds_are_refused);
+    RUN(a_bf16_models_matrix_parameters_are_its_stored_values);
     RUN(bad_input_is_refused_with_a_reason);
     RUN(tiny_model_initialises_from_its_seed);
     CHECK_DONE();
