@@ -40,7 +40,7 @@ struct rcv {
 
     pthread_mutex_t mu;            // guards what follows
     pthread_cond_t cv;
-    model_weights *standby;        // filled by the thread; NULL before the first push
+    model_weights *standby;        // filled by the thread
     int held;                      // the caller is using the model
     int ready;                     // standby verified, waiting to be installed
     int stopping;
@@ -304,7 +304,6 @@ static void serve(rcv_t *r, int fd) {
         snprintf(why, sizeof why, "%s", e.msg);
         goto refused;
     }
-    if (!r->standby) r->standby = model_weights_new(r->m);
     double t0 = now_s();
     if (receive_data(r, fd, t, order, n, &e)) {
         snprintf(why, sizeof why, "%s", e.msg);
@@ -414,6 +413,9 @@ rcv_t *rcv_start(model_t *m, uint64_t version, const rcv_opts *o, rl_err *err) {
         p->n = mt.n;
     }
     r->chunk = xmalloc(r->chunk_cap = CHUNK_BYTES);
+    // The standby copy now: its pages are touched once, here, not during the
+    // first update, and memory that is short fails at start.
+    r->standby = model_weights_new(m);
     if (pipe2(r->stop_pipe, O_CLOEXEC)) {
         err_set(err, "pipe: %s", strerror(errno));
         goto fail;
@@ -438,6 +440,7 @@ fail:
     if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
     if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
     sbuf_free(&r->token);
+    model_weights_free(m, r->standby);
     free(r->want);
     free(r->chunk);
     free(r);
