@@ -447,6 +447,31 @@ fail:
     return NULL;
 }
 
+static char exit_unlink[sizeof ((net_addr *)0)->path];
+
+static void unlink_at_exit(void) {
+    if (exit_unlink[0]) unlink(exit_unlink);
+}
+
+static void unlink_and_die(int sig) {
+    unlink_at_exit();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void rcv_remove_at_exit(const rcv_t *r) {
+    if (r->addr.tcp) return;
+    snprintf(exit_unlink, sizeof exit_unlink, "%s", r->addr.path);
+    atexit(unlink_at_exit);
+    int sigs[] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        struct sigaction old, sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = unlink_and_die;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 void rcv_stop(rcv_t *r) {
     if (!r) return;
     pthread_mutex_lock(&r->mu);
@@ -457,6 +482,7 @@ void rcv_stop(rcv_t *r) {
     pthread_join(r->thread, NULL);
     close(r->lfd);
     net_unlink(&r->addr);
+    if (!strcmp(exit_unlink, r->addr.path)) exit_unlink[0] = 0;   // gone: a later socket there is not ours
     close(r->stop_pipe[0]);
     close(r->stop_pipe[1]);
     pthread_mutex_destroy(&r->mu);

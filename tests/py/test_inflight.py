@@ -358,5 +358,23 @@ def full_loop_sample_ratio_learn_with_rl_sync_watch_pushing_to_both_ends_cleanly
     assert not os.path.exists(ratio_sock) and not os.path.exists(path("loop.sock")), "a socket file was left behind"
 
 
+
+@case
+def a_receiver_killed_by_sigterm_or_ending_in_an_error_leaves_no_socket_file():
+    sock = path("killed.sock")
+    with iu.Procs(WORK) as P:
+        rt = P.start("rl-ratio", "--model", V0, "--listen", "unix:" + sock, stdin=subprocess.PIPE, name="rl-ratio")
+        assert iu.listen_address(rt) == "unix:" + sock
+        rt.send_signal(signal.SIGTERM)
+        assert iu.exit_status(rt) == -signal.SIGTERM, "rl-ratio did not die of SIGTERM"
+        assert not os.path.exists(sock), "SIGTERM left the socket file behind"
+        rt = P.start("rl-ratio", "--model", V0, "--listen", "unix:" + sock, stdin=subprocess.PIPE, name="rl-ratio")
+        assert iu.listen_address(rt) == "unix:" + sock
+        rt.stdin.write(b"not records")
+        rt.stdin.close()
+        assert iu.exit_status(rt) == 1, iu.stderr_of(rt)
+        assert not os.path.exists(sock), "an error exit left the socket file behind"
+
+
 if __name__ == "__main__":
     rltest.finish()

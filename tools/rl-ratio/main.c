@@ -167,6 +167,7 @@ int main(int argc, char **argv) {
         if (!(o.scr.receiver = rcv_start(o.scr.model, o.scr.ver_learner, &ropt, &e))) cli_die("%s", e.msg);
         rcv_release(o.scr.receiver);   // the scorer holds the model only while it scores
         if (!o.out.quiet) fprintf(stderr, "rl-ratio: listening for weights on %s\n", rcv_address(o.scr.receiver));
+        rcv_remove_at_exit(o.scr.receiver);
     }
     run.scr = scr_new(&o.scr);
 

@@ -290,6 +290,7 @@ int main(int argc, char **argv) {
         rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-sample", .quiet = o.out.quiet};
         if (!(rcv = rcv_start(m, version, &ropt, &e))) cli_die("%s", e.msg);
         if (!o.out.quiet) fprintf(stderr, "rl-sample: listening for weights on %s\n", rcv_address(rcv));
+        rcv_remove_at_exit(rcv);
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
