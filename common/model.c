@@ -161,17 +161,20 @@ static size_t nscales(const model_t *m, const mtensor *t) {
     return stored_apart(m, t) && m->o.dtype == DT_I8 ? (size_t)t->shape[0] * (size_t)((t->shape[1] + G - 1) / G) : 0;
 }
 
-static float *param_of(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
+// Tensor `what` of layer l (fmt names it from l and what), or NULL.
+static const mtensor *layer_tensor(const model_t *m, const char *fmt, int l, const char *what) {
     char name[96];
     snprintf(name, sizeof name, fmt, l, what);
-    const mtensor *t = find_tensor(m, name);
+    return find_tensor(m, name);
+}
+
+static float *param_of(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
+    const mtensor *t = layer_tensor(m, fmt, l, what);
     return t ? w->params + t->poff : NULL;
 }
 
 static rl_mat layer_mat(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
-    char name[96];
-    snprintf(name, sizeof name, fmt, l, what);
-    return mat_of(m, w, find_tensor(m, name));
+    return mat_of(m, w, layer_tensor(m, fmt, l, what));
 }
 
 // Allocates a set of weights of the model's layout (contents zero) and points

@@ -19,7 +19,6 @@ limited() {
 # from FILE COMMAND...: COMMAND with FILE on stdin through a pipe.
 from() { local f=$1; shift; cat "$f" | "$@"; }
 # check NAME WHY TEST...: passes if TEST succeeds (usually on out/err of the last expect).
-check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 lines() { [ "$(wc -l <"$1")" -eq "$2" ]; }
 # records FILE: how many data records a (possibly cut) stream holds, by the reference decoder.
 records() {

@@ -7,7 +7,6 @@
 cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
 
-check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 
 "$PY" - <<'EOF2' || { fail setup "could not write the model and records"; finish; }
 import rltest, llama_ref
@@ -22,22 +21,7 @@ EOF2
 expect "--help: exit 0" 0 '' -- rl-learn --help
 check "--help: usage on stdout, nothing on stderr" "stdout: $(head -c 200 out); stderr: $(head -c 200 err)" \
     eval 'grep -qE "^Usage: rl-learn " out && [ ! -s err ]'
-# The options --help lists (each line's text before its description) and those
-# the man page documents (.TP items of OPTIONS) are the same set.
-awk '/^ *-/ { sub(/^ +/, ""); split($0, a, /   +/); print a[1] }' out |
-    grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >help.opts
-sed -n '/^\.SH OPTIONS/,/^\.SH [^O]/p' "$RLPIPE_ROOT/man/rl-learn.1" | sed 's/\\-/-/g' |
-    awk 'tp { print } { tp = /^\.TP/ }' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >man.opts
-check "--help and man/rl-learn.1 document the same options" \
-    "only in --help: $(comm -23 help.opts man.opts | tr '\n' ' '); only in the man page: $(comm -13 help.opts man.opts | tr '\n' ' ')" \
-    eval '[ "$(wc -l <man.opts)" -ge 30 ] && cmp -s help.opts man.opts'
-# Every documented option is one rl-learn accepts (none is "unrecognized").
-unknown=
-while read -r o; do
-    rl-learn "$o" </dev/null >/dev/null 2>err.o
-    grep -qE 'unrecognized|invalid option' err.o && unknown="$unknown $o"
-done <man.opts
-check "every documented option is accepted by getopt" "unrecognized:$unknown" [ -z "$unknown" ]
+help_matches_man rl-learn 30
 expect "--version: exit 0" 0 '' -- rl-learn --version
 check "--version: 'rl-learn (rlpipe) 0.1.0', then the zstd and msgpack-c versions" "stdout: $(head -c 200 out)" \
     eval '[ "$(head -n 1 out)" = "rl-learn (rlpipe) 0.1.0" ] && sed -n 2p out | grep -qi zstd && sed -n 2p out | grep -qi msgpack'

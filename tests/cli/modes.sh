@@ -8,7 +8,6 @@ export PYTHONPATH=$RLPIPE_ROOT/tests/py
 cat_bin="$RLPIPE_BIN/rl-cat"
 
 # check NAME WHY TEST...: passes if TEST succeeds.
-check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 # pycheck NAME [ARG...] <<'EOF' ... EOF: passes if the Python script on stdin exits 0
 # (rltest is importable; ARGs are sys.argv[1:]); a failure shows the script's last lines.
 pycheck() {

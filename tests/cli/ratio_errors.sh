@@ -8,7 +8,6 @@
 cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
 
-check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 # records FILE: data records in a (possibly trailer-less) stream, each carrying w and mask.
 records() {
     "$PY" - "$1" "$RLPIPE_ROOT/tests/py" <<'EOF'

@@ -7,7 +7,6 @@
 cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
 
-check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 
 "$PY" - "$RLPIPE_ROOT" <<'EOF2' || { fail setup "could not write the model"; finish; }
 import json, shutil, sys

@@ -8,7 +8,6 @@ cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py
 
 # check NAME WHY TEST...: passes if TEST succeeds.
-check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "$name" "$why"; fi; }
 # on_tty COMMAND-LINE: runs it with stdin, stdout and stderr on a pseudo-terminal
 # (util-linux script); its status is the command's; what the terminal shows comes out on stderr.
 on_tty() { script -qec "$1" /dev/null </dev/null >&2; }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 #include "checkpoint.h"
 #include "model.h"
 #include "rng.h"
@@ -32,18 +33,7 @@ static model_config cfg_small(void) {
 
 // ---- Helpers ------------------------------------------------------------------
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static char *tmpdir(char *buf, size_t size) {
-    const char *t = getenv("TMPDIR");
-    snprintf(buf, size, "%s/rlpipe-ckpt.XXXXXX", t && *t ? t : "/tmp");
-    return mkdtemp(buf);
-}
+static char *tmpdir(char *buf, size_t size) { return tmpdir_named(buf, size, "rlpipe-ckpt"); }
 
 static int exists(const char *dir, const char *name) {
     char p[4096];

@@ -21,23 +21,13 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 #include "net.h"
 #include "push.h"
 
 // ---- Helpers ------------------------------------------------------------------
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void rm_rf(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static char *tmpdir(char *buf, size_t size) {
-    const char *t = getenv("TMPDIR");
-    snprintf(buf, size, "%s/rlpipe-net.XXXXXX", t && *t ? t : "/tmp");
-    return mkdtemp(buf);
-}
+static char *tmpdir(char *buf, size_t size) { return tmpdir_named(buf, size, "rlpipe-net"); }
 
 static double now_s(void) {
     struct timespec ts;
