@@ -33,6 +33,16 @@ enum { CLI_OPT_NOPROV = 1000, CLI_OPT_PROGRESS };
         {"no-provenance", no_argument, 0, CLI_OPT_NOPROV}, {"force", no_argument, 0, 'f'},            \
         {"quiet", no_argument, 0, 'q'}, {"progress", no_argument, 0, CLI_OPT_PROGRESS},               \
         {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, 'V'}
+// Their lines of --help, for the tools that take all of them.
+#define CLI_OUT_HELP                                                                                   \
+    "  -o, --output FILE      write records to FILE instead of standard output\n"                       \
+    "  -u, --uncompressed     write raw msgpack instead of zstd frames\n"                              \
+    "      --no-provenance    omit argv and time from the header written\n"                            \
+    "  -f, --force            write binary records even to a terminal\n"                               \
+    "  -q, --quiet            no summary line on standard error\n"                                     \
+    "      --progress         progress on standard error even when not a terminal\n"                   \
+    "  -h, --help             show this help and exit\n"                                               \
+    "  -V, --version          show versions and exit\n"
 // 1 if c was one of those options (stored in o; --help prints usage and
 // exits 0, --version exits 0), or an unknown option or missing value (exits
 // 2 pointing to --help); 0 if it is the tool's own.

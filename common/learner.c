@@ -279,9 +279,18 @@ void lrn_end(learner_t *l) {
     l->complete = l->n;
 }
 
-void lrn_member(learner_t *l, uint64_t group_size) {
+void lrn_member(learner_t *l, const rec_t *header) {
     l->complete = l->n;
-    l->group_size = group_size;
+    l->group_size = 0;
+    long i = rec_find(header, "sampling");
+    if (i < 0) return;
+    size_t n;
+    const uint8_t *v = rec_value(header, (size_t)i, &n);
+    rec_t *sampling = rec_new();
+    rl_err e;
+    if (rec_parse(sampling, v, n, &rec_default_limits, &e) || rec_get_uint(sampling, "group", &l->group_size) != REC_OK)
+        l->group_size = 0;
+    rec_free(sampling);
 }
 
 // Records in the next batch: the fewest whole groups holding >= batch

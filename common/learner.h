@@ -80,12 +80,13 @@ void lrn_free(learner_t *l);
 int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err);
 // The input has ended: the last group is complete.
 void lrn_end(learner_t *l);
-// A new member of the input begins: the groups held are complete, and its
-// groups hold group_size records each (its header's sampling.group; 0:
-// unknown), so that a group is complete once that many have arrived, without
-// waiting for the next group's first record, which a sampler pausing for the
-// weights trained on this batch (rl-sample --sync) will not send before.
-void lrn_member(learner_t *l, uint64_t group_size);
+// A new member of the input begins with this header: the groups held are
+// complete, and when its "sampling" says "group" (rl-sample writes it,
+// rl-ratio passes it on), each of its groups is complete once that many
+// records have arrived, without waiting for the next group's first record,
+// which a sampler pausing for the weights trained on this batch
+// (rl-sample --sync) will not send before.
+void lrn_member(learner_t *l, const rec_t *header);
 // 1 when a step can be taken: a full batch of complete groups is held (after
 // lrn_end with keep_last: any complete group).
 int lrn_ready(const learner_t *l, int keep_last);

@@ -27,6 +27,7 @@ typedef struct {
     int64_t shape[2];
     size_t off, n;             // in the table's layout of every parameter (gradients, moments), in floats
     size_t poff;               // into a weights set's params; SIZE_MAX for a matrix stored apart
+                               // (equal to off in f32 models, the only ones that train)
     int is_mat;                // a 2-D weight used in products (stored at the model's dtype)
 } mtensor;
 

@@ -29,6 +29,14 @@
 
 static char *tmpdir(char *buf, size_t size) { return tmpdir_named(buf, size, "rlpipe-net"); }
 
+// The address unix:DIR/rl.sock, parsed, in a new temporary directory DIR
+// (dir); addr gets its text. 0, or -1 with err.
+static int unix_addr_in_tmp(char *dir, size_t size, char *addr, size_t asize, net_addr *a, rl_err *err) {
+    if (!tmpdir(dir, size)) return err_set(err, "mkdtemp: %s", strerror(errno));
+    snprintf(addr, asize, "unix:%s/rl.sock", dir);
+    return net_parse(addr, a, err);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -165,11 +173,9 @@ static void parse_refuses_malformed_addresses_saying_why(void) {
 
 static void unix_listen_makes_a_socket_only_its_owner_may_use(void) {
     char dir[256], addr[512];
-    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
     net_addr a;
     rl_err err = {{0}};
-    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    CHECK(unix_addr_in_tmp(dir, sizeof dir, addr, sizeof addr, &a, &err) == 0, "%s", err.msg);
     mode_t old = umask(0);                       // the mode must not depend on the umask
     int lfd = net_listen(&a, &err);
     umask(old);
@@ -195,11 +201,9 @@ static void unix_listen_makes_a_socket_only_its_owner_may_use(void) {
 
 static void unix_listen_replaces_a_stale_socket(void) {
     char dir[256], addr[512];
-    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
     net_addr a;
     rl_err err = {{0}};
-    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    CHECK(unix_addr_in_tmp(dir, sizeof dir, addr, sizeof addr, &a, &err) == 0, "%s", err.msg);
     // A crashed receiver's socket: bound, listened on, closed, the file left behind.
     int old = net_listen(&a, &err);
     CHECK(old >= 0, "%s", err.msg);
@@ -217,11 +221,9 @@ static void unix_listen_replaces_a_stale_socket(void) {
 
 static void unix_listen_refuses_a_live_socket(void) {
     char dir[256], addr[512];
-    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
     net_addr a;
     rl_err err = {{0}};
-    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    CHECK(unix_addr_in_tmp(dir, sizeof dir, addr, sizeof addr, &a, &err) == 0, "%s", err.msg);
     int lfd = net_listen(&a, &err);
     CHECK(lfd >= 0, "%s", err.msg);
     int second = net_listen(&a, &err);
@@ -259,11 +261,9 @@ static void unix_listen_refuses_a_file_that_is_not_a_socket(void) {
 
 static void connect_to_nobody_is_unreachable(void) {
     char dir[256], addr[512];
-    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
     net_addr a;
     rl_err err = {{0}};
-    CHECK(net_parse(addr, &a, &err) == 0, "%s", err.msg);
+    CHECK(unix_addr_in_tmp(dir, sizeof dir, addr, sizeof addr, &a, &err) == 0, "%s", err.msg);
     int unreachable = 0;
     CHECK(net_connect(&a, &unreachable, &err) == -1 && unreachable == 1, "absent socket: %d", unreachable);
     CHECK(has(err.msg, "cannot connect to ") && has(err.msg, addr), "%s", err.msg);
@@ -647,10 +647,8 @@ static void a_probe_connection_is_a_silent_clean_end(void) {
     close(sv[0]);
     // Over a real unix socket, probed by a second net_listen.
     char dir[256], addr[512];
-    CHECK(tmpdir(dir, sizeof dir), "mkdtemp: %s", strerror(errno));
-    snprintf(addr, sizeof addr, "unix:%s/rl.sock", dir);
     net_addr na;
-    CHECK(net_parse(addr, &na, &err) == 0, "%s", err.msg);
+    CHECK(unix_addr_in_tmp(dir, sizeof dir, addr, sizeof addr, &na, &err) == 0, "%s", err.msg);
     int lfd = net_listen(&na, &err);
     CHECK(lfd >= 0, "%s", err.msg);
     CHECK(net_listen(&na, &err) == -1, "second listener");

@@ -301,21 +301,6 @@ static void report(const options *o, FILE *metrics, const lrn_metrics *m) {
 // Takes every step the held records allow, each saved and reported; signals
 // wait (busy) until its checkpoint and metrics line are out. 1 once version
 // --max-steps is written.
-// The samples per group of a member, from its header's "sampling" (rl-sample
-// writes it, rl-ratio passes it on); 0 when it does not say.
-static uint64_t header_group_size(const rec_t *h) {
-    long i = rec_find(h, "sampling");
-    if (i < 0) return 0;
-    size_t n;
-    const uint8_t *v = rec_value(h, (size_t)i, &n);
-    rec_t *sub = rec_new();
-    rl_err e;
-    uint64_t g = 0;
-    if (rec_parse(sub, v, n, &rec_default_limits, &e) == 0 && rec_get_uint(sub, "group", &g) != REC_OK) g = 0;
-    rec_free(sub);
-    return g;
-}
-
 static int train(run_t *r, learner_t *l, FILE *metrics, int keep_last, uint64_t *tokens) {
     const options *o = r->o;
     while (!(o->max_steps && r->version >= o->max_steps)) {
@@ -380,7 +365,7 @@ int main(int argc, char **argv) {
         while (!done && (ev = src_next(s, rec)) != RECR_END && ev != RECR_ERROR) {
             if (ev == RECR_HEADER && !is_training_kind(rec))
                 cli_die("member of another kind than \"rollouts\" or \"examples\": %s", name);
-            if (ev == RECR_HEADER) lrn_member(l, header_group_size(rec));
+            if (ev == RECR_HEADER) lrn_member(l, rec);
             if (ev != RECR_RECORD) continue;
             if (skipped < run.skip) {
                 skipped++;
