@@ -36,14 +36,14 @@ check() { local name=$1 why=$2; shift 2; if "$@"; then pass "$name"; else fail "
 
 # help_matches_man TOOL MIN, after `expect ... -- TOOL --help`: the options
 # --help lists (each line's text before its description) and those
-# man/TOOL.1 documents (.TP items of OPTIONS, at least MIN) are the same set,
+# man/TOOL.1 documents (.TP/.TQ items of OPTIONS, at least MIN) are the same set,
 # and getopt accepts every one of them (none is "unrecognized").
 help_matches_man() {
     local tool=$1 min=$2 o unknown=
     awk '/^ *-/ { sub(/^ +/, ""); split($0, a, /   +/); print a[1] }' "$T/out" |
         grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >"$T/help.opts"
     sed -n '/^\.SH OPTIONS/,/^\.SH [^O]/p' "$RLPIPE_ROOT/man/$tool.1" | sed 's/\\-/-/g' |
-        awk 'tp { print } { tp = /^\.TP/ }' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >"$T/man.opts"
+        awk 'tp { print } { tp = /^\.T[PQ]/ }' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u >"$T/man.opts"
     check "--help and man/$tool.1 document the same options" \
         "only in --help: $(comm -23 "$T/help.opts" "$T/man.opts" | tr '\n' ' '); only in the man page: $(comm -13 "$T/help.opts" "$T/man.opts" | tr '\n' ' ')" \
         eval '[ "$(wc -l <"$T/man.opts")" -ge '"$min"' ] && cmp -s "$T/help.opts" "$T/man.opts"'

@@ -219,6 +219,7 @@ expect "--help: exit 0" 0 '' -- rl-ratio --help
 check "--help: usage on stdout naming every option" "stdout: $(head -c 300 out)" \
     eval 'grep -qiE "^usage: *rl-ratio" out && for o in --model --mode --clip --mask --batch --metrics --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
 check "--help: stderr empty" "stderr: $(head -c 200 err)" [ ! -s err ]
+help_matches_man rl-ratio 15
 expect "--version: exit 0" 0 '' -- rl-ratio --version
 check "--version: first line 'rl-ratio (rlpipe) 0.1.0'" "stdout: $(head -c 200 out)" \
     eval '[ "$(head -n 1 out)" = "rl-ratio (rlpipe) 0.1.0" ]'
