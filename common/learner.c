@@ -490,7 +490,7 @@ static int micro_step(learner_t *l, lseq **mb, size_t k, loss_ctx *c, rl_err *er
     return rc;
 }
 
-int lrn_grad(learner_t *l, uint64_t version, lrn_metrics *m, rl_err *err) {
+int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
     double t0 = now();
     memset(m, 0, sizeof *m);
     if (!l->bn) {
@@ -538,7 +538,7 @@ int lrn_grad(learner_t *l, uint64_t version, lrn_metrics *m, rl_err *err) {
     for (size_t i = 0; i < ntr; i++)
         for (size_t t = 0; t < tr[i]->n; t++, ntok++) ent += tr[i]->ent[t];
     free(tr);
-    m->step = version + 1;
+    m->step = steps + 1;
     m->version = version + 1;
     m->epoch = l->epoch + 1;
     m->trained = ntr;
@@ -562,8 +562,8 @@ int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err) {
     return 0;
 }
 
-int lrn_step(learner_t *l, uint64_t version, lrn_metrics *m, rl_err *err) {
-    int rc = lrn_grad(l, version, m, err);
+int lrn_step(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
+    int rc = lrn_grad(l, version, steps, m, err);
     return rc ? rc : lrn_apply(l, m, err);
 }
 

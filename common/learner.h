@@ -54,7 +54,7 @@ void lrn_advantages(adv_kind k, const double *r, size_t n, double *a);
 // What one step did (DESIGN §4 and rl-learn(1) METRICS). "has_" flags say
 // whether the records carried what a statistic needs.
 typedef struct {
-    uint64_t step, version;           // the step taken; the version it produced (= step)
+    uint64_t step, version;           // the step taken (1 for the first); the version it produced
     uint64_t samples, groups, tokens; // sequences, groups, completion tokens in the step
     uint64_t trained;                 // sequences with a gradient (others have advantage 0)
     uint64_t fwd_tokens;              // prompt + completion tokens through the model
@@ -91,14 +91,16 @@ void lrn_member(learner_t *l, const rec_t *header);
 // lrn_end with keep_last: any complete group).
 int lrn_ready(const learner_t *l, int keep_last);
 
-// Takes one optimizer step on the batch (the model's version before it is
-// `version`, for lag). 0 done (*m filled); 1 abandoned because *o->stop was
-// set (the model is unchanged); -1 with err (a gradient that is not finite).
-int lrn_step(learner_t *l, uint64_t version, lrn_metrics *m, rl_err *err);
+// Takes one optimizer step on the batch: `steps` steps were taken before it
+// (the schedule and the bias corrections count them), and the model's version
+// before it is `version` (for lag; it produces version + 1). 0 done (*m
+// filled); 1 abandoned because *o->stop was set (the model is unchanged); -1
+// with err (a gradient that is not finite).
+int lrn_step(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err);
 // Its two halves. lrn_grad: the model's gradient := the step's loss gradient
 // (forward and backward over the micro-batches; 1 when abandoned);
 // lrn_apply: clipping and AdamW, and the batch is let go after its last epoch.
-int lrn_grad(learner_t *l, uint64_t version, lrn_metrics *m, rl_err *err);
+int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err);
 int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err);
 
 // Records consumed by finished batches (those steps are done), and held.

@@ -617,6 +617,48 @@ def config_and_seed_give_reproducible_random_weights_that_differ_between_seeds()
 
 
 @case
+def a_config_beside_a_tokenizer_makes_a_model_with_that_tokenizer():
+    tiny = os.path.join(rltest.ROOT, "models", "tiny")
+    c = path("c_tiny")
+    learn_ok("--config", os.path.join(tiny, "config.json"), "--out", c, input=b"")
+    same = read_bytes(os.path.join(vdir(c, 0), "tokenizer.json")) == read_bytes(os.path.join(tiny, "tokenizer.json"))
+    assert same, "models/tiny/tokenizer.json did not go into v000000"
+
+
+# ---- 9. starting from a checkpoint ------------------------------------------------------------
+
+@case
+def a_run_from_a_checkpoint_carries_its_version_on_and_counts_its_own_steps():
+    # SFT to version 3, then a run --init from it: the sampler, given the same
+    # directory, reads version 3, so the learner's versions must carry on from
+    # 3 (lag 0 for its tokens); the schedule and --max-steps count this run's steps.
+    sft, rl, met = path("c_from_sft"), path("c_from_rl"), path("from_rl.jsonl")
+    learn_ok("--init", MODEL, "--out", sft, "--batch", "4", "--max-steps", "3", LAYOUT_SRC)
+    assert latest(sft) == "v000003\n"
+    recs = rollouts([2] * 6, seed=9)
+    for r in recs:
+        r["ver"] = [3] * len(r["ids"])
+    src = write("from_sft.rlr", recs)
+    err = learn_ok("--init", sft, "--out", rl, "--batch", "4", "--lr", "1e-2", "--warmup", "4", "--keep", "0",
+                   "--max-steps", "2", "--metrics", met, src)
+    assert versions(rl) == [3, 4, 5], f"versions {versions(rl)}"
+    w3 = load_file(os.path.join(vdir(rl, 3), "model.safetensors"))
+    for k, t in load_file(os.path.join(vdir(sft, 3), "model.safetensors")).items():
+        assert torch.equal(w3[k], t), f"{k}: v000003 of the new run is not the --init weights"
+    assert all(not t.any() for t in load_file(os.path.join(vdir(rl, 3), "optimizer.safetensors")).values())
+    assert [(check_complete(rl, v)["version"], check_complete(rl, v)["step"]) for v in (3, 4, 5)] == \
+        [(3, 0), (4, 1), (5, 2)]
+    m = metrics(met)
+    got = [(x["step"], x["version"], x["lr"], x["lag_mean"]) for x in m]
+    assert got == [(1, 4, 1e-2 * 1 / 4, 0.0), (2, 5, 1e-2 * 2 / 4, 1.0)], got
+    assert "2 steps (versions 3 to 5)" in err, err
+    # resumed, it goes on counting: one more step to --max-steps 3
+    learn_ok("--resume", "--out", rl, "--batch", "4", "--lr", "1e-2", "--warmup", "4", "--max-steps", "3",
+             "--metrics", met, src)
+    assert latest(rl) == "v000006\n" and check_complete(rl, 6)["step"] == 3
+    assert metrics(met)[-1]["lr"] == 1e-2 * 3 / 4
+
+@case
 def a_group_is_complete_when_it_holds_the_headers_group_size_without_waiting_for_the_next():
     # rl-sample --sync sends nothing more until the weights trained on the
     # batch arrive: the learner must take its step on the batch's last group

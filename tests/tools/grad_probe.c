@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     src_close(s);
     lrn_end(l);
     lrn_metrics mt;
-    if (lrn_grad(l, 0, &mt, &e)) die(e.msg);
+    if (lrn_grad(l, 0, 0, &mt, &e)) die(e.msg);
 
     size_t nt = model_ntensors(m);
     st_out *out = xmalloc(nt * sizeof *out);

@@ -1,7 +1,8 @@
 // rl-learn — the learner: one optimizer step per batch of whole groups
 // (learner.h), a complete checkpoint after every step (checkpoint.h), a
-// metrics line per step. Version 0 is the initial model; version k the
-// weights after k steps.
+// metrics line per step. The initial model is written first, as the version
+// it had (0 for a model directory that is not a checkpoint); each step makes
+// the next version.
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -24,8 +25,9 @@ static const char USAGE[] =
     "\n"
     "Model:\n"
     "      --init DIR         start from this model directory, or a checkpoint's latest\n"
-    "                         version (its weights only; written as version 0)\n"
-    "      --config FILE      start from random weights of this config.json ...\n"
+    "                         version (its weights and version number)\n"
+    "      --config FILE      start from random weights of this config.json (with the\n"
+    "                         tokenizer.json beside it, if any) ...\n"
     "      --seed S           ... drawn with seed S (default 0)\n"
     "      --init-std STD     ... and standard deviation STD (default 0.02)\n"
     "      --out CKPT         the checkpoint directory (must hold no checkpoint yet)\n"
@@ -39,7 +41,7 @@ static const char USAGE[] =
     "      --micro M          micro-batches per step (gradient accumulation; default 1;\n"
     "                         more when one would exceed 16384 tokens)\n"
     "      --keep-last        at the end of input, train on a last partial batch too\n"
-    "      --max-steps N      stop once version N is written\n"
+    "      --max-steps N      stop after N steps (counted from --init, across --resume)\n"
     "\n"
     "Loss (DESIGN 4; rl-ratio's w and mask apply to pg and ppo, mask to sft):\n"
     "      --loss L           pg (default), ppo or sft\n"
@@ -200,7 +202,7 @@ static void set_stop_message(const char *root, uint64_t version) {
 typedef struct {
     const options *o;
     model_t *m;
-    uint64_t version, skip;
+    uint64_t version, steps, skip;   // the model's version; steps taken since --init
     char from[4096];         // the model directory tokenizer files are copied from ("": none)
 } run_t;
 
@@ -209,7 +211,7 @@ static void save(run_t *r, learner_t *l) {
     const adamw_opts *a = &lo->opt;
     sbuf st = {0};
     sbuf_printf(&st, "{\"version\": %llu, \"step\": %llu, \"records\": %llu, \"producer\": \"rl-learn %s\",\n",
-                (unsigned long long)r->version, (unsigned long long)r->version,
+                (unsigned long long)r->version, (unsigned long long)r->steps,
                 (unsigned long long)(r->skip + (l ? lrn_consumed(l) : 0)), RLPIPE_VERSION);
     sbuf_printf(&st, " \"loss\": \"%s\", \"adv\": \"%s\", \"batch\": %zu, \"micro\": %d, \"epochs\": %d, \"seed\": %llu",
                 lrn_loss_name(lo->loss), lrn_adv_name(lo->adv), lo->batch, lo->micro, lo->epochs,
@@ -234,7 +236,7 @@ static void save(run_t *r, learner_t *l) {
 }
 
 // The model to train: CKPT/latest with its optimizer state (--resume), or
-// the initial one, written as version 0.
+// the initial one, written as the version it has.
 static void start(run_t *r, tokenizer **tok) {
     const options *o = r->o;
     rl_err e;
@@ -250,22 +252,26 @@ static void start(run_t *r, tokenizer **tok) {
         snprintf(r->from, sizeof r->from, "%s", dir);
         uint64_t records = 0;
         int found = ckpt_state_uint(dir, "records", &records, &e);
+        if (found > 0) found = ckpt_state_uint(dir, "step", &r->steps, &e);
         if (found < 0) cli_die("%s", e.msg);
-        if (!found) cli_die("%s/state.json: no \"records\" count: not written by rl-learn", dir);
+        if (!found) cli_die("%s/state.json: no \"records\" or \"step\" count: not written by rl-learn", dir);
         r->skip = o->no_skip ? 0 : records;
     } else {
         if (have)
             cli_die("%s already holds checkpoints (latest: %s): continue with --resume, or choose another --out", o->out,
                     dir);
         if (o->init) {
-            uint64_t init_version;
-            if (ckpt_resolve(o->init, r->from, sizeof r->from, &init_version, &e) ||
+            if (ckpt_resolve(o->init, r->from, sizeof r->from, &r->version, &e) ||
                 !(r->m = model_load(r->from, NULL, &e)))
                 cli_die("%s", e.msg);
         } else {
             model_config c;
             if (cfg_load(o->config, &c, &e) || !(r->m = model_random(&c, o->seed, (float)o->init_std, NULL, &e)))
                 cli_die("%s", e.msg);
+            // The tokenizer beside the config file, if there is one, goes with it.
+            const char *slash = strrchr(o->config, '/');
+            if (!slash) snprintf(r->from, sizeof r->from, ".");
+            else snprintf(r->from, sizeof r->from, "%.*s", (int)(slash - o->config + (slash == o->config)), o->config);
         }
         if (model_train_init(r->m, &e)) cli_die("%s", e.msg);
     }
@@ -299,19 +305,20 @@ static void report(const options *o, FILE *metrics, const lrn_metrics *m) {
 }
 
 // Takes every step the held records allow, each saved and reported; signals
-// wait (busy) until its checkpoint and metrics line are out. 1 once version
-// --max-steps is written.
+// wait (busy) until its checkpoint and metrics line are out. 1 once
+// --max-steps steps are taken.
 static int train(run_t *r, learner_t *l, FILE *metrics, int keep_last, uint64_t *tokens) {
     const options *o = r->o;
-    while (!(o->max_steps && r->version >= o->max_steps)) {
+    while (!(o->max_steps && r->steps >= o->max_steps)) {
         if (!lrn_ready(l, keep_last)) return 0;
         lrn_metrics m;
         rl_err e;
         busy = 1;
-        int rc = lrn_step(l, r->version, &m, &e);
+        int rc = lrn_step(l, r->version, r->steps, &m, &e);
         if (rc < 0) cli_die("%s", e.msg);
         if (rc > 0) stop_now();   // abandoned: the newest checkpoint is the model before the step
         r->version = m.version;
+        r->steps = m.step;
         *tokens += m.tokens;
         save(r, l);
         report(o, metrics, &m);
@@ -354,7 +361,7 @@ int main(int argc, char **argv) {
     uint64_t first = run.version, skipped = 0, tokens = 0, nread = 0;
     cli_progress prog;
     cli_progress_init(&prog, o.progress);
-    int done = o.max_steps && run.version >= o.max_steps;
+    int done = o.max_steps && run.steps >= o.max_steps;
     rec_t *rec = rec_new();
     for (int i = 0; i < ninputs && !done; i++) {
         rl_err e;
