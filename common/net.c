@@ -361,3 +361,8 @@ int net_recv_all(int fd, void *p, size_t n, int stop_fd, double timeout, rl_err 
     }
     return 0;
 }
+
+int net_hung_up(int fd) {
+    struct pollfd p = {.fd = fd, .events = 0};   // POLLERR and POLLHUP are reported whatever is asked
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLERR | POLLHUP)) != 0;
+}

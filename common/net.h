@@ -52,4 +52,8 @@ int net_send_all(int fd, const void *p, size_t n, int stop_fd, double timeout, r
 // (a clean end); -1 with err.
 int net_recv_all(int fd, void *p, size_t n, int stop_fd, double timeout, rl_err *err);
 
+// 1 when fd is a pipe or socket whose reading end has closed (a write would
+// fail with EPIPE); 0 otherwise, and for files. Does not block.
+int net_hung_up(int fd);
+
 #endif

@@ -95,13 +95,15 @@ void rcv_release(rcv_t *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
-int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop) {
+int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop, int out_fd) {
     double t0 = now_s();
+    int gone = 0;
     pthread_mutex_lock(&r->mu);
     r->held = 0;
     pthread_cond_broadcast(&r->cv);
-    while (r->st.version < v && !r->stopping && !*stop) {
-        // A signal handler cannot signal the condition: look at *stop every 50 ms.
+    while (r->st.version < v && !r->stopping && !*stop && !(gone = out_fd >= 0 && net_hung_up(out_fd))) {
+        // A signal handler cannot signal the condition, nor a reader going
+        // away: look at *stop and out_fd every 50 ms.
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 50000000L;
@@ -113,7 +115,7 @@ int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop) {
     }
     if (r->ready) install(r, 1);
     r->held = 1;
-    int64_t got = r->st.version >= v ? (int64_t)r->st.version : -1;
+    int64_t got = r->st.version >= v ? (int64_t)r->st.version : gone ? -2 : -1;
     r->st.wait_s += now_s() - t0;
     pthread_mutex_unlock(&r->mu);
     return got;

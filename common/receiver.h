@@ -44,8 +44,10 @@ uint64_t rcv_hold(rcv_t *r);
 // while waiting): pushes verified meanwhile are installed at once.
 void rcv_release(rcv_t *r);
 // Released until weights of version >= v are installed; returns the version,
-// or -1 when *stop became non-zero or the receiver failed (the caller still holds the model afterwards).
-int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop);
+// -1 when *stop became non-zero or the receiver failed, or -2 when out_fd (a
+// pipe or socket the caller writes; -1: none) lost its reader, so that nothing
+// it would make could be delivered. The caller holds the model afterwards.
+int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop, int out_fd);
 
 typedef struct {
     uint64_t installed, refused;     // pushes

@@ -12,6 +12,7 @@ Every process runs in its own process group with a timeout, and is killed
 when a case fails: nothing may hang CI.
 """
 import json
+import msgpack
 import os
 import re
 import signal
@@ -358,6 +359,25 @@ def full_loop_sample_ratio_learn_with_rl_sync_watch_pushing_to_both_ends_cleanly
     assert not os.path.exists(ratio_sock) and not os.path.exists(path("loop.sock")), "a socket file was left behind"
 
 
+
+@case
+def a_sampler_waiting_for_weights_ends_when_its_reader_has_gone():
+    # The learner ends (--max-steps) while the sampler waits, written out, for
+    # weights nobody will push: it must not wait for ever. It ends as a write
+    # to the closed pipe would end it (SIGPIPE), without writing.
+    with iu.Procs(WORK) as P:
+        s = P.start("rl-sample", "--model", V0, "--listen", "unix:" + path("gone.sock"), "-n", "2", "--slots", "4",
+                    "--max-new-tokens", "4", "--epochs", "0", "--sync", "--batch", "4", "-u", PROMPTS,
+                    stdout=subprocess.PIPE, name="rl-sample")
+        up, recs = msgpack.Unpacker(raw=False), []
+        while len(recs) < 4:                        # one batch written: now it waits for v1
+            b = os.read(s.stdout.fileno(), 1 << 16)
+            assert b, f"the output ended after {len(recs)} records: {iu.stderr_of(s)[-300:]}"
+            up.feed(b)
+            recs += [o for o in up if "rlpipe" not in o]
+        s.stdout.close()                            # the reader goes away
+        rc = iu.exit_status(s, 10)
+        assert rc == -signal.SIGPIPE, f"exit {rc}, expected death by SIGPIPE: {iu.stderr_of(s)[-300:]}"
 
 @case
 def a_receiver_killed_by_sigterm_or_ending_in_an_error_leaves_no_socket_file():

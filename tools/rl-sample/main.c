@@ -342,8 +342,10 @@ int main(int argc, char **argv) {
         if (n == 0 && !more) break;
         if (n == 0 && lagging) {   // all written: wait for the learner's weights
             if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
-            if (rcv_wait(rcv, version_needed(version, started, per_batch, (uint64_t)o.max_lag), &stop_requested) < 0)
-                break;
+            int64_t got = rcv_wait(rcv, version_needed(version, started, per_batch, (uint64_t)o.max_lag),
+                                   &stop_requested, fd);
+            if (got == -2) raise(SIGPIPE);   // the reader has gone: end as the next write would
+            if (got < 0) break;
         }
         if (cli_progress_due(&prog)) {
             const ro_totals *t = ro_total(ro);
