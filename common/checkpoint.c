@@ -452,14 +452,16 @@ static int discard(const char *root, const char *name, rl_err *err) {
     return rm_tree(to, err);
 }
 
-// Of the versions up to newest, removes all but the newest keep.
-static int remove_old(const char *root, uint64_t newest, int keep, rl_err *err) {
+// Of the versions up to newest, removes all but the newest keep and the
+// multiples of every (> 0).
+static int remove_old(const char *root, uint64_t newest, int keep, uint64_t every, rl_err *err) {
     uint64_t *v;
     size_t n;
     if (ckpt_versions(root, &v, &n, err)) return -1;
     while (n && v[n - 1] > newest) n--;   // leftovers newer than latest: replaced when written
     int rc = 0;
     for (size_t i = 0; i + (size_t)keep < n && rc == 0; i++) {
+        if (every && v[i] % every == 0) continue;
         char name[32];
         version_name(name, sizeof name, v[i]);
         rc = discard(root, name, err);
@@ -521,7 +523,7 @@ static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err 
     }
     if (fsync_path(root, 1, err)) return -1;
 
-    if (o->keep > 0 && remove_old(root, o->version, o->keep, err)) {
+    if (o->keep > 0 && remove_old(root, o->version, o->keep, o->keep_every, err)) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);
         return err_set(err, "%s written, but removing the old versions failed: %s", path, why);

@@ -30,6 +30,7 @@ typedef struct {
                                // generation_config.json when present, are copied in
     int keep;                  // > 0: afterwards, of the versions up to this one keep the newest
                                // `keep` and remove the older; 0: keep all
+    uint64_t keep_every;       // > 0: with keep > 0, versions that are multiples of it stay too
 } ckpt_write_opts;
 
 // Writes the version directory root/vNNNNNN: config.json and model.safetensors

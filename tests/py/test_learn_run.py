@@ -225,6 +225,9 @@ def keep_2_keeps_only_the_two_newest_versions():
     assert latest(c) == "v000005\n"
     for v in (4, 5):
         assert check_complete(c, v)["records"] == 4 * v
+    c = path("c_keep_every")
+    learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--keep", "2", "--keep-every", "2", src)
+    assert versions(c) == [0, 2, 4, 5], f"--keep 2 --keep-every 2: {versions(c)}"
 
 
 # ---- 2. resuming -----------------------------------------------------------------------------

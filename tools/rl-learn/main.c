@@ -35,6 +35,7 @@ static const char USAGE[] =
     "                         the records its steps consumed are skipped first\n"
     "      --no-skip          with --resume, train on the input from its first record\n"
     "      --keep K           keep the K newest versions (default 5; 0 = all)\n"
+    "      --keep-every N     and every version that is a multiple of N\n"
     "\n"
     "Batches:\n"
     "      --batch N          sequences per step, at least: whole groups (default 64)\n"
@@ -77,14 +78,14 @@ static const char USAGE[] =
 
 typedef struct {
     const char *init, *config, *out, *metrics;
-    uint64_t seed, max_steps;
+    uint64_t seed, max_steps, keep_every;
     double init_std;
     int resume, no_skip, keep, keep_last, quiet, progress;
     lrn_opts lrn;
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_BATCH, O_MICRO,
+    enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS };
     static const struct option longopts[] = {
@@ -92,6 +93,7 @@ static options parse_options(int argc, char **argv) {
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
         {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
         {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
+        {"keep-every", required_argument, 0, O_KEEP_EVERY},
         {"batch", required_argument, 0, O_BATCH},     {"micro", required_argument, 0, O_MICRO},
         {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
         {"loss", required_argument, 0, O_LOSS},       {"adv", required_argument, 0, O_ADV},
@@ -120,6 +122,7 @@ static options parse_options(int argc, char **argv) {
         case O_RESUME: o.resume = 1; break;
         case O_NO_SKIP: o.no_skip = 1; break;
         case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
+        case O_KEEP_EVERY: o.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
         case O_BATCH: o.lrn.batch = cli_parse_uint("--batch", optarg, 1 << 20, 0); break;
         case O_MICRO: o.lrn.micro = (int)cli_parse_uint("--micro", optarg, 1 << 20, 0); break;
         case O_KEEP_LAST: o.keep_last = 1; break;
@@ -227,7 +230,8 @@ static void save(run_t *r, learner_t *l) {
                 (unsigned long long)a->total_steps);
     sbuf_putc(&st, 0);
     ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
-                         .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep};
+                         .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
+                         .keep_every = r->o->keep_every};
     rl_err e;
     int rc = ckpt_write(&w, r->m, &e);
     sbuf_free(&st);
