@@ -9,17 +9,17 @@
 
 const ratio_opts ratio_default_opts = {.mode = RATIO_TOKEN, .clip = 2.0, .lo = 0, .hi = INFINITY};
 
-static const char *const MODE_NAMES[] = {"token", "seq", "geo"};
+static const char *const MODE_NAMES[] = {"token", "seq", "geo", "none"};
 
 const char *ratio_mode_name(ratio_mode m) { return MODE_NAMES[m]; }
 
 int ratio_parse_mode(const char *s, ratio_mode *out, rl_err *err) {
-    for (int m = 0; m < 3; m++)
+    for (int m = 0; m < 4; m++)
         if (!strcmp(s, MODE_NAMES[m])) {
             *out = (ratio_mode)m;
             return 0;
         }
-    return err_set(err, "--mode: expected token, seq or geo, got '%s'", s);
+    return err_set(err, "--mode: expected token, seq, geo or none, got '%s'", s);
 }
 
 // A whole string that is a number (strtod: "2", "0.5", "1e3", "inf"), not NaN.
@@ -63,6 +63,13 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
                      float *w, uint8_t *mask) {
     int cap = ratio_capping(o);
     size_t capped = 0;
+    if (o->mode == RATIO_NONE) {
+        for (size_t t = 0; t < n; t++) {
+            w[t] = 1;
+            mask[t] = 1;
+        }
+        return 0;
+    }
     if (o->mode == RATIO_TOKEN) {
         for (size_t t = 0; t < n; t++) {
             double rho = exp((double)logp_learner[t] - (double)logp[t]);

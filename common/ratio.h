@@ -7,6 +7,7 @@
 //   token (TIS):  w_t = min(rho_t, C)
 //   seq:          w_t = min(R, C) for every t,  R = prod rho_t = exp(sum d_t)
 //   geo:          w_t = min(G, C) for every t,  G = exp(mean d_t)
+//   none:         w_t = 1 (no correction; the mismatch is still measured)
 // Products are sums of logs, so long sequences neither overflow nor underflow
 // before the cap. With a mask [lo, hi] (MIS / IcePop), a token (token mode) or
 // a whole sequence (seq, geo: judged on R or G) whose ratio lies outside gets
@@ -22,7 +23,7 @@
 #include "mismatch.h"
 #include "record.h"
 
-typedef enum { RATIO_TOKEN = 0, RATIO_SEQ, RATIO_GEO } ratio_mode;
+typedef enum { RATIO_TOKEN = 0, RATIO_SEQ, RATIO_GEO, RATIO_NONE } ratio_mode;
 
 typedef struct {
     ratio_mode mode;
@@ -35,7 +36,7 @@ typedef struct {
 extern const ratio_opts ratio_default_opts;   // token mode, C = 2, no mask
 
 // Option values: 0, or -1 with err saying what was expected.
-int ratio_parse_mode(const char *s, ratio_mode *out, rl_err *err);      // token|seq|geo
+int ratio_parse_mode(const char *s, ratio_mode *out, rl_err *err);      // token|seq|geo|none
 int ratio_parse_clip(const char *s, double *out, rl_err *err);          // a number > 0, or inf
 int ratio_parse_mask(const char *s, double *lo, double *hi, rl_err *err);  // "LO,HI"
 const char *ratio_mode_name(ratio_mode m);

@@ -193,7 +193,7 @@ expect "--model with state.json version not an integer: exit 1" 1 '^rl-ratio: er
     -- rl-ratio --model badstate good.rlr -o x.rlr
 
 # ---- usage errors (exit 2), help and version -------------------------------------------
-expect "--mode bogus: usage error" 2 '^rl-ratio: error: --mode: expected token, seq or geo' -- rl-ratio --mode bogus good.rlr
+expect "--mode bogus: usage error" 2 '^rl-ratio: error: --mode: expected token, seq, geo or none' -- rl-ratio --mode bogus good.rlr
 check "--mode bogus: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]
 expect "--clip 0: usage error" 2 '^rl-ratio: error: --clip: expected a number > 0' -- rl-ratio --clip 0 good.rlr
 expect "--clip -1: usage error" 2 '^rl-ratio: error: --clip: expected a number > 0' -- rl-ratio --clip -1 good.rlr
@@ -204,6 +204,8 @@ expect "--mask 1,1: usage error" 2 '^rl-ratio: error: --mask: expected 0 <= LO <
 expect "--mask -1,2: usage error" 2 '^rl-ratio: error: --mask: expected 0 <= LO < HI' -- rl-ratio --mask -1,2 good.rlr
 expect "--mask 1: usage error" 2 '^rl-ratio: error: --mask: expected LO,HI' -- rl-ratio --mask 1 good.rlr
 expect "--mask a,b: usage error" 2 '^rl-ratio: error: --mask: expected LO,HI' -- rl-ratio --mask a,b good.rlr
+expect "--mode none --clip 2: usage error" 2 '^rl-ratio: error: --mode none gives every token weight 1' -- rl-ratio --mode none --clip 2 good.rlr
+expect "--mode none --mask: usage error" 2 '^rl-ratio: error: --mode none' -- rl-ratio --mode none --mask 0.5,2 good.rlr
 expect "--batch 0: usage error" 2 '^rl-ratio: error: --batch' -- rl-ratio --batch 0 good.rlr
 expect "--batch x: usage error" 2 '^rl-ratio: error: --batch' -- rl-ratio --batch x good.rlr
 expect "unknown option: usage error naming it" 2 'bogus' -- rl-ratio --bogus good.rlr

@@ -149,6 +149,8 @@ def expected(rec, mode="token", clip=2.0, clip_set=False, mask=None):
     d = arr(rec["logp_learner"]) - arr(rec["logp"])
     T = len(d)
     cap = mask is None or clip_set
+    if mode == "none":
+        return np.ones(T), np.ones(T, bool), 0
     if mode == "token":
         rho = np.exp(d)
         w = np.minimum(rho, clip) if cap else rho
@@ -184,6 +186,7 @@ VARIANTS = [
     (["--mode", "seq", "--mask", "0.1,10"], dict(mode="seq", mask=(0.1, 10.0))),
     (["--mode", "seq", "--mask", "0.5,2", "--clip", "1.5"], dict(mode="seq", mask=(0.5, 2.0), clip=1.5, clip_set=True)),
     (["--mode", "geo", "--mask", "0.9,1.1"], dict(mode="geo", mask=(0.9, 1.1))),
+    (["--mode", "none"], dict(mode="none")),
 ]
 
 
@@ -212,7 +215,9 @@ def weights_and_masks_of_every_mode_agree_with_numpy_float64():
     for (label, masked, capped), (args, kw) in zip(exercised, VARIANTS):
         if kw.get("mask"):
             assert masked > 0, f"{label}: no token masked: the test data does not exercise --mask"
-        if kw.get("clip", 2.0) != math.inf and (not kw.get("mask") or kw.get("clip_set")):
+        if kw.get("mode") == "none":
+            assert capped == 0 and masked == 0, f"{label}: {capped} capped, {masked} masked"
+        elif kw.get("clip", 2.0) != math.inf and (not kw.get("mask") or kw.get("clip_set")):
             assert capped > 0, f"{label}: no token capped: the test data does not exercise the cap"
     print("# (variant, tokens masked, tokens capped):", exercised, flush=True)
 

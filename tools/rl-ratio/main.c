@@ -34,7 +34,8 @@ static const char USAGE[] =
     "\n"
     "Weights, with rho = exp(logp_learner - logp) per token:\n"
     "      --mode MODE        token: w = min(rho, C) per token (TIS, the default);\n"
-    "                         seq: w = min(prod rho, C); geo: w = min(exp(mean log rho), C)\n"
+    "                         seq: w = min(prod rho, C); geo: w = min(exp(mean log rho), C);\n"
+    "                         none: w = 1, no correction (the mismatch is still measured)\n"
     "      --clip C           the cap C > 0 (default 2; inf: no cap)\n"
     "      --mask LO,HI       mask 0 for tokens (token mode) or sequences (seq, geo) whose\n"
     "                         ratio is outside [LO, HI], instead of capping (cap as well\n"
@@ -90,6 +91,8 @@ static options parse_options(int argc, char **argv) {
         case O_TOKEN: o.token_file = optarg; break;
         }
     }
+    if (o.scr.ratio.mode == RATIO_NONE && (o.scr.ratio.mask || o.scr.ratio.clip_set))
+        cli_usage_error("--mode none gives every token weight 1: --clip and --mask do not apply");
     if (o.listen && !o.model) cli_usage_error("--listen replaces the weights of --model DIR: give it");
     if (o.token_file && !o.listen) cli_usage_error("--token-file is for --listen");
     if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
