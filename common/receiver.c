@@ -465,8 +465,8 @@ void rcv_remove_at_exit(const rcv_t *r) {
     if (r->addr.tcp) return;
     snprintf(exit_unlink, sizeof exit_unlink, "%s", r->addr.path);
     atexit(unlink_at_exit);
-    int sigs[] = {SIGINT, SIGTERM};
-    for (int i = 0; i < 2; i++) {
+    int sigs[] = {SIGINT, SIGTERM, SIGPIPE};   // SIGPIPE: the reader of the output has gone
+    for (int i = 0; i < 3; i++) {
         struct sigaction old, sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = unlink_and_die;

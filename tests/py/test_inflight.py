@@ -378,6 +378,7 @@ def a_sampler_waiting_for_weights_ends_when_its_reader_has_gone():
         s.stdout.close()                            # the reader goes away
         rc = iu.exit_status(s, 10)
         assert rc == -signal.SIGPIPE, f"exit {rc}, expected death by SIGPIPE: {iu.stderr_of(s)[-300:]}"
+        assert not os.path.exists(path("gone.sock")), "the socket file was left behind"
 
 @case
 def a_receiver_killed_by_sigterm_or_ending_in_an_error_leaves_no_socket_file():

@@ -1,0 +1,90 @@
+#!/bin/bash
+# rl-run.sh — one RL run as the shell pipeline rlpipe is made for:
+#
+#   rl-sample --listen S | rl-ratio --listen R | tee rollouts.rlr | rl-learn --out ckpt/
+#   rl-sync --watch ckpt/ --to S --to R          (every new version pushed in flight)
+#
+# Usage: rl-run.sh --init DIR --prompts FILE --out RUN [OPTION]...
+#   --dtype T          sampler precision (default bf16)
+#   --group G          samples per prompt (default 8)
+#   --batch N          records per learner step (default 128)
+#   --steps N          learner steps (default 300)
+#   --lr X             learning rate (default 1e-4)
+#   --max-lag K        in-flight, lag bounded by K (default 2); --sync: the baseline
+#   --ratio "ARGS"     rl-ratio's weighting options (default "--clip 2")
+#   --seed S           sampler and learner seed (default 1)
+#   --keep-every E     versions kept for evaluation (default 25)
+#   --max-new-tokens N (default 48)
+#
+# RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl
+# (metrics), rollouts.rlr (the records the learner trained on, for replay and
+# lag statistics), log/{sample,ratio,learn,sync}.log, and run.json (wall
+# time, exit statuses). The run ends when rl-learn has taken --steps steps:
+# rl-ratio and rl-sample then end by SIGPIPE (status 141), and rl-sync once
+# its receivers have gone. Exit 0 when rl-learn and rl-sync exit 0 and the
+# others 0 or 141.
+set -u
+BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
+init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
+keep_every=25 max_new=48
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--max-new-tokens N]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case $1 in
+    --init) init=$2; shift ;;
+    --prompts) prompts=$2; shift ;;
+    --out) out=$2; shift ;;
+    --dtype) dtype=$2; shift ;;
+    --group) group=$2; shift ;;
+    --batch) batch=$2; shift ;;
+    --steps) steps=$2; shift ;;
+    --lr) lr=$2; shift ;;
+    --max-lag) lag="--max-lag $2"; shift ;;
+    --sync) lag="--sync" ;;
+    --ratio) ratio=$2; shift ;;
+    --seed) seed=$2; shift ;;
+    --keep-every) keep_every=$2; shift ;;
+    --max-new-tokens) max_new=$2; shift ;;
+    *) usage ;;
+    esac
+    shift || usage
+done
+[ -n "$init" ] && [ -n "$prompts" ] && [ -n "$out" ] || usage
+
+if [ -e "$out" ]; then rm -rf "$out" || exit 1; fi
+mkdir -p "$out/log" || exit 1
+log=$out/log
+s_addr=unix:$out/sample.sock r_addr=unix:$out/ratio.sock
+t0=$(date +%s.%N)
+(
+    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --listen "$s_addr" $lag --batch "$batch" \
+        --max-new-tokens "$max_new" --epochs 0 --seed "$seed" "$prompts" 2>"$log/sample.log" |
+        "$BIN/rl-ratio" --model "$init" --listen "$r_addr" --batch "$batch" $ratio --metrics "$out/ratio.jsonl" \
+            2>"$log/ratio.log" |
+        tee "$out/rollouts.rlr" |
+        "$BIN/rl-learn" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
+            --keep 1 --keep-every "$keep_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
+    echo "${PIPESTATUS[*]}" >"$out/pipe.status"
+) &
+pipe=$!
+# rl-sync waits (--retry) for the receivers to listen and for version 0
+"$BIN/rl-sync" --watch "$out/ckpt" --to "$s_addr" --to "$r_addr" --retry 60 2>"$log/sync.log" &
+sync=$!
+wait $pipe
+wait $sync
+sync_rc=$?
+t1=$(date +%s.%N)
+read -r s_rc r_rc tee_rc l_rc <"$out/pipe.status"
+ok=1
+case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
+case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
+case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
+[ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s}\n' \
+    "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$group" "$batch" "$steps" \
+    "$lr" "$lag" "$ratio" "$seed" >"$out/run.json"
+if [ $ok = 0 ]; then
+    echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2
+    for f in "$log"/*.log; do echo "== $f" >&2; tail -n 3 "$f" >&2; done
+    exit 1
+fi
+tail -n 1 "$log/learn.log"
