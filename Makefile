@@ -36,7 +36,7 @@ CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp-simd -pthread $(PKG_CFLAGS) $(CFLAGS)
 
-.PHONY: all check install clean aux
+.PHONY: all check install clean aux demo
 all: $(addprefix $(BIN)/,$(TOOLS))
 # aux: the test and benchmark drivers
 aux: $(AUX)
@@ -101,6 +101,12 @@ TEST_BINS := $(AUX) $(addprefix $(BUILD)/tests/,$(TESTS)) $(addprefix $(BUILD)/a
 check: all $(TEST_BINS)
 	@sh scripts/deps.sh test
 	@BUILD=$(BUILD) BIN=$(BIN) bash tests/run.sh
+
+# The main job on the built-in tiny model (experiments/demo/Makefile): SFT,
+# then RL in flight, held-out accuracy before and after; its last line says it.
+demo: all
+	@sh scripts/deps.sh demo
+	@$(MAKE) --no-print-directory -C experiments/demo BIN=$(abspath $(BIN))
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5

@@ -2,6 +2,7 @@
 # Installs the Debian packages rlpipe needs, when they are missing.
 #   scripts/deps.sh build   libraries and headers to compile the tools
 #   scripts/deps.sh test    also what the tests compare against (Python references, zstd, script)
+#   scripts/deps.sh demo    also what make demo and the experiments use (python3, gnuplot)
 # As root, missing packages are installed with apt-get; otherwise the exact
 # command is printed and the script fails.
 set -eu
@@ -23,6 +24,10 @@ pc_has openblas || need libopenblas-dev
 pc_has libxxhash || need libxxhash-dev
 pc_has libcrypto || need libssl-dev
 
+if [ "$what" = demo ]; then
+    command -v python3 >/dev/null 2>&1 || need python3
+    command -v gnuplot >/dev/null 2>&1 || need gnuplot-nox
+fi
 if [ "$what" = test ]; then
     py=/usr/bin/python3
     [ -x $py ] || need python3
