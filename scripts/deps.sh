@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages rlpipe needs, when they are missing.
 #   scripts/deps.sh build   libraries and headers to compile the tools
-#   scripts/deps.sh test    also what the tests compare against (Python references, zstd, script)
+#   scripts/deps.sh test    also what the tests compare against (Python references, zstd, script, gnuplot)
 #   scripts/deps.sh demo    also what make demo and the experiments use (python3, gnuplot)
 # As root, missing packages are installed with apt-get; otherwise the exact
 # command is printed and the script fails.
@@ -37,6 +37,7 @@ if [ "$what" = test ]; then
     $py -c 'import xxhash' 2>/dev/null || need python3-xxhash
     command -v zstd >/dev/null 2>&1 || need zstd
     command -v script >/dev/null 2>&1 || need bsdutils
+    command -v gnuplot >/dev/null 2>&1 || need gnuplot-nox   # tests/cli/experiments.sh draws the demo's plot
     $py -c 'import torch' 2>/dev/null || need python3-torch
     $py -m pip --version >/dev/null 2>&1 || need python3-pip
 fi

@@ -70,10 +70,15 @@ pipe=$!
 "$BIN/rl-sync" --watch "$out/ckpt" --to "$s_addr" --to "$r_addr" --retry 60 2>"$log/sync.log" &
 sync=$!
 wait $pipe
-wait $sync
-sync_rc=$?
 t1=$(date +%s.%N)
 read -r s_rc r_rc tee_rc l_rc <"$out/pipe.status"
+# rl-sync ends by itself once the receivers it reached have gone; if the
+# learner failed before its first version, it has reached none: stop it.
+[ "$l_rc" = 0 ] || kill -TERM $sync 2>/dev/null
+for _ in $(seq 300); do kill -0 $sync 2>/dev/null || break; sleep 0.1; done
+kill -TERM $sync 2>/dev/null && echo "rl-run.sh: rl-sync still running 30 s after the pipeline: stopped" >&2
+wait $sync
+sync_rc=$?
 ok=1
 case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac

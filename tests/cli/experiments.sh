@@ -1,0 +1,51 @@
+#!/bin/bash
+# make demo's machinery on a budget of seconds (experiments/demo/Makefile,
+# lib/rl-run.sh, eval.sh, stage.sh, report.py): every stage runs and logs,
+# the RL pipeline ends cleanly with its versions following the SFT model's,
+# the last line is the one the issue fixes, RESULTS.md and the PNG are
+# written, a second make redoes nothing, and a failing stage stops make
+# naming its log. Whether RL learns is the full demo's business, not this.
+. "$(dirname "$0")/../lib.sh"
+cd "$T" || exit 1
+demo() {
+    make --no-print-directory -C "$RLPIPE_ROOT/experiments/demo" BIN="$RLPIPE_BIN" PYTHON="$PY" OUT="$T/d" \
+        RESULTS="$T/res" TEST=20 SFT_STEPS=4 RL_STEPS=3 BATCH=16 KEEP_EVERY=1 "$@"
+}
+
+expect "make: exit 0" 0 '' -- demo
+check "the last line: held-out accuracy: before RL X, after RL Y (20 problems)" "stdout: $(tail -n 3 out)" \
+    eval 'tail -n 1 out | grep -qE "^held-out accuracy: before RL (0|1|0\.[0-9]+), after RL (0|1|0\.[0-9]+) \(20 problems\)$"'
+check "one line per stage on stderr, each done" "stderr: $(head -c 600 err)" \
+    eval '[ "$(grep -cE "^[1-6]-[a-z-]+ +\.\.\. done in [0-9.]+ s" err)" = 6 ]'
+for s in 1-data 2-sft 3-eval-sft 4-rl 5-eval-rl 6-report; do
+    check "stage $s: a log and a time" "$(ls d/log 2>&1)" test -s "d/log/$s.time" -a -e "d/log/$s.log"
+done
+check "the RL run: rl-learn and rl-sync exit 0, sampler and scorer 0 or SIGPIPE" "$(cat d/rl/run.json 2>&1)" \
+    "$PY" -c '
+import json, sys
+e = json.load(open("d/rl/run.json"))["exit"]
+sys.exit(not (e["rl-learn"] == 0 and e["rl-sync"] == 0 and e["rl-sample"] in (0, 141) and e["rl-ratio"] in (0, 141)))'
+check "RL versions follow the SFT model's: 5, 6, 7 after version 4" "$(cat d/rl/learn.jsonl 2>&1 | head -c 300)" \
+    "$PY" -c '
+import json, sys
+m = [json.loads(x) for x in open("d/rl/learn.jsonl")]
+sys.exit(not ([(x["step"], x["version"]) for x in m] == [(1, 5), (2, 6), (3, 7)] and all(x["lag_mean"] >= 0 for x in m)))'
+check "every kept RL version evaluated: 4 (the SFT model) to 7" "$(cat d/rl/eval.jsonl 2>&1)" \
+    "$PY" -c '
+import json, sys
+sys.exit([json.loads(x)["version"] for x in open("d/rl/eval.jsonl")] != [4, 5, 6, 7])'
+check "no socket file left" "$(ls d/rl)" eval '! ls d/rl | grep -q sock'
+check "RESULTS.md: the before/after table and the plot" "$(head -c 400 res/RESULTS.md 2>&1)" \
+    eval 'grep -q "^| after SFT (version 4) |" res/RESULTS.md && grep -q "(demo.png)" res/RESULTS.md'
+check "demo.png is a PNG" "$(head -c 8 res/demo.png 2>&1 | od -c | head -1)" \
+    eval '[ "$(head -c 4 res/demo.png | od -An -c | tr -d " ")" = "211PNG" ]'
+
+last=$(tail -n 1 out)
+expect "make again: exit 0" 0 '' -- demo
+check "make again: no stage rerun, the same last line" "stderr: $(head -c 300 err); stdout: $(tail -n 1 out)" \
+    eval '! grep -q "\.\.\. done" err && [ "$(tail -n 1 out)" = "$last" ]'
+
+rm -f d/.rl d/.rl-eval d/.report
+expect "a failing stage: make fails, saying which stage and where its log is" 2 '4-rl +\.\.\. FAILED \(exit 1\).*d/log/4-rl.log' \
+    -- demo LR=-1
+finish
