@@ -33,6 +33,14 @@ def jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def evals(path):
+    """lib/eval.sh's lines (older ones said "problems" for "samples")."""
+    out = jsonl(path)
+    for e in out:
+        e.setdefault("samples", e.get("problems"))
+    return out
+
+
 class Run:
     """One lib/rl-run.sh run: its steps, held-out evaluations and wall time."""
 
@@ -44,9 +52,13 @@ class Run:
             raise SystemExit(f"report.py: {d}/learn.jsonl: no steps")
         self.base = self.steps[0]["version"] - self.steps[0]["step"]   # the version RL started from
         ev = os.path.join(d, "eval.jsonl")
-        self.evals = sorted(((e["version"] - self.base, e) for e in jsonl(ev)), key=lambda x: x[0]) \
+        self.evals = sorted(((e["version"] - self.base, e) for e in evals(ev)), key=lambda x: x[0]) \
             if os.path.exists(ev) else []
+        sampled = os.path.join(d, "sampled.jsonl")
+        self.sampled = evals(sampled) if os.path.exists(sampled) else []
         self.samples = sum(s["samples"] for s in self.steps)
+        rp = os.path.join(d, "ratio.jsonl")
+        self.ratio = jsonl(rp) if os.path.exists(rp) else []   # rl-ratio's metrics, one line per batch
         self.wall = float(self.meta["wall_s"])
 
     def acc_at(self, step):
@@ -162,9 +174,14 @@ def gnuplot(script, where):
         raise SystemExit(f"report.py: gnuplot failed: {p.stderr.decode()[-800:]}")
 
 
-def curves_plot(png, series, xlabel="learner step", xcol=1, title=""):
+LAG_PANEL = (5, "lag (learner version - sampled version), mean per step")
+ENTROPY_PANEL = (7, "entropy of the learner's policy on the sampled tokens, per step")
+
+
+def curves_plot(png, series, xlabel="learner step", xcol=1, title="", fourth=LAG_PANEL):
     """A 2x2 plot of reward (10-step moving average), held-out accuracy, k3
-    and mean lag, one line per series: (label, steps.tsv, evals.tsv)."""
+    and `fourth` (mean lag by default), one line per series: (label,
+    steps.tsv, evals.tsv)."""
     def lines(path_col, ycol, with_="lines"):
         return ", ".join(f"'{tsv}' using {xcol}:{ycol} with {with_} lw 2 title '{label}'"
                          for label, tsv in path_col)
@@ -189,8 +206,8 @@ set key top right
 plot {lines(steps, 4)}
 unset logscale y
 set format y '%g'
-set title 'lag (learner version - sampled version), mean per step'
-plot {lines(steps, 5)}
+set title "{fourth[1]}"
+plot {lines(steps, fourth[0])}
 unset multiplot
 """
     gnuplot(script, os.path.dirname(png))
@@ -238,7 +255,7 @@ def stage_times(out):
 
 def demo(out, exp):
     run = Run(os.path.join(out, "rl"))
-    sft = jsonl(os.path.join(out, "sft.eval.jsonl"))
+    sft = evals(os.path.join(out, "sft.eval.jsonl"))
     data = os.path.join(exp, "data")
     os.makedirs(data, exist_ok=True)
     st, ev = series_files(run, "rl", data)
@@ -249,7 +266,7 @@ def demo(out, exp):
     rows += [(f"RL step {s} (version {e['version']})", fmt(e["accuracy"])) for s, e in run.evals if s > 0]
     times = stage_times(out)
     text = header("make demo", f"data {run.meta['seed']}, run {run.meta['seed']}")
-    text += f"\nHeld-out problems: {sft[-1]['problems']}, greedy decoding, f32 weights.\n\n"
+    text += f"\nHeld-out problems: {sft[-1]['samples']}, greedy decoding, f32 weights.\n\n"
     text += table(["model", "held-out accuracy"], rows)
     text += "\n" + table(["RL steps", "samples", "wall s", "samples/s", "reward first 10 steps", "reward last 10 steps",
                           "k3 mean", "lag mean"],
@@ -261,7 +278,7 @@ def demo(out, exp):
         text += "\n" + table(["stage", "seconds"], [(k, fmt(v, 1)) for k, v in times.items()])
     text += "\n![reward, held-out accuracy, k3 and lag against steps](demo.png)\n"
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
-    return sft[-1]["accuracy"], run.final_acc(), sft[-1]["problems"]
+    return sft[-1]["accuracy"], run.final_acc(), sft[-1]["samples"]
 
 
 def inflight(out, exp):
@@ -338,9 +355,10 @@ def tis(out, exp):
                      fmt(sd), fmt(mean(gain)),
                      fmt(mean(mean(s["reward_mean"] for s in r.steps[-20:]) for r in rs)),
                      f"{mean(mean(s['k3'] for s in r.steps) for r in rs):.2e}",
-                     fmt(mean(mean(s['capped'] for s in r.steps) for r in rs), 4),
+                     fmt(min(b["ratio_min"] for r in rs for b in r.ratio)),
+                     fmt(max(b["ratio_max"] for r in rs for b in r.ratio)),
                      fmt(mean(mean(s["entropy"] for s in r.steps[-20:]) for r in rs))))
-    curves_plot(os.path.join(exp, "tis.png"), series,
+    curves_plot(os.path.join(exp, "tis.png"), series, fourth=ENTROPY_PANEL,
                 title="sampler precision and truncated importance sampling (mean over seeds)")
     seeds = sorted({r.meta["seed"] for r in runs})
     text = header("Truncated importance sampling: sampler precision x correction", ", ".join(map(str, seeds)))
@@ -348,16 +366,30 @@ def tis(out, exp):
              "learning rate; the learner is always f32. `--clip 2` is rl-ratio's token-level TIS (w = min(rho, 2)); "
              "`no correction` is `rl-ratio --mode none` (w = 1, the mismatch still measured). Held-out accuracy "
              "is greedy decoding in f32 (the learner's policy). The reward is what the sampler logged: "
-             "the reward of the sampler's policy, at its precision.\n\n")
+             "the reward of the sampler's policy, at its precision. k3 and rho (= pi_old / mu per token; its "
+             "extremes over all batches and seeds) compare the sampler's log-probs with the scorer's, which holds "
+             "the newest weights pushed: they include the staleness of in-flight tokens (up to --max-lag versions), "
+             "not the precision alone; the f32 row is that part.\n\n")
     text += table(["sampler, correction", "seeds", "held-out acc before", "held-out acc after (mean)", "sd over seeds",
-                   "gain", "logged reward, last 20 steps", "k3 mean", "capped fraction", "entropy, last 20 steps"],
+                   "gain", "logged reward, last 20 steps", "k3 mean", "rho min", "rho max", "entropy, last 20 steps"],
                   rows)
+    text += ("\nThe logged-reward effect: the reward the sampler logs is that of its own policy (its precision), "
+             "not the learner's. The final policy sampled at temperature 1, 4 samples per held-out problem, at the "
+             "sampler's precision and in f32 (mean over seeds):\n\n")
+    def sampled(rs, dt):
+        return mean(next((e["accuracy"] for e in r.sampled if e["dtype"] == dt), None) for r in rs)
+    text += table(["sampler, correction", "logged reward, last 20 steps", "sampled reward at the sampler's precision",
+                   "sampled reward in f32", "f32 - sampler"],
+                  [(row[0], row[6], fmt(sampled(configs[k], k[0])), fmt(sampled(configs[k], "f32")),
+                    fmt(sampled(configs[k], "f32") - sampled(configs[k], k[0]))
+                    if sampled(configs[k], "f32") is not None and sampled(configs[k], k[0]) is not None else "–")
+                   for row, k in zip(rows, order)])
     text += "\nHeld-out accuracy per seed (after RL):\n\n"
     allseeds = sorted({r.meta["seed"] for r in runs})
     text += table(["sampler, correction"] + [f"seed {s}" for s in allseeds],
                   [(row[0],) + tuple(fmt(next((r.final_acc() for r in configs[k] if r.meta["seed"] == s), None))
                                      for s in allseeds) for row, k in zip(rows, order)])
-    text += "\n![reward, held-out accuracy, k3 and lag against steps, mean over seeds](tis.png)\n"
+    text += "\n![reward, held-out accuracy, k3 and entropy against steps, mean over seeds](tis.png)\n"
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
 
 
