@@ -42,8 +42,9 @@ struct gen {
     int n_active;
     seq_t **waiting;               // FIFO: waiting[head..tail)
     size_t head, tail, cap;
-    grp_t *done_head, *done_tail;  // finished groups, oldest first
+    grp_t *done_head, *done_tail;  // finished groups, oldest first (in_order: by group number)
     uint64_t groups;
+    uint64_t next_out;             // in_order: the group number gen_peek waits for
     uint32_t ver;
 };
 
@@ -192,6 +193,22 @@ static int advance(gen_t *g, seq_t *s, const float *logits) {
     return 0;
 }
 
+// Appends a finished group to the done list; with in_order, inserts it by
+// group number (groups finish out of order when their samples differ in length).
+static void done_add(gen_t *g, grp_t *q) {
+    q->next = NULL;
+    if (!g->o.in_order || !g->done_tail || g->done_tail->pub.group < q->pub.group) {
+        if (g->done_tail) g->done_tail->next = q;
+        else g->done_head = q;
+        g->done_tail = q;
+        return;
+    }
+    grp_t **at = &g->done_head;
+    while ((*at)->pub.group < q->pub.group) at = &(*at)->next;
+    q->next = *at;
+    *at = q;
+}
+
 long gen_step(gen_t *g, rl_err *err) {
     size_t n = 0;
     for (int sl = 0; sl < g->o.slots; sl++) {
@@ -224,21 +241,21 @@ long gen_step(gen_t *g, rl_err *err) {
         g->n_active--;
         s->slot = -1;
         grp_t *q = s->grp;
-        if (--q->left == 0) {
-            if (g->done_tail) g->done_tail->next = q;
-            else g->done_head = q;
-            g->done_tail = q;
-        }
+        if (--q->left == 0) done_add(g, q);
     }
     return (long)n;
 }
 
-const gen_group *gen_peek(gen_t *g) { return g->done_head ? &g->done_head->pub : NULL; }
+const gen_group *gen_peek(gen_t *g) {
+    if (!g->done_head || (g->o.in_order && g->done_head->pub.group != g->next_out)) return NULL;
+    return &g->done_head->pub;
+}
 
 void gen_pop(gen_t *g) {
     grp_t *q = g->done_head;
     if (!q) return;
     g->done_head = q->next;
     if (!g->done_head) g->done_tail = NULL;
+    g->next_out = q->pub.group + 1;
     grp_free(q);
 }

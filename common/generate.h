@@ -29,6 +29,7 @@ typedef struct {
     const char *const *stop;      // stop strings: the completion ends once its text contains one
     size_t n_stop;
     int64_t eos_id;               // the completion ends after sampling it; < 0: none
+    int in_order;                 // finished groups are taken in the order they were added
 } gen_opts;
 
 typedef struct {
@@ -69,7 +70,8 @@ void gen_set_version(gen_t *g, uint32_t ver);
 // Returns the tokens sampled (0 when there was nothing to do), or -1 with err.
 long gen_step(gen_t *g, rl_err *err);
 
-// The oldest finished group not yet taken, or NULL. It stays valid until
+// The oldest finished group not yet taken (with in_order: the next group in
+// gen_add's order, once it has finished), or NULL. It stays valid until
 // gen_pop, which frees it.
 const gen_group *gen_peek(gen_t *g);
 void gen_pop(gen_t *g);

@@ -202,7 +202,7 @@ plot {lines(evals, 3, 'linespoints')}
 set title 'k3 mismatch sampler/learner, per step'
 set logscale y
 set format y '%.0e'
-set key top right
+set key bottom right
 plot {lines(steps, 4)}
 unset logscale y
 set format y '%g'

@@ -11,6 +11,7 @@ misbehave, by pushproto.py (an independent implementation of the protocol).
 Every process runs in its own process group with a timeout, and is killed
 when a case fails: nothing may hang CI.
 """
+import io
 import json
 import msgpack
 import os
@@ -332,6 +333,24 @@ def max_lag_k_keeps_every_measured_lag_at_most_k_when_the_learner_is_slower():
         j = r["id"] // 2
         assert min(r["ver"]) >= j // 2 - K, f"record {r['id']}: ver {r['ver']} below {j // 2 - K}"
 
+
+@case
+def with_max_lag_groups_are_written_in_the_order_they_started_so_the_bound_holds_for_the_learners_batches():
+    # A stop string cuts completions at random lengths, so groups finish out of
+    # order. Unbounded, they are written as they finish; with --max-lag they
+    # must come out in the order they started, or a group started for batch b
+    # lands in batch b+1 and its lag is K+1.
+    opts = ["-n", "2", "--slots", "8", "--max-new-tokens", "24", "--stop", "1", "--max-prompts", "24"]
+    rc, out, err = rltest.run("rl-sample", "--model", V0, "-u", "-q", *opts, PROMPTS)
+    assert rc == 0, err
+    free = [o["group"] for o in msgpack.Unpacker(io.BytesIO(out), raw=False) if "group" in o]
+    assert free != sorted(free), f"groups finished in order {free}: the case does not exercise the reordering"
+    K = 2
+    m, errs, scored, _ = pipeline("order", opts + ["--max-lag", str(K), "--batch", "4"], learn_opts=["--batch", "4"])
+    groups = [r["group"] for r in scored]
+    print(f"  groups in output order: {groups}\n  lag_max per step: {lags(m)}")
+    assert groups == sorted(groups), f"groups written out of order under --max-lag: {groups}"
+    assert len(m) == 12 and max(lags(m)) <= K, f"lag_max per step {lags(m)} exceeds {K}"
 
 @case
 def full_loop_sample_ratio_learn_with_rl_sync_watch_pushing_to_both_ends_cleanly_at_max_prompts():

@@ -273,6 +273,9 @@ int main(int argc, char **argv) {
     }
 
     o.gen.eos_id = cfg->eos_id;
+    // --max-lag counts group j in batch j / per_batch: the learner's batches
+    // must be those, so groups are written in the order they were started.
+    o.gen.in_order = o.max_lag >= 0;
     size_t max_len = ps.max_ids + o.gen.max_new;
     o.gen.max_len = max_len < (size_t)cfg->max_pos ? (int)max_len : cfg->max_pos;
     gen_t *g = gen_new(m, tok, &o.gen, &e);
