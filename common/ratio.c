@@ -14,7 +14,7 @@ static const char *const MODE_NAMES[] = {"token", "seq", "geo", "none"};
 const char *ratio_mode_name(ratio_mode m) { return MODE_NAMES[m]; }
 
 int ratio_parse_mode(const char *s, ratio_mode *out, rl_err *err) {
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m < (int)(sizeof MODE_NAMES / sizeof *MODE_NAMES); m++)
         if (!strcmp(s, MODE_NAMES[m])) {
             *out = (ratio_mode)m;
             return 0;

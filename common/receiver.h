@@ -60,9 +60,8 @@ rcv_stats rcv_get_stats(rcv_t *r);
 
 // A process whose receiver ends it by exit() (an error), or by SIGINT,
 // SIGTERM or SIGPIPE (its reader gone) at their default action, leaves no
-// socket file behind: the unix
-// socket's file is then removed (and the signal, handled for that, kills the
-// process as before). One receiver per process.
+// socket file behind: the unix socket's file is then removed (and the signal,
+// handled for that, kills the process as before). One receiver per process.
 void rcv_remove_at_exit(const rcv_t *r);
 
 // Stops the thread (a push in progress is dropped), closes the socket and
