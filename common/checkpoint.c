@@ -344,12 +344,7 @@ static int check_state(const ckpt_write_opts *o, rl_err *err) {
 static int make_root(const char *root, rl_err *err) {
     if (mkdir(root, 0755) == 0) {
         char parent[CKPT_PATH];
-        if (pathf(parent, err, "%s", root)) return -1;
-        char *end = parent + strlen(parent);
-        while (end > parent + 1 && end[-1] == '/') *--end = 0;   // "a/b/" is "a/b"
-        char *slash = strrchr(parent, '/');
-        if (!slash) strcpy(parent, ".");
-        else slash[slash == parent] = 0;                          // "/a" has parent "/"
+        if (path_parent(root, parent, sizeof parent)) return err_set(err, "path too long: %s", root);
         if (fsync_path(parent, 1, err)) return -1;
     } else if (errno != EEXIST)
         return err_set(err, "cannot create checkpoint directory: %s: %s", root, strerror(errno));

@@ -195,3 +195,16 @@ fail:
     errno = saved;
     return -1;
 }
+
+int path_parent(const char *path, char *out, size_t size) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;                  // "a/b/" is "a/b"
+    while (n > 0 && path[n - 1] != '/') n--;                  // drop the last name
+    while (n > 1 && path[n - 1] == '/') n--;                  // and the slashes before it
+    const char *dir = n == 0 ? "." : path;
+    if (n == 0) n = 1;
+    if (n >= size) return -1;
+    memcpy(out, dir, n);
+    out[n] = 0;
+    return 0;
+}

@@ -40,6 +40,10 @@ int err_set(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 // tells an absent file).
 int read_whole_file(const char *path, size_t max, sbuf *out, rl_err *err);
 
+// The directory that holds path, into out (size bytes): "a/b/c" and "a/b/c/"
+// give "a/b", "c" gives ".", "/c" gives "/". -1 when it does not fit.
+int path_parent(const char *path, char *out, size_t size);
+
 // True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
 int utf8_valid(const uint8_t *p, size_t n);
 // Appends p[0..n) to out with each maximal ill-formed subsequence replaced by

@@ -207,22 +207,10 @@ unset multiplot
     gnuplot(script, os.path.dirname(png))
 
 
-def series_files(run, tag, where):
-    """steps.tsv: step samples reward(avg10) k3 lag_mean lag_max entropy; evals.tsv:
-    step samples accuracy. Returns their names relative to where."""
-    cum = run.cum_samples()
-    rew = smooth([s["reward_mean"] for s in run.steps])
-    rows = [(s["step"], cum[s["step"]], r, s.get("k3"), s.get("lag_mean"), s.get("lag_max"), s.get("entropy"))
-            for s, r in zip(run.steps, rew)]
-    st, ev = f"{tag}.steps.tsv", f"{tag}.evals.tsv"
-    write_tsv(os.path.join(where, st), ["step", "samples", "reward_avg10", "k3", "lag_mean", "lag_max", "entropy"], rows)
-    write_tsv(os.path.join(where, ev), ["step", "samples", "accuracy"],
-              [(s, cum.get(s, 0), e["accuracy"]) for s, e in run.evals])
-    return st, ev
-
-
 def mean_series(runs, tag, where):
-    """The mean over runs (seeds) of each step's values, and of each evaluation."""
+    """steps.tsv (step samples reward(avg10) k3 lag_mean lag_max entropy) and
+    evals.tsv (step samples accuracy): the mean over runs (seeds) of each
+    step's values and of each evaluation. Returns their names, relative to where."""
     n = min(len(r.steps) for r in runs)
     cum = runs[0].cum_samples()
     rew = smooth([mean(r.steps[i]["reward_mean"] for r in runs) for i in range(n)])
@@ -252,7 +240,7 @@ def demo(out, exp):
     sft = evals(os.path.join(out, "sft.eval.jsonl"))
     data = os.path.join(exp, "data")
     os.makedirs(data, exist_ok=True)
-    st, ev = series_files(run, "rl", data)
+    st, ev = mean_series([run], "rl", data)
     curves_plot(os.path.join(exp, "demo.png"), [("RL (bf16 sampler, TIS C=2, in flight)", "data/" + st, "data/" + ev)],
                 title="rlpipe demo: RL after SFT on the tiny model")
     rows = [("random init (version 0)", fmt(sft[0]["accuracy"])), ("after SFT (version %d)" % sft[-1]["version"],

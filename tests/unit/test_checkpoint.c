@@ -118,6 +118,20 @@ static int write_version(const char *root, uint64_t v, const model_t *m, int kee
 
 // ---- Cases --------------------------------------------------------------------
 
+// The checkpoint root's parent (fsynced when the root is made) and the
+// directory of --config's tokenizer come from path_parent.
+static void path_parent_is_the_directory_holding_a_path(void) {
+    const char *cases[][2] = {{"a/b/c", "a/b"}, {"a/b/c/", "a/b"}, {"a//c", "a"}, {"c", "."}, {"c/", "."},
+                              {"/c", "/"}, {"/", "/"}, {"./c", "."}, {"models/tiny/config.json", "models/tiny"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[64];
+        CHECK(path_parent(cases[i][0], out, sizeof out) == 0, "%s", cases[i][0]);
+        CHECK(!strcmp(out, cases[i][1]), "parent of '%s': '%s', expected '%s'", cases[i][0], out, cases[i][1]);
+    }
+    char small[4];
+    CHECK(path_parent("abcd/e", small, sizeof small) == -1, "a parent longer than the buffer fits");
+}
+
 static void writes_complete_version_and_latest(void) {
     char base[512], root[1024], text[256], path[4096];
     rl_err err;
@@ -629,5 +643,6 @@ int main(int argc, char **argv) {
     RUN(versions_lists_only_version_directories);
     RUN(read_optimizer_rejects_missing_or_misshapen_tensor);
     RUN(kill9_never_leaves_latest_incomplete);
+    RUN(path_parent_is_the_directory_holding_a_path);
     CHECK_DONE();
 }

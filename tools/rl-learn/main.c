@@ -273,9 +273,7 @@ static void start(run_t *r, tokenizer **tok) {
             if (cfg_load(o->config, &c, &e) || !(r->m = model_random(&c, o->seed, (float)o->init_std, NULL, &e)))
                 cli_die("%s", e.msg);
             // The tokenizer beside the config file, if there is one, goes with it.
-            const char *slash = strrchr(o->config, '/');
-            if (!slash) snprintf(r->from, sizeof r->from, ".");
-            else snprintf(r->from, sizeof r->from, "%.*s", (int)(slash - o->config + (slash == o->config)), o->config);
+            if (path_parent(o->config, r->from, sizeof r->from)) cli_die("path too long: %s", o->config);
         }
         if (model_train_init(r->m, &e)) cli_die("%s", e.msg);
     }
