@@ -3,6 +3,7 @@
 #   make check         build and run every test; ends with "N passed, N failed[, N skipped]"
 #   make install       PREFIX=/usr/local: binaries and man pages
 #   make clean
+#   make CUDA=0        leave out the CUDA backend (built when nvcc is found)
 # Missing Debian packages are installed by scripts/deps.sh (as root) or named.
 
 PREFIX ?= /usr/local
@@ -18,6 +19,27 @@ BIN ?= bin
 
 TOOLS := $(notdir $(wildcard tools/rl-*))
 LIB_SRC := $(wildcard common/*.c common/cpu/*.c)
+
+# The CUDA backend (common/cuda/*.cu) is built when nvcc is found, for
+# Ampere (sm_80) and Hopper (sm_90), with PTX for later GPUs; CUDA=0 leaves it
+# out (common/cuda/absent.c then says so at run time). The tools link the
+# static CUDA runtime and open cuBLAS when the backend starts: they start
+# without a GPU, a driver or cuBLAS (and compute on the CPU).
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA ?= $(if $(NVCC),1,0)
+ifeq ($(CUDA),1)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRC := $(wildcard common/cuda/*.cu)
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS := -O3 -g -std=c++17 -Icommon $(CUDA_ARCH) -Xcompiler -Wall,-Wextra --expt-relaxed-constexpr
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+else
+LIB_SRC += common/cuda/absent.c
+CUDA_OBJ :=
+CUDA_LIBS :=
+endif
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS := $(patsubst tests/unit/%.c,%,$(TEST_SRC))
 # Small programs the Python tests and the benchmarks drive (not tests themselves).
@@ -30,7 +52,8 @@ ifeq ($(filter clean,$(MAKECMDGOALS)),)
 -include $(BUILD)/deps.mk
 endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
-PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS))) -pthread -lm
+PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
+LIBS = $(PKG_LIBS) $(CUDA_LIBS) -pthread -lm
 
 CFLAGS ?=
 LDFLAGS ?=
@@ -57,25 +80,29 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/librlpipe.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+$(BUILD)/obj/common/cuda/%.o: common/cuda/%.cu $(BUILD)/deps.mk
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/librlpipe.a: $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BIN)/%: $(BUILD)/obj/tools/%/main.o $(BUILD)/librlpipe.a
 	@mkdir -p $(BIN)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/librlpipe.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/tests/tools/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/librlpipe.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/librlpipe.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 # Sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer) of the same
 # sources: the record-layer unit tests and rl-cat, run by make check.
@@ -83,17 +110,18 @@ $(BUILD)/asan/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(SAN_FLAGS) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/asan/librlpipe.a: $(patsubst %.c,$(BUILD)/asan/%.o,$(LIB_SRC))
+# The CUDA objects are the normal build's: the sanitizers do not see device code.
+$(BUILD)/asan/librlpipe.a: $(patsubst %.c,$(BUILD)/asan/%.o,$(LIB_SRC)) $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/asan/bin/%: $(BUILD)/asan/tools/%/main.o $(BUILD)/asan/librlpipe.a
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_FLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(SAN_FLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/unit/%.o $(BUILD)/asan/librlpipe.a
 	@mkdir -p $(dir $@)
-	$(CC) $(SAN_FLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+	$(CC) $(SAN_FLAGS) $(LDFLAGS) -o $@ $^ $(LIBS)
 
 TEST_BINS := $(AUX) $(addprefix $(BUILD)/tests/,$(TESTS)) $(addprefix $(BUILD)/asan/tests/,$(TESTS)) \
              $(addprefix $(BUILD)/asan/bin/,$(TOOLS))

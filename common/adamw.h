@@ -16,6 +16,19 @@ typedef struct {
     double bc1, bc2_sqrt;
 } rl_adamw;
 
+// The scalars of one step as torch.optim.AdamW derives them in double
+// (Python floats) and its float32 kernels receive them: each cast to float
+// once. Both backends compute with these.
+typedef struct {
+    float decay;        // 1 − lr·wd
+    float lerp_w;       // 1 − β1: m ← lerp(m, g, lerp_w)
+    float beta2, one_minus_beta2;
+    float bc2_sqrt, eps;
+    float neg_step;     // −lr / bc1
+    float gscale;
+} rl_adamw_f32;
+rl_adamw_f32 adamw_f32(const rl_adamw *h);
+
 typedef enum { SCHED_CONSTANT, SCHED_COSINE } adamw_schedule;
 
 typedef struct {

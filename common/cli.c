@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "backend.h"
 #include "util.h"
 
 static const char *tool_name = "rlpipe";
@@ -183,4 +184,10 @@ const char *cli_bytes(uint64_t n, char *buf, size_t size) {
     else if (n < 1000000000) snprintf(buf, size, "%.1f MB", (double)n / 1e6);
     else snprintf(buf, size, "%.2f GB", (double)n / 1e9);
     return buf;
+}
+
+int cli_parse_device(const char *s) {
+    rl_device d;
+    if (dev_parse(s, &d)) cli_usage_error("--device: expected cpu, cuda or auto, got '%s'", s);
+    return (int)d;
 }

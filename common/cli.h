@@ -55,6 +55,13 @@ uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_
 // Parses a finite number in [lo, hi] (hi_open: below hi); exits 2 naming the option otherwise.
 double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int hi_open);
 
+// --device (backend.h) of the tools that compute with the model: its line of
+// --help, and its value parsed (exits 2 naming the option on another).
+#define CLI_DEVICE_HELP                                                                                \
+    "      --device D         cpu, cuda, or auto (default): cuda when built with it and\n"              \
+    "                         a GPU is present, else cpu\n"
+int cli_parse_device(const char *s);   // an rl_device
+
 // Opens the output ("-" or NULL: standard output). Binary output to a
 // terminal is refused (exit 2) unless force. Exits 1 if it cannot be opened.
 int cli_open_output(const char *path, int binary, int force);

@@ -33,10 +33,9 @@ struct gen {
     model_t *m;
     const tokenizer *tok;
     gen_opts o;
-    int V;
-    smp_work *work;
-    float *logits;                 // (slots, V)
     model_step_seq *steps;         // (slots)
+    double *u, *logp;              // (slots) each step entry's uniform, and its token's log-probability
+    uint32_t *drawn;               // (slots) the token drawn for it
     seq_t **step_seq;              // (slots) the sample of each step entry
     seq_t **active;                // (slots) the sample in each slot, or NULL
     int n_active;
@@ -55,10 +54,10 @@ gen_t *gen_new(model_t *m, const tokenizer *tok, const gen_opts *o, rl_err *err)
     g->m = m;
     g->tok = tok;
     g->o = *o;
-    g->V = model_cfg(m)->vocab;
-    g->work = smp_work_new(g->V);
-    g->logits = xmalloc((size_t)o->slots * (size_t)g->V * sizeof(float));
     g->steps = xmalloc((size_t)o->slots * sizeof *g->steps);
+    g->u = xmalloc((size_t)o->slots * sizeof *g->u);
+    g->logp = xmalloc((size_t)o->slots * sizeof *g->logp);
+    g->drawn = xmalloc((size_t)o->slots * sizeof *g->drawn);
     g->step_seq = xmalloc((size_t)o->slots * sizeof *g->step_seq);
     g->active = xmalloc((size_t)o->slots * sizeof *g->active);
     memset(g->active, 0, (size_t)o->slots * sizeof *g->active);
@@ -93,9 +92,10 @@ void gen_free(gen_t *g) {
         g->done_head = q->next;
         grp_free(q);
     }
-    smp_work_free(g->work);
-    free(g->logits);
     free(g->steps);
+    free(g->u);
+    free(g->logp);
+    free(g->drawn);
     free(g->step_seq);
     free(g->active);
     free(g->waiting);
@@ -178,11 +178,9 @@ static int append_text(gen_t *g, gen_sample *out, uint32_t tok) {
     return 0;
 }
 
-// Samples the next token of s from its logits row; 1 if the sample finished.
-static int advance(gen_t *g, seq_t *s, const float *logits) {
+// Appends the token drawn for s (with log-probability lp); 1 if the sample finished.
+static int advance(gen_t *g, seq_t *s, uint32_t tok, double lp) {
     gen_sample *out = s->out;
-    double lp;
-    uint32_t tok = smp_draw(logits, &g->o.sp, &s->rng, g->work, &lp);
     push_u32(&out->ids, tok);
     push_f32(&out->logp, (float)lp);
     push_u32(&out->ver, g->ver);
@@ -232,10 +230,12 @@ long gen_step(gen_t *g, rl_err *err) {
         g->step_seq[n++] = s;
     }
     if (n == 0) return 0;
-    if (model_step(g->m, g->steps, n, g->logits, err)) return -1;
+    // Each sample's uniform from its own generator (none when greedy, as smp_draw).
+    for (size_t i = 0; i < n; i++) g->u[i] = g->o.sp.temperature > 0 ? rng_uniform(&g->step_seq[i]->rng) : 0;
+    if (model_step_sample(g->m, g->steps, n, &g->o.sp, g->u, g->drawn, g->logp, err)) return -1;
     for (size_t i = 0; i < n; i++) {
         seq_t *s = g->step_seq[i];
-        if (!advance(g, s, g->logits + i * (size_t)g->V)) continue;
+        if (!advance(g, s, g->drawn[i], g->logp[i])) continue;
         model_slot_release(g->m, s->slot);
         g->active[s->slot] = NULL;
         g->n_active--;

@@ -71,6 +71,8 @@ struct model {
     float *hrows, *logits, *itemp, *lp;   // (lrows, C) (lrows, V) (cap) (cap)
     float *ent, *dlogp;                   // (cap) (cap): entropies, dloss/dlogp
     int32_t *sel, *tgt;                   // (cap): rows that need logits and their targets
+    double *su, *slogp;                   // (cap): model_step_sample's uniforms and log-probabilities
+    int32_t *stok;                        // (cap): and its tokens
 
     // Training (model_train_init): gradient and AdamW moments, (nparams) each,
     // in the order of params; saved activations of the forward for tcap
@@ -290,11 +292,13 @@ static model_t *model_new(const model_config *c, const model_opts *o, rl_err *er
         err_set(err, "head_dim %d: rotary embedding needs an even head size", c->head_dim);
         return NULL;
     }
+    const rl_ops *ops = dev_ops(opts.device, err);
+    if (!ops) return NULL;
     model_t *m = xmalloc(sizeof *m);
     memset(m, 0, sizeof *m);
     m->c = *c;
     m->o = opts;
-    m->ops = ops_cpu();
+    m->ops = ops;
     m->lrows = logit_rows(c->vocab);
     build_table(m);
     for (size_t i = 0; i < m->nt; i++) {   // a model at another dtype keeps no f32 copy of its matrices
@@ -371,6 +375,7 @@ out:
 model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
     char path[4096];
     model_config c;
+    if (!dev_ops(o ? o->device : DEV_AUTO, err)) return NULL;   // said before any file is read
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (cfg_load(path, &c, err) < 0) return NULL;
     model_t *m = model_new(&c, o, err);
@@ -428,13 +433,15 @@ static void free_train(model_t *m);
 
 static void free_workspace(model_t *m) {
     const rl_ops *o = m->ops;
-    void *bufs[] = {m->x, m->xb, m->xm, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->ids, m->pos, m->rows,
-                    m->seqs, m->hrows, m->logits, m->itemp, m->lp, m->ent, m->dlogp, m->sel, m->tgt};
+    void *bufs[] = {m->x,     m->xb,   m->xm,     m->q,     m->k,   m->v,   m->att,  m->hb,
+                    m->hb2,   m->ids,  m->pos,    m->rows,  m->seqs, m->hrows, m->logits, m->itemp,
+                    m->lp,    m->ent,  m->dlogp,  m->sel,   m->tgt, m->su,  m->slogp, m->stok};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) o->free(bufs[i]);
     m->x = m->xb = m->xm = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
     m->hrows = m->logits = m->itemp = m->lp = m->ent = m->dlogp = NULL;
-    m->ids = m->pos = m->rows = m->sel = m->tgt = NULL;
+    m->ids = m->pos = m->rows = m->sel = m->tgt = m->stok = NULL;
+    m->su = m->slogp = NULL;
     m->seqs = NULL;
     m->cap = m->seq_cap = 0;
 }
@@ -466,6 +473,7 @@ void model_free(model_t *m) {
 
 const model_config *model_cfg(const model_t *m) { return &m->c; }
 rl_dtype model_dtype(const model_t *m) { return m->o.dtype; }
+const char *model_device(const model_t *m) { return m->ops->name; }
 size_t model_nparams(const model_t *m) { return m->nparams; }
 
 // ---- The forward pass -------------------------------------------------------
@@ -497,6 +505,9 @@ static void reserve(model_t *m, int N, int nseq) {
         m->lp = o->alloc(n * 4);
         m->ent = o->alloc(n * 4);
         m->dlogp = o->alloc(n * 4);
+        m->su = o->alloc(n * sizeof(double));
+        m->slogp = o->alloc(n * sizeof(double));
+        m->stok = o->alloc(n * 4);
         m->hrows = o->alloc((size_t)m->lrows * C * 4);
         m->logits = o->alloc((size_t)m->lrows * c->vocab * 4);
         m->cap = cap;
@@ -1036,7 +1047,10 @@ int model_slot_len(const model_t *m, int slot) {
     return slot >= 0 && slot < m->slots ? m->slot_len[slot] : -1;
 }
 
-int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err) {
+// The forward of model_step: checks the sequences, appends their tokens to
+// the cache, and leaves the residual stream in m->x, the rows after each
+// sequence's last token in m->sel (n).
+static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *err) {
     size_t N = 0;
     for (size_t i = 0; i < n; i++) {
         int sl = s[i].slot;
@@ -1075,19 +1089,43 @@ int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_
     o->upload(m->sel, last, n * 4);
     o->upload(m->seqs, as, n * sizeof *as);
     forward(m, (int)N, (int)n, 1);
-    size_t V = (size_t)m->c.vocab;
-    size_t chunk = (size_t)m->lrows;
-    for (size_t r0 = 0; r0 < n; r0 += chunk) {
-        int k = (int)(n - r0 < chunk ? n - r0 : chunk);
-        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
-        o->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
-    }
     for (size_t i = 0; i < n; i++) m->slot_len[s[i].slot] += (int)s[i].n;
     free(ids);
     free(pos);
     free(rows);
     free(last);
     free(as);
+    return 0;
+}
+
+int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err) {
+    if (step_forward(m, s, n, err) < 0) return -1;
+    size_t V = (size_t)m->c.vocab, chunk = (size_t)m->lrows;
+    for (size_t r0 = 0; r0 < n; r0 += chunk) {
+        int k = (int)(n - r0 < chunk ? n - r0 : chunk);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
+        m->ops->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
+    }
+    return 0;
+}
+
+int model_step_sample(model_t *m, const model_step_seq *s, size_t n, const smp_params *p, const double *u,
+                      uint32_t *tok, double *logp, rl_err *err) {
+    if (step_forward(m, s, n, err) < 0) return -1;
+    if (n == 0) return 0;
+    const rl_ops *o = m->ops;
+    size_t chunk = (size_t)m->lrows;
+    o->upload(m->su, u, n * sizeof(double));
+    for (size_t r0 = 0; r0 < n; r0 += chunk) {
+        int k = (int)(n - r0 < chunk ? n - r0 : chunk);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
+        o->sample(m->stok + r0, m->slogp + r0, m->logits, p, m->su + r0, k, m->c.vocab);
+    }
+    int32_t *t = xmalloc(n * sizeof *t);   // ids are below the vocabulary size, so int32 holds them
+    o->download(t, m->stok, n * sizeof *t);
+    o->download(logp, m->slogp, n * sizeof(double));
+    for (size_t i = 0; i < n; i++) tok[i] = (uint32_t)t[i];
+    free(t);
     return 0;
 }
 

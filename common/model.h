@@ -9,8 +9,10 @@
 #include <stdint.h>
 
 #include "adamw.h"
+#include "backend.h"
 #include "config.h"
 #include "dtype.h"
+#include "sampling.h"
 #include "util.h"
 
 typedef struct model model_t;
@@ -18,6 +20,7 @@ typedef struct model model_t;
 typedef struct {
     rl_dtype dtype;      // matmul and embedding weights: f32 (learner, scorer), bf16, f16, int8
     int group;           // int8 inputs per scale: 32 or 64 (0 = 32)
+    rl_device device;    // the backend (backend.h); DEV_AUTO (0): CUDA's when there is a GPU
 } model_opts;
 
 // Reads DIR/config.json and DIR/model.safetensors; checks that every tensor
@@ -32,6 +35,7 @@ void model_free(model_t *m);
 
 const model_config *model_cfg(const model_t *m);
 rl_dtype model_dtype(const model_t *m);
+const char *model_device(const model_t *m);   // the backend's name: "cpu" or "cuda"
 size_t model_nparams(const model_t *m);
 
 // ---- Scoring: log-probabilities of completions (the learner's and rl-ratio's path).
@@ -127,6 +131,12 @@ typedef struct {
 // Appends each sequence's tokens to its slot (one batched forward) and writes
 // the logits (temperature 1) after its last token: logits (n, V), host memory.
 int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err);
+// The same, but each sequence's next token is drawn where the logits are (on
+// the GPU with CUDA), as smp_draw_u does (sampling.h) with parameters p and
+// the uniform u[i] (not read when greedy): tok[i] and its log-probability
+// logp[i] under the distribution drawn from. Only n tokens and n values come back.
+int model_step_sample(model_t *m, const model_step_seq *s, size_t n, const smp_params *p, const double *u,
+                      uint32_t *tok, double *logp, rl_err *err);
 
 // log_softmax(logits / temperature)[token] for one row of V logits, in double.
 double model_logprob_of(const float *logits, int V, float temperature, uint32_t token);

@@ -1,7 +1,10 @@
 // ops.h — the backend interface: the few operations the model is made of.
 // The model (model.c) says *what* to compute and calls these through a table;
-// a backend (common/cpu/, later common/cuda/) says *where*. All pointers given
-// to an op are in the backend's memory (alloc/upload); shapes are row-major.
+// a backend (common/cpu/, common/cuda/) says *where*. All pointers given to an
+// op are in the backend's memory (alloc/upload), but for structs of scalars
+// (rl_mat, smp_params, rl_adamw), which are host memory (an rl_mat's data and
+// scales are the backend's); shapes are row-major. A backend may run ops
+// asynchronously: download (and sumsq, which returns a value) waits for them.
 // Conventional names: N rows (tokens), C hidden, M outputs, K inputs, F MLP
 // width, NH query heads, NKV key/value heads, HS head size, V vocabulary.
 #ifndef RLPIPE_OPS_H
@@ -12,6 +15,7 @@
 
 #include "adamw.h"
 #include "dtype.h"
+#include "sampling.h"
 
 // A weight matrix W (M, K) at a storage precision; matmul computes x · Wᵀ.
 // DT_I8: data is int8 (M, K), scales (M, ceil(K / group)) f32, one per group
@@ -66,6 +70,12 @@ typedef struct rl_ops {
     // ent[i], when not NULL: the entropy −Σ p log p of that distribution (nats)
     void (*logprob)(float *out, float *ent, const float *logits, const int32_t *target,
                     const float *inv_temp, int N, int V);
+    // tok[i], logp[i] = a token drawn from row i of logits (N, V) and its
+    // log-probability under the distribution drawn from, as smp_draw_u
+    // (sampling.h) defines both, with parameters p and the uniform u[i] in [0, 1)
+    // (not read when p->temperature is 0).
+    void (*sample)(int32_t *tok, double *logp, const float *logits, const smp_params *p, const double *u,
+                   int N, int V);
 
     // ---- Training: the backward of each operation above (f32 weights only).
     // Gradients of parameters accumulate (+=), so micro-batches add up;
@@ -105,5 +115,9 @@ typedef struct rl_ops {
 } rl_ops;
 
 const rl_ops *ops_cpu(void);
+// The CUDA backend (common/cuda/): NULL, with *why saying why, when this build
+// has none (made with CUDA=0 or without nvcc) or no GPU can be used. Set
+// RLPIPE_TF32=1 to let its f32 products use TF32 tensor cores.
+const rl_ops *ops_cuda(const char **why);
 
 #endif

@@ -136,6 +136,10 @@ static void top_k_front(cand *c, int n, int k) {
 }
 
 uint32_t smp_draw(const float *logits, const smp_params *p, rl_rng *rng, smp_work *w, double *logp) {
+    return smp_draw_u(logits, p, p->temperature > 0 ? rng_uniform(rng) : 0, w, logp);
+}
+
+uint32_t smp_draw_u(const float *logits, const smp_params *p, double u, smp_work *w, double *logp) {
     int V = w->V;
     if (p->temperature <= 0) {
         *logp = 0;
@@ -153,7 +157,6 @@ uint32_t smp_draw(const float *logits, const smp_params *p, rl_rng *rng, smp_wor
     }
 
     int filtered = (p->top_k > 0 && p->top_k < (uint32_t)V) || p->top_p < 1.0f;
-    double u = rng_uniform(rng);
     if (!filtered) {   // the first token whose cumulative probability exceeds u
         double target = u * total, cum = 0;
         int b = 0;

@@ -31,5 +31,10 @@ void smp_work_free(smp_work *w);
 // uniform from rng (none when greedy), and stores its log-probability under
 // the distribution drawn from in *logp (computed in double).
 uint32_t smp_draw(const float *logits, const smp_params *p, rl_rng *rng, smp_work *w, double *logp);
+// The same with the uniform u in [0, 1) given: the token is the first, in
+// the order kept (ids ascending without top-k/top-p; most probable first with
+// them), at which the running sum of the kept probabilities exceeds u times
+// their total (the last with nonzero probability if rounding leaves none).
+uint32_t smp_draw_u(const float *logits, const smp_params *p, double u, smp_work *w, double *logp);
 
 #endif

@@ -70,10 +70,10 @@ const char *scr_take_warning(scorer_t *s) {
 
 // ---- the learner model ----------------------------------------------------
 
-model_t *scr_load_learner(const char *dir, uint64_t *version, char *path, size_t size, rl_err *err) {
+model_t *scr_load_learner(const char *dir, rl_device dev, uint64_t *version, char *path, size_t size, rl_err *err) {
     if (ckpt_resolve(dir, path, size, version, err)) return NULL;
     rl_err e;
-    model_t *m = model_load(path, &(model_opts){.dtype = DT_F32}, &e);
+    model_t *m = model_load(path, &(model_opts){.dtype = DT_F32, .device = dev}, &e);
     if (!m) err_set(err, "cannot load the learner model: %s", e.msg);
     return m;
 }
@@ -117,7 +117,7 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
     sbuf b = {0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, put_cb);
-    msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 2 : 0));
+    msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 3 : 0));
     pack_cstr(&pk, "mode");
     pack_cstr(&pk, ratio_mode_name(o->ratio.mode));
     if (capping) {
@@ -137,6 +137,8 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
         pack_cstr(&pk, o->model_dir ? o->model_dir : "");
         pack_cstr(&pk, "ver_learner");
         msgpack_pack_uint64(&pk, o->ver_learner);
+        pack_cstr(&pk, "device");
+        pack_cstr(&pk, model_device(o->model));
     }
     rec_set_raw(out, "ratio", 5, b.data, b.len);
     sbuf_free(&b);

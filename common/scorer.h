@@ -44,7 +44,8 @@ void scr_free(scorer_t *s);
 // to load. *version is the integer "version" of the loaded directory's
 // state.json, or else the number of a "latest" name v<digits>, or else 0;
 // path (size bytes) receives the directory loaded. NULL with err on failure.
-model_t *scr_load_learner(const char *dir, uint64_t *version, char *path, size_t size, rl_err *err);
+// dev: the backend (backend.h).
+model_t *scr_load_learner(const char *dir, rl_device dev, uint64_t *version, char *path, size_t size, rl_err *err);
 
 // A member header: rl-ratio reads members of kind "rollouts". 0, or -1 with err.
 int scr_check_header(const rec_t *h, rl_err *err);

@@ -13,7 +13,7 @@ only=${1:-}
 # Python references that Debian does not package (safetensors, tokenizers)
 # are installed there by scripts/deps.sh test.
 export PYTHONPATH=$PWD/.deps/py${PYTHONPATH:+:$PYTHONPATH}
-export PY=/usr/bin/python3     # Debian's interpreter, with the reference packages
+export PY=${PY:-/usr/bin/python3}   # Debian's interpreter, with the reference packages
 export TMPDIR=${TMPDIR:-/tmp}
 pass=0 fail=0 skip=0
 log=$(mktemp -d "$TMPDIR/rlpipe-tests.XXXXXX")

@@ -268,6 +268,29 @@ static void cpu_logprob_backward(float *logits, const int32_t *target, const flo
     pool_for(N, 1, 2, logprob_backward_part, &a);
 }
 
+typedef struct {
+    int32_t *tok;
+    double *logp;
+    const float *logits;
+    const smp_params *p;
+    const double *u;
+    int V;
+} sample_args;
+
+static void sample_part(void *ctx, int lo, int hi) {
+    const sample_args *a = ctx;
+    smp_work *w = smp_work_new(a->V);
+    for (int i = lo; i < hi; i++)
+        a->tok[i] = (int32_t)smp_draw_u(a->logits + (size_t)i * a->V, a->p, a->u[i], w, &a->logp[i]);
+    smp_work_free(w);
+}
+
+static void cpu_sample(int32_t *tok, double *logp, const float *logits, const smp_params *p, const double *u, int N,
+                       int V) {
+    sample_args a = {.tok = tok, .logp = logp, .logits = logits, .p = p, .u = u, .V = V};
+    pool_for(N, 1, 2, sample_part, &a);
+}
+
 const rl_ops *ops_cpu(void) {
     static const rl_ops ops = {
         .name = "cpu",
@@ -285,6 +308,7 @@ const rl_ops *ops_cpu(void) {
         .swiglu = cpu_swiglu,
         .add = cpu_add,
         .logprob = cpu_logprob,
+        .sample = cpu_sample,
         .logprob_backward = cpu_logprob_backward,
         .matmul_dx = cpu_matmul_dx,
         .matmul_dw = cpu_matmul_dw,

@@ -78,7 +78,7 @@ static inline float lerp_torch(float a, float b, float w) {
 // One parameter, in the order of torch's single-tensor AdamW: p.mul_(decay);
 // m.lerp_(g, 1 − β1); v.mul_(β2).addcmul_(g, g, 1 − β2);
 // denom = v.sqrt() / bc2_sqrt + eps; p.addcdiv_(m, denom, −step).
-static inline void adamw_one(float *p, float g, float *m, float *v, const cpu_adamw_f32 *h) {
+static inline void adamw_one(float *p, float g, float *m, float *v, const rl_adamw_f32 *h) {
     g *= h->gscale;
     float pd = *p * h->decay;
     *m = lerp_torch(*m, g, h->lerp_w);
@@ -87,7 +87,7 @@ static inline void adamw_one(float *p, float g, float *m, float *v, const cpu_ad
     *p = pd + h->neg_step * *m / denom;
 }
 
-static void adamw_portable(float *p, const float *g, float *m, float *v, int n, const cpu_adamw_f32 *h) {
+static void adamw_portable(float *p, const float *g, float *m, float *v, int n, const rl_adamw_f32 *h) {
     for (int i = 0; i < n; i++) adamw_one(p + i, g[i], m + i, v + i, h);
 }
 
@@ -276,7 +276,7 @@ AVX2 static void swiglu_backward_avx2(float *dg, float *du, const float *d, cons
     swiglu_backward_portable(dg + i, du + i, d + i, g + i, u + i, n - i);
 }
 
-AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int n, const cpu_adamw_f32 *h) {
+AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int n, const rl_adamw_f32 *h) {
     __m256 gs = _mm256_set1_ps(h->gscale), decay = _mm256_set1_ps(h->decay), b2 = _mm256_set1_ps(h->beta2),
            c2 = _mm256_set1_ps(h->one_minus_beta2), bc2 = _mm256_set1_ps(h->bc2_sqrt),
            eps = _mm256_set1_ps(h->eps), step = _mm256_set1_ps(h->neg_step);

@@ -9,16 +9,6 @@
 
 #include "ops.h"
 
-// The scalars of one AdamW step as torch casts them to float (see train.c).
-typedef struct {
-    float decay;        // 1 − lr·wd
-    float lerp_w;       // 1 − β1: m ← lerp(m, g, lerp_w)
-    float beta2, one_minus_beta2;
-    float bc2_sqrt, eps;
-    float neg_step;     // −lr / bc1
-    float gscale;
-} cpu_adamw_f32;
-
 typedef struct {
     // Σ_k x[k] · w[k] for one weight row w of K elements stored as W->dtype;
     // scales: that row's int8 scales (NULL otherwise).
@@ -35,8 +25,8 @@ typedef struct {
     // The backward of swiglu: dg[i] = d[i] · u[i] · silu'(g[i]), du[i] = d[i] · silu(g[i]),
     // with silu'(g) = σ(g)·(1 + g·(1 − σ(g))); dg or du may equal d.
     void (*swiglu_backward)(float *dg, float *du, const float *d, const float *g, const float *u, int n);
-    // AdamW on n parameters, its scalars already in float (cpu_adamw_f32)
-    void (*adamw)(float *p, const float *g, float *m, float *v, int n, const cpu_adamw_f32 *h);
+    // AdamW on n parameters, its scalars already in float (rl_adamw_f32)
+    void (*adamw)(float *p, const float *g, float *m, float *v, int n, const rl_adamw_f32 *h);
 } cpu_kernels;
 
 const cpu_kernels *cpu_kernels_portable(void);

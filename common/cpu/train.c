@@ -178,7 +178,7 @@ typedef struct {
     const float *g;
     double *part;           // sumsq: one sum per chunk
     size_t n;
-    const cpu_adamw_f32 *h;
+    const rl_adamw_f32 *h;
 } flat;
 
 // Elements [*i0, *i1) of chunks [lo, hi)
@@ -231,19 +231,8 @@ static void adamw_part(void *ctx, int lo, int hi) {
     cpu_K->adamw(f->p + i0, f->g + i0, f->m + i0, f->v + i0, (int)(i1 - i0), f->h);
 }
 
-// The scalars as torch.optim.AdamW derives them in double (Python floats) and
-// its float32 kernels receive them: each cast to float once.
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const rl_adamw *h) {
-    cpu_adamw_f32 s = {
-        .decay = (float)(1.0 - (double)h->lr * h->wd),
-        .lerp_w = (float)(1.0 - (double)h->beta1),
-        .beta2 = h->beta2,
-        .one_minus_beta2 = (float)(1.0 - (double)h->beta2),
-        .bc2_sqrt = (float)h->bc2_sqrt,
-        .eps = h->eps,
-        .neg_step = (float)(-(double)h->lr / h->bc1),
-        .gscale = h->gscale,
-    };
+    rl_adamw_f32 s = adamw_f32(h);
     flat f = {.p = p, .g = g, .m = m, .v = v, .n = n, .h = &s};
     pool_for(chunks(n), 1, PAR_MIN / CHUNK, adamw_part, &f);
 }

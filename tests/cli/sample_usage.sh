@@ -23,7 +23,7 @@ EOF2
 
 # ---- a generation with every option, under the sanitizers when this is the ASan run
 expect "a run with groups, top-k/p, stops and int8: exit 0, summary" 0 \
-    '^rl-sample: 12 prompts, 48 samples, [0-9]+ tokens, .* tokens/s, reward mean .*, accuracy .*; int8, 5 slots' -- \
+    '^rl-sample: 12 prompts, 48 samples, [0-9]+ tokens, .* tokens/s, reward mean .*, accuracy .*; int8 on (cpu|cuda), 5 slots' -- \
     rl-sample --model m -n 4 --slots 5 --dtype int8 --temperature 0.8 --top-p 0.9 --top-k 50 --stop '\n' --stop 7 \
         --max-new-tokens 20 --epochs 2 --seed 3 --verifier boxed p.jsonl -o out.rlr
 check "the run's output is a valid stream of 48 rollouts" "$(rl-cat --check out.rlr 2>&1 | head -c 300)" \

@@ -36,6 +36,7 @@ static const char USAGE[] =
     "      --no-skip          with --resume, train on the input from its first record\n"
     "      --keep K           keep the K newest versions (default 5; 0 = all)\n"
     "      --keep-every N     and every version that is a multiple of N\n"
+    CLI_DEVICE_HELP
     "\n"
     "Batches:\n"
     "      --batch N          sequences per step, at least: whole groups (default 64)\n"
@@ -81,19 +82,20 @@ typedef struct {
     uint64_t seed, max_steps, keep_every;
     double init_std;
     int resume, no_skip, keep, keep_last, quiet, progress;
+    rl_device device;
     lrn_opts lrn;
 } options;
 
 static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
-           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS };
+           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
         {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
         {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
-        {"keep-every", required_argument, 0, O_KEEP_EVERY},
+        {"keep-every", required_argument, 0, O_KEEP_EVERY}, {"device", required_argument, 0, O_DEVICE},
         {"batch", required_argument, 0, O_BATCH},     {"micro", required_argument, 0, O_MICRO},
         {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
         {"loss", required_argument, 0, O_LOSS},       {"adv", required_argument, 0, O_ADV},
@@ -119,6 +121,7 @@ static options parse_options(int argc, char **argv) {
         case O_SEED: o.seed = cli_parse_uint("--seed", optarg, UINT64_MAX, 0); break;
         case O_INIT_STD: o.init_std = cli_parse_f64("--init-std", optarg, 0, 10, 0); break;
         case O_OUT: o.out = optarg; break;
+        case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
         case O_RESUME: o.resume = 1; break;
         case O_NO_SKIP: o.no_skip = 1; break;
         case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
@@ -246,11 +249,12 @@ static void start(run_t *r, tokenizer **tok) {
     rl_err e;
     char dir[4096];
     uint64_t version = 0;
+    model_opts mo = {.dtype = DT_F32, .device = o->device};
     int have = ckpt_resolve(o->out, dir, sizeof dir, &version, &e) == 0 && access(dir, F_OK) == 0 &&
                strcmp(dir, o->out) != 0;
     if (o->resume) {
         if (!have) cli_die("--resume: %s holds no checkpoint (no file 'latest')", o->out);
-        if (!(r->m = model_load(dir, NULL, &e)) || model_train_init(r->m, &e) || ckpt_read_optimizer(dir, r->m, &e))
+        if (!(r->m = model_load(dir, &mo, &e)) || model_train_init(r->m, &e) || ckpt_read_optimizer(dir, r->m, &e))
             cli_die("%s", e.msg);
         r->version = version;
         snprintf(r->from, sizeof r->from, "%s", dir);
@@ -266,11 +270,11 @@ static void start(run_t *r, tokenizer **tok) {
                     dir);
         if (o->init) {
             if (ckpt_resolve(o->init, r->from, sizeof r->from, &r->version, &e) ||
-                !(r->m = model_load(r->from, NULL, &e)))
+                !(r->m = model_load(r->from, &mo, &e)))
                 cli_die("%s", e.msg);
         } else {
             model_config c;
-            if (cfg_load(o->config, &c, &e) || !(r->m = model_random(&c, o->seed, (float)o->init_std, NULL, &e)))
+            if (cfg_load(o->config, &c, &e) || !(r->m = model_random(&c, o->seed, (float)o->init_std, &mo, &e)))
                 cli_die("%s", e.msg);
             // The tokenizer beside the config file, if there is one, goes with it.
             if (path_parent(o->config, r->from, sizeof r->from)) cli_die("path too long: %s", o->config);
@@ -397,9 +401,10 @@ int main(int argc, char **argv) {
     if (!done) train(&run, l, metrics, o.keep_last, &tokens);
     if (metrics && metrics != stdout && fclose(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
     if (!o.quiet)
-        fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s\n",
+        fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s on %s\n",
                 (unsigned long long)(run.version - first), (unsigned long long)first, (unsigned long long)run.version,
-                (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, cli_now() - t0);
+                (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, cli_now() - t0,
+                model_device(run.m));
     lrn_free(l);
     rec_free(rec);
     tok_free(tok);

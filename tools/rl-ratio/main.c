@@ -25,6 +25,7 @@ static const char USAGE[] =
     "                         temperature; DIR is a model directory or a checkpoint\n"
     "                         directory with a file 'latest'. Without --model, records\n"
     "                         must carry logp_learner already\n"
+    CLI_DEVICE_HELP
     "      --batch N          records scored together and per metrics line, 1..65536\n"
     "                         (default 256)\n"
     "      --listen ADDR      take new learner weights from rl-sync while scoring:\n"
@@ -55,17 +56,19 @@ static const char USAGE[] =
 
 typedef struct {
     const char *model, *metrics, *listen, *token_file;
+    rl_device device;
     cli_out_opts out;
     scr_opts scr;
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
         {"listen", required_argument, 0, O_LISTEN}, {"token-file", required_argument, 0, O_TOKEN},
+        {"device", required_argument, 0, O_DEVICE},
         CLI_OUT_LONGOPTS,                           {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
@@ -74,6 +77,7 @@ static options parse_options(int argc, char **argv) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
+        case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
         case O_MODE:
             if (ratio_parse_mode(optarg, &o.scr.ratio.mode, &e)) cli_usage_error("%s", e.msg);
             break;
@@ -153,7 +157,7 @@ int main(int argc, char **argv) {
     char model_dir[4096];
     if (o.model) {
         rl_err e;
-        if (!(o.scr.model = scr_load_learner(o.model, &o.scr.ver_learner, model_dir, sizeof model_dir, &e)))
+        if (!(o.scr.model = scr_load_learner(o.model, o.device, &o.scr.ver_learner, model_dir, sizeof model_dir, &e)))
             cli_die("%s", e.msg);
         o.scr.model_dir = model_dir;
     }
@@ -231,15 +235,16 @@ int main(int argc, char **argv) {
         sbuf line = {0};
         char bin[32], bout[32];
         ratio_acc_text(scr_total(run.scr), &line);
-        char pushes[200] = "";
+        char pushes[200] = "", dev[32] = "";
+        if (o.scr.model) snprintf(dev, sizeof dev, " on %s", model_device(o.scr.model));
         if (o.listen)
             snprintf(pushes, sizeof pushes, "; weights v%llu to v%llu, %llu pushes installed, %llu refused, swaps "
                      "stalled scoring %.0f us", (unsigned long long)o.scr.ver_learner, (unsigned long long)rs.version,
                      (unsigned long long)rs.installed, (unsigned long long)rs.refused, rs.stall_s * 1e6);
-        fprintf(stderr, "rl-ratio: %.*s; %llu member%s, %d file%s, %s in, %s out, %.2f s%s\n", (int)line.len,
+        fprintf(stderr, "rl-ratio: %.*s; %llu member%s, %d file%s, %s in, %s out, %.2f s%s%s\n", (int)line.len,
                 (const char *)line.data, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
                 ninputs == 1 ? "" : "s", cli_bytes(bytes_in, bin, sizeof bin), cli_bytes(bytes_out, bout, sizeof bout),
-                cli_now() - t0, pushes);
+                cli_now() - t0, dev, pushes);
         sbuf_free(&line);
     }
     if (o.scr.metrics && o.scr.metrics != stdout && fclose(o.scr.metrics))

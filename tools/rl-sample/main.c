@@ -26,6 +26,7 @@ static const char USAGE[] =
     "Model:\n"
     "      --model DIR        model directory, or checkpoint directory with a file 'latest'\n"
     "      --dtype T          weight precision of the sampler: f32 (default), bf16, f16, int8\n"
+    CLI_DEVICE_HELP
     "\n"
     "Sampling:\n"
     "  -n, --group G          samples per prompt (default 1); a group is written whole\n"
@@ -80,6 +81,7 @@ typedef struct {
     uint64_t batch;
     int64_t max_lag;              // -1: no bound
     rl_dtype dtype;
+    rl_device device;
     gen_opts gen;
     char **stop;
     uint64_t epochs, max_prompts, max_records;
@@ -103,7 +105,7 @@ static char *unescape(const char *s) {
 
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
-           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC };
+           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -115,6 +117,7 @@ static options parse_options(int argc, char **argv) {
         {"verifier-cmd", required_argument, 0, O_VCMD},    {"listen", required_argument, 0, O_LISTEN},
         {"token-file", required_argument, 0, O_TOKEN},     {"batch", required_argument, 0, O_BATCH},
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
+        {"device", required_argument, 0, O_DEVICE},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1, .max_lag = -1,
@@ -127,6 +130,7 @@ static options parse_options(int argc, char **argv) {
         case O_DTYPE:
             if (dt_parse(optarg, &o.dtype)) cli_usage_error("--dtype: expected f32, bf16, f16 or int8, got '%s'", optarg);
             break;
+        case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
         case 'n': o.gen.group = (int)cli_parse_uint("--group", optarg, 65536, 0); break;
         case O_TEMP: o.gen.sp.temperature = (float)cli_parse_f64("--temperature", optarg, 0, 1e6, 0); break;
         case O_TOPP:
@@ -192,7 +196,7 @@ static options parse_options(int argc, char **argv) {
 
 // The output header: provenance, the seed, the model and the sampling options.
 static void make_header(rec_t *h, const options *o, int argc, char **argv, const char *dir, uint64_t version,
-                        size_t nparams, const char *verifier) {
+                        size_t nparams, const char *device, const char *verifier) {
     rec_make_header(h, "rollouts", "rl-sample", argc, argv, o->out.no_provenance);
     rec_set_uint(h, "seed", o->gen.seed);
     rec_t *sub = rec_new();
@@ -200,6 +204,7 @@ static void make_header(rec_t *h, const options *o, int argc, char **argv, const
     rec_set_cstr(sub, "path", dir);
     rec_set_uint(sub, "version", version);
     rec_set_cstr(sub, "dtype", dt_name(o->dtype));
+    rec_set_cstr(sub, "device", device);
     rec_set_uint(sub, "params", nparams);
     rec_encode(sub, &enc);
     rec_set_raw(h, "model", 5, enc.data, enc.len);
@@ -250,7 +255,7 @@ int main(int argc, char **argv) {
     char dir[4096], path[4200];
     uint64_t version;
     if (ckpt_resolve(o.model, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
-    model_t *m = model_load(dir, &(model_opts){.dtype = o.dtype}, &e);
+    model_t *m = model_load(dir, &(model_opts){.dtype = o.dtype, .device = o.device}, &e);
     if (!m) cli_die("cannot load the model: %s", e.msg);
     const model_config *cfg = model_cfg(m);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -301,7 +306,7 @@ int main(int argc, char **argv) {
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
                                  .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
     rec_t *h = rec_new();
-    make_header(h, &o, argc, argv, dir, version, model_nparams(m), vname);
+    make_header(h, &o, argc, argv, dir, version, model_nparams(m), model_device(m), vname);
     recw_opts wo = recw_default_opts;
     wo.raw = o.out.raw;
     recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);
@@ -378,10 +383,10 @@ int main(int argc, char **argv) {
                      "stalled generation %.0f us (longest %.0f us), waited %.2f s for weights",
                      (unsigned long long)version, (unsigned long long)rs.version, (unsigned long long)rs.installed,
                      (unsigned long long)rs.refused, rs.stall_s * 1e6, rs.stall_max_s * 1e6, rs.wait_s);
-        fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s, %d slots, %.2f s%s\n",
+        fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
                 stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
                 (unsigned long long)t->samples, (unsigned long long)t->tokens,
-                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, dt_name(o.dtype), o.gen.slots, tend - t0,
+                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, dt_name(o.dtype), model_device(m), o.gen.slots, tend - t0,
                 pushes);
     }
     recw_free(w);
