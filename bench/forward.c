@@ -1,7 +1,8 @@
-// forward — the timing driver of bench/forward.sh: writes a random model,
-// times cblas_sgemm, the scoring forward (model_score) and KV-cache decoding
-// (model_step). Each timed command prints one line
-//   RESULT what=... tokens=N flop=F median_s=S tok_s=R times=t1,t2,...
+// forward — the timing driver of bench/forward.sh and bench/gpu.sh: writes a
+// random model, times cblas_sgemm, the scoring forward (model_score) and
+// KV-cache decoding (model_step, or model_step_sample with --sample). Each
+// timed command prints one line (decode: one per slot count)
+//   RESULT what=... tokens=N flop=F median_s=S tok_s=R [more=...] times=t1,t2,...
 // where tokens are the tokens processed per repetition and flop the matmul
 // floating-point operations per repetition (2 per multiply-add; attention
 // scores and element-wise work not counted).
@@ -9,9 +10,24 @@
 //   forward write   --model DIR --config 15m|110m|1b [--seed N]
 //   forward sgemm   --m M --n N --k K [--reps R]
 //   forward score   --model DIR [--dtype D] [--group G] [--records N] [--prompt P]
-//                   [--completion C] [--reps R]
-//   forward decode  --model DIR [--dtype D] [--group G] [--slots S] [--prompt P]
-//                   [--steps N] [--reps R]
+//                   [--completion C] [--reps R] [--device D]
+//   forward decode  --model DIR [--dtype D] [--group G] [--slots S[,S...]] [--prompt P]
+//                   [--steps N] [--reps R] [--warmup W] [--sample] [--device D]
+//
+// --device cpu|cuda|auto: the backend of score and decode (default auto, as
+// the tools: CUDA's when built with it and a GPU is there).
+// decode: for each slot count S in turn (a new KV cache each), prefills S
+// prompts of P random tokens in one step, takes W untimed decode steps, then
+// times R runs of N steps. Without --sample every step appends random tokens
+// and brings the (S, V) logits back to the host (model_step); with --sample
+// it appends the tokens the previous step drew, drawing the next on the
+// device at temperature 1 (model_step_sample: only S tokens and S
+// log-probabilities come back), as rl-sample decodes. Its RESULT lines add
+// slots=S, wbytes= (bytes of weights a step reads once whatever S: every
+// layer matrix and the output layer at the model's dtype, one embedding row
+// per sequence not counted) and kvbytes= (the mean over the timed steps of
+// the f32 keys and values attention reads per sequence: layers x 2 x kv
+// width x 4 bytes x positions attended).
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
@@ -33,11 +49,17 @@ static void die(const char *file, int line, const char *msg) {
 }
 #define CHECK(call, err) do { if ((call) != 0) die(__FILE__, __LINE__, (err).msg); } while (0)
 
-// Prints the RESULT line of reps timings t (seconds per repetition).
-static void result(const char *what, double tokens, double flop, double *t, int reps) {
+// Prints the RESULT line of reps timings t (seconds per repetition), with
+// the fields `more` (if not NULL) before the times.
+static void result_more(const char *what, double tokens, double flop, const char *more, double *t, int reps) {
     double med = bench_median(t, reps);
     printf("RESULT what=%s tokens=%.0f flop=%.6g median_s=%.6f tok_s=%.2f ", what, tokens, flop, med, tokens / med);
+    if (more) printf("%s ", more);
     bench_print_times(t, reps);
+}
+
+static void result(const char *what, double tokens, double flop, double *t, int reps) {
+    result_more(what, tokens, flop, NULL, t, reps);
 }
 
 // Matmul FLOPs of one token through the layers (body) and through the output layer (head).
@@ -47,10 +69,13 @@ static void flop_per_token(const model_config *c, double *body, double *head) {
     *head = 2.0 * c->vocab * C;
 }
 
+#define MAX_SLOT_COUNTS 16
+
 typedef struct {
     const char *model, *config;
     model_opts mo;
-    int records, prompt, completion, slots, steps, reps;
+    int records, prompt, completion, steps, reps, warmup, sample;
+    int slots[MAX_SLOT_COUNTS], nslots;
     int m, n, k;
     uint64_t seed;
 } args;
@@ -72,7 +97,7 @@ static void cmd_write(const args *a) {
     c.head_dim = c.hidden / c.heads;
     rl_err err = {{0}};
     CHECK(cfg_check(&c, &err), err);
-    model_opts mo = {DT_F32, 0};
+    model_opts mo = {.dtype = DT_F32, .device = a->mo.device};
     model_t *m = model_random(&c, a->seed, 0.02f, &mo, &err);
     if (!m) die(__FILE__, __LINE__, err.msg);
     if (mkdir(a->model, 0777) != 0 && errno != EEXIST) {
@@ -145,49 +170,118 @@ static void cmd_score(const args *a) {
     model_free(m);
 }
 
-// Prefills `slots` prompts in one step, then times `reps` runs of `steps`
-// decode steps; each step appends one random token to every sequence and
-// computes its logits. The sequences grow from run to run (no new prefill).
-static void cmd_decode(const args *a) {
-    model_t *m = load(a);
+// Bytes of the weight matrices one decode step reads (whatever the number of
+// sequences): every layer matrix and the output layer at the model's dtype
+// (int8: 1 byte and a 4-byte scale per group of inputs).
+static double weight_bytes(const model_config *c, const model_opts *mo) {
+    double C = c->hidden, F = c->inter, Q = (double)c->heads * c->head_dim, KV = (double)c->kv_heads * c->head_dim;
+    double n = c->layers * (C * Q + 2 * C * KV + Q * C + 3 * C * F) + (double)c->vocab * C;
+    switch (mo->dtype) {
+    case DT_F32: return 4 * n;
+    case DT_I8: return n * (1.0 + 4.0 / (mo->group ? mo->group : 32));
+    default: return 2 * n;
+    }
+}
+
+// One decode step of S sequences, one token each: next[s] (random ids, or
+// with --sample those the previous step drew, which this one replaces).
+static void decode_step(model_t *m, const args *a, model_step_seq *st, int S, uint32_t *next, uint32_t *drawn,
+                        double *u, double *lp, float *logits, rl_rng *r) {
+    rl_err err = {{0}};
+    if (!a->sample) random_ids(r, next, (size_t)S, model_cfg(m)->vocab);
+    for (int s = 0; s < S; s++) st[s].ids = &next[s], st[s].n = 1;
+    if (a->sample) {
+        static const smp_params p = {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0};
+        for (int s = 0; s < S; s++) u[s] = rng_uniform(r);
+        CHECK(model_step_sample(m, st, (size_t)S, &p, u, drawn, lp, &err), err);
+        memcpy(next, drawn, (size_t)S * sizeof *next);
+    } else {
+        CHECK(model_step(m, st, (size_t)S, logits, &err), err);
+    }
+}
+
+// Prefills S prompts in one step, takes a->warmup untimed steps, then times
+// a->reps runs of a->steps decode steps; each step appends one token to every
+// sequence and computes its logits (and with --sample draws the next token).
+// The sequences grow from run to run (no new prefill).
+static void decode_slots(model_t *m, const args *a, int S, rl_rng *r) {
     const model_config *c = model_cfg(m);
-    int S = a->slots, V = c->vocab;
+    int V = c->vocab;
     size_t P = (size_t)a->prompt;
     rl_err err = {{0}};
-    CHECK(model_cache_init(m, S, a->prompt + a->reps * a->steps + 8, &err), err);
+    CHECK(model_cache_init(m, S, a->prompt + a->warmup + a->reps * a->steps + 8, &err), err);
     uint32_t *prompts = xmalloc((size_t)S * P * sizeof *prompts), *next = xmalloc((size_t)S * sizeof *next);
-    float *logits = xmalloc((size_t)S * V * sizeof *logits);
+    uint32_t *drawn = xmalloc((size_t)S * sizeof *drawn);
+    double *u = xmalloc((size_t)S * sizeof *u), *lp = xmalloc((size_t)S * sizeof *lp);
+    float *logits = a->sample ? NULL : xmalloc((size_t)S * V * sizeof *logits);
     model_step_seq *steps = xmalloc((size_t)S * sizeof *steps);
-    rl_rng r;
-    rng_seed(&r, a->seed);
-    random_ids(&r, prompts, (size_t)S * P, V);
+    random_ids(r, prompts, (size_t)S * P, V);
     for (int s = 0; s < S; s++) {
         int slot = model_slot_acquire(m);
         if (slot < 0) die(__FILE__, __LINE__, "no free slot");
         steps[s] = (model_step_seq){slot, prompts + (size_t)s * P, P};
     }
     double t0 = bench_now();
-    CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
+    if (a->sample) {
+        static const smp_params p = {.temperature = 1.0f, .top_p = 1.0f, .top_k = 0};
+        for (int s = 0; s < S; s++) u[s] = rng_uniform(r);
+        CHECK(model_step_sample(m, steps, (size_t)S, &p, u, next, lp, &err), err);
+    } else {
+        CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
+    }
     double prefill = bench_now() - t0;
-    double t[MAX_REPS];
+    for (int k = 0; k < a->warmup; k++) decode_step(m, a, steps, S, next, drawn, u, lp, logits, r);
+    double t[MAX_REPS], ctx = 0;
+    int len = a->prompt + a->warmup;   // tokens in every slot before the timed steps
     for (int i = 0; i < a->reps; i++) {
         t0 = bench_now();
-        for (int k = 0; k < a->steps; k++) {
-            random_ids(&r, next, (size_t)S, V);
-            for (int s = 0; s < S; s++) steps[s].ids = &next[s], steps[s].n = 1;
-            CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
-        }
+        for (int k = 0; k < a->steps; k++) decode_step(m, a, steps, S, next, drawn, u, lp, logits, r);
         t[i] = bench_now() - t0;
     }
+    for (int k = 1; k <= a->reps * a->steps; k++) ctx += len + k;   // positions attended at each timed step
+    ctx /= a->reps * a->steps;
+    if (model_slot_len(m, steps[0].slot) != len + a->reps * a->steps)
+        die(__FILE__, __LINE__, "the slot does not hold the tokens appended");
     double body, head;
     flop_per_token(c, &body, &head);
-    char what[64];
-    snprintf(what, sizeof what, "decode_%s_%d", dt_name(a->mo.dtype), S);
-    fprintf(stderr, "forward: decode %s, %d slots: prefill of %d x %zu tokens %.3f s\n",
-            dt_name(a->mo.dtype), S, S, P, prefill);
-    result(what, (double)S * a->steps, (body + head) * S * a->steps, t, a->reps);
-    free(prompts), free(next), free(logits), free(steps);
+    double kv = (double)c->layers * 2.0 * c->kv_heads * c->head_dim * 4.0 * ctx;
+    char what[64], more[128];
+    snprintf(what, sizeof what, "%s_%s_%d", a->sample ? "sample" : "decode", dt_name(a->mo.dtype), S);
+    snprintf(more, sizeof more, "slots=%d wbytes=%.0f kvbytes=%.0f", S, weight_bytes(c, &a->mo), kv);
+    fprintf(stderr, "forward: %s on %s: prefill of %d x %zu tokens %.3f s\n", what, model_device(m), S, P, prefill);
+    result_more(what, (double)S * a->steps, (body + head) * S * a->steps, more, t, a->reps);
+    for (int s = 0; s < S; s++) model_slot_release(m, steps[s].slot);
+    free(prompts), free(next), free(drawn), free(u), free(lp), free(logits), free(steps);
+}
+
+static void cmd_decode(const args *a) {
+    model_t *m = load(a);
+    rl_rng r;
+    rng_seed(&r, a->seed);
+    for (int i = 0; i < a->nslots; i++) decode_slots(m, a, a->slots[i], &r);
     model_free(m);
+}
+
+// --slots: one count, or a comma-separated list of up to MAX_SLOT_COUNTS.
+static void parse_slots(const char *s, args *a) {
+    char buf[256];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "forward: error: --slots is too long\n");
+        exit(2);
+    }
+    strcpy(buf, s);
+    a->nslots = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (a->nslots == MAX_SLOT_COUNTS) {
+            fprintf(stderr, "forward: error: --slots: at most %d counts\n", MAX_SLOT_COUNTS);
+            exit(2);
+        }
+        a->slots[a->nslots++] = bench_int_arg("forward", tok, "slots", 1, 4096);
+    }
+    if (a->nslots == 0) {
+        fprintf(stderr, "forward: error: --slots needs a count\n");
+        exit(2);
+    }
 }
 
 static void usage(FILE *f) {
@@ -205,8 +299,9 @@ int main(int argc, char **argv) {
         {"steps", required_argument, 0, 'n'},  {"reps", required_argument, 0, 'R'},
         {"m", required_argument, 0, '1'},      {"n", required_argument, 0, '2'},
         {"k", required_argument, 0, '3'},      {"seed", required_argument, 0, 'S'},
-        {0, 0, 0, 0}};
-    args a = {.mo = {DT_F32, 0}, .records = 64, .prompt = 32, .completion = 96, .slots = 1,
+        {"device", required_argument, 0, 'D'}, {"warmup", required_argument, 0, 'w'},
+        {"sample", no_argument, 0, 'x'},       {0, 0, 0, 0}};
+    args a = {.mo = {DT_F32, 0}, .records = 64, .prompt = 32, .completion = 96, .slots = {1}, .nslots = 1,
               .steps = 32, .reps = 3, .m = 1024, .n = 1024, .k = 1024, .seed = 1, .config = "15m"};
     int c;
     optind = 2;
@@ -221,7 +316,15 @@ int main(int argc, char **argv) {
         case 'r': a.records = bench_int_arg("forward", optarg, "records", 1, 1 << 20); break;
         case 'p': a.prompt = bench_int_arg("forward", optarg, "prompt", 1, 1 << 16); break;
         case 't': a.completion = bench_int_arg("forward", optarg, "completion", 1, 1 << 16); break;
-        case 's': a.slots = bench_int_arg("forward", optarg, "slots", 1, 4096); break;
+        case 's': parse_slots(optarg, &a); break;
+        case 'D':
+            if (dev_parse(optarg, &a.mo.device) != 0) {
+                fprintf(stderr, "forward: error: --device must be cpu, cuda or auto\n");
+                return 2;
+            }
+            break;
+        case 'w': a.warmup = bench_int_arg("forward", optarg, "warmup", 0, 1 << 16); break;
+        case 'x': a.sample = 1; break;
         case 'n': a.steps = bench_int_arg("forward", optarg, "steps", 1, 1 << 16); break;
         case 'R': a.reps = bench_int_arg("forward", optarg, "reps", 1, MAX_REPS); break;
         case '1': a.m = bench_int_arg("forward", optarg, "m", 1, 1 << 16); break;

@@ -7,6 +7,7 @@ lines in bench/forward.c's format.
   learn_ref.py records OUT --records N --prompt P --completion T --vocab V [--seed S]
   learn_ref.py flop DIR --prompt P --completion T
   learn_ref.py train DIR RECORDS --batch N --steps K [--warmup W] [--lr X] [--threads 2]
+                     [--device cpu|cuda] [--tf32]
 
 The model is an nn.Module written here from the Hugging Face Llama
 definition (RMSNorm, rotary embeddings in the rotate-half convention,
@@ -20,7 +21,15 @@ AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01 on matrices and
 embeddings, none on norm weights), as rl-learn's defaults.
 
 Threads: torch.set_num_threads(--threads, default 2); run it with
-OMP_WAIT_POLICY=PASSIVE (learn.sh does)."""
+OMP_WAIT_POLICY=PASSIVE (learn.sh does).
+
+--device cuda (bench/gpu.sh): the model, the batches and the optimizer on
+the GPU, each step timed from a torch.cuda.synchronize() before it to one
+after it; float32 products exact (torch.set_float32_matmul_precision
+"highest"), or with --tf32 on TF32 tensor cores ("high"). Record files may
+be zstd-compressed streams (read through tests/py/rltest.py, which needs the
+zstandard module) or plain msgpack ones (read with msgpack alone), as
+bench/gpu_ref.py writes them where zstandard may be missing."""
 import argparse
 import math
 import os
@@ -58,6 +67,47 @@ def train_flop(c, P, T):
     S = P + T - 1
     body = L * (C * Q + 2 * C * KV + Q * C + 3 * C * Fi)
     return 6.0 * (body * S + V * C * T) + 6.0 * L * Q * S * (S + 1)
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+F32_KEYS = ("logp", "logp_learner", "w")
+
+
+def pack_raw_stream(records, header):
+    """One member (header, records, trailer) as plain msgpack, the float
+    arrays of F32_KEYS as float32 (0xca) as rl-sample writes them."""
+    import msgpack
+    import struct
+
+    def value(k, v):
+        if k in F32_KEYS and isinstance(v, list):
+            n = len(v)
+            head = bytes([0x90 | n]) if n < 16 else (b"\xdc" + struct.pack(">H", n) if n < 65536
+                                                     else b"\xdd" + struct.pack(">I", n))
+            return head + b"".join(b"\xca" + struct.pack(">f", x) for x in v)
+        return msgpack.packb(v, use_bin_type=True)
+
+    def record(d):
+        n = len(d)
+        head = bytes([0x80 | n]) if n < 16 else b"\xde" + struct.pack(">H", n)
+        return head + b"".join(msgpack.packb(k) + value(k, v) for k, v in d.items())
+
+    return (record(header) + b"".join(record(r) for r in records)
+            + msgpack.packb({"rlpipe_end": 1, "count": len(records)}))
+
+
+def read_records(path):
+    """The records of every member of a record file, in order: a zstd stream
+    through rltest, a plain msgpack one with msgpack alone."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] == ZSTD_MAGIC:
+        import rltest
+        return [r for _, rs, _ in rltest.read_stream(data) for r in rs]
+    import msgpack
+    up = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1 << 20))
+    up.feed(data)
+    return [o for o in up if "rlpipe" not in o and "rlpipe_end" not in o]
 
 
 def cmd_records(a):
@@ -163,12 +213,12 @@ class Llama(torch.nn.Module):
         return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     def forward(self, ids):
-        """ids (B, T) -> final-normed hidden states (B, T, C)."""
-        T = ids.shape[1]
-        ang = torch.arange(T, dtype=torch.float64)[:, None] * self.inv_freq[None, :]
+        """ids (B, T) -> final-normed hidden states (B, T, C), on ids' device."""
+        T, dev = ids.shape[1], ids.device
+        ang = torch.arange(T, dtype=torch.float64, device=dev)[:, None] * self.inv_freq.to(dev)[None, :]
         ang = torch.cat([ang, ang], dim=-1)
         cos, sin = ang.cos().to(torch.float32), ang.sin().to(torch.float32)
-        mask = torch.ones(T, T, dtype=torch.bool).triu_(1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=dev).triu_(1)
         x = self.model.embed_tokens(ids)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask)
@@ -177,10 +227,7 @@ class Llama(torch.nn.Module):
 
 def read_batches(path, batch, steps):
     """(steps, batch, P + T) ids of the first steps x batch records."""
-    import rltest
-    with open(path, "rb") as f:
-        members = rltest.read_stream(f.read())
-    recs = [r for _, rs, _ in members for r in rs]
+    recs = read_records(path)
     need = steps * batch
     assert len(recs) >= need, f"{path}: {len(recs)} records, {need} needed"
     P, T = len(recs[0]["prompt_ids"]), len(recs[0]["ids"])
@@ -194,9 +241,18 @@ def cmd_train(a):
     first step allocates the optimizer state; at 110M parameters the second
     and third are still 10-50% slower than the later ones)."""
     torch.set_num_threads(a.threads)
-    m = Llama(a.dir)
+    dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.set_float32_matmul_precision("high" if a.tf32 else "highest")
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    m = Llama(a.dir).to(dev)
     n_steps = a.warmup + a.steps
     ids, P, T = read_batches(a.records_file, a.batch, n_steps)
+    ids = ids.to(dev)
     decay = [p for p in m.parameters() if p.dim() >= 2]
     no_decay = [p for p in m.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
@@ -205,6 +261,7 @@ def cmd_train(a):
     times, losses = [], []
     for k in range(n_steps):
         seqs = ids[k]
+        sync()
         t0 = time.perf_counter()
         h = m(seqs[:, :-1])[:, P - 1:]                      # (N, T, C): positions whose next token is scored
         logits = F.linear(h, head)                          # (N, T, V)
@@ -214,12 +271,15 @@ def cmd_train(a):
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        sync()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
         print(f"learn_ref.py: step {k + 1}: loss {losses[-1]:.6g}, {times[-1]:.3f} s", file=sys.stderr)
     toks = a.batch * (P + T - 1)
-    result("torch_train_f32", toks, a.batch * train_flop(m.c, P, T), times[a.warmup:],
-           loss1=f"{losses[0]:.6g}", warmup_s=",".join(f"{t:.4f}" for t in times[:a.warmup]))
+    what = "torch_train_" + ("tf32" if a.tf32 and dev.type == "cuda" else "f32")
+    extra = {"device": "cuda"} if dev.type == "cuda" else {}
+    result(what, toks, a.batch * train_flop(m.c, P, T), times[a.warmup:],
+           loss1=f"{losses[0]:.6g}", warmup_s=",".join(f"{t:.4f}" for t in times[:a.warmup]), **extra)
 
 
 def main():
@@ -237,6 +297,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="train: cpu (default) or cuda")
+    ap.add_argument("--tf32", action="store_true", help="train on cuda: float32 products on TF32 tensor cores")
     a = ap.parse_args()
     if a.cmd == "train" and not a.records_file:
         ap.error("train needs DIR RECORDS")

@@ -557,6 +557,7 @@ int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err) {
         return err_set(err, "step %llu: the gradient is not finite (norm %g): not applied",
                        (unsigned long long)m->step, m->grad_norm);
     if (++l->epoch == l->o.epochs) release_batch(l);
+    model_sync(l->m);   // the step's time includes the GPU's AdamW
     m->seconds += now() - t0;
     m->tokens_per_s = m->seconds > 0 ? (double)m->fwd_tokens / m->seconds : 0;
     return 0;

@@ -904,6 +904,8 @@ void model_adamw(model_t *m, const rl_adamw *h) {
     }
 }
 
+void model_sync(const model_t *m) { m->ops->sync(); }
+
 size_t model_ntensors(const model_t *m) { return m->nt; }
 
 model_tensor model_tensor_at(const model_t *m, size_t i) {

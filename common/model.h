@@ -77,6 +77,9 @@ double model_grad_sumsq(const model_t *m);
 // the bias corrections). Weight decay h->wd applies to 2-D tensors (matrices
 // and embeddings), none to norm weights and biases.
 void model_adamw(model_t *m, const rl_adamw *h);
+// Waits until the backend has done all the work asked of it (a GPU works
+// asynchronously): for timings.
+void model_sync(const model_t *m);
 
 // The parameter tensors in the model's order; the gradient and moments use the same.
 typedef struct {

@@ -1,9 +1,9 @@
 // ops.h — the backend interface: the few operations the model is made of.
 // The model (model.c) says *what* to compute and calls these through a table;
 // a backend (common/cpu/, common/cuda/) says *where*. All pointers given to an
-// op are in the backend's memory (alloc/upload), but for structs of scalars
-// (rl_mat, smp_params, rl_adamw), which are host memory (an rl_mat's data and
-// scales are the backend's); shapes are row-major. A backend may run ops
+// op are in the backend's memory (alloc/upload; rl_attn_seq arrays too), but
+// for structs of scalars (rl_mat, smp_params, rl_adamw), which are host memory
+// (an rl_mat's data and scales are the backend's); shapes are row-major. A backend may run ops
 // asynchronously: download (and sumsq, which returns a value) waits for them.
 // Conventional names: N rows (tokens), C hidden, M outputs, K inputs, F MLP
 // width, NH query heads, NKV key/value heads, HS head size, V vocabulary.
@@ -42,6 +42,7 @@ typedef struct rl_ops {
     void (*free)(void *p);
     void (*upload)(void *dst, const void *src, size_t bytes);      // host -> backend
     void (*download)(void *dst, const void *src, size_t bytes);    // backend -> host
+    void (*sync)(void);                                            // waits for every op called before
 
     // out (N, C) = table[ids[i]] (rows of a (V, C) matrix, converted to f32)
     void (*embed)(float *out, const rl_mat *table, const int32_t *ids, int N);

@@ -10,7 +10,8 @@
 #                                 unpack, build with CUDA (BUILD=build-gpu,
 #                                 BIN=bin-gpu), run the GPU unit and CLI tests,
 #                                 and with "bench" bench/gpu.sh; logs and the
-#                                 results go to $OUT (or /tmp/rlpipe-gpu)
+#                                 results go to $OUT (or /tmp/rlpipe-gpu): at
+#                                 most 7 files, as the device tool brings back 8
 #
 # One device call: run(command="bash scripts/gpu.sh run bench", carry=[".deps/gpu"]).
 set -uo pipefail
@@ -46,8 +47,8 @@ run() {
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rlpipe-site "$DEPS"/whl/*.whl &&
             export PYTHONPATH=/tmp/rlpipe-site${PYTHONPATH:+:$PYTHONPATH}
     fi
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
-    nvcc --version | tail -1 | tee -a "$out/gpu.txt"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/machine.txt"
+    nvcc --version | tail -1 | tee -a "$out/machine.txt"
 
     # The build: pkg-config is bypassed (deps.mk written here, so make does
     # not run scripts/deps.sh, which would try apt-get); flags point into $R.
@@ -57,7 +58,7 @@ run() {
     local cflags="-I$R/usr/include -I$R/usr/include/cjson -I$R/usr/include/x86_64-linux-gnu/openblas-pthread"
     local libs="-L$lib -L$lib/openblas-pthread -lzstd -lmsgpackc -lcjson -lopenblas -lxxhash -lcrypto"
     local start=$SECONDS
-    if ! make -j16 BUILD=$B BIN=bin-gpu PKG_CFLAGS="$cflags" PKG_LIBS="$libs" all $B/tests/test_cuda $B/tests/test_backward $B/tests/test_model $B/tests/test_sampling >"$out/build.log" 2>&1; then
+    if ! make -j16 BUILD=$B BIN=bin-gpu PKG_CFLAGS="$cflags" PKG_LIBS="$libs" all aux $B/tests/test_cuda $B/tests/test_backward $B/tests/test_model $B/tests/test_sampling >"$out/build.log" 2>&1; then
         tail -30 "$out/build.log"
         echo "gpu.sh: build failed (log: $out/build.log)"
         exit 1
@@ -71,8 +72,12 @@ run() {
     BUILD=$B BIN=bin-gpu bash tests/run.sh 'unit: test_(cuda|backward|model|sampling)$|cli: cuda.sh' 2>&1 | tee "$out/tests.log"
     rc=${PIPESTATUS[0]}
     if [ "${1:-}" = bench ]; then
-        BUILD=$B BIN=bin-gpu BENCH_OUT=$out bash bench/gpu.sh 2>&1 | tee "$out/bench.log" | tail -40
+        # models and records (gigabytes) stay out of $OUT: only the results travel back
+        local bo=/tmp/rlpipe-bench
+        mkdir -p $bo
+        BUILD=$B BIN=bin-gpu BENCH_OUT=$bo bash bench/gpu.sh 2>&1 | tee "$out/bench.log" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+        cp $bo/gpu.txt $bo/gpu.results $bo/gpu.log "$out/" 2>/dev/null
     fi
     exit "$rc"
 }

@@ -44,6 +44,7 @@ void *cpu_scratch(size_t bytes) {
 
 static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_sync(void) {}   // ops return when done
 
 // Row r of a weight matrix and its int8 scales.
 static const void *mat_row(const rl_mat *W, int r) {
@@ -298,6 +299,7 @@ const rl_ops *ops_cpu(void) {
         .free = cpu_free,
         .upload = cpu_copy,
         .download = cpu_copy,
+        .sync = cpu_sync,
         .embed = cpu_embed,
         .rmsnorm = cpu_rmsnorm,
         .matmul = cpu_matmul,

@@ -280,14 +280,14 @@ static int lane_dims(int HS) {
         CU_LAUNCHED();                                                     \
     } while (0)
 
+// Multiprocessors of the device, asked once (a thread-safe static).
 static int sm_count(void) {
-    static int n;
-    if (!n) {
+    static const int n = [] {
         int dev, c;
         CU_CHECK(cudaGetDevice(&dev));
         CU_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev));
-        n = c;
-    }
+        return c;
+    }();
     return n;
 }
 

@@ -93,12 +93,15 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
     if (bytes) CU_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+static void cu_sync(void) { CU_CHECK(cudaDeviceSynchronize()); }
+
 static const rl_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,
     .download = cu_download,
+    .sync = cu_sync,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .matmul = cu_matmul,

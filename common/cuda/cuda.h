@@ -68,11 +68,7 @@ static inline unsigned cu_blocks(size_t n, int threads) {
 
 // ---- warp and block reductions (blockDim.x a multiple of 32, at most 1024)
 
-__device__ __forceinline__ float cu_warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ double cu_warp_sum_d(double v) {
+template <typename T> __device__ __forceinline__ T cu_warp_sum(T v) {   // float or double
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
@@ -83,24 +79,14 @@ __device__ __forceinline__ float cu_warp_max(float v) {
 
 // Sum of v over the block, returned to every thread; the order of additions
 // is fixed (lanes, then warps in order), so results repeat bit for bit.
-// sh: 32 floats of shared memory; the block synchronises inside.
-__device__ __forceinline__ float cu_block_sum(float v, float *sh) {
+// sh: 32 values of shared memory; the block synchronises inside.
+template <typename T> __device__ __forceinline__ T cu_block_sum(T v, T *sh) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     v = cu_warp_sum(v);
     __syncthreads();   // sh may still be read by a previous reduction
     if (lane == 0) sh[w] = v;
     __syncthreads();
-    float s = 0;
-    for (int i = 0; i < nw; i++) s += sh[i];
-    return s;
-}
-__device__ __forceinline__ double cu_block_sum_d(double v, double *sh) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = cu_warp_sum_d(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    double s = 0;
+    T s = 0;
     for (int i = 0; i < nw; i++) s += sh[i];
     return s;
 }

@@ -166,8 +166,8 @@ static __global__ void logprob_kernel(float *out, float *ent, const float *logit
             sum += e;
             if (ent) ez += (double)e * z;
         }
-        sum = cu_block_sum_d(sum, shd);
-        if (ent) ez = cu_block_sum_d(ez, shd);
+        sum = cu_block_sum(sum, shd);
+        if (ent) ez = cu_block_sum(ez, shd);
         if (threadIdx.x == 0) {
             double lse = log(sum);
             out[i] = (float)((double)(l[target[i]] - mx) * it - lse);

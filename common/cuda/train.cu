@@ -36,7 +36,7 @@ static __global__ void logprob_backward_kernel(float *logits, const int32_t *tar
         mx = cu_block_max(mx, shf);
         double s = 0;
         for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf((l[j] - mx) * it);
-        float f = -c / (float)cu_block_sum_d(s, shd);
+        float f = -c / (float)cu_block_sum(s, shd);
         int t = target[i];
         for (int j = threadIdx.x; j < V; j += blockDim.x) {
             float d = __fmul_rn(expf((l[j] - mx) * it), f);
@@ -244,7 +244,7 @@ static __global__ void sumsq_kernel(double *part, const float *x, size_t n) {
         double v = x[i];
         s += v * v;
     }
-    s = cu_block_sum_d(s, sh);
+    s = cu_block_sum(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
