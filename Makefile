@@ -75,6 +75,9 @@ $(BUILD)/deps.mk: scripts/deps.sh
 $(BUILD)/obj/common/cpu/%.o: OPT = -O3
 # The conversions of weights pushed or loaded (bf16, f16) are loops for the vectoriser too.
 $(BUILD)/obj/common/dtype.o: OPT = -O3
+# The sampler's exponentials are matched bit for bit by the GPU's (cuda/sample.cu):
+# no multiply-add may be fused here either (x86-64 has none without -mfma; others do).
+$(BUILD)/obj/common/sampling.o: OPT = -O2 -ffp-contract=off
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
