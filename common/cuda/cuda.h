@@ -66,6 +66,20 @@ static inline unsigned cu_blocks(size_t n, int threads) {
     return b ? (unsigned)b : 1u;
 }
 
+// Element (r, c) of a row-major weight matrix with C columns, as f32; int8:
+// times its scale, of ng per row. A constant dt (a template's) folds the switch.
+__device__ __forceinline__ float cu_mat_elem(const void *data, const float *scales, size_t r, int c, int C, int ng,
+                                             int group, rl_dtype dt) {
+    size_t k = r * (size_t)C + c;
+    switch (dt) {
+    case DT_F32: return ((const float *)data)[k];
+    case DT_BF16: return __uint_as_float((unsigned)((const uint16_t *)data)[k] << 16);
+    case DT_F16: return __half2float(__ushort_as_half(((const uint16_t *)data)[k]));
+    case DT_I8: return (float)((const int8_t *)data)[k] * scales[r * (size_t)ng + c / group];
+    }
+    return 0;
+}
+
 // ---- warp and block reductions (blockDim.x a multiple of 32, at most 1024)
 
 template <typename T> __device__ __forceinline__ T cu_warp_sum(T v) {   // float or double

@@ -9,19 +9,6 @@
 #define THREADS 256          // rows and elementwise kernels
 #define ROW_THREADS 512      // logprob: rows as long as the vocabulary
 
-// One element of row r of a weight matrix, as f32; ng int8 scales per row.
-static __device__ __forceinline__ float mat_elem(const void *data, const float *scales, size_t r, int c, int C,
-                                                 int ng, int group, rl_dtype dt) {
-    size_t k = r * (size_t)C + c;
-    switch (dt) {
-    case DT_F32: return ((const float *)data)[k];
-    case DT_BF16: return __uint_as_float((unsigned)((const uint16_t *)data)[k] << 16);
-    case DT_F16: return __half2float(__ushort_as_half(((const uint16_t *)data)[k]));
-    case DT_I8: return (float)((const int8_t *)data)[k] * scales[r * (size_t)ng + c / group];
-    }
-    return 0;
-}
-
 // table (V, C) at dtype dt (int8: scales (V, ng)), ids (N) in; out (N, C); one block per row
 static __global__ void embed_kernel(float *out, const void *data, const float *scales, int group, rl_dtype dt,
                                     const int32_t *ids, int N, int C) {
@@ -29,7 +16,7 @@ static __global__ void embed_kernel(float *out, const void *data, const float *s
     for (size_t i = blockIdx.x; i < (size_t)N; i += gridDim.x) {
         size_t r = (size_t)ids[i];
         float *o = out + i * C;
-        for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = mat_elem(data, scales, r, c, C, ng, group, dt);
+        for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = cu_mat_elem(data, scales, r, c, C, ng, group, dt);
     }
 }
 

@@ -101,16 +101,6 @@ template <rl_dtype DT> static __device__ __forceinline__ void widen16(uint4 v, f
     }
 }
 
-// Weight (m, k) of a row-major (M, K) matrix as f32; int8 with ng scales per row.
-template <rl_dtype DT>
-static __device__ __forceinline__ float weight_at(const void *W, const float *scales, size_t m, int k, int K, int ng,
-                                                  int group) {
-    size_t i = m * K + k;
-    if constexpr (DT == DT_BF16) return __uint_as_float((unsigned)__ldg((const unsigned short *)W + i) << 16);
-    else if constexpr (DT == DT_F16) return __half2float(__ushort_as_half(__ldg((const unsigned short *)W + i)));
-    else return (float)__ldg((const signed char *)W + i) * __ldg(scales + m * ng + k / group);
-}
-
 // The end of a warp's row m: out[n][m] = Σ over lanes of acc[n] (+ bias[m]).
 template <int NR>
 static __device__ __forceinline__ void few_rows_store(float *out, const float *acc, const float *bias, size_t m,
@@ -195,7 +185,7 @@ few_rows_scalar_kernel(float *out, const float *x, const void *W, const float *s
 #pragma unroll
     for (int n = 0; n < NR; n++) acc[n] = 0.0f;
     for (int k = lane; k < K; k += 32) {
-        float wk = weight_at<DT>(W, scales, m, k, K, ng, group);
+        float wk = cu_mat_elem(W, scales, m, k, K, ng, group, DT);
 #pragma unroll
         for (int n = 0; n < NR; n++) acc[n] = fmaf(__ldg(x + n * (size_t)K + k), wk, acc[n]);
     }
