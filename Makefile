@@ -68,7 +68,7 @@ $(BUILD)/deps.mk: scripts/deps.sh
 	@sh scripts/deps.sh build
 	@mkdir -p $(BUILD)
 	@pc=msgpack; pkg-config --exists msgpack-c && pc=msgpack-c; \
-	  echo "PKGS := libzstd $$pc libcjson openblas libxxhash libcrypto" > $@
+	  echo "PKGS := libzstd $$pc libcjson openblas libxxhash libcrypto libpcre2-8 libutf8proc" > $@
 
 # Normal build: optimised objects, a static library, the tools. The CPU
 # kernels are written for the vectoriser, which -O3 turns fully on.

@@ -82,7 +82,7 @@ typedef struct {
 
 static void cmd_write(const args *a) {
     model_config c = {.model_type = "llama", .vocab = 32000, .max_pos = 2048, .rms_eps = 1e-5,
-                      .rope_theta = 10000.0, .tie_embeddings = 1, .bos_id = 1, .eos_id = 2};
+                      .rope_theta = 10000.0, .tie_embeddings = 1, .bos_id = 1, .eos_id = 2, .n_eos = 1, .eos_ids = {2}};
     if (strcmp(a->config, "15m") == 0) {
         c.hidden = 288, c.inter = 768, c.layers = 6, c.heads = 6;
     } else if (strcmp(a->config, "110m") == 0) {

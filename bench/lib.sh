@@ -21,9 +21,8 @@ BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 [[ $BUILD == /* ]] || BUILD=$root/$BUILD
 [[ $BIN == /* ]] || BIN=$root/$BIN
-PY=${PYTHON:-/usr/bin/python3}
+PY=${PYTHON:-$root/.deps/venv/bin/python}   # scripts/deps.sh test makes it
 W=${BENCH_OUT:-$here/out}
-export PYTHONPATH=$root/.deps/py${PYTHONPATH:+:$PYTHONPATH}
 declare -A FAILED=()
 NFAIL=0
 

@@ -87,16 +87,42 @@ static int read_bool(const char *path, const cJSON *root, const char *key, int *
     return 1;
 }
 
-// bos_token_id / eos_token_id: an integer, a list of them (the first is
-// used), or absent or null (-1).
+// A token id: an integer >= 0 (the vocabulary bound is check_at's).
+static int as_token(const char *path, const char *key, const cJSON *v, int *out, rl_err *err) {
+    if (as_int(path, key, v, out, err)) return -1;
+    if (*out < 0) return err_set(err, "%s: %s %d is negative", path, key, *out);
+    return 0;
+}
+
+// bos_token_id: an integer, a list of them (the first is used), or absent or null (-1).
 static int read_token(const char *path, const cJSON *root, const char *key, int *out, rl_err *err) {
     const cJSON *v = get(root, key);
     *out = -1;
     if (v && cJSON_IsArray(v)) v = v->child;
     if (!v) return 0;
-    if (as_int(path, key, v, out, err)) return -1;
-    if (*out < 0) return err_set(err, "%s: %s %d is negative", path, key, *out);
-    return 1;
+    return as_token(path, key, v, out, err) ? -1 : 1;
+}
+
+// eos_token_id: an integer or a list of them (every one ends a completion),
+// absent or null (none); c->eos_id is the first.
+static int read_eos(const char *path, const cJSON *root, model_config *c, rl_err *err) {
+    const cJSON *v = get(root, "eos_token_id"), *x;
+    c->n_eos = 0;
+    c->eos_id = -1;
+    if (!v) return 0;
+    if (!cJSON_IsArray(v)) {
+        if (as_token(path, "eos_token_id", v, &c->eos_id, err)) return -1;
+        c->eos_ids[c->n_eos++] = c->eos_id;
+        return 0;
+    }
+    cJSON_ArrayForEach(x, v) {
+        int id;
+        if (as_token(path, "eos_token_id", x, &id, err)) return -1;
+        if (c->n_eos == CFG_MAX_EOS) return err_set(err, "%s: eos_token_id lists more than %d ids", path, CFG_MAX_EOS);
+        c->eos_ids[c->n_eos++] = id;
+    }
+    c->eos_id = c->n_eos ? c->eos_ids[0] : -1;
+    return 0;
 }
 
 // Every invariant of a config; `where` starts the messages (the file, or "config").
@@ -149,6 +175,11 @@ static int check_at(const model_config *c, const char *where, rl_err *err) {
     if (c->eos_id < -1 || c->eos_id >= c->vocab)
         return err_set(err, "%s: eos_token_id %d is not a token id (0 to %d, or -1 for none)", where, c->eos_id,
                        c->vocab - 1);
+    if (c->n_eos < 0 || c->n_eos > CFG_MAX_EOS || (c->n_eos && c->eos_ids[0] != c->eos_id))
+        return err_set(err, "%s: eos_token_id: %d ids in the list, the first %d", where, c->n_eos, c->eos_id);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab)
+            return err_set(err, "%s: eos_token_id %d is not a token id (0 to %d)", where, c->eos_ids[i], c->vocab - 1);
 
     // Parameter count, overflow-checked: each factor is at most 2^24, a layer
     // fits in 64 bits, the product with the layer count may not.
@@ -254,9 +285,7 @@ static int parse(const char *path, const cJSON *root, model_config *c, rl_err *e
         if (read_bool(path, root, "attention_bias", &c->qkv_bias, err) < 0) return -1;
         c->o_bias = c->qkv_bias;
     }
-    if (read_token(path, root, "bos_token_id", &c->bos_id, err) < 0 ||
-        read_token(path, root, "eos_token_id", &c->eos_id, err) < 0)
-        return -1;
+    if (read_token(path, root, "bos_token_id", &c->bos_id, err) < 0 || read_eos(path, root, c, err)) return -1;
     return 0;
 }
 
@@ -317,7 +346,11 @@ int cfg_save(const char *path, const model_config *c, rl_err *err) {
     if (llama) sbuf_printf(&b, "  \"attention_bias\": %s,\n  \"mlp_bias\": false,\n", c->qkv_bias ? "true" : "false");
     else sbuf_printf(&b, "  \"use_sliding_window\": false,\n");
     put_token(&b, "bos_token_id", c->bos_id);
-    put_token(&b, "eos_token_id", c->eos_id);
+    if (c->n_eos > 1) {
+        sbuf_printf(&b, "  \"eos_token_id\": [");
+        for (int i = 0; i < c->n_eos; i++) sbuf_printf(&b, "%s%d", i ? ", " : "", c->eos_ids[i]);
+        sbuf_printf(&b, "],\n");
+    } else put_token(&b, "eos_token_id", c->eos_id);
     sbuf_printf(&b, "  \"torch_dtype\": \"float32\"\n}\n");
 
     // Written, flushed and fsynced; a failed write leaves no partial file.

@@ -6,6 +6,8 @@
 
 #include "util.h"
 
+#define CFG_MAX_EOS 16        // eos_token_id lists are a few ids long
+
 typedef struct {
     char model_type[16];      // "llama" or "qwen2"
     int hidden;               // hidden_size                  C
@@ -21,7 +23,11 @@ typedef struct {
     int tie_embeddings;       // tie_word_embeddings (default: false for llama and qwen2)
     int qkv_bias;             // q/k/v projections have biases
     int o_bias;               // o_proj has a bias (llama attention_bias)
-    int bos_id, eos_id;       // bos_token_id / eos_token_id; -1 when absent (first of a list)
+    int bos_id;               // bos_token_id; -1 when absent (prompts get bos from the tokenizer, not this)
+    int eos_id;               // the first of eos_token_id; -1 when absent
+    int n_eos;                // eos_token_id as a list, every one of which ends a completion
+    int eos_ids[CFG_MAX_EOS]; // (Llama 3.x Instruct: 128001, 128008, 128009); cfg_load fills it,
+                              // n_eos 0 in a config built in code means {eos_id} (or none)
 } model_config;
 
 // Reads DIR/config.json. Refuses unknown model types, missing or non-positive

@@ -163,7 +163,7 @@ static void push_f32(f32_vec *a, float x) {
 static int append_text(gen_t *g, gen_sample *out, uint32_t tok) {
     size_t before = out->text.len;
     rl_err e;
-    if (tok_decode(g->tok, &tok, 1, 1, &out->text, &e)) return 0;   // an id the tokenizer lacks: no text
+    if (tok_decode(g->tok, &tok, 1, TOK_SKIP_SPECIAL | TOK_CONTINUE, &out->text, &e)) return 0;   // an id the tokenizer lacks: no text
     for (size_t k = 0; k < g->o.n_stop; k++) {
         size_t L = strlen(g->o.stop[k]);
         size_t from = before + 1 > L ? before + 1 - L : 0;   // a new match ends in the new bytes
@@ -184,7 +184,8 @@ static int advance(gen_t *g, seq_t *s, uint32_t tok, double lp) {
     push_u32(&out->ids, tok);
     push_f32(&out->logp, (float)lp);
     push_u32(&out->ver, g->ver);
-    if (g->o.eos_id >= 0 && tok == (uint64_t)g->o.eos_id) return out->stopped = 1;
+    for (size_t k = 0; k < g->o.n_stop_ids; k++)
+        if (tok == g->o.stop_ids[k]) return out->stopped = 1;
     if (append_text(g, out, tok)) return out->stopped = 1;
     if (out->ids.n >= g->o.max_new || model_slot_len(g->m, s->slot) >= g->o.max_len) return 1;
     s->pending = tok;

@@ -28,7 +28,8 @@ typedef struct {
     uint64_t seed;
     const char *const *stop;      // stop strings: the completion ends once its text contains one
     size_t n_stop;
-    int64_t eos_id;               // the completion ends after sampling it; < 0: none
+    const uint32_t *stop_ids;     // tokens that end the completion once sampled (kept in it):
+    size_t n_stop_ids;            //   the model's eos ids, special tokens named by --stop
     int in_order;                 // finished groups are taken in the order they were added
 } gen_opts;
 

@@ -147,8 +147,10 @@ static int get_floats(const rec_t *r, const char *key, size_t n, int nonneg, flo
     return 0;
 }
 
-// Token ids of key, or the tokenized text of text_key (after bos / before eos
-// when the model has them); missing both: 0 with *n == 0 and *out NULL.
+// Token ids of key, or the tokenized text of text_key: a prompt with the
+// special tokens its tokenizer adds (bos or none, tok_encode_special), a
+// completion followed by the first of the config's eos ids (if any); missing
+// both: 0 with *n == 0 and *out NULL.
 static int get_ids(const learner_t *l, const rec_t *r, const char *key, const char *text_key, int is_prompt,
                    uint32_t **out, size_t *n, rl_err *err) {
     *out = NULL;
@@ -169,13 +171,10 @@ static int get_ids(const learner_t *l, const rec_t *r, const char *key, const ch
         if (!l->o.tok)
             return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it", key,
                            text_key);
-        if (is_prompt && c->bos_id >= 0) {
-            *out = xmalloc(16 * sizeof **out);
-            cap = 16;
-            (*out)[(*n)++] = (uint32_t)c->bos_id;
-        }
         rl_err e;
-        if (tok_encode(l->o.tok, text, len, out, n, &cap, &e)) return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
+        int rc = is_prompt ? tok_encode_special(l->o.tok, text, len, out, n, &cap, &e)
+                           : tok_encode(l->o.tok, text, len, out, n, &cap, &e);
+        if (rc) return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
         if (!is_prompt && c->eos_id >= 0) {
             *out = xrealloc(*out, (*n + 1) * sizeof **out);
             (*out)[(*n)++] = (uint32_t)c->eos_id;

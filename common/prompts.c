@@ -50,16 +50,11 @@ static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
                 return err_set(err, "prompt_ids[%zu] = %u is outside the vocabulary (%zu tokens)", t, v.v[t], o->vocab);
     } else {
         size_t cap = 0;
-        if (o->bos_id >= 0) {
-            p->ids = xmalloc(16 * sizeof *p->ids);
-            cap = 16;
-            p->ids[p->n_ids++] = (uint32_t)o->bos_id;
-        }
         rl_err e;
-        if (tok_encode(o->tok, p->text, p->text_len, &p->ids, &p->n_ids, &cap, &e))
+        if (tok_encode_special(o->tok, p->text, p->text_len, &p->ids, &p->n_ids, &cap, &e))
             return err_set(err, "cannot tokenize the prompt: %s", e.msg);
     }
-    if (p->n_ids == 0) return err_set(err, "the prompt has no tokens (and the model no bos token)");
+    if (p->n_ids == 0) return err_set(err, "the prompt has no tokens (its text is empty and the tokenizer adds no bos)");
     if (p->n_ids > o->max_ids)
         return err_set(err, "the prompt has %zu tokens; the model's context (%zu) leaves room for at most %zu",
                        p->n_ids, o->max_ids + 1, o->max_ids);

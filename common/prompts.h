@@ -17,7 +17,8 @@ typedef struct {
     size_t text_len;
     char *answer;              // its "answer" (NUL-terminated), or NULL
     size_t answer_len;
-    uint32_t *ids;             // the prompt's tokens: "prompt_ids" as given, else bos (if any) + tokenized text
+    uint32_t *ids;             // the prompt's tokens: "prompt_ids" as given, else the text tokenized with
+                               // the special tokens its tokenizer adds (tok_encode_special: bos or none)
     size_t n_ids;
     char *where;               // "FILE line L" or "FILE record N", for messages
 } prompt;
@@ -30,7 +31,6 @@ typedef struct {
 
 typedef struct {
     const tokenizer *tok;
-    int64_t bos_id;            // prepended to tokenized text; < 0: none
     size_t vocab;              // prompt_ids must be below it
     size_t max_ids;            // a prompt with more tokens is an error (the model's context less one)
 } prm_opts;

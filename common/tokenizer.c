@@ -967,10 +967,16 @@ int tok_encode(const tokenizer *t, const char *text, size_t n, uint32_t **ids, s
     return rc;
 }
 
+int tok_encode_special(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
+                       size_t *cap, rl_err *err) {
+    return tok_encode(t, text, n, ids, n_ids, cap, err);   // post_processor: to come
+}
+
 // ---- decoding --------------------------------------------------------------------------
 
-int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, int skip_special, sbuf *out,
+int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, unsigned flags, sbuf *out,
                rl_err *err) {
+    int skip_special = flags & TOK_SKIP_SPECIAL;
     size_t start = out->len;
     int first = 1;
     for (size_t i = 0; i < n; i++) {

@@ -26,13 +26,28 @@ size_t tok_vocab_size(const tokenizer *t);          // 1 + the largest id, added
 // Id of a token's string (vocabulary or added token), or -1.
 int64_t tok_id(const tokenizer *t, const char *token);
 
-// Encodes text[0..n) (UTF-8) into ids, appending to *ids (grown with xrealloc).
+// Encodes text[0..n) (UTF-8) into ids, appending to *ids (grown with xrealloc),
+// as Hugging Face's encode(text, add_special_tokens=False): no bos or eos.
 // Returns 0, or -1 when a byte has no token (err says which byte, at which offset).
 int tok_encode(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
                size_t *cap, rl_err *err);
-// Decodes ids into bytes appended to out; an id outside the vocabulary is an error.
-// skip_special drops special added tokens.
-int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, int skip_special, sbuf *out,
+// The same with the special tokens the file's post_processor puts around a
+// single sequence, as encode(text, add_special_tokens=True): Llama 3's
+// <|begin_of_text|> before the text, nothing for Qwen2.5 or SmolLM2. Whether a
+// prompt starts with bos is the tokenizer's decision, not the config's.
+int tok_encode_special(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
+                       size_t *cap, rl_err *err);
+
+enum {
+    TOK_SKIP_SPECIAL = 1,   // drop special added tokens (HF skip_special_tokens=True)
+    TOK_CONTINUE = 2,       // the ids continue a text already decoded: the bytes that decoding
+                            // (that text's ids + ids) adds, without the decoder's start-of-text
+                            // rules (Metaspace's dropped leading space); decoding token by token
+                            // with TOK_CONTINUE then concatenates to the whole text's bytes
+};
+// Decodes ids into bytes appended to out, as Hugging Face's decode (flags above);
+// an id outside the vocabulary is an error.
+int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, unsigned flags, sbuf *out,
                rl_err *err);
 
 // The string of token id (its vocabulary string, or an added token's content),

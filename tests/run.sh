@@ -10,10 +10,11 @@ export RLPIPE_ROOT=$PWD
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 only=${1:-}
-# Python references that Debian does not package (safetensors, tokenizers)
-# are installed there by scripts/deps.sh test.
-export PYTHONPATH=$PWD/.deps/py${PYTHONPATH:+:$PYTHONPATH}
-export PY=${PY:-/usr/bin/python3}   # Debian's interpreter, with the reference packages
+# Python references that Debian does not package (transformers, tokenizers,
+# safetensors, gguf and the packages with real tokenizer and model files) are
+# installed into the virtual environment .deps/venv by scripts/deps.sh test;
+# it sees Debian's torch, numpy, msgpack and zstandard.
+export PY=${PY:-$PWD/.deps/venv/bin/python}
 export TMPDIR=${TMPDIR:-/tmp}
 pass=0 fail=0 skip=0
 log=$(mktemp -d "$TMPDIR/rlpipe-tests.XXXXXX")

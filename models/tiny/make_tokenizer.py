@@ -14,7 +14,8 @@ every run. The tokenizer is a Hugging Face tokenizer.json that the
                  corpus is merged, repeatedly (ties: the smaller pair of strings)
   ids 445..447   special added tokens <|bos|>, <|eos|>, <|pad|>
 
-The pre-tokenizer is ByteLevel without regex splitting (use_regex false,
+The post-processor puts <|bos|> before a text encoded with special tokens
+(what rl-sample does to a text prompt). The pre-tokenizer is ByteLevel without regex splitting (use_regex false,
 add_prefix_space false), so merges were learned, and apply, across spaces.
 The vocabulary size, 448, is a multiple of 64, so config.json's vocab_size is
 exactly the tokenizer's size.
@@ -25,6 +26,20 @@ import sys
 
 N_LEARNED = 189             # 256 + 189 + 3 specials = 448 = 7 * 64
 SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>"]
+
+
+def bos_template(bos, bos_id):
+    """The post-processor that puts bos before a text, as Llama 3's does: what
+    encode(text, add_special_tokens=True) adds (rl-sample's text prompts)."""
+    def special(type_id):
+        return {"SpecialToken": {"id": bos, "type_id": type_id}}
+
+    def seq(name, type_id):
+        return {"Sequence": {"id": name, "type_id": type_id}}
+    return {"type": "TemplateProcessing",
+            "single": [special(0), seq("A", 0)],
+            "pair": [special(0), seq("A", 0), special(1), seq("B", 1)],
+            "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
 
 
 def byte_alphabet():
@@ -160,7 +175,7 @@ def main():
         "added_tokens": added,
         "normalizer": None,
         "pre_tokenizer": byte_level(),
-        "post_processor": None,
+        "post_processor": bos_template(added[0]["content"], added[0]["id"]),
         "decoder": byte_level(),
         "model": {
             "type": "BPE",

@@ -24,7 +24,7 @@ from rltest import ROOT, case, finish
 
 try:
     import safetensors.numpy as stnp
-except ImportError as e:  # scripts/deps.sh test installs it into .deps/py
+except ImportError as e:  # scripts/deps.sh test installs it into .deps/venv
     print(f"SKIP test_safetensors: the safetensors Python library is missing ({e}); run scripts/deps.sh test")
     sys.exit(0)
 try:

@@ -1,7 +1,7 @@
 """common/tokenizer.c agrees with Hugging Face's `tokenizers` library.
 
-The reference is `tokenizers` (from .deps/py, put on PYTHONPATH by
-tests/run.sh); ours is driven through $BUILD/tests/tools/tokenize. For each
+The reference is `tokenizers` (in .deps/venv, whose python
+tests/run.sh runs); ours is driven through $BUILD/tests/tools/tokenize. For each
 tokenizer file below, our ids equal tokenizers' encode(text,
 add_special_tokens=False).ids on every text, and our decoded bytes, read as
 UTF-8 with invalid sequences replaced, equal tokenizers' decode(ids) (with and

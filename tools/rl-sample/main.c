@@ -263,7 +263,7 @@ int main(int argc, char **argv) {
     if (!tok) cli_die("%s", e.msg);
 
     prompt_set ps = {0};
-    prm_opts po = {.tok = tok, .bos_id = cfg->bos_id, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)cfg->max_pos - 1};
+    prm_opts po = {.tok = tok, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)cfg->max_pos - 1};
     for (int i = 0; i < ninputs; i++)
         if (prm_read(&ps, inputs[i], &po, &e)) cli_die("%s", e.msg);
     if (ps.n == 0) cli_die("no prompts in the input");
@@ -277,7 +277,19 @@ int main(int argc, char **argv) {
                     ps.v[i].where);
     }
 
-    o.gen.eos_id = cfg->eos_id;
+    // Completions end at every eos id of the config (Llama 3.x Instruct lists
+    // three) and at each --stop string that is a special token, which the
+    // text (decoded without special tokens) could never contain.
+    uint32_t *stop_ids = xmalloc((size_t)(cfg->n_eos + 1 + (int)o.gen.n_stop) * sizeof *stop_ids);
+    size_t n_stop_ids = 0;
+    for (int i = 0; i < cfg->n_eos; i++) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_ids[i];
+    if (!cfg->n_eos && cfg->eos_id >= 0) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_id;
+    for (size_t i = 0; i < o.gen.n_stop; i++) {
+        int64_t id = tok_id(tok, o.stop[i]);
+        if (id >= 0 && tok_is_special(tok, (uint32_t)id)) stop_ids[n_stop_ids++] = (uint32_t)id;
+    }
+    o.gen.stop_ids = stop_ids;
+    o.gen.n_stop_ids = n_stop_ids;
     // --max-lag counts group j in batch j / per_batch: the learner's batches
     // must be those, so groups are written in the order they were started.
     o.gen.in_order = o.max_lag >= 0;
@@ -397,6 +409,7 @@ int main(int argc, char **argv) {
     prm_free(&ps);
     tok_free(tok);
     model_free(m);
+    free(stop_ids);
     for (size_t i = 0; i < o.gen.n_stop; i++) free(o.stop[i]);
     free(o.stop);
     if (fd > 1 && close(fd)) cli_die("write error: %s: %s", o.out.output, strerror(errno));
