@@ -113,18 +113,6 @@ static int parse_version_name(const char *name, int canonical, uint64_t *v) {
     return 1;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 // Opens path (a directory when dir) and fsyncs it.
 static int fsync_path(const char *path, int dir, rl_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
@@ -136,24 +124,6 @@ static int fsync_path(const char *path, int dir, rl_err *err) {
     }
     if (close(fd)) return err_set(err, "cannot close: %s: %s", path, strerror(errno));
     return 0;
-}
-
-// Creates path (replacing a file there) holding p[0..n), fsynced; a failed
-// write leaves no file.
-static int write_file(const char *path, const void *p, size_t n, rl_err *err) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return err_set(err, "cannot create: %s: %s", path, strerror(errno));
-    const char *what = NULL;
-    if (write_all(fd, p, n)) what = "write";
-    else if (fsync(fd)) what = "fsync";
-    int e = errno;
-    if (close(fd) && !what) {
-        what = "close";
-        e = errno;
-    }
-    if (!what) return 0;
-    unlink(path);
-    return err_set(err, "cannot %s: %s: %s", what, path, strerror(e));
 }
 
 // Copies src to dst (created, fsynced). 1 copied, 0 src absent and optional, -1 error.
@@ -178,7 +148,7 @@ static int copy_file(const char *src, const char *dst, int optional, rl_err *err
             break;
         }
         if (r == 0) break;
-        if (write_all(out, buf, (size_t)r)) {
+        if (fd_write_all(out, buf, (size_t)r)) {
             what = "write";
             break;
         }
@@ -369,38 +339,42 @@ static int lock_root(const char *root, rl_err *err) {
     return err_set(err, "cannot lock: %s: %s", path, strerror(e));
 }
 
-// dir/optimizer.safetensors: the AdamW moments of every parameter, F32. No
-// file when the model has no training state. Host memory: 2 × parameters.
-static int write_optimizer(const char *dir, const struct model *m, rl_err *err) {
-    size_t nt = model_ntensors(m), total = 0;
+// dir/optimizer.safetensors: the AdamW moments of every parameter, F32, and
+// with params the parameters themselves (under their own names): what resumes
+// exactly when model.safetensors holds them rounded to 16 bits. No file when
+// the model has no training state. Host memory: 2 or 3 × parameters.
+static const int opt_which[3] = {MODEL_EXP_AVG, MODEL_EXP_AVG_SQ, MODEL_PARAM};
+static const char *const opt_suffix[3] = {".exp_avg", ".exp_avg_sq", ""};
+
+static int write_optimizer(const char *dir, const struct model *m, int params, rl_err *err) {
+    size_t nt = model_ntensors(m), total = 0, per = params ? 3 : 2;
     for (size_t i = 0; i < nt; i++) total += model_tensor_at(m, i).n;
     if (nt == 0) return 0;
-    float *host = xmalloc(2 * total * sizeof(float));
+    float *host = xmalloc(per * total * sizeof(float));
     if (model_tensor_get(m, MODEL_EXP_AVG, 0, host) < 0) {   // no training state
         free(host);
         return 0;
     }
-    st_out *out = xmalloc(2 * nt * sizeof *out);
-    char (*names)[128] = xmalloc(2 * nt * sizeof *names);
+    st_out *out = xmalloc(per * nt * sizeof *out);
+    char (*names)[128] = xmalloc(per * nt * sizeof *names);
     size_t off = 0;
     int rc = 0;
     for (size_t i = 0; i < nt && rc == 0; i++) {
         model_tensor t = model_tensor_at(m, i);
-        for (int k = 0; k < 2 && rc == 0; k++) {
+        for (size_t k = 0; k < per && rc == 0; k++) {
             float *data = host + k * total + off;
-            char *name = names[2 * i + k];
-            if ((size_t)snprintf(name, sizeof names[0], "%s.%s", t.name, k ? "exp_avg_sq" : "exp_avg") >=
-                sizeof names[0])
+            char *name = names[per * i + k];
+            if ((size_t)snprintf(name, sizeof names[0], "%s%s", t.name, opt_suffix[k]) >= sizeof names[0])
                 rc = err_set(err, "tensor name too long: %s", t.name);
-            else if (model_tensor_get(m, k ? MODEL_EXP_AVG_SQ : MODEL_EXP_AVG, i, data) < 0)
-                rc = err_set(err, "cannot read the AdamW moments of %s from the model", t.name);
-            out[2 * i + k] = (st_out){.name = name, .ndim = t.ndim, .shape = {t.shape[0], t.shape[1]}, .data = data};
+            else if (model_tensor_get(m, opt_which[k], i, data) < 0)
+                rc = err_set(err, "cannot read the training state of %s from the model", t.name);
+            out[per * i + k] = (st_out){.name = name, .ndim = t.ndim, .shape = {t.shape[0], t.shape[1]}, .data = data};
         }
         off += t.n;
     }
     char path[CKPT_PATH];
     if (rc == 0) rc = pathf(path, err, "%s/optimizer.safetensors", dir);
-    if (rc == 0) rc = st_write_f32(path, out, 2 * nt, err);
+    if (rc == 0) rc = st_write_f32(path, out, per * nt, err);
     free(names);
     free(out);
     free(host);
@@ -415,13 +389,14 @@ static const struct {
     {"tokenizer_config.json", 0},
     {"special_tokens_map.json", 0},
     {"generation_config.json", 0},
+    {"chat_template.jinja", 0},
 };
 
 // Everything of a version into the empty directory dir, fsynced.
 static int fill_version(const char *dir, const ckpt_write_opts *o, const struct model *m, rl_err *err) {
     char path[CKPT_PATH], src[CKPT_PATH];
-    if (model_save(m, dir, err) || write_optimizer(dir, m, err)) return -1;
-    if (pathf(path, err, "%s/state.json", dir) || write_file(path, o->state_json, strlen(o->state_json), err))
+    if (model_save_as(m, dir, &o->save, err) || write_optimizer(dir, m, o->save.dtype != DT_F32, err)) return -1;
+    if (pathf(path, err, "%s/state.json", dir) || write_file_sync(path, o->state_json, strlen(o->state_json), err))
         return -1;
     for (size_t i = 0; o->copy_from && i < sizeof tokenizer_files / sizeof *tokenizer_files; i++) {
         if (pathf(src, err, "%s/%s", o->copy_from, tokenizer_files[i].name) ||
@@ -429,11 +404,7 @@ static int fill_version(const char *dir, const ckpt_write_opts *o, const struct 
             copy_file(src, path, !tokenizer_files[i].required, err) < 0)
             return -1;
     }
-    // model_save's files are fsynced by their writers; this covers any writer
-    // that does not, cheaply when the data is already on disk.
-    const char *own[] = {"config.json", "model.safetensors"};
-    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
-        if (pathf(path, err, "%s/%s", dir, own[i]) || fsync_path(path, 0, err)) return -1;
+    // Every file above was fsynced by its writer; the directory's entries now.
     return fsync_path(dir, 1, err);
 }
 
@@ -509,7 +480,7 @@ static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err 
     char line[40], latest_tmp[CKPT_PATH], latest_path[CKPT_PATH];
     snprintf(line, sizeof line, "%s\n", name);
     if (pathf(latest_tmp, err, "%s/.latest.tmp-%ld", root, (long)getpid()) ||
-        pathf(latest_path, err, "%s/latest", root) || write_file(latest_tmp, line, strlen(line), err))
+        pathf(latest_path, err, "%s/latest", root) || write_file_sync(latest_tmp, line, strlen(line), err))
         return -1;
     if (rename(latest_tmp, latest_path)) {
         rc = err_set(err, "cannot rename %s to %s: %s", latest_tmp, latest_path, strerror(errno));
@@ -553,14 +524,17 @@ int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err) {
     st_file *f = st_open(path, err);
     if (!f) return -1;
     size_t nt = model_ntensors(m), maxn = 0;
-    const st_tensor **src = xmalloc((2 * nt + 1) * sizeof *src);
+    // The f32 parameters are there when model.safetensors holds them rounded:
+    // all of them, or none.
+    size_t per = nt && st_find(f, model_tensor_at(m, 0).name) ? 3 : 2;
+    const st_tensor **src = xmalloc((per * nt + 1) * sizeof *src);
     int rc = 0;
-    // Everything is checked before any moment is changed.
+    // Everything is checked before anything is changed.
     for (size_t i = 0; i < nt && rc == 0; i++) {
         model_tensor t = model_tensor_at(m, i);
-        for (int k = 0; k < 2 && rc == 0; k++) {
+        for (size_t k = 0; k < per && rc == 0; k++) {
             char name[160];
-            snprintf(name, sizeof name, "%s.%s", t.name, k ? "exp_avg_sq" : "exp_avg");
+            snprintf(name, sizeof name, "%s%s", t.name, opt_suffix[k]);
             const st_tensor *s = st_find(f, name);
             int same = s && s->ndim == t.ndim;
             for (int d = 0; same && d < t.ndim; d++) same = s->shape[d] == t.shape[d];
@@ -571,20 +545,20 @@ int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err) {
                 shape_text(want, sizeof want, t.ndim, t.shape);
                 rc = err_set(err, "%s: tensor %s has shape %s; the parameter's is %s", path, name, got, want);
             }
-            src[2 * i + k] = s;
+            src[per * i + k] = s;
             if (t.n > maxn) maxn = t.n;
         }
     }
-    for (size_t j = 0; rc == 0 && f->n != 2 * nt && j < f->n; j++) {
+    for (size_t j = 0; rc == 0 && f->n != per * nt && j < f->n; j++) {
         size_t i = 0;
-        while (i < 2 * nt && src[i] != &f->t[j]) i++;
-        if (i == 2 * nt) rc = err_set(err, "%s: tensor %s is not an AdamW moment of this model's parameters", path,
-                                      f->t[j].name);
+        while (i < per * nt && src[i] != &f->t[j]) i++;
+        if (i == per * nt)
+            rc = err_set(err, "%s: tensor %s is not an AdamW moment or a parameter of this model", path, f->t[j].name);
     }
     float *buf = rc == 0 && maxn ? xmalloc(maxn * sizeof(float)) : NULL;
-    for (size_t i = 0; i < 2 * nt && rc == 0; i++) {
+    for (size_t i = 0; i < per * nt && rc == 0; i++) {
         st_read_f32(src[i], buf);
-        if (model_tensor_set(m, i % 2 ? MODEL_EXP_AVG_SQ : MODEL_EXP_AVG, i / 2, buf) < 0)
+        if (model_tensor_set(m, opt_which[i % per], i / per, buf) < 0)
             rc = err_set(err, "cannot load %s: the model has no training state (model_train_init)", path);
     }
     free(buf);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hfweights.h"
 #include "util.h"
 
 struct model;
@@ -31,12 +32,15 @@ typedef struct {
     int keep;                  // > 0: afterwards, of the versions up to this one keep the newest
                                // `keep` and remove the older; 0: keep all
     uint64_t keep_every;       // > 0: with keep > 0, versions that are multiples of it stay too
+    hfw_write_opts save;       // the weights' dtype (f32 when zero) and shard size (hfweights.h)
 } ckpt_write_opts;
 
-// Writes the version directory root/vNNNNNN: config.json and model.safetensors
-// (model_save, F32), optimizer.safetensors when the model has training state
-// (tensors "<param>.exp_avg" and "<param>.exp_avg_sq", F32, the parameter's
-// shape), state.json and the copied files. Crash-safe against a kill at any
+// Writes the version directory root/vNNNNNN: config.json and the weights
+// (model_save_as at o->save: model.safetensors, or shards and their index),
+// optimizer.safetensors when the model has training state (tensors
+// "<param>.exp_avg" and "<param>.exp_avg_sq", F32, the parameter's shape, and
+// when the weights are saved at 16 bits the F32 parameters "<param>" too, so
+// that a resume continues from them exactly), state.json and the copied files. Crash-safe against a kill at any
 // moment: everything is written under root/.tmp-vNNNNNN-<pid>, each file and
 // the directory fsynced, renamed to root/vNNNNNN, root fsynced; then
 // root/latest is replaced by a rename of root/.latest.tmp-<pid> ("vNNNNNN\n",
@@ -52,7 +56,8 @@ typedef struct {
 int ckpt_write(const ckpt_write_opts *o, const struct model *m, rl_err *err);
 
 // Loads dir/optimizer.safetensors (in a version directory) into the model's
-// AdamW moments (model_train_init must have been called). Every tensor must be
+// AdamW moments, and its parameters when the file has them (model_train_init
+// must have been called). Every tensor must be
 // present with the parameter's shape, and no other; on error the moments are
 // unchanged. 0, or -1 with err naming the file and the tensor.
 int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err);

@@ -205,9 +205,10 @@ static int parse_seq(const learner_t *l, const rec_t *r, lseq *s, rl_err *err) {
     if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, err) < 0) return -1;
     if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
     if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
-    if (s->np + s->n - 1 > (size_t)c->max_pos)
-        return err_set(err, "%zu prompt and %zu completion tokens exceed max_position_embeddings %d", s->np, s->n,
-                       c->max_pos);
+    const char *key;
+    int max_seq = cfg_max_seq(c, &key);
+    if (s->np + s->n - 1 > (size_t)max_seq)
+        return err_set(err, "%zu prompt and %zu completion tokens exceed %s %d", s->np, s->n, key, max_seq);
     double t = 1;
     int has_t;
     if (get_finite(r, "temperature", &t, &has_t, err) < 0) return -1;

@@ -35,6 +35,8 @@ typedef struct {
     float *attn_norm, *mlp_norm;          // (C)
     rl_mat q, k, v, o, gate, up, down;    // (NH·HS, C) (NKV·HS, C) (NKV·HS, C) (C, NH·HS) (F, C) (F, C) (C, F)
     float *bq, *bk, *bv, *bo;             // biases or NULL
+    float *qn, *kn;                       // (HS) qwen3's RMSNorm of each q and k head, or NULL
+    float *bgate, *bup, *bdown;           // (F) (F) (C) llama mlp_bias, or NULL
 } layer_w;
 
 // One complete set of weights. A model computes with one; a standby set
@@ -81,6 +83,7 @@ struct model {
     int tcap;
     float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
     float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
+    float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3: q, k before their norm, and their gradients; else NULL
     float *hraw, *dh;                     // (lrows, C) each
 
     // KV cache: (L, slots·max_len, NKV·HS) each
@@ -127,10 +130,17 @@ static void build_table(model_t *m) {
         if (c->qkv_bias) add_tensor(m, 0, KVD, 0, "%s.%d.self_attn.v_proj.bias", p, l);
         add_tensor(m, 1, C, QD, "%s.%d.self_attn.o_proj.weight", p, l);
         if (c->o_bias) add_tensor(m, 0, C, 0, "%s.%d.self_attn.o_proj.bias", p, l);
+        if (c->qk_norm) {
+            add_tensor(m, 0, c->head_dim, 0, "%s.%d.self_attn.q_norm.weight", p, l);
+            add_tensor(m, 0, c->head_dim, 0, "%s.%d.self_attn.k_norm.weight", p, l);
+        }
         add_tensor(m, 0, C, 0, "%s.%d.post_attention_layernorm.weight", p, l);
         add_tensor(m, 1, c->inter, C, "%s.%d.mlp.gate_proj.weight", p, l);
+        if (c->mlp_bias) add_tensor(m, 0, c->inter, 0, "%s.%d.mlp.gate_proj.bias", p, l);
         add_tensor(m, 1, c->inter, C, "%s.%d.mlp.up_proj.weight", p, l);
+        if (c->mlp_bias) add_tensor(m, 0, c->inter, 0, "%s.%d.mlp.up_proj.bias", p, l);
         add_tensor(m, 1, C, c->inter, "%s.%d.mlp.down_proj.weight", p, l);
+        if (c->mlp_bias) add_tensor(m, 0, C, 0, "%s.%d.mlp.down_proj.bias", p, l);
     }
     add_tensor(m, 0, C, 0, "model.norm.weight");
     if (!c->tie_embeddings) add_tensor(m, 1, c->vocab, C, "lm_head.weight");
@@ -212,6 +222,11 @@ static void alloc_weights(const model_t *m, weights *w) {
         L->bk = param_of(m, w, A, l, "k_proj.bias");
         L->bv = param_of(m, w, A, l, "v_proj.bias");
         L->bo = param_of(m, w, A, l, "o_proj.bias");
+        L->qn = param_of(m, w, A, l, "q_norm.weight");
+        L->kn = param_of(m, w, A, l, "k_norm.weight");
+        L->bgate = param_of(m, w, P, l, "mlp.gate_proj.bias");
+        L->bup = param_of(m, w, P, l, "mlp.up_proj.bias");
+        L->bdown = param_of(m, w, P, l, "mlp.down_proj.bias");
     }
 }
 
@@ -262,20 +277,74 @@ static void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, 
     convert_rows(m, w, t, x, off / K, n / K);
 }
 
-// cos and sin of pos · theta^(-2i/HS), computed in double.
+// RoPE's inverse frequencies inv_freq (HS/2, radians per position) and the
+// factor on cos and sin, as transformers 4.46's modeling_rope_utils computes
+// them for each rope_scaling type (there in float32, here in double).
+static double rope_freqs(const model_config *c, double *inv_freq) {
+    const cfg_rope *r = &c->rope;
+    int dim = c->head_dim, half = dim / 2;
+    double base = c->rope_theta;
+    for (int i = 0; i < half; i++) inv_freq[i] = 1.0 / pow(base, 2.0 * i / dim);
+    switch (r->type) {
+    case CFG_ROPE_DEFAULT:
+    case CFG_ROPE_DYNAMIC:      // equal to the default within the lengths cfg_max_seq allows
+        return 1.0;
+    case CFG_ROPE_LINEAR:
+        for (int i = 0; i < half; i++) inv_freq[i] /= r->factor;
+        return 1.0;
+    case CFG_ROPE_LLAMA3: {
+        // wavelengths shorter than original/high_freq_factor are kept, longer
+        // than original/low_freq_factor divided by factor, those between blended
+        double orig = r->original_max_pos, low_wl = orig / r->low_freq_factor, high_wl = orig / r->high_freq_factor;
+        for (int i = 0; i < half; i++) {
+            double f = inv_freq[i], wl = 2 * M_PI / f;
+            if (wl > low_wl) {
+                inv_freq[i] = f / r->factor;
+            } else if (!(wl < high_wl)) {
+                double s = (orig / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+                inv_freq[i] = (1 - s) * f / r->factor + s * f;
+            }
+        }
+        return 1.0;
+    }
+    case CFG_ROPE_YARN: {
+        // dimensions below `low` keep their frequency, above `high` are
+        // interpolated (divided by factor), a linear ramp between; bounds
+        // from the rotations beta_fast and beta_slow over max_position_embeddings
+        double fast = r->beta_fast > 0 ? r->beta_fast : 32, slow = r->beta_slow > 0 ? r->beta_slow : 1;
+        double lo = floor(dim * log(c->max_pos / (fast * 2 * M_PI)) / (2 * log(base)));
+        double hi = ceil(dim * log(c->max_pos / (slow * 2 * M_PI)) / (2 * log(base)));
+        lo = lo > 0 ? lo : 0;
+        hi = hi < dim - 1 ? hi : dim - 1;
+        if (lo == hi) hi += 0.001;   // as transformers does, against a division by zero
+        for (int i = 0; i < half; i++) {
+            double ramp = (i - lo) / (hi - lo), keep = 1 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+            inv_freq[i] = inv_freq[i] / r->factor * (1 - keep) + inv_freq[i] * keep;
+        }
+        return r->attention_factor > 0 ? r->attention_factor : 0.1 * log(r->factor) + 1.0;
+    }
+    }
+    return 1.0;
+}
+
+// The rope op's table (max_pos, HS/2, 2): scale · cos and scale · sin of
+// pos · inv_freq[i], computed in double.
 static void make_rope(model_t *m) {
     int half = m->c.head_dim / 2, P = m->c.max_pos;
+    double *inv_freq = xmalloc((size_t)half * sizeof *inv_freq);
+    double scale = rope_freqs(&m->c, inv_freq);
     float *cs = xmalloc((size_t)P * half * 2 * sizeof(float));
     for (int p = 0; p < P; p++)
         for (int i = 0; i < half; i++) {
-            double a = p * pow(m->c.rope_theta, -2.0 * i / m->c.head_dim);
-            cs[((size_t)p * half + i) * 2] = (float)cos(a);
-            cs[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+            double a = p * inv_freq[i];
+            cs[((size_t)p * half + i) * 2] = (float)(scale * cos(a));
+            cs[((size_t)p * half + i) * 2 + 1] = (float)(scale * sin(a));
         }
     size_t bytes = (size_t)P * half * 2 * sizeof(float);
     m->cos_sin = m->ops->alloc(bytes);
     m->ops->upload(m->cos_sin, cs, bytes);
     free(cs);
+    free(inv_freq);
 }
 
 static model_t *model_new(const model_config *c, const model_opts *o, rl_err *err) {
@@ -323,38 +392,33 @@ static int is_ignored_tensor(const model_t *m, const char *name) {
     return m->c.tie_embeddings && strcmp(name, "lm_head.weight") == 0;       // tied: the embedding is used
 }
 
-static int load_tensors(model_t *m, const char *path, rl_err *err) {
-    st_file *f = st_open(path, err);
+// Every tensor the config implies, from DIR's weights (one file or shards),
+// with its shape; no other tensor (but those is_ignored_tensor names).
+static int load_tensors(model_t *m, const char *dir, rl_err *err) {
+    hfw_set *f = hfw_open(dir, err);
     if (!f) return -1;
     int rc = -1;
     float *stage = NULL;
     for (size_t i = 0; i < f->n; i++)
-        if (!find_tensor(m, f->t[i].name) && !is_ignored_tensor(m, f->t[i].name)) {
-            err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", path,
-                    f->t[i].name, m->c.model_type);
+        if (!find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name)) {
+            err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", hfw_file(f, i),
+                    f->t[i]->name, m->c.model_type);
             goto out;
         }
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
-        const st_tensor *s = st_find(f, t->name);
+        const st_tensor *s = hfw_find(f, t->name);
         if (!s) {
-            err_set(err, "%s: tensor '%s' is missing (config.json implies it)", path, t->name);
+            err_set(err, "%s: tensor '%s' is missing (config.json implies it)", f->where, t->name);
             goto out;
         }
         int ok = s->ndim == t->ndim;
         for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
         if (!ok) {
-            char have[128] = "", want[64];
-            size_t len = 0;
-            for (int d = 0; d < s->ndim && len < sizeof have - 24; d++)
-                len += (size_t)snprintf(have + len, sizeof have - len, "%s%lld", d ? ", " : "",
-                                        (long long)s->shape[d]);
-            if (t->ndim == 2)
-                snprintf(want, sizeof want, "%lld, %lld", (long long)t->shape[0], (long long)t->shape[1]);
-            else
-                snprintf(want, sizeof want, "%lld", (long long)t->shape[0]);
-            err_set(err, "%s: tensor '%s' has shape [%s], config.json implies [%s]", path, t->name, have,
-                    want);
+            char have[128], want[64];
+            st_shape_str(have, sizeof have, s->shape, s->ndim);
+            st_shape_str(want, sizeof want, t->shape, t->ndim);
+            err_set(err, "%s: tensor '%s' has shape %s, config.json implies %s", f->where, t->name, have, want);
             goto out;
         }
         if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
@@ -368,7 +432,7 @@ static int load_tensors(model_t *m, const char *path, rl_err *err) {
     rc = 0;
 out:
     free(stage);
-    st_close(f);
+    hfw_close(f);
     return rc;
 }
 
@@ -385,8 +449,7 @@ model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
         *err = e2;
         return NULL;
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (load_tensors(m, path, err) < 0) {
+    if (load_tensors(m, dir, err) < 0) {
         model_free(m);
         return NULL;
     }
@@ -410,10 +473,13 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
     return finish_new(m);
 }
 
-int model_save(const model_t *m, const char *dir, rl_err *err) {
+int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (cfg_save(path, &m->c, err) < 0) return -1;
+    model_config c = m->c;   // torch_dtype says what is written, not what was read
+    snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s",
+             o->dtype == DT_BF16 ? "bfloat16" : o->dtype == DT_F16 ? "float16" : "float32");
+    if (cfg_save(path, &c, err) < 0) return -1;
     float *host = xmalloc(m->nparams * sizeof(float));
     for (size_t i = 0; i < m->nt; i++) model_tensor_get(m, MODEL_PARAM, i, host + m->t[i].off);
     st_out *out = xmalloc(m->nt * sizeof *out);
@@ -422,11 +488,14 @@ int model_save(const model_t *m, const char *dir, rl_err *err) {
         out[i].shape[0] = m->t[i].shape[0];
         out[i].shape[1] = m->t[i].shape[1];
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    int rc = st_write_f32(path, out, m->nt, err);
+    int rc = hfw_write(dir, out, m->nt, o, err);
     free(out);
     free(host);
     return rc;
+}
+
+int model_save(const model_t *m, const char *dir, rl_err *err) {
+    return model_save_as(m, dir, &(hfw_write_opts){.dtype = DT_F32}, err);
 }
 
 static void free_train(model_t *m);
@@ -523,6 +592,7 @@ static void reserve(model_t *m, int N, int nseq) {
 // for the backward, or the workspace that forward reuses for every layer.
 typedef struct {
     float *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // lse may be NULL
+    float *qr, *kr;           // q, k before qwen3's per-head norm (may be q, k: normed in place)
     float *x;                                                 // the layer's input (saved only)
 } saved;
 
@@ -539,9 +609,13 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len;
     float eps = (float)c->rms_eps;
     o->rmsnorm(s->n1, x, L->attn_norm, N, C, eps);
-    o->matmul(s->q, s->n1, &L->q, L->bq, N);
-    o->matmul(s->k, s->n1, &L->k, L->bk, N);
+    o->matmul(L->qn ? s->qr : s->q, s->n1, &L->q, L->bq, N);
+    o->matmul(L->kn ? s->kr : s->k, s->n1, &L->k, L->bk, N);
     o->matmul(s->v, s->n1, &L->v, L->bv, N);
+    if (L->qn) {   // qwen3: every head of q and k, (N·NH, HS) and (N·NKV, HS) rows, normed before RoPE
+        o->rmsnorm(s->q, s->qr, L->qn, N * NH, HS, eps);
+        o->rmsnorm(s->k, s->kr, L->kn, N * NKV, HS, eps);
+    }
     o->rope(s->q, m->pos, m->cos_sin, N, NH, HS);
     o->rope(s->k, m->pos, m->cos_sin, N, NKV, HS);
     const float *kb = s->k, *vb = s->v;
@@ -556,10 +630,10 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     o->matmul(s->xm, s->att, &L->o, L->bo, N);       // xm = x + o(attention)
     o->add(s->xm, x, (size_t)N * C);
     o->rmsnorm(s->n2, s->xm, L->mlp_norm, N, C, eps);
-    o->matmul(s->gate, s->n2, &L->gate, NULL, N);
-    o->matmul(s->up, s->n2, &L->up, NULL, N);
+    o->matmul(s->gate, s->n2, &L->gate, L->bgate, N);
+    o->matmul(s->up, s->n2, &L->up, L->bup, N);
     o->swiglu(h, s->gate, s->up, N, F);
-    o->matmul(next, h, &L->down, NULL, N);           // next = xm + down(silu(gate)·up)
+    o->matmul(next, h, &L->down, L->bdown, N);       // next = xm + down(silu(gate)·up)
     o->add(next, s->xm, (size_t)N * C);
 }
 
@@ -568,7 +642,7 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
 // m->rows and attention reads the cache, else they stay in m->k, m->v.
 static void forward(model_t *m, int N, int nseq, int with_cache) {
     saved w = {.n1 = m->xb, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .xm = m->xm, .n2 = m->xb,
-               .gate = m->hb, .up = m->hb2};
+               .gate = m->hb, .up = m->hb2, .qr = m->q, .kr = m->k};
     m->ops->embed(m->x, &m->w.embed, m->ids, N);
     for (int l = 0; l < m->c.layers; l++) layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
 }
@@ -602,6 +676,18 @@ static int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const c
     return 0;
 }
 
+// Refuses sequence seq of len tokens (positions 0 .. len-1) when it is
+// longer than the model computes as transformers does (cfg_max_seq).
+static int check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
+    const char *why;
+    int max = cfg_max_seq(&m->c, &why);
+    if (len <= (size_t)max) return 0;
+    const char *more = !strcmp(why, "sliding_window") ? " (attention over a sliding window is not supported)"
+                       : !strncmp(why, "rope_scaling", 12) ? " (dynamic RoPE scaling beyond it is not supported)"
+                                                           : "";
+    return err_set(err, "sequence %zu: %zu tokens exceed %s %d%s", seq, len, why, max, more);
+}
+
 // Checks the sequences of a scoring or training pass, reserves activations
 // and uploads the tokens (m->ids, m->pos), the scored rows and their targets
 // and temperatures (m->sel, m->tgt, m->itemp) and the sequences (m->seqs).
@@ -620,8 +706,7 @@ static int pack_scored(model_t *m, const model_seq *seqs, size_t n, size_t *N_, 
             check_tokens(m, s->ids, s->n_ids, "completion", i, err) < 0)
             return -1;
         size_t len = s->n_prompt + s->n_ids - 1;
-        if (len > (size_t)m->c.max_pos)
-            return err_set(err, "sequence %zu: %zu tokens exceed max_position_embeddings %d", i, len, m->c.max_pos);
+        if (check_len(m, i, len, err) < 0) return -1;
         N += len;
         R += s->n_ids;
         nseq++;
@@ -730,7 +815,7 @@ int model_train_init(model_t *m, rl_err *err) {
 static void free_train(model_t *m) {
     float **bufs[] = {&m->s_x, &m->s_n1, &m->s_q, &m->s_k, &m->s_v, &m->s_att, &m->s_lse, &m->s_xm,
                       &m->s_n2, &m->s_gate, &m->s_up, &m->d_x, &m->d_n, &m->d_q, &m->d_k, &m->d_v,
-                      &m->d_att, &m->d_h, &m->d_up, &m->hraw, &m->dh};
+                      &m->d_att, &m->d_h, &m->d_up, &m->hraw, &m->dh, &m->s_qr, &m->s_kr, &m->d_qr, &m->d_kr};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
         if (*bufs[i]) m->ops->free(*bufs[i]);
         *bufs[i] = NULL;
@@ -767,6 +852,12 @@ static void reserve_train(model_t *m, int N) {
     m->d_up = o->alloc(n * F * 4);
     m->hraw = o->alloc((size_t)m->lrows * C * 4);
     m->dh = o->alloc((size_t)m->lrows * C * 4);
+    if (c->qk_norm) {
+        m->s_qr = o->alloc(L * n * QD * 4);
+        m->s_kr = o->alloc(L * n * KVD * 4);
+        m->d_qr = o->alloc(n * QD * 4);
+        m->d_kr = o->alloc(n * KVD * 4);
+    }
     m->tcap = N;
 }
 
@@ -784,7 +875,8 @@ static saved saved_at(const model_t *m, int l, int N) {
     return (saved){.x = resid_at(m, l, N), .n1 = m->s_n1 + L * n * C, .q = m->s_q + L * n * QD,
                    .k = m->s_k + L * n * KVD, .v = m->s_v + L * n * KVD, .att = m->s_att + L * n * QD,
                    .lse = m->s_lse + L * n * (size_t)c->heads, .xm = m->s_xm + L * n * C,
-                   .n2 = m->s_n2 + L * n * C, .gate = m->s_gate + L * n * F, .up = m->s_up + L * n * F};
+                   .n2 = m->s_n2 + L * n * C, .gate = m->s_gate + L * n * F, .up = m->s_up + L * n * F,
+                   .qr = m->s_qr ? m->s_qr + L * n * QD : NULL, .kr = m->s_kr ? m->s_kr + L * n * KVD : NULL};
 }
 
 // The gradient of a parameter, given the parameter's address.
@@ -846,26 +938,36 @@ static void layers_backward(model_t *m, int N, int nseq) {
         saved s = saved_at(m, l, N);
         // MLP: x_next = xm + down(silu(gate(n2)) · up(n2)), n2 = rmsnorm(xm)
         o->swiglu(m->d_up, s.gate, s.up, N, F);                             // h, again
-        o->matmul_dw(grad_of(m, L->down.data), NULL, dres, m->d_up, N, C, F);
+        o->matmul_dw(grad_of(m, L->down.data), grad_of(m, L->bdown), dres, m->d_up, N, C, F);
         o->matmul_dx(m->d_h, dres, &L->down, N, 0);                         // dh (N, F)
         o->swiglu_backward(m->d_h, m->d_up, m->d_h, s.gate, s.up, N, F);    // dgate, dup
-        o->matmul_dw(grad_of(m, L->gate.data), NULL, m->d_h, s.n2, N, F, C);
-        o->matmul_dw(grad_of(m, L->up.data), NULL, m->d_up, s.n2, N, F, C);
+        o->matmul_dw(grad_of(m, L->gate.data), grad_of(m, L->bgate), m->d_h, s.n2, N, F, C);
+        o->matmul_dw(grad_of(m, L->up.data), grad_of(m, L->bup), m->d_up, s.n2, N, F, C);
         o->matmul_dx(m->d_n, m->d_h, &L->gate, N, 0);
         o->matmul_dx(m->d_n, m->d_up, &L->up, N, 1);
         o->rmsnorm_backward(dres, grad_of(m, L->mlp_norm), m->d_n, s.xm, L->mlp_norm, N, C, eps);
         // attention: xm = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))), n1 = rmsnorm(x)
+        // (qwen3: q and k normed per head before rope)
         o->matmul_dw(grad_of(m, L->o.data), grad_of(m, L->bo), dres, s.att, N, C, QD);
         o->matmul_dx(m->d_att, dres, &L->o, N, 0);
         o->attention_backward(m->d_q, m->d_k, m->d_v, m->d_att, s.q, s.k, s.v, s.att, s.lse, m->seqs, nseq,
                               N, NH, NKV, HS);
         o->rope_backward(m->d_q, m->pos, m->cos_sin, N, NH, HS);
         o->rope_backward(m->d_k, m->pos, m->cos_sin, N, NKV, HS);
-        o->matmul_dw(grad_of(m, L->q.data), grad_of(m, L->bq), m->d_q, s.n1, N, QD, C);
-        o->matmul_dw(grad_of(m, L->k.data), grad_of(m, L->bk), m->d_k, s.n1, N, KVD, C);
+        float *dq = m->d_q, *dk = m->d_k;   // d(q_proj output), d(k_proj output)
+        if (L->qn) {                        // qwen3: back through the per-head norms
+            dq = m->d_qr;
+            dk = m->d_kr;
+            o->zero(dq, (size_t)N * QD);
+            o->zero(dk, (size_t)N * KVD);
+            o->rmsnorm_backward(dq, grad_of(m, L->qn), m->d_q, s.qr, L->qn, N * NH, HS, eps);
+            o->rmsnorm_backward(dk, grad_of(m, L->kn), m->d_k, s.kr, L->kn, N * NKV, HS, eps);
+        }
+        o->matmul_dw(grad_of(m, L->q.data), grad_of(m, L->bq), dq, s.n1, N, QD, C);
+        o->matmul_dw(grad_of(m, L->k.data), grad_of(m, L->bk), dk, s.n1, N, KVD, C);
         o->matmul_dw(grad_of(m, L->v.data), grad_of(m, L->bv), m->d_v, s.n1, N, KVD, C);
-        o->matmul_dx(m->d_n, m->d_q, &L->q, N, 0);
-        o->matmul_dx(m->d_n, m->d_k, &L->k, N, 1);
+        o->matmul_dx(m->d_n, dq, &L->q, N, 0);
+        o->matmul_dx(m->d_n, dk, &L->k, N, 1);
         o->matmul_dx(m->d_n, m->d_v, &L->v, N, 1);
         o->rmsnorm_backward(dres, grad_of(m, L->attn_norm), m->d_n, s.x, L->attn_norm, N, C, eps);
     }
@@ -1065,6 +1167,7 @@ static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *e
         if ((size_t)m->slot_len[sl] + s[i].n > (size_t)m->max_len)
             return err_set(err, "sequence %zu: slot %d holds %d tokens; %zu more exceed its %d", i, sl,
                            m->slot_len[sl], s[i].n, m->max_len);
+        if (check_len(m, i, (size_t)m->slot_len[sl] + s[i].n, err) < 0) return -1;
         N += s[i].n;
         if (N > max_batch_tokens(m)) return err_set(err, "step of over %zu tokens: prefill in parts", max_batch_tokens(m));
     }

@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "config.h"
 #include "dtype.h"
+#include "hfweights.h"
 #include "sampling.h"
 #include "util.h"
 
@@ -23,7 +24,8 @@ typedef struct {
     rl_device device;    // the backend (backend.h); DEV_AUTO (0): CUDA's when there is a GPU
 } model_opts;
 
-// Reads DIR/config.json and DIR/model.safetensors; checks that every tensor
+// Reads DIR/config.json and DIR's weights (model.safetensors, or the shards
+// model.safetensors.index.json names; F32, BF16 or F16); checks that every tensor
 // the config implies is present with its shape, and that no other tensor is.
 model_t *model_load(const char *dir, const model_opts *o, rl_err *err);
 // Random weights: matrices and embeddings N(0, std²), biases N(0, std²), norm weights 1.
@@ -31,6 +33,9 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
                       rl_err *err);
 // Writes DIR/config.json and DIR/model.safetensors (F32; DIR must exist).
 int model_save(const model_t *m, const char *dir, rl_err *err);
+// The same with the weights stored at o->dtype (f32, bf16 or f16, rounded to
+// nearest even) and sharded above o->max_shard_bytes (hfweights.h).
+int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err);
 void model_free(model_t *m);
 
 const model_config *model_cfg(const model_t *m);
@@ -51,7 +56,8 @@ typedef struct {
 
 // One batched forward over all sequences; the output layer runs in chunks of
 // rows, so no (tokens, V) logits array is held. Errors: token >= vocab,
-// empty prompt, a sequence longer than max_position_embeddings, temperature <= 0.
+// empty prompt, a sequence longer than cfg_max_seq (max_position_embeddings,
+// or a sliding window, or dynamic RoPE's original length), temperature <= 0.
 int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err);
 
 // ---- Training (f32 models): exact gradients and the AdamW step (DESIGN §4).
@@ -133,6 +139,7 @@ typedef struct {
 
 // Appends each sequence's tokens to its slot (one batched forward) and writes
 // the logits (temperature 1) after its last token: logits (n, V), host memory.
+// A slot that would hold more than cfg_max_seq tokens is refused.
 int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err);
 // The same, but each sequence's next token is drawn where the logits are (on
 // the GPU with CUDA), as smp_draw_u does (sampling.h) with parameters p and

@@ -51,7 +51,9 @@ typedef struct rl_ops {
     // out (N, M) = x (N, K) · Wᵀ (+ bias (M) when not NULL); f32 accumulation
     void (*matmul)(float *out, const float *x, const rl_mat *W, const float *bias, int N);
     // x (N, H, HS) rotated in place, Hugging Face rotate-half convention:
-    // pairs (i, i + HS/2) turn by pos * theta^(-2i/HS); cos_sin (max_pos, HS/2, 2)
+    // pairs (i, i + HS/2) turn by the angle whose (cos, sin) the table holds:
+    // cos_sin (max_pos, HS/2, 2) = s·cos, s·sin of pos·inv_freq[i], inv_freq and
+    // s as the config's rope_scaling makes them (model.c; s = 1 but for yarn)
     void (*rope)(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
     // dst row rows[i] = src row i (width W), for i < N: new keys/values into a cache
     void (*scatter_rows)(float *dst, const int32_t *rows, const float *src, int N, int W);
@@ -94,7 +96,7 @@ typedef struct rl_ops {
     // dx (N, C) += d/dx and dg (C) += d/dg of out = rmsnorm(x, g), given dout (N, C)
     void (*rmsnorm_backward)(float *dx, float *dg, const float *dout, const float *x, const float *g,
                              int N, int C, float eps);
-    // x (N, H, HS) rotated in place by −pos·theta^(−2i/HS): the transpose of rope
+    // x (N, H, HS) turned by the table's angles negated (s·cos, −s·sin): the transpose of rope
     void (*rope_backward)(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
     // dq (N, NH, HS), dk and dv (N, NKV, HS) of attention given dout (N, NH, HS),
     // its inputs q, k, v (as given to attention, without a cache: kv rows are

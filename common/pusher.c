@@ -14,7 +14,7 @@
 #include "cli.h"
 #include "push.h"
 #include "record.h"
-#include "safetensors.h"
+#include "hfweights.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "pusher.c sends the file's little-endian tensor bytes as they lie: a little-endian host is needed"
@@ -77,14 +77,14 @@ static void copy_str(const rec_t *m, const char *key, char *dst, size_t size) {
 
 // Checks the receiver's tensor list against the file: each one present, of the
 // same shape. The list becomes the push's (same order, the dtypes asked for).
-static int match_tensors(push_conn *c, const st_file *f, const push_tensor *t, size_t n, const st_tensor **src,
+static int match_tensors(push_conn *c, const hfw_set *f, const push_tensor *t, size_t n, const st_tensor **src,
                          uint64_t *bytes) {
     char what[800], a[256], b[256];
     *bytes = 0;
     for (size_t i = 0; i < n; i++) {
-        const st_tensor *s = st_find(f, t[i].name);
+        const st_tensor *s = hfw_find(f, t[i].name);
         if (!s) {
-            snprintf(what, sizeof what, "the receiver needs tensor %s, which is not in %s", t[i].name, f->path);
+            snprintf(what, sizeof what, "the receiver needs tensor %s, which is not in %s", t[i].name, f->where);
             return fail(c, what, 0);
         }
         int same = s->ndim == t[i].ndim;
@@ -93,7 +93,7 @@ static int match_tensors(push_conn *c, const st_file *f, const push_tensor *t, s
             st_shape_str(a, sizeof a, s->shape, s->ndim);
             st_shape_str(b, sizeof b, t[i].shape, t[i].ndim);
             snprintf(what, sizeof what, "tensor %s is %s in %s, but the receiver's model has %s", t[i].name, a,
-                     f->path, b);
+                     f->where, b);
             return fail(c, what, 0);
         }
         if (t[i].dtype != DT_F32 && t[i].dtype != DT_BF16 && t[i].dtype != DT_F16) {
@@ -151,9 +151,7 @@ static int send_tensor(push_conn *c, stream_bufs *b, const st_tensor *s, rl_dtyp
 
 // Steps 4-7 once the hello has been read and the version is newer.
 static int push_data(push_conn *c, const char *dir, uint64_t version, push_report *rep) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st_file *f = st_open(path, c->err);
+    hfw_set *f = hfw_open(dir, c->err);
     if (!f) return fail(c, "reading the checkpoint", 1);
     push_tensor *t = NULL;
     size_t n = 0;
@@ -206,7 +204,7 @@ out:
     free(b.out16);
     free(src);
     free(t);
-    st_close(f);
+    hfw_close(f);
     return rc;
 }
 

@@ -180,8 +180,8 @@ int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *
         // the last token is predicted, never read: n_prompt + n - 1 positions
         if (need->max_len && n && in->prompt_ids.n + n - 1 > need->max_len)
             return err_set(err, "prompt and completion are %zu tokens; scoring reads %zu of them, more than "
-                           "the model's max_position_embeddings %zu", in->prompt_ids.n + n, in->prompt_ids.n + n - 1,
-                           need->max_len);
+                           "the model's %s %zu", in->prompt_ids.n + n, in->prompt_ids.n + n - 1,
+                           need->max_len_key ? need->max_len_key : "max_position_embeddings", need->max_len);
         if (required(rec_get_f64(r, "temperature", &in->temperature), "temperature", "a number",
                      "the learner scores at the sampling temperature", err))
             return -1;

@@ -53,6 +53,7 @@ typedef struct {
     int score;          // a model computes logp_learner: prompt_ids and temperature are needed
     uint32_t vocab;     // with score: every token id must be below it
     size_t max_len;     // with score: positions read (prompt + completion - 1) at most this (0: no limit)
+    const char *max_len_key;   // the config key that sets max_len, for messages (cfg_max_seq)
 } ratio_need;
 
 // The fields of one rollout record that weighting reads, decoded, and its

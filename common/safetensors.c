@@ -1,4 +1,4 @@
-// safetensors.c — reading (mapped, validated) and writing (F32) of Hugging
+// safetensors.c — reading (mapped, validated) and writing (F32, BF16, F16) of Hugging
 // Face safetensors files. Layout: u64 little-endian N, N bytes of JSON header,
 // then the data area; each tensor's data_offsets are relative to the data area.
 #include "safetensors.h"
@@ -348,25 +348,12 @@ static void json_string(sbuf *b, const char *s) {
     sbuf_putc(b, '"');
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    const uint8_t *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 // Builds the header (padded with spaces to a multiple of 8 bytes, as the
-// Hugging Face writer does); checks names and shapes on the way.
-static int build_header(const char *path, const st_out *t, size_t n, sbuf *h, rl_err *err) {
-    uint64_t off = 0;
-    sbuf_putc(h, '{');
+// Hugging Face writer does; "__metadata__" {"format": "pt"}, as torch's
+// save_file writes and transformers expects); checks names and shapes on the way.
+static int build_header(const char *path, const st_out *t, size_t n, rl_dtype dtype, sbuf *h, rl_err *err) {
+    uint64_t off = 0, esize = dt_size(dtype);
+    sbuf_printf(h, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (size_t i = 0; i < n; i++) {
         const char *name = t[i].name;
         if (!name || !*name || !utf8_valid((const uint8_t *)name, strlen(name)) || !strcmp(name, "__metadata__"))
@@ -378,13 +365,13 @@ static int build_header(const char *path, const st_out *t, size_t n, sbuf *h, rl
             return err_set(err, "%s: tensor '%s': %d dimensions (0 to %d are written)", path, name, t[i].ndim,
                            ST_MAX_DIMS);
         size_t nelem, nbytes;
-        if (shape_nelem(t[i].shape, t[i].ndim, &nelem) || __builtin_mul_overflow(nelem, (size_t)4, &nbytes) ||
+        if (shape_nelem(t[i].shape, t[i].ndim, &nelem) || __builtin_mul_overflow(nelem, (size_t)esize, &nbytes) ||
             nbytes > (size_t)ST_MAX_JSON_INT - off)
             return err_set(err, "%s: tensor '%s': shape has a negative dimension or too many elements", path, name);
         if (nelem && !t[i].data) return err_set(err, "%s: tensor '%s': no data", path, name);
-        if (i) sbuf_putc(h, ',');
+        sbuf_putc(h, ',');
         json_string(h, name);
-        sbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(DT_F32));
+        sbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(dtype));
         for (int d = 0; d < t[i].ndim; d++) sbuf_printf(h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
         sbuf_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                     (unsigned long long)(off + nbytes));
@@ -397,9 +384,25 @@ static int build_header(const char *path, const st_out *t, size_t n, sbuf *h, rl
     return 0;
 }
 
-int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err) {
+// One tensor's data at dtype: f32 as it is, else converted (round to nearest
+// even) in chunks through buf (ST_CHUNK elements).
+#define ST_CHUNK 65536
+static int write_data(int fd, const float *x, size_t nelem, rl_dtype dtype, uint16_t *buf) {
+    if (dtype == DT_F32) return fd_write_all(fd, x, nelem * 4);
+    for (size_t i = 0; i < nelem; i += ST_CHUNK) {
+        size_t k = nelem - i < ST_CHUNK ? nelem - i : ST_CHUNK;
+        if (dtype == DT_BF16) dt_f32_to_bf16(buf, x + i, k);
+        else dt_f32_to_f16(buf, x + i, k);
+        if (fd_write_all(fd, buf, 2 * k)) return -1;
+    }
+    return 0;
+}
+
+int st_write(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err) {
+    if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
+        return err_set(err, "%s: safetensors files are written in F32, BF16 or F16, not %s", path, dt_name(dtype));
     sbuf h = {0};
-    if (build_header(path, t, n, &h, err)) {
+    if (build_header(path, t, n, dtype, &h, err)) {
         sbuf_free(&h);
         return -1;
     }
@@ -411,12 +414,13 @@ int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err) {
         sbuf_free(&h);
         return err_set(err, "cannot create: %s: %s", path, strerror(errno));
     }
+    uint16_t *buf = dtype == DT_F32 ? NULL : xmalloc(ST_CHUNK * sizeof *buf);
     const char *what = "write";
-    int rc = write_all(fd, len, 8) || write_all(fd, h.data, h.len);
+    int rc = fd_write_all(fd, len, 8) || fd_write_all(fd, h.data, h.len);
     for (size_t i = 0; i < n && rc == 0; i++) {
         size_t nelem = 0;
         if (shape_nelem(t[i].shape, t[i].ndim, &nelem) == 0 && nelem)   // checked by build_header
-            rc = write_all(fd, t[i].data, nelem * 4);
+            rc = write_data(fd, t[i].data, nelem, dtype, buf);
     }
     if (rc == 0 && fsync(fd)) {
         what = "fsync";
@@ -428,10 +432,19 @@ int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err) {
         rc = -1;
         e = errno;
     }
+    free(buf);
     sbuf_free(&h);
     if (rc) {
         unlink(path);   // a failed write leaves no partial file behind
         return err_set(err, "cannot %s: %s: %s", what, path, strerror(e));
     }
     return 0;
+}
+
+int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err) { return st_write(path, t, n, DT_F32, err); }
+
+uint64_t st_data_bytes(const st_out *t, rl_dtype dtype) {
+    size_t nelem = 0;
+    if (shape_nelem(t->shape, t->ndim, &nelem)) return UINT64_MAX;
+    return (uint64_t)nelem * dt_size(dtype);
 }

@@ -43,14 +43,20 @@ void st_shape_str(char *buf, size_t size, const int64_t *shape, int ndim);
 // Copies a tensor into f32 (converting BF16/F16); n must equal its element count.
 void st_read_f32(const st_tensor *t, float *dst);
 
-// Writes F32 tensors, in the order given, atomically enough for a caller that
-// renames: the file is written, fsynced and closed. shape has ndim entries.
+// Writes tensors given in f32, in the order given, stored at dtype (F32, or
+// BF16/F16 rounded to nearest even), atomically enough for a caller that
+// renames: the file is written, fsynced and closed; a failed write leaves no
+// file. shape has ndim entries. The header starts with "__metadata__"
+// {"format": "pt"}, as transformers' own files do.
 typedef struct {
     const char *name;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     const float *data;
 } st_out;
-int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err);
+int st_write(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err);
+int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err);   // st_write at DT_F32
+// Bytes of t's data at dtype (UINT64_MAX when the shape is not valid).
+uint64_t st_data_bytes(const st_out *t, rl_dtype dtype);
 
 #endif

@@ -37,7 +37,9 @@ scorer_t *scr_new(const scr_opts *o) {
     if (!s->o.forward_tokens) s->o.forward_tokens = SCR_FORWARD_TOKENS;
     if (o->model) {
         const model_config *c = model_cfg(o->model);
-        s->need = (ratio_need){.score = 1, .vocab = (uint32_t)c->vocab, .max_len = (size_t)c->max_pos};
+        const char *key;
+        size_t max_len = (size_t)cfg_max_seq(c, &key);
+        s->need = (ratio_need){.score = 1, .vocab = (uint32_t)c->vocab, .max_len = max_len, .max_len_key = key};
     }
     s->cap = o->model ? s->o.batch : 1;
     s->held = xmalloc(s->cap * sizeof *s->held);

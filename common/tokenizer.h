@@ -1,14 +1,19 @@
-// tokenizer.h — Hugging Face tokenizer.json, byte-level BPE: bytes are mapped
-// to the GPT-2 byte alphabet, merges are applied by rank (lowest first), added
-// and special tokens are matched as whole strings before BPE and never merged
-// across. Decoding maps tokens back to bytes (special tokens to their content).
-// Not yet supported, and refused with a message naming it: regex
-// pre-tokenisation (ByteLevel use_regex: true, Split), normalizers, and model
-// types other than BPE.
-// Encoding never adds bos/eos (the post_processor is ignored): callers add them.
-// Ids agree with Hugging Face's tokenizers encode(text, add_special_tokens=False)
-// and decoded bytes with its decode (which also turns invalid UTF-8 into U+FFFD);
-// tokenizer.c lists the few cases where this refuses what HF would accept.
+// tokenizer.h — Hugging Face tokenizer.json with a BPE model, encoding and
+// decoding as the `tokenizers` library 0.20.3 does: added tokens (special or
+// not, with their single_word, lstrip, rstrip and normalized flags), the
+// normalizers NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend and Replace,
+// the pre-tokenizers Split, ByteLevel (with or without its GPT-2 regex),
+// Digits, Metaspace, Punctuation, Whitespace, WhitespaceSplit and
+// CharDelimiterSplit, the BPE model with ignore_merges, byte_fallback,
+// unk_token and fuse_unk, the post-processors TemplateProcessing, Roberta,
+// Bert and ByteLevel, and the decoders ByteLevel, Metaspace, Replace,
+// ByteFallback, Fuse and Strip (Sequences of each). This covers the files of
+// GPT-2, Llama 3, Qwen2/2.5/3, SmolLM2 and the SentencePiece-style BPE of
+// Llama 2, Mistral and TinyLlama. Anything else (WordPiece or Unigram
+// models, BPE dropout, continuing_subword_prefix, other components, regex
+// constructs whose meaning PCRE2 would change) is refused by tok_load with a
+// message naming the feature and the file. tokenizer.c lists the few cases
+// where this refuses what tokenizers would accept.
 #ifndef RLPIPE_TOKENIZER_H
 #define RLPIPE_TOKENIZER_H
 
@@ -28,12 +33,17 @@ int64_t tok_id(const tokenizer *t, const char *token);
 
 // Encodes text[0..n) (UTF-8) into ids, appending to *ids (grown with xrealloc),
 // as Hugging Face's encode(text, add_special_tokens=False): no bos or eos.
-// Returns 0, or -1 when a byte has no token (err says which byte, at which offset).
+// Returns 0, or -1 (nothing appended) when the text is not UTF-8 where the
+// file's pipeline reads characters (ByteLevel alone also takes any bytes),
+// or the unk_token a character needs is not in the vocabulary. As in
+// tokenizers, a character with no token, byte-fallback tokens or unk_token
+// gives no id.
 int tok_encode(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
                size_t *cap, rl_err *err);
 // The same with the special tokens the file's post_processor puts around a
-// single sequence, as encode(text, add_special_tokens=True): Llama 3's
-// <|begin_of_text|> before the text, nothing for Qwen2.5 or SmolLM2. Whether a
+// single sequence, as encode(text, add_special_tokens=True): Llama 3.x's
+// <|begin_of_text|> before the text (the TemplateProcessing of its released
+// files), nothing for Qwen2.5 or SmolLM2. Whether a
 // prompt starts with bos is the tokenizer's decision, not the config's.
 int tok_encode_special(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
                        size_t *cap, rl_err *err);
@@ -42,13 +52,28 @@ enum {
     TOK_SKIP_SPECIAL = 1,   // drop special added tokens (HF skip_special_tokens=True)
     TOK_CONTINUE = 2,       // the ids continue a text already decoded: the bytes that decoding
                             // (that text's ids + ids) adds, without the decoder's start-of-text
-                            // rules (Metaspace's dropped leading space); decoding token by token
-                            // with TOK_CONTINUE then concatenates to the whole text's bytes
+                            // rules (Metaspace's dropped leading space, Strip after Fuse);
+                            // decoding token by token with TOK_CONTINUE then concatenates to the
+                            // bytes of the whole text after its first token's start-of-text
+                            // rules, wherever that is UTF-8 (see below)
 };
-// Decodes ids into bytes appended to out, as Hugging Face's decode (flags above);
-// an id outside the vocabulary is an error.
+// Decodes ids into bytes appended to out, as Hugging Face's decode (flags
+// above); an id outside the vocabulary is an error. The bytes equal
+// tokenizers' string wherever that is not a replacement for ill-formed
+// UTF-8: tokenizers turns ill-formed sequences from ByteLevel into U+FFFD,
+// here they are returned as they are; a run of byte-fallback tokens (<0xNN>)
+// that is not UTF-8 gives one U+FFFD per token as in tokenizers, except
+// with TOK_CONTINUE, which gives the raw bytes (a character split over
+// tokens decoded one at a time then comes out whole).
 int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, unsigned flags, sbuf *out,
                rl_err *err);
+
+// The pieces the model receives for text, for tests and debugging: after the
+// added tokens, the normalizer and the pre-tokenizer, as tokenizers'
+// normalize_str and pre_tokenize_str give them (ByteLevel pieces in its
+// alphabet). Appended to out as "P <byte count>\n<bytes>\n" per piece and
+// "A <id>\n" per added token. 0, or -1 with err as tok_encode.
+int tok_pieces(const tokenizer *t, const char *text, size_t n, sbuf *out, rl_err *err);
 
 // The string of token id (its vocabulary string, or an added token's content),
 // not NUL-terminated; NULL if the id has no token.

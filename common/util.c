@@ -208,3 +208,31 @@ int path_parent(const char *path, char *out, size_t size) {
     out[n] = 0;
     return 0;
 }
+
+int fd_write_all(int fd, const void *p, size_t n) {
+    const uint8_t *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int write_file_sync(const char *path, const void *p, size_t n, rl_err *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return err_set(err, "cannot create: %s: %s", path, strerror(errno));
+    const char *what = NULL;
+    if (fd_write_all(fd, p, n)) what = "write";
+    else if (fsync(fd)) what = "fsync";
+    int e = errno;
+    if (close(fd) && !what) {
+        what = "close";
+        e = errno;
+    }
+    if (!what) return 0;
+    unlink(path);
+    return err_set(err, "cannot %s: %s: %s", what, path, strerror(e));
+}

@@ -40,6 +40,12 @@ int err_set(rl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 // tells an absent file).
 int read_whole_file(const char *path, size_t max, sbuf *out, rl_err *err);
 
+// Writes all of p[0..n) to fd, retrying short writes and EINTR: 0, or -1 with errno.
+int fd_write_all(int fd, const void *p, size_t n);
+// Creates path (replacing a file there) holding p[0..n), fsynced and closed;
+// a failed write leaves no file. 0, or -1 with err ("cannot write: PATH: why").
+int write_file_sync(const char *path, const void *p, size_t n, rl_err *err);
+
 // The directory that holds path, into out (size bytes): "a/b/c" and "a/b/c/"
 // give "a/b", "c" gives ".", "/c" gives "/". -1 when it does not fit.
 int path_parent(const char *path, char *out, size_t size);

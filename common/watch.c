@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "hfweights.h"
 
 #define WATCH_MAX_FDS 8
 
@@ -24,10 +25,9 @@ struct watch {
 };
 
 watch_t *watch_open(const char *root, rl_err *err) {
-    char latest[4200], model[4200];
+    char latest[4200];
     snprintf(latest, sizeof latest, "%s/latest", root);
-    snprintf(model, sizeof model, "%s/model.safetensors", root);
-    if (access(latest, F_OK) != 0 && access(model, F_OK) == 0) {
+    if (access(latest, F_OK) != 0 && hfw_exists(root)) {
         err_set(err, "%s is a model directory, not a checkpoint root: --watch follows the versions that a root's "
                 "'latest' names", root);
         return NULL;

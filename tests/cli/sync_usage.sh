@@ -2,7 +2,8 @@
 # rl-sync's help and version, its usage errors (exit 2), the errors that exit 1
 # before anything is pushed (SRC missing, nobody listening, --watch on a model
 # directory, an unsafe token file), and one push of each conversion to the
-# Python receiver of tests/py/pushproto.py under the sanitizers.
+# Python receiver of tests/py/pushproto.py under the sanitizers, and one from
+# shards as transformers writes them.
 # (man/rl-sync.1; DESIGN §5, §7.)
 # also-asan
 . "$(dirname "$0")/../lib.sh"
@@ -91,4 +92,23 @@ print("ok", ex.version, len(ex.raw))
 EOF2
 check "a push to a Python receiver: f32, bf16 and f16 as PyTorch rounds them" "$(tail -c 600 py.out)" \
     grep -qE '^ok 2 [0-9]+$' py.out
+
+# ---- a push from shards (model.safetensors.index.json, as transformers writes them, in bf16)
+"$PY" - >py.out 2>&1 <<'EOF2'
+import subprocess, torch, pushproto, transformers
+m = transformers.AutoModelForCausalLM.from_pretrained("m", torch_dtype=torch.bfloat16)
+m.save_pretrained("m-shards", safe_serialization=True, max_shard_size="8KB")
+w = {k: v for k, v in m.state_dict().items()}
+want = {k: (tuple(t.shape), "f32") for k, t in w.items()}
+with pushproto.Receiver("tcp:127.0.0.1:0", want, token=b"a-token-of-twenty-bytes") as r:
+    p = subprocess.run(["rl-sync", "m-shards", "--as-version", "3", "--to", r.address, "--token-file", "tok"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    ex = r.pushes()[0]
+for k, t in w.items():
+    assert ex.raw[k] == t.float().numpy().tobytes(), k
+print("ok", ex.version, len(ex.raw), sum(f.startswith("model-") for f in __import__("os").listdir("m-shards")))
+EOF2
+check "a push from a sharded bf16 copy: every tensor from its shard, widened to f32" "$(tail -c 600 py.out)" \
+    grep -qE '^ok 3 [0-9]+ ([2-9]|[1-9][0-9]+)$' py.out
 finish

@@ -1,6 +1,7 @@
 """An independent reference of the Llama-family decoder (Hugging Face's
-LlamaForCausalLM and Qwen2ForCausalLM), written in PyTorch from the
-architecture's definition, not imported from transformers. It reads a model
+LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM and Qwen3's
+Qwen3ForCausalLM), written in PyTorch from the architecture's definition, not
+imported from transformers. It reads a model
 directory (config.json + model.safetensors, DESIGN §3) with Hugging Face's
 `safetensors` library and computes in float64 for the tests (the values in the
 file, bf16-rounded ones included, are exact in float64) or float32 for the
@@ -10,6 +11,8 @@ spread widely, so that a test against it is not passed by a near-uniform model.
     x = embed[ids]
     per layer:  h = rmsnorm(x) ; x += o(attn(rope(q(h)), rope(k(h)), v(h)))
                 h = rmsnorm(x) ; x += down(silu(gate(h)) * up(h))
+    Qwen3: q(h) and k(h) are RMS-normed per head (weights q_norm, k_norm of
+    size head_dim) before rope, as Qwen3Attention does.
     logits = rmsnorm(x) · lm_headᵀ        (lm_head = embed when tied)
     logp   = log_softmax(logits / temperature)
 """
@@ -28,23 +31,26 @@ def read_config(model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         j = json.load(f)
     mt = j["model_type"]
-    assert mt in ("llama", "qwen2"), f"model_type {mt!r} is not llama or qwen2"
+    assert mt in ("llama", "qwen2", "qwen3", "mistral"), f"model_type {mt!r} is not llama, qwen2, qwen3 or mistral"
     assert j.get("hidden_act", "silu") == "silu", "only hidden_act silu is defined here"
-    assert j.get("rope_scaling") is None, "rope_scaling is not defined here"
+    assert (j.get("rope_scaling") or {}).get("rope_type", "default") == "default", "rope_scaling is not defined here"
     C, NH = j["hidden_size"], j["num_attention_heads"]
     NKV = j.get("num_key_value_heads") or NH
-    HS = j.get("head_dim") or C // NH
+    HS = j.get("head_dim") or (128 if mt == "qwen3" else C // NH)   # Qwen3Config's default head_dim is 128
     assert NH % NKV == 0
-    if mt == "llama":
+    if mt in ("llama", "qwen3"):
         qkv_bias = o_bias = bool(j.get("attention_bias", False))
-    else:  # Qwen2: q/k/v biases always, o_proj never
+    elif mt == "qwen2":  # q/k/v biases always, o_proj never
         qkv_bias, o_bias = True, False
+    else:  # Mistral: no biases
+        qkv_bias = o_bias = False
     return {
         "model_type": mt, "C": C, "F": j["intermediate_size"], "L": j["num_hidden_layers"],
         "NH": NH, "NKV": NKV, "HS": HS, "V": j["vocab_size"],
         "eps": float(j.get("rms_norm_eps", 1e-6)), "theta": float(j.get("rope_theta", 10000.0)),
         "max_pos": j.get("max_position_embeddings", 2048),
         "tie": bool(j.get("tie_word_embeddings", False)), "qkv_bias": qkv_bias, "o_bias": o_bias,
+        "mlp_bias": mt == "llama" and bool(j.get("mlp_bias", False)), "qk_norm": mt == "qwen3",
     }
 
 
@@ -68,9 +74,16 @@ def tensor_names(cfg):
             t[p + "self_attn.v_proj.bias"] = (NKV * HS,)
         if cfg["o_bias"]:
             t[p + "self_attn.o_proj.bias"] = (C,)
+        if cfg["qk_norm"]:
+            t[p + "self_attn.q_norm.weight"] = (HS,)
+            t[p + "self_attn.k_norm.weight"] = (HS,)
         t[p + "mlp.gate_proj.weight"] = (F, C)
         t[p + "mlp.up_proj.weight"] = (F, C)
         t[p + "mlp.down_proj.weight"] = (C, F)
+        if cfg["mlp_bias"]:
+            t[p + "mlp.gate_proj.bias"] = (F,)
+            t[p + "mlp.up_proj.bias"] = (F,)
+            t[p + "mlp.down_proj.bias"] = (C,)
     return t
 
 
@@ -166,8 +179,12 @@ class Llama:
         for i in range(c["L"]):
             p = f"model.layers.{i}."
             h = self._rmsnorm(x, p + "input_layernorm.weight")
-            q = self._linear(h, p + "self_attn.q_proj", c["qkv_bias"]).view(B, T, NH, HS).transpose(1, 2)
-            k = self._linear(h, p + "self_attn.k_proj", c["qkv_bias"]).view(B, T, NKV, HS).transpose(1, 2)
+            q = self._linear(h, p + "self_attn.q_proj", c["qkv_bias"]).view(B, T, NH, HS)
+            k = self._linear(h, p + "self_attn.k_proj", c["qkv_bias"]).view(B, T, NKV, HS)
+            if c["qk_norm"]:   # Qwen3: each head's (HS) vector, before rope
+                q = self._rmsnorm(q, p + "self_attn.q_norm.weight")
+                k = self._rmsnorm(k, p + "self_attn.k_norm.weight")
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = self._linear(h, p + "self_attn.v_proj", c["qkv_bias"]).view(B, T, NKV, HS).transpose(1, 2)
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             if cache is not None:
@@ -188,9 +205,9 @@ class Llama:
             a = a.transpose(1, 2).reshape(B, T, NH * HS)
             x = x + self._linear(a, p + "self_attn.o_proj", c["o_bias"])
             h = self._rmsnorm(x, p + "post_attention_layernorm.weight")
-            g = self._linear(h, p + "mlp.gate_proj", False)
-            u = self._linear(h, p + "mlp.up_proj", False)
-            x = x + self._linear(torch.nn.functional.silu(g) * u, p + "mlp.down_proj", False)
+            g = self._linear(h, p + "mlp.gate_proj", c["mlp_bias"])
+            u = self._linear(h, p + "mlp.up_proj", c["mlp_bias"])
+            x = x + self._linear(torch.nn.functional.silu(g) * u, p + "mlp.down_proj", c["mlp_bias"])
         return self._rmsnorm(x, "model.norm.weight")
 
     def logits(self, hidden):
@@ -208,9 +225,13 @@ class Llama:
 
 # ---- random model directories --------------------------------------------------------
 
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "mistral": "MistralForCausalLM"}
+
+
 def random_model(model_dir, *, model_type="llama", hidden=64, inter=96, layers=2, heads=4,
                  kv_heads=2, head_dim=None, vocab=300, tie=False, attention_bias=False,
-                 dtype="F32", seed=0, gain=1.5, logit_scale=4.0, max_pos=256,
+                 mlp_bias=False, dtype="F32", seed=0, gain=1.5, logit_scale=4.0, max_pos=256,
                  eps=1e-5, theta=10000.0):
     """Writes model_dir/config.json and model.safetensors (F32 or BF16) with random
     weights scaled so that the model is far from uniform:
@@ -222,7 +243,7 @@ def random_model(model_dir, *, model_type="llama", hidden=64, inter=96, layers=2
     Returns the config dict written."""
     os.makedirs(model_dir, exist_ok=True)
     cfg = {
-        "architectures": ["LlamaForCausalLM" if model_type == "llama" else "Qwen2ForCausalLM"],
+        "architectures": [ARCHITECTURES[model_type]],
         "model_type": model_type, "hidden_size": hidden, "intermediate_size": inter,
         "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
         "vocab_size": vocab, "rms_norm_eps": eps, "rope_theta": theta,
@@ -230,8 +251,10 @@ def random_model(model_dir, *, model_type="llama", hidden=64, inter=96, layers=2
         "bos_token_id": 1, "eos_token_id": 2,
         "torch_dtype": "float32" if dtype == "F32" else "bfloat16",
     }
-    if model_type == "llama":
+    if model_type in ("llama", "qwen3"):
         cfg["attention_bias"] = attention_bias
+    if model_type == "llama":
+        cfg["mlp_bias"] = mlp_bias
     if head_dim is not None:
         cfg["head_dim"] = head_dim
     with open(os.path.join(model_dir, "config.json"), "w") as f:
@@ -240,18 +263,24 @@ def random_model(model_dir, *, model_type="llama", hidden=64, inter=96, layers=2
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, shape in shapes.items():
-        z = torch.randn(shape, generator=g, dtype=torch.float64)
-        if name.endswith("norm.weight"):
-            t = 1.0 + 0.2 * z
-        elif name.endswith(".bias"):
-            t = 0.5 * z
-        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
-            t = z * (logit_scale / math.sqrt(hidden))
-        else:
-            t = z * (gain / math.sqrt(shape[1]))
+        t = random_tensor(name, shape, g, hidden, gain, logit_scale, torch.float64)
         out[name] = t.to(torch.float32 if dtype == "F32" else torch.bfloat16).contiguous()
     save_file(out, os.path.join(model_dir, "model.safetensors"), metadata={"format": "pt"})
     return cfg
+
+
+def random_tensor(name, shape, g, hidden, gain=1.5, logit_scale=4.0, dtype=torch.float32):
+    """The random value of tensor `name` (Hugging Face's name) in random_model's
+    scheme: norm weights 1 + N(0, 0.2²), biases N(0, 0.5²), embeddings and
+    lm_head N(0, (logit_scale / sqrt(hidden))²), matrices N(0, (gain / sqrt(fan_in))²)."""
+    z = torch.randn(shape, generator=g, dtype=dtype)
+    if name.endswith("norm.weight"):
+        return z.mul_(0.2).add_(1.0)
+    if name.endswith(".bias"):
+        return z.mul_(0.5)
+    if name in ("model.embed_tokens.weight", "lm_head.weight"):
+        return z.mul_(logit_scale / math.sqrt(hidden))
+    return z.mul_(gain / math.sqrt(shape[1]))
 
 
 # The built-in tiny tokenizer (models/tiny/tokenizer.json): 448 tokens, bos and eos ids.

@@ -35,7 +35,9 @@ VOCAB = 300
 TOL_F32 = 1e-4
 
 # Shapes: GQA (NH 4, NKV 2) untied and tied, llama with q/k/v/o biases, qwen2
-# (q/k/v biases, tied, theta 1e6, eps 1e-6), MHA, and an explicit head_dim.
+# (q/k/v biases, tied, theta 1e6, eps 1e-6), MHA, an explicit head_dim, llama
+# with mlp_bias too, qwen3 (per-head q/k norms, head_dim 24 so NH·HS 96 is
+# not hidden 64, attention_bias) and mistral.
 SHAPES = {
     "gqa_untied": dict(),
     "gqa_tied": dict(tie=True),
@@ -43,6 +45,9 @@ SHAPES = {
     "qwen2": dict(model_type="qwen2", tie=True, theta=1e6, eps=1e-6),
     "mha": dict(kv_heads=4),
     "head_dim_32": dict(head_dim=32),
+    "llama_mlp_bias": dict(attention_bias=True, mlp_bias=True),
+    "qwen3": dict(model_type="qwen3", head_dim=24, attention_bias=True, tie=True, theta=1e6, eps=1e-6),
+    "mistral": dict(model_type="mistral"),
 }
 
 
@@ -169,6 +174,21 @@ def ratio_head_dim_f32_matches_reference():
     check_ratio("head_dim_32", "F32")
 
 
+@case
+def ratio_llama_mlp_bias_f32_matches_reference():
+    check_ratio("llama_mlp_bias", "F32")
+
+
+@case
+def ratio_qwen3_f32_matches_reference():
+    check_ratio("qwen3", "F32")
+
+
+@case
+def ratio_mistral_f32_matches_reference():
+    check_ratio("mistral", "F32")
+
+
 # BF16 files: the reference uses exactly the bf16 values of the file (exact in
 # float64) and the learner converts them to f32 exactly, so the tolerance is
 # the f32 one.
@@ -185,6 +205,11 @@ def ratio_qwen2_bf16_file_matches_reference():
 @case
 def ratio_llama_attention_bias_bf16_file_matches_reference():
     check_ratio("llama_attention_bias", "BF16")
+
+
+@case
+def ratio_qwen3_bf16_file_matches_reference():
+    check_ratio("qwen3", "BF16")
 
 
 # ---- decoding through model_probe ------------------------------------------------------
@@ -265,6 +290,23 @@ def decode_low_precision_matches_rounded_weights_reference():
 # ~1.5x margin, against a change of seeds or shapes in this file; other seeds
 # gave at most 0.46 / 0.051 (bf16), 0.043 / 0.0065 (f16), 1.5 / 0.18 (int8).
 LOWP_BOUNDS = {"bf16": (0.5, 0.07), "f16": (0.1, 0.01), "int8/32": (2.8, 0.25), "int8/64": (2.8, 0.3)}
+
+
+@case
+def decode_of_qwen3_and_mlp_biases_matches_reference_at_every_precision():
+    """The new parameters (q/k norms, MLP biases) stay f32 at every sampler
+    precision: against the reference given the same rounded matrices, decoding
+    differs by f32 arithmetic alone (within TOL_F32)."""
+    for shape in ("qwen3", "llama_mlp_bias"):
+        d = model_dir(shape, **SHAPES[shape])
+        for store, group in (("f32", 32),) + LOWP:
+            m = llama_ref.Llama(d, store=store, group=group)
+            ref = [m.logprobs(p, ids, t) for p, ids, t in DEC_JOBS]
+            assert_spread(ref)
+            extra = ("--group", str(group)) if store == "int8" else ()
+            err = errors(probe(d, DEC_JOBS, "--dtype", store, *extra, "--slots", "8"), ref)
+            report(f"decode {lowp_name(store, group)} {shape} vs rounded-weights reference", err)
+            assert err[0] <= TOL_F32, f"{shape} {lowp_name(store, group)}: max error {err[0]:.3g} > {TOL_F32}"
 
 
 @case

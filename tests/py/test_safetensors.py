@@ -193,6 +193,7 @@ def st_tool_header_is_in_the_given_order_contiguous_and_space_padded():
     assert text.rstrip(" ").endswith("}") and len(text) - len(text.rstrip(" ")) < 8, f"padding of {text[-10:]!r}"
     header = json.loads(text)
     want = st_tool_expected(3)
+    assert header.pop("__metadata__") == {"format": "pt"}, "no __metadata__ {format: pt} first"
     assert list(header) == list(want), f"order {list(header)}"
     end = 0
     for name, entry in header.items():
@@ -320,7 +321,9 @@ def a_qwen2_config_saves_as_the_same_model_for_transformers():
               "vocab_size", "max_position_embeddings", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
               "bos_token_id", "hidden_act", "model_type", "architectures", "use_sliding_window"):
         assert s[k] == QWEN2[k], f"saved {k} {s[k]!r}, expected {QWEN2[k]!r}"
-    assert s["eos_token_id"] == 151645 and s["torch_dtype"] == "float32" and s["head_dim"] == 64, s
+    # Every eos id ends a completion: the list is written back whole.
+    assert s["eos_token_id"] == QWEN2["eos_token_id"] == [151645, 151643], s
+    assert s["torch_dtype"] == QWEN2["torch_dtype"] == "bfloat16" and s["head_dim"] == 64, s
     rc, out2, err = st_tool("cfg", saved)
     assert rc == 0 and out2 == out, f"reloading the saved config differs: {err}"
 
@@ -345,10 +348,11 @@ def a_llama_config_with_bias_and_odd_doubles_round_trips_exactly():
 @case
 def unsupported_configs_are_refused_naming_the_key():
     cases = [
-        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling is not supported"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+         'rope_scaling with rope_type "llama3" needs low_freq_factor'),
         ({"num_key_value_heads": 3, "num_attention_heads": 8, "hidden_size": 64},
          "num_key_value_heads 3 does not divide num_attention_heads 8"),
-        ({"model_type": "mistral"}, 'model_type "mistral" is not supported (supported: llama, qwen2)'),
+        ({"model_type": "gemma"}, 'model_type "gemma" is not supported (supported: llama, mistral, qwen2, qwen3)'),
         ({"hidden_act": "gelu"}, 'hidden_act "gelu" is not supported'),
     ]
     for edit, phrase in cases:

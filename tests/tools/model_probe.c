@@ -170,7 +170,7 @@ int main(int argc, char **argv) {
         {"score", no_argument, 0, 'S'},       {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *dir = NULL;
-    model_opts mo = {DT_F32, 0};
+    model_opts mo = {.dtype = DT_F32};
     int slots = 4, score = 0, c;
     while ((c = getopt_long(argc, argv, "m:d:g:s:Sh", longopts, NULL)) != -1) {
         switch (c) {

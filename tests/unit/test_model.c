@@ -30,6 +30,24 @@ static model_config cfg_qwen2(void) {
                           .rope_theta = 1e6, .tie_embeddings = 0, .qkv_bias = 1, .bos_id = -1, .eos_id = -1};
 }
 
+// qwen3: per-head q/k norms, head_dim 40 with NH·HS = 160 != hidden 96, all
+// four attention biases, yarn RoPE (cos and sin scaled by its attention factor).
+static model_config cfg_qwen3(void) {
+    return (model_config){.model_type = "qwen3", .hidden = 96, .inter = 200, .layers = 2, .heads = 4,
+                          .kv_heads = 2, .head_dim = 40, .vocab = 300, .max_pos = 128, .rms_eps = 1e-6,
+                          .rope_theta = 1e6, .qkv_bias = 1, .o_bias = 1, .qk_norm = 1, .bos_id = -1, .eos_id = -1,
+                          .rope = {.type = CFG_ROPE_YARN, .factor = 4}};
+}
+
+// llama with biases on every projection (attention_bias and mlp_bias) and llama3 RoPE.
+static model_config cfg_llama_biases(void) {
+    model_config c = cfg_llama();
+    c.qkv_bias = c.o_bias = c.mlp_bias = 1;
+    c.rope = (cfg_rope){.type = CFG_ROPE_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                        .original_max_pos = 32};
+    return c;
+}
+
 #define NSEQ 5
 typedef struct {
     uint32_t prompt[40], ids[40];
@@ -109,9 +127,9 @@ static void kv_cache_decode_equals_full_forward(void) {
     // of the logits' size: measured 3e-6 to 4.5e-6 here, in the optimised and
     // the sanitizer builds; logits several times larger would need a relative
     // tolerance instead.
-    model_config cs[2] = {cfg_llama(), cfg_qwen2()};
-    float std[2] = {0.15f, 0.07f};
-    for (int k = 0; k < 2; k++) {
+    model_config cs[4] = {cfg_llama(), cfg_qwen2(), cfg_qwen3(), cfg_llama_biases()};
+    float std[4] = {0.15f, 0.07f, 0.15f, 0.15f};
+    for (int k = 0; k < 4; k++) {
         rl_err err;
         model_t *m = model_random(&cs[k], 11 + k, std[k], NULL, &err);
         CHECK(m, "%s", err.msg);
@@ -148,8 +166,9 @@ static void scoring_alone_equals_scoring_in_a_batch(void) {
     model_free(m);
 }
 
-static void saved_weights_load_back_identically(void) {
-    model_config c = cfg_qwen2();
+// model_save, then model_load: the same config, tensors and log-probs.
+static void save_and_load(const model_config *cfg) {
+    model_config c = *cfg;
     rl_err err;
     model_t *m = model_random(&c, 4, 0.3f, NULL, &err);
     CHECK(m, "%s", err.msg);
@@ -163,8 +182,13 @@ static void saved_weights_load_back_identically(void) {
     memcpy(b, a, sizeof a);
     CHECK(score_all(m, a, &err) == 0 && score_all(m2, b, &err) == 0, "%s", err.msg);
     for (int i = 0; i < NSEQ; i++)
-        CHECK(memcmp(a[i].lp_full, b[i].lp_full, a[i].ni * sizeof(float)) == 0, "seq %d differs after reload", i);
-    CHECK(model_nparams(m2) == model_nparams(m), "parameter counts differ");
+        CHECK(memcmp(a[i].lp_full, b[i].lp_full, a[i].ni * sizeof(float)) == 0, "%s: seq %d differs after reload",
+              c.model_type, i);
+    CHECK(model_nparams(m2) == model_nparams(m) && model_ntensors(m2) == model_ntensors(m),
+          "%s: parameter counts differ", c.model_type);
+    const model_config *c2 = model_cfg(m2);
+    CHECK(c2->qk_norm == c.qk_norm && c2->mlp_bias == c.mlp_bias && c2->rope.type == c.rope.type &&
+          c2->rope.factor == c.rope.factor, "%s: the config reads back otherwise", c.model_type);
     model_free(m);
     model_free(m2);
     char path[256];
@@ -173,6 +197,14 @@ static void saved_weights_load_back_identically(void) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     unlink(path);
     rmdir(dir);
+}
+
+static void saved_weights_load_back_identically(void) {
+    model_config cs[3] = {cfg_qwen2(), cfg_qwen3(), cfg_llama_biases()};
+    for (int k = 0; k < 3; k++) {
+        save_and_load(&cs[k]);
+        if (check_case_failed) return;
+    }
 }
 
 // The sampler's precisions against f32 on the same weights: the largest error
@@ -320,6 +352,73 @@ static void standby_puts_out_of_bounds_are_refused(void) {
     model_free(m);
 }
 
+// The tensors qwen3 and mlp_bias add, named and shaped as Hugging Face's
+// Qwen3ForCausalLM and LlamaForCausalLM name them; q/k norms start at 1 as
+// every norm weight of a random model does.
+static void new_parameters_have_their_hugging_face_names_and_shapes(void) {
+    const struct {
+        model_config c;
+        const char *name;
+        int64_t n;
+    } cases[] = {
+        {cfg_qwen3(), "model.layers.1.self_attn.q_norm.weight", 40},
+        {cfg_qwen3(), "model.layers.0.self_attn.k_norm.weight", 40},
+        {cfg_qwen3(), "model.layers.0.self_attn.o_proj.bias", 96},
+        {cfg_llama_biases(), "model.layers.1.mlp.gate_proj.bias", 200},
+        {cfg_llama_biases(), "model.layers.0.mlp.up_proj.bias", 200},
+        {cfg_llama_biases(), "model.layers.1.mlp.down_proj.bias", 96},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        rl_err err;
+        model_t *m = model_random(&cases[k].c, 1, 0.1f, NULL, &err);
+        CHECK(m, "%s", err.msg);
+        size_t i = 0, nt = model_ntensors(m);
+        while (i < nt && strcmp(model_tensor_at(m, i).name, cases[k].name)) i++;
+        CHECK(i < nt, "%s: no tensor %s", cases[k].c.model_type, cases[k].name);
+        model_tensor t = model_tensor_at(m, i);
+        float *x = malloc(t.n * sizeof(float));
+        CHECK(model_tensor_get(m, MODEL_PARAM, i, x) == 0, "read %s", t.name);
+        int ones = 1;
+        for (size_t j = 0; j < t.n; j++) ones &= x[j] == 1.0f;
+        free(x);
+        CHECK(t.ndim == 1 && t.shape[0] == cases[k].n, "%s: shape (%lld), expected (%lld)", t.name,
+              (long long)t.shape[0], (long long)cases[k].n);
+        CHECK(ones == (strstr(t.name, "norm") != NULL), "%s: a norm starts at 1, a bias at random", t.name);
+        model_free(m);
+    }
+}
+
+// A sequence longer than the sliding window is refused, scored or decoded,
+// naming the window; within it, it is computed (and a refused step appends nothing).
+static void sequences_longer_than_the_sliding_window_are_refused(void) {
+    model_config c = cfg_llama();
+    strcpy(c.model_type, "mistral");
+    c.tie_embeddings = 0;
+    c.sliding_window = 16;
+    rl_err err;
+    model_t *m = model_random(&c, 2, 0.1f, NULL, &err);
+    CHECK(m, "%s", err.msg);
+    uint32_t ids[20] = {0};
+    float lp[20];
+    model_seq s = {ids, 10, ids + 10, 7, 1.0f, lp, NULL};   // 16 tokens fed
+    CHECK(model_score(m, &s, 1, &err) == 0, "%s", err.msg);
+    s.n_ids = 8;                                            // 17
+    CHECK(model_score(m, &s, 1, &err) < 0 &&
+          strstr(err.msg, "sequence 0: 17 tokens exceed sliding_window 16 (attention over a sliding window"),
+          "%s", err.msg);
+    float *logits = malloc((size_t)c.vocab * sizeof(float));
+    CHECK(model_cache_init(m, 1, 64, &err) == 0, "%s", err.msg);
+    int slot = model_slot_acquire(m);
+    model_step_seq st = {slot, ids, 16};
+    CHECK(model_step(m, &st, 1, logits, &err) == 0, "%s", err.msg);
+    st.n = 1;
+    CHECK(model_step(m, &st, 1, logits, &err) < 0 && strstr(err.msg, "17 tokens exceed sliding_window 16"), "%s",
+          err.msg);
+    CHECK(model_slot_len(m, slot) == 16, "a refused step appends nothing: %d", model_slot_len(m, slot));
+    free(logits);
+    model_free(m);
+}
+
 static void bad_input_is_refused_with_a_reason(void) {
     model_config c = cfg_llama();
     rl_err err;
@@ -389,6 +488,8 @@ int main(void) {
     RUN(standby_weights_swapped_in_compute_as_a_model_built_with_them);
     RUN(standby_puts_out_of_bounds_are_refused);
     RUN(a_bf16_models_matrix_parameters_are_its_stored_values);
+    RUN(new_parameters_have_their_hugging_face_names_and_shapes);
+    RUN(sequences_longer_than_the_sliding_window_are_refused);
     RUN(bad_input_is_refused_with_a_reason);
     RUN(tiny_model_initialises_from_its_seed);
     CHECK_DONE();

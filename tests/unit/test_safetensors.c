@@ -120,7 +120,7 @@ static void write_then_open_gives_back_names_shapes_and_exact_values_in_order(vo
     st_close(f);
 }
 
-static void written_header_is_padded_with_spaces_to_8_bytes_and_offsets_are_contiguous(void) {
+static void written_header_has_format_pt_is_padded_with_spaces_to_8_bytes_and_offsets_are_contiguous(void) {
     float a[3] = {1, 2, 3}, b[2] = {4, 5};
     st_out t[] = {{"a", 1, {3}, a}, {"b\"q", 2, {1, 2}, b}};
     rl_err e;
@@ -132,7 +132,7 @@ static void written_header_is_padded_with_spaces_to_8_bytes_and_offsets_are_cont
     for (int i = 7; i >= 0; i--) hl = hl << 8 | p[i];
     CHECK(hl % 8 == 0, "header length %llu is not a multiple of 8", (unsigned long long)hl);
     CHECK(n == 8 + hl + 20, "file of %zu bytes, expected 8 + %llu + 20", n, (unsigned long long)hl);
-    const char *want = "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+    const char *want = "{\"__metadata__\":{\"format\":\"pt\"},\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
                        "\"b\\\"q\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":[12,20]}}";
     size_t wl = strlen(want);
     CHECK(hl >= wl && hl - wl < 8 && memcmp(p + 8, want, wl) == 0, "header is '%.*s'", (int)hl, (const char *)p + 8);
@@ -514,6 +514,21 @@ static const char *config_file(const char *name, const char *text) {
     return path;
 }
 
+// A model directory DIR holding config.json and, when gen is not NULL, generation_config.json.
+static const char *model_dir(const char *name, const char *config, const char *gen) {
+    static char dirs[4][512];
+    static int next;
+    char *dir = dirs[next++ % 4], path[600];
+    snprintf(dir, sizeof dirs[0], "%s/%s", tmp_dir, name);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_bytes(path, config, strlen(config));
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (gen) write_bytes(path, gen, strlen(gen));
+    else unlink(path);
+    return dir;
+}
+
 static const char *llama2_7b =
     "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2,\n"
     "  \"hidden_act\": \"silu\",\n  \"hidden_size\": 4096,\n  \"initializer_range\": 0.02,\n"
@@ -540,12 +555,74 @@ static const char *qwen2_05b =
     " \"sliding_window\": 32768, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
     " \"use_cache\": true, \"use_sliding_window\": false, \"attention_bias\": false, \"vocab_size\": 151936}";
 
+static const char *llama32_1b =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008, 128009], \"head_dim\": 64,"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 8192,"
+    " \"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8, \"pretraining_tp\": 1,"
+    " \"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 32.0, \"high_freq_factor\": 4.0,"
+    " \"low_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"},"
+    " \"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\","
+    " \"transformers_version\": \"4.45.0.dev0\", \"use_cache\": true, \"vocab_size\": 128256}";
+
+static const char *qwen3_06b =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 1024, \"initializer_range\": 0.02, \"intermediate_size\": 3072,"
+    " \"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\","
+    " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true,"
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true,"
+    " \"use_sliding_window\": false, \"vocab_size\": 151936}";
+
+static const char *mistral_7b_v03 =
+    "{\"architectures\": [\"MistralForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1,"
+    " \"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"initializer_range\": 0.02,"
+    " \"intermediate_size\": 14336, \"max_position_embeddings\": 32768, \"model_type\": \"mistral\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-05,"
+    " \"rope_theta\": 1000000.0, \"sliding_window\": null, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.42.0.dev0\", \"use_cache\": true,"
+    " \"vocab_size\": 32768}";
+
+static const char *smollm2_135m =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", \"hidden_size\": 576,"
+    " \"initializer_range\": 0.041666666666666664, \"intermediate_size\": 1536, \"is_llama_config\": true,"
+    " \"max_position_embeddings\": 8192, \"model_type\": \"llama\", \"num_attention_heads\": 9,"
+    " \"num_hidden_layers\": 30, \"num_key_value_heads\": 3, \"pad_token_id\": 2, \"pretraining_tp\": 1,"
+    " \"rms_norm_eps\": 1e-05, \"rope_interleaved\": false, \"rope_scaling\": null, \"rope_theta\": 100000,"
+    " \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.42.3\","
+    " \"transformers.js_config\": {\"kv_cache_dtype\": {\"q4f16\": \"float16\", \"fp16\": \"float16\"}},"
+    " \"use_cache\": true, \"vocab_size\": 49152}";
+
+// Every field but the generation defaults.
 static int same_config(const model_config *a, const model_config *b) {
-    return !strcmp(a->model_type, b->model_type) && a->hidden == b->hidden && a->inter == b->inter &&
-           a->layers == b->layers && a->heads == b->heads && a->kv_heads == b->kv_heads && a->head_dim == b->head_dim &&
-           a->vocab == b->vocab && a->max_pos == b->max_pos && a->rms_eps == b->rms_eps &&
-           a->rope_theta == b->rope_theta && a->tie_embeddings == b->tie_embeddings && a->qkv_bias == b->qkv_bias &&
-           a->o_bias == b->o_bias && a->bos_id == b->bos_id && a->eos_id == b->eos_id;
+    const cfg_rope *ra = &a->rope, *rb = &b->rope;
+    int same = !strcmp(a->model_type, b->model_type) && a->hidden == b->hidden && a->inter == b->inter &&
+               a->layers == b->layers && a->heads == b->heads && a->kv_heads == b->kv_heads &&
+               a->head_dim == b->head_dim && a->vocab == b->vocab && a->max_pos == b->max_pos &&
+               a->rms_eps == b->rms_eps && a->rope_theta == b->rope_theta && a->tie_embeddings == b->tie_embeddings &&
+               a->qkv_bias == b->qkv_bias && a->o_bias == b->o_bias && a->bos_id == b->bos_id &&
+               a->eos_id == b->eos_id && a->n_eos == b->n_eos && a->has_pad == b->has_pad &&
+               (!a->has_pad || a->pad_id == b->pad_id) && a->mlp_bias == b->mlp_bias && a->qk_norm == b->qk_norm &&
+               a->sliding_window == b->sliding_window && !strcmp(a->torch_dtype, b->torch_dtype) &&
+               ra->type == rb->type && ra->factor == rb->factor && ra->low_freq_factor == rb->low_freq_factor &&
+               ra->high_freq_factor == rb->high_freq_factor && ra->original_max_pos == rb->original_max_pos &&
+               ra->attention_factor == rb->attention_factor && ra->beta_fast == rb->beta_fast &&
+               ra->beta_slow == rb->beta_slow;
+    for (int i = 0; same && i < a->n_eos; i++) same = a->eos_ids[i] == b->eos_ids[i];
+    return same;
+}
+
+static void describe(const model_config *c, char *buf, size_t n) {
+    snprintf(buf, n, "%s C %d F %d L %d NH %d NKV %d HS %d V %d pos %d eps %g theta %g tie %d bias %d/%d/%d "
+             "qk_norm %d window %d bos %d eos %d (%d ids) pad %d/%d dtype '%s' rope %d factor %g low %g high %g "
+             "orig %d attn %g beta %g/%g", c->model_type, c->hidden, c->inter, c->layers, c->heads, c->kv_heads,
+             c->head_dim, c->vocab, c->max_pos, c->rms_eps, c->rope_theta, c->tie_embeddings, c->qkv_bias, c->o_bias,
+             c->mlp_bias, c->qk_norm, c->sliding_window, c->bos_id, c->eos_id, c->n_eos, c->has_pad, c->pad_id,
+             c->torch_dtype, (int)c->rope.type, c->rope.factor, c->rope.low_freq_factor, c->rope.high_freq_factor,
+             c->rope.original_max_pos, c->rope.attention_factor, c->rope.beta_fast, c->rope.beta_slow);
 }
 
 static void real_world_configs_load_with_their_values(void) {
@@ -553,53 +630,206 @@ static void real_world_configs_load_with_their_values(void) {
         const char *name, *text;
         model_config want;
     } cases[] = {
-        {"llama2.json", llama2_7b, {"llama", 4096, 11008, 32, 32, 32, 128, 32000, 4096, 1e-5, 10000, 0, 0, 0, 1, 2}},
-        {"tinyllama.json", tinyllama, {"llama", 2048, 5632, 22, 32, 4, 64, 32000, 2048, 1e-5, 10000, 0, 0, 0, 1, 2}},
-        // Qwen2 has q/k/v biases whatever attention_bias says; eos is the first of the list.
-        {"qwen2.json", qwen2_05b, {"qwen2", 896, 4864, 24, 14, 2, 64, 151936, 32768, 1e-6, 1e6, 1, 1, 0, 151643, 151645}},
+        {"llama2.json", llama2_7b,
+         {.model_type = "llama", .hidden = 4096, .inter = 11008, .layers = 32, .heads = 32, .kv_heads = 32,
+          .head_dim = 128, .vocab = 32000, .max_pos = 4096, .rms_eps = 1e-5, .rope_theta = 10000, .bos_id = 1,
+          .eos_id = 2, .n_eos = 1, .eos_ids = {2}, .torch_dtype = "float16"}},
+        {"tinyllama.json", tinyllama,
+         {.model_type = "llama", .hidden = 2048, .inter = 5632, .layers = 22, .heads = 32, .kv_heads = 4,
+          .head_dim = 64, .vocab = 32000, .max_pos = 2048, .rms_eps = 1e-5, .rope_theta = 10000, .bos_id = 1,
+          .eos_id = 2, .n_eos = 1, .eos_ids = {2}, .torch_dtype = "bfloat16"}},
+        // Qwen2 has q/k/v biases whatever attention_bias says; sliding_window is off
+        // (use_sliding_window false); every eos id is kept, the first is eos_id.
+        {"qwen2.json", qwen2_05b,
+         {.model_type = "qwen2", .hidden = 896, .inter = 4864, .layers = 24, .heads = 14, .kv_heads = 2,
+          .head_dim = 64, .vocab = 151936, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 1e6,
+          .tie_embeddings = 1, .qkv_bias = 1, .bos_id = 151643, .eos_id = 151645, .n_eos = 2,
+          .eos_ids = {151645, 151643}, .torch_dtype = "bfloat16"}},
+        {"llama32.json", llama32_1b,
+         {.model_type = "llama", .hidden = 2048, .inter = 8192, .layers = 16, .heads = 32, .kv_heads = 8,
+          .head_dim = 64, .vocab = 128256, .max_pos = 131072, .rms_eps = 1e-5, .rope_theta = 500000,
+          .tie_embeddings = 1, .bos_id = 128000, .eos_id = 128001, .n_eos = 3, .eos_ids = {128001, 128008, 128009},
+          .torch_dtype = "bfloat16",
+          .rope = {.type = CFG_ROPE_LLAMA3, .factor = 32, .low_freq_factor = 1, .high_freq_factor = 4,
+                   .original_max_pos = 8192}}},
+        // Qwen3: per-head q/k norms, head_dim 128 although hidden / heads is 64.
+        {"qwen3.json", qwen3_06b,
+         {.model_type = "qwen3", .hidden = 1024, .inter = 3072, .layers = 28, .heads = 16, .kv_heads = 8,
+          .head_dim = 128, .vocab = 151936, .max_pos = 40960, .rms_eps = 1e-6, .rope_theta = 1e6,
+          .tie_embeddings = 1, .qk_norm = 1, .bos_id = 151643, .eos_id = 151645, .n_eos = 1, .eos_ids = {151645},
+          .torch_dtype = "bfloat16"}},
+        {"mistral.json", mistral_7b_v03,
+         {.model_type = "mistral", .hidden = 4096, .inter = 14336, .layers = 32, .heads = 32, .kv_heads = 8,
+          .head_dim = 128, .vocab = 32768, .max_pos = 32768, .rms_eps = 1e-5, .rope_theta = 1e6, .bos_id = 1,
+          .eos_id = 2, .n_eos = 1, .eos_ids = {2}, .torch_dtype = "bfloat16"}},
+        // SmolLM2: nanotron's markers (is_llama_config, rope_interleaved false) and a pad id.
+        {"smollm2.json", smollm2_135m,
+         {.model_type = "llama", .hidden = 576, .inter = 1536, .layers = 30, .heads = 9, .kv_heads = 3,
+          .head_dim = 64, .vocab = 49152, .max_pos = 8192, .rms_eps = 1e-5, .rope_theta = 100000,
+          .tie_embeddings = 1, .bos_id = 1, .eos_id = 2, .n_eos = 1, .eos_ids = {2}, .has_pad = 1, .pad_id = 2,
+          .torch_dtype = "bfloat16"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         model_config c;
         rl_err e;
+        char got[600];
         CHECK(cfg_load(config_file(cases[i].name, cases[i].text), &c, &e) == 0, "%s: %s", cases[i].name, e.msg);
-        CHECK(same_config(&c, &cases[i].want),
-              "%s: got %s C %d F %d L %d NH %d NKV %d HS %d V %d pos %d eps %g theta %g tie %d bias %d/%d bos %d eos %d",
-              cases[i].name, c.model_type, c.hidden, c.inter, c.layers, c.heads, c.kv_heads, c.head_dim, c.vocab,
-              c.max_pos, c.rms_eps, c.rope_theta, c.tie_embeddings, c.qkv_bias, c.o_bias, c.bos_id, c.eos_id);
+        describe(&c, got, sizeof got);
+        CHECK(same_config(&c, &cases[i].want), "%s: got %s", cases[i].name, got);
     }
 }
+
+#define SIZES "\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"vocab_size\":100,"
 
 static void absent_keys_take_the_transformers_defaults(void) {
     const struct {
         const char *text;
         model_config want;
     } cases[] = {
-        {"{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
-         "\"num_attention_heads\":4,\"vocab_size\":100}",
-         {"llama", 64, 96, 2, 4, 4, 16, 100, 2048, 1e-6, 10000, 0, 0, 0, -1, -1}},
-        {"{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
-         "\"num_attention_heads\":4,\"vocab_size\":100,\"head_dim\":null,\"num_key_value_heads\":null,"
+        {"{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":4}",
+         {.model_type = "llama", .hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 4, .head_dim = 16,
+          .vocab = 100, .max_pos = 2048, .rms_eps = 1e-6, .rope_theta = 10000, .bos_id = -1, .eos_id = -1}},
+        // Qwen2Config: num_key_value_heads 32 when absent, num_attention_heads when null.
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":4,\"head_dim\":null,\"num_key_value_heads\":null,"
          "\"bos_token_id\":null,\"eos_token_id\":[]}",
-         {"qwen2", 64, 96, 2, 4, 4, 16, 100, 32768, 1e-6, 10000, 0, 1, 0, -1, -1}},
+         {.model_type = "qwen2", .hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 4, .head_dim = 16,
+          .vocab = 100, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 10000, .qkv_bias = 1, .bos_id = -1,
+          .eos_id = -1}},
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":32}",
+         {.model_type = "qwen2", .hidden = 64, .inter = 96, .layers = 2, .heads = 32, .kv_heads = 32, .head_dim = 2,
+          .vocab = 100, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 10000, .qkv_bias = 1, .bos_id = -1,
+          .eos_id = -1}},
         // An explicit head_dim need not be hidden / heads; attention_bias gives llama all four biases.
-        {"{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
-         "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"vocab_size\":100,"
-         "\"attention_bias\":true,\"tie_word_embeddings\":true,\"eos_token_id\":[7,8],\"rope_theta\":500000}",
-         {"llama", 64, 96, 2, 4, 2, 32, 100, 2048, 1e-6, 500000, 1, 1, 1, -1, 7}},
+        {"{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
+         "\"attention_bias\":true,\"mlp_bias\":true,\"tie_word_embeddings\":true,\"eos_token_id\":[7,8],"
+         "\"rope_theta\":500000}",
+         {.model_type = "llama", .hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 32,
+          .vocab = 100, .max_pos = 2048, .rms_eps = 1e-6, .rope_theta = 500000, .tie_embeddings = 1, .qkv_bias = 1,
+          .o_bias = 1, .mlp_bias = 1, .bos_id = -1, .eos_id = 7, .n_eos = 2, .eos_ids = {7, 8}}},
         // transformers 5 keeps rope_theta in rope_parameters.
-        {"{\"model_type\":\"qwen2\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
-         "\"num_attention_heads\":4,\"vocab_size\":100,\"rope_parameters\":{\"rope_type\":\"default\","
-         "\"rope_theta\":1000000.0}}",
-         {"qwen2", 64, 96, 2, 4, 4, 16, 100, 32768, 1e-6, 1e6, 0, 1, 0, -1, -1}},
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+         "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0}}",
+         {.model_type = "qwen2", .hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 4, .head_dim = 16,
+          .vocab = 100, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 1e6, .qkv_bias = 1, .bos_id = -1,
+          .eos_id = -1}},
+        // Qwen3Config: head_dim 128, num_key_value_heads 32; attention_bias on all four.
+        {"{\"model_type\":\"qwen3\"," SIZES "\"num_attention_heads\":32,\"attention_bias\":true}",
+         {.model_type = "qwen3", .hidden = 64, .inter = 96, .layers = 2, .heads = 32, .kv_heads = 32,
+          .head_dim = 128, .vocab = 100, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 10000, .qkv_bias = 1,
+          .o_bias = 1, .qk_norm = 1, .bos_id = -1, .eos_id = -1}},
+        // MistralConfig: num_key_value_heads 8, 131072 positions, a window of 4096 when sliding_window is absent.
+        {"{\"model_type\":\"mistral\"," SIZES "\"num_attention_heads\":16}",
+         {.model_type = "mistral", .hidden = 64, .inter = 96, .layers = 2, .heads = 16, .kv_heads = 8, .head_dim = 4,
+          .vocab = 100, .max_pos = 131072, .rms_eps = 1e-6, .rope_theta = 10000, .sliding_window = 4096,
+          .bos_id = -1, .eos_id = -1}},
+        // Qwen's window counts only with use_sliding_window (absent sliding_window: 4096).
+        {"{\"model_type\":\"qwen3\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"head_dim\":16,"
+         "\"use_sliding_window\":true,\"max_window_layers\":1,"
+         "\"layer_types\":[\"full_attention\",\"sliding_attention\"]}",
+         {.model_type = "qwen3", .hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 4, .head_dim = 16,
+          .vocab = 100, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 10000, .qk_norm = 1, .sliding_window = 4096,
+          .bos_id = -1, .eos_id = -1}},
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+         "\"use_sliding_window\":true,\"sliding_window\":128,\"_name_or_path\":\"x\",\"dtype\":\"float16\"}",
+         {.model_type = "qwen2", .hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 4, .head_dim = 16,
+          .vocab = 100, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 10000, .qkv_bias = 1, .sliding_window = 128,
+          .bos_id = -1, .eos_id = -1, .torch_dtype = "float16"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         model_config c;
         rl_err e;
+        char got[600];
         CHECK(cfg_load(config_file("defaults.json", cases[i].text), &c, &e) == 0, "case %zu: %s", i, e.msg);
-        CHECK(same_config(&c, &cases[i].want),
-              "case %zu: got %s NKV %d HS %d pos %d eps %g theta %g tie %d bias %d/%d bos %d eos %d", i, c.model_type,
-              c.kv_heads, c.head_dim, c.max_pos, c.rms_eps, c.rope_theta, c.tie_embeddings, c.qkv_bias, c.o_bias,
-              c.bos_id, c.eos_id);
+        describe(&c, got, sizeof got);
+        CHECK(same_config(&c, &cases[i].want), "case %zu: got %s", i, got);
+    }
+}
+
+// Every rope_scaling type with the keys transformers 4.46 reads for it
+// (rope_type or the older "type"), and the same as transformers 5's rope_parameters.
+static void rope_scaling_types_load_with_their_parameters(void) {
+    const struct {
+        const char *rope;
+        cfg_rope want;
+    } cases[] = {
+        {"\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}", {.type = CFG_ROPE_LINEAR, .factor = 2}},
+        {"\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":4}", {.type = CFG_ROPE_DYNAMIC, .factor = 4}},
+        {"\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2.0,\"original_max_position_embeddings\":64}",
+         {.type = CFG_ROPE_DYNAMIC, .factor = 2, .original_max_pos = 64}},
+        {"\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}", {.type = CFG_ROPE_YARN, .factor = 4}},
+        {"\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4.0,\"attention_factor\":1.5,\"beta_fast\":16.0,"
+         "\"beta_slow\":2.0,\"original_max_position_embeddings\":2048}",
+         {.type = CFG_ROPE_YARN, .factor = 4, .attention_factor = 1.5, .beta_fast = 16, .beta_slow = 2,
+          .original_max_pos = 2048}},
+        {"\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+         "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":512}",
+         {.type = CFG_ROPE_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4, .original_max_pos = 512}},
+        {"\"rope_scaling\":{\"rope_type\":\"default\"}", {.type = CFG_ROPE_DEFAULT}},
+        {"\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":3.0,\"rope_theta\":10000.0}",
+         {.type = CFG_ROPE_LINEAR, .factor = 3}},
+        {"\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":3.0},\"rope_parameters\":{\"rope_type\":\"linear\","
+         "\"factor\":3.0}", {.type = CFG_ROPE_LINEAR, .factor = 3}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":4,%s}", cases[i].rope);
+        model_config c;
+        rl_err e;
+        CHECK(cfg_load(config_file("rope.json", text), &c, &e) == 0, "case %zu: %s", i, e.msg);
+        model_config want = c;
+        want.rope = cases[i].want;
+        char got[600];
+        describe(&c, got, sizeof got);
+        CHECK(same_config(&c, &want) && c.max_pos == 2048, "case %zu: got %s", i, got);
+    }
+}
+
+// generation_config.json beside config.json: its eos ids join the config's
+// (config's first, no repeats), bos and pad fill the config's absent ones,
+// and its sampling defaults are recorded, as a tool prints them.
+static void generation_config_adds_eos_ids_and_records_sampling_defaults(void) {
+    const char *dir = model_dir("gen", qwen2_05b,
+                                "{\"bos_token_id\": 151643, \"pad_token_id\": 151643, \"do_sample\": true,"
+                                " \"eos_token_id\": [151645, 151643, 151644], \"repetition_penalty\": 1.1,"
+                                " \"temperature\": 0.7, \"top_p\": 0.8, \"top_k\": 20, \"max_new_tokens\": 512,"
+                                " \"transformers_version\": \"4.37.0\"}");
+    model_config c;
+    rl_err e;
+    CHECK(cfg_load(dir, &c, &e) == 0, "%s", e.msg);
+    CHECK(c.n_eos == 3 && c.eos_ids[0] == 151645 && c.eos_ids[1] == 151643 && c.eos_ids[2] == 151644 &&
+          c.eos_id == 151645, "eos: %d ids, %d %d %d", c.n_eos, c.eos_ids[0], c.eos_ids[1], c.eos_ids[2]);
+    CHECK(c.bos_id == 151643 && c.has_pad && c.pad_id == 151643, "bos %d pad %d/%d", c.bos_id, c.has_pad, c.pad_id);
+    char s[256];
+    cfg_generation_str(&c, s, sizeof s);
+    CHECK(c.gen.present && !strcmp(s, "do_sample true, temperature 0.7, top_p 0.8, repetition_penalty 1.1, top_k 20, "
+                                      "max_new_tokens 512"), "'%s'", s);
+
+    // A config with a single eos and no bos takes both; the config's own ids come first.
+    dir = model_dir("gen2", "{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":4,\"eos_token_id\":9,"
+                    "\"pad_token_id\":3}", "{\"eos_token_id\": 5, \"bos_token_id\": 4, \"pad_token_id\": 6}");
+    CHECK(cfg_load(dir, &c, &e) == 0, "%s", e.msg);
+    cfg_generation_str(&c, s, sizeof s);
+    CHECK(c.n_eos == 2 && c.eos_ids[0] == 9 && c.eos_ids[1] == 5 && c.bos_id == 4 && c.pad_id == 3 && !s[0],
+          "eos %d: %d %d, bos %d, pad %d, defaults '%s'", c.n_eos, c.eos_ids[0], c.eos_ids[1], c.bos_id, c.pad_id, s);
+
+    // Without the file nothing is recorded; a broken file is refused, naming it and the key.
+    dir = model_dir("gen3", qwen2_05b, NULL);
+    CHECK(cfg_load(dir, &c, &e) == 0 && !c.gen.present && c.n_eos == 2, "%s", e.msg);
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"{\"temperature\": \"hot\"}", "temperature is not a number (found \"hot\")"},
+        {"{\"eos_token_id\": [1, -2]}", "eos_token_id -2 is negative"},
+        {"{\"eos_token_id\": 999999}", "eos_token_id 999999 is not a token id"},
+        {"{\"do_sample\": 1}", "do_sample is not true or false"},
+        {"[]", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dir = model_dir("gen4", qwen2_05b, bad[i].text);
+        char want[1024];
+        snprintf(want, sizeof want, "%s/%s: %s", dir, i == 2 ? "config.json" : "generation_config.json", bad[i].want);
+        CHECK(cfg_load(dir, &c, &e) == -1, "case %zu accepted", i);
+        CHECK(strncmp(e.msg, want, strlen(want)) == 0, "case %zu: '%s', expected '%s...'", i, e.msg, want);
     }
 }
 
@@ -615,67 +845,112 @@ static void a_model_directory_is_read_through_its_config_json(void) {
 }
 
 static void bad_configs_are_refused_naming_the_file_and_the_key(void) {
-#define BASE "\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,\"vocab_size\":100,"
+#define LLAMA "{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":4,"
     static const struct {
         const char *text, *want;
     } cases[] = {
-        {"{\"model_type\":\"mistral\"," BASE "\"num_attention_heads\":4}",
-         "model_type \"mistral\" is not supported (supported: llama, qwen2)"},
-        {"{" BASE "\"num_attention_heads\":4}", "model_type is missing (supported: llama, qwen2)"},
+        {"{\"model_type\":\"gemma\"," SIZES "\"num_attention_heads\":4}",
+         "model_type \"gemma\" is not supported (supported: llama, mistral, qwen2, qwen3)"},
+        {"{" SIZES "\"num_attention_heads\":4}", "model_type is missing (supported: llama, mistral, qwen2, qwen3)"},
         {"{\"model_type\":\"llama\",\"intermediate_size\":96,\"num_hidden_layers\":2,\"vocab_size\":100,"
          "\"num_attention_heads\":4}", "hidden_size is missing"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":null}", "num_attention_heads is missing"},
+        {"{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":null}", "num_attention_heads is missing"},
         {"{\"model_type\":\"llama\",\"hidden_size\":\"64\",\"intermediate_size\":96,\"num_hidden_layers\":2,"
          "\"vocab_size\":100,\"num_attention_heads\":4}", "hidden_size is not an integer (found \"64\")"},
         {"{\"model_type\":\"llama\",\"hidden_size\":64.5,\"intermediate_size\":96,\"num_hidden_layers\":2,"
          "\"vocab_size\":100,\"num_attention_heads\":4}", "hidden_size is not an integer"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":0}", "num_attention_heads 0 is out of range"},
+        {"{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":0}", "num_attention_heads 0 is out of range"},
         {"{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":-96,\"num_hidden_layers\":2,"
          "\"vocab_size\":100,\"num_attention_heads\":4}", "intermediate_size -96 is out of range (1 to 16777216)"},
         {"{\"model_type\":\"llama\",\"hidden_size\":1e12,\"intermediate_size\":96,\"num_hidden_layers\":2,"
          "\"vocab_size\":100,\"num_attention_heads\":4}", "hidden_size 1000000000000 is out of range"},
         {"{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":96,\"num_hidden_layers\":2,"
          "\"vocab_size\":8388608,\"num_attention_heads\":4}", "vocab_size 8388608 is out of range (1 to 4194304)"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":8,\"num_key_value_heads\":3}",
+        {"{\"model_type\":\"llama\"," SIZES "\"num_attention_heads\":8,\"num_key_value_heads\":3}",
          "num_key_value_heads 3 does not divide num_attention_heads 8"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"num_key_value_heads\":8}",
-         "num_key_value_heads 8 does not divide num_attention_heads 4"},
+        {LLAMA "\"num_key_value_heads\":8}", "num_key_value_heads 8 does not divide num_attention_heads 4"},
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":4}",
+         "num_key_value_heads 32 does not divide num_attention_heads 4"},
         {"{\"model_type\":\"llama\",\"hidden_size\":100,\"intermediate_size\":96,\"num_hidden_layers\":2,"
          "\"vocab_size\":100,\"num_attention_heads\":8}", "num_attention_heads 8 does not divide hidden_size 100"},
         {"{\"model_type\":\"llama\",\"hidden_size\":24,\"intermediate_size\":96,\"num_hidden_layers\":2,"
          "\"vocab_size\":100,\"num_attention_heads\":8}", "head_dim 3 is odd"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"hidden_act\":\"gelu\"}",
-         "hidden_act \"gelu\" is not supported (only \"silu\")"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"rope_scaling\":{\"factor\":8.0,"
-         "\"rope_type\":\"llama3\"}}", "rope_scaling is not supported"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"rope_parameters\":{\"rope_type\":\"yarn\","
-         "\"rope_theta\":1e6}}", "rope_parameters rope_type \"yarn\" is not supported (only \"default\")"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"rope_theta\":10000,"
-         "\"rope_parameters\":{\"rope_theta\":500000}}", "rope_theta 10000 and rope_parameters rope_theta 500000 disagree"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"mlp_bias\":true}", "mlp_bias true is not supported"},
-        {"{\"model_type\":\"qwen2\"," BASE "\"num_attention_heads\":4,\"use_sliding_window\":true}",
-         "use_sliding_window true is not supported"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"tie_word_embeddings\":\"yes\"}",
-         "tie_word_embeddings is not true or false"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"bos_token_id\":\"1\"}",
-         "bos_token_id is not an integer"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"eos_token_id\":100}",
-         "eos_token_id 100 is not a token id (0 to 99, or -1 for none)"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"eos_token_id\":[-5]}", "eos_token_id -5 is negative"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"rms_norm_eps\":\"1e-5\"}",
-         "rms_norm_eps is not a number"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"rms_norm_eps\":0}",
-         "rms_norm_eps 0 is not a positive number"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4,\"rope_theta\":-1}",
-         "rope_theta -1 is not a positive number"},
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"head_dim\":32}",
+         "head_dim 32 is not supported for qwen2 unless it is hidden_size / num_attention_heads = 16"},
+        {LLAMA "\"hidden_act\":\"gelu\"}", "hidden_act \"gelu\" is not supported (only \"silu\")"},
+        // keys: unknown ones, and those supported at one value only
+        {LLAMA "\"quantization_config\":{\"bits\":4}}",
+         "quantization_config {\"bits\":4} is not supported for model_type llama (not a key rlpipe reads"},
+        {LLAMA "\"sliding_window\":4096}", "sliding_window 4096 is not supported for model_type llama"},
+        {"{\"model_type\":\"mistral\"," SIZES "\"num_attention_heads\":4,\"mlp_bias\":true}",
+         "mlp_bias true is not supported (only false: only llama has MLP biases)"},
+        {"{\"model_type\":\"mistral\"," SIZES "\"num_attention_heads\":4,\"attention_bias\":true}",
+         "attention_bias true is not supported (only false"},
+        {"{\"model_type\":\"mistral\"," SIZES "\"num_attention_heads\":4,\"rope_scaling\":{\"rope_type\":\"linear\","
+         "\"factor\":2.0}}", "rope_scaling {\"rope_type\":\"linear\",\"factor\":2} is not supported (only null"},
+        {LLAMA "\"pretraining_tp\":2}", "pretraining_tp 2 is not supported (only 1"},
+        {LLAMA "\"attention_dropout\":0.1}", "attention_dropout 0.1 is not supported (only 0: rlpipe trains without"},
+        {LLAMA "\"rope_interleaved\":true}", "rope_interleaved true is not supported (only false"},
+        {"{\"model_type\":\"qwen2\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":4,"
+         "\"use_sliding_window\":true,\"sliding_window\":0}", "sliding_window 0 is not positive"},
+        {"{\"model_type\":\"qwen3\"," SIZES "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"head_dim\":16,"
+         "\"layer_types\":[\"full_attention\",\"sliding_attention\"]}", "layer_types \"sliding_attention\" is not supported (full_attention, or"},
+        {"{\"model_type\":\"qwen3\"," SIZES "\"num_attention_heads\":4,\"layer_types\":[\"full_attention\"]}",
+         "layer_types is not a list of num_hidden_layers 2 names"},
+        {LLAMA "\"torch_dtype\":\"int8\"}", "torch_dtype \"int8\" is not supported (float32, bfloat16 or float16)"},
+        {LLAMA "\"torch_dtype\":\"float32\",\"dtype\":\"bfloat16\"}",
+         "torch_dtype \"float32\" and dtype \"bfloat16\" disagree"},
+        // rope_scaling
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1]}}",
+         "rope_scaling rope_type \"longrope\" is not supported (supported: default, linear, dynamic, yarn, llama3)"},
+        {LLAMA "\"rope_scaling\":{\"factor\":8.0}}", "rope_scaling has no rope_type"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}}",
+         "rope_scaling with rope_type \"llama3\" needs low_freq_factor"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0,\"beta_fast\":3.0}}",
+         "rope_scaling beta_fast 3 is not supported with rope_type \"linear\" (it takes: factor)"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"mscale\":1.0}}",
+         "rope_scaling mscale 1 is not supported with rope_type \"yarn\""},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":0.5}}",
+         "rope_scaling factor 0.5 is not supported (a number >= 1)"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":\"2\"}}",
+         "rope_scaling factor is not a number (found \"2\")"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2.0,"
+         "\"original_max_position_embeddings\":1.5}}",
+         "rope_scaling original_max_position_embeddings is not an integer (found 1.5)"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":4.0,"
+         "\"high_freq_factor\":1.0,\"original_max_position_embeddings\":512}}",
+         "rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor (found 4 and 1)"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":512}}",
+         "rope_scaling original_max_position_embeddings 512 with rope_type \"yarn\" is not supported unless it "
+         "equals max_position_embeddings 2048"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"attention_factor\":-1.0}}",
+         "rope_scaling attention_factor -1 is not a positive number"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"linear\",\"type\":\"yarn\",\"factor\":2.0}}",
+         "rope_scaling rope_type and type disagree"},
+        {LLAMA "\"rope_scaling\":[]}", "rope_scaling is not an object (found [])"},
+        {LLAMA "\"rope_parameters\":{\"rope_type\":\"longrope\",\"rope_theta\":1e6}}",
+         "rope_parameters rope_type \"longrope\" is not supported"},
+        {LLAMA "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"rope_parameters\":{\"rope_type\":"
+         "\"linear\",\"factor\":3.0}}", "rope_scaling and rope_parameters disagree"},
+        {LLAMA "\"rope_theta\":10000,\"rope_parameters\":{\"rope_theta\":500000}}",
+         "rope_theta 10000 and rope_parameters rope_theta 500000 disagree"},
+        {LLAMA "\"mlp_bias\":\"no\"}", "mlp_bias is not true or false"},
+        {LLAMA "\"tie_word_embeddings\":\"yes\"}", "tie_word_embeddings is not true or false"},
+        {LLAMA "\"bos_token_id\":\"1\"}", "bos_token_id is not an integer"},
+        {LLAMA "\"pad_token_id\":100}", "pad_token_id 100 is not a token id (0 to 99, or -1 for none)"},
+        {LLAMA "\"eos_token_id\":100}", "eos_token_id 100 is not a token id (0 to 99, or -1 for none)"},
+        {LLAMA "\"eos_token_id\":[-5]}", "eos_token_id -5 is negative"},
+        {LLAMA "\"rms_norm_eps\":\"1e-5\"}", "rms_norm_eps is not a number"},
+        {LLAMA "\"rms_norm_eps\":0}", "rms_norm_eps 0 is not a positive number"},
+        {LLAMA "\"rope_theta\":-1}", "rope_theta -1 is not a positive number"},
         {"{\"model_type\":\"llama\",\"hidden_size\":16777216,\"intermediate_size\":16777216,"
          "\"num_hidden_layers\":16777216,\"vocab_size\":4194304,\"num_attention_heads\":16}",
          "hidden_size 16777216, intermediate_size 16777216, num_hidden_layers 16777216 and vocab_size 4194304 make "
          "more than 2^40 parameters"},
-        {"{\"model_type\":\"llama\"," BASE "\"num_attention_heads\":4", "not valid JSON"},
+        {LLAMA "\"rope_theta\":1", "not valid JSON"},
         {"[1]", "not a JSON object"},
     };
-#undef BASE
+#undef LLAMA
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *path = config_file("config.json", cases[i].text);
         model_config c;
@@ -692,74 +967,152 @@ static void bad_configs_are_refused_naming_the_file_and_the_key(void) {
           "missing file: %s", e.msg);
 }
 
+// Configs of every family and feature, built in code, saved and read back.
+static const model_config saved_cases[] = {
+    {.model_type = "llama", .hidden = 2048, .inter = 5632, .layers = 22, .heads = 32, .kv_heads = 4, .head_dim = 64,
+     .vocab = 32000, .max_pos = 2048, .rms_eps = 1e-5, .rope_theta = 10000, .bos_id = 1, .eos_id = 2, .n_eos = 1,
+     .eos_ids = {2}},
+    {.model_type = "llama", .hidden = 64, .inter = 96, .layers = 3, .heads = 4, .kv_heads = 2, .head_dim = 32,
+     .vocab = 1000, .max_pos = 512, .rms_eps = 0.1 + 0.2, .rope_theta = 1.0 / 3, .tie_embeddings = 1, .qkv_bias = 1,
+     .o_bias = 1, .mlp_bias = 1, .bos_id = -1, .eos_id = 999, .n_eos = 1, .eos_ids = {999}, .has_pad = 1,
+     .pad_id = 0, .torch_dtype = "float16"},
+    {.model_type = "qwen2", .hidden = 896, .inter = 4864, .layers = 24, .heads = 14, .kv_heads = 2, .head_dim = 64,
+     .vocab = 151936, .max_pos = 32768, .rms_eps = 1e-6, .rope_theta = 1000000, .tie_embeddings = 1, .qkv_bias = 1,
+     .bos_id = 151643, .eos_id = 151645, .n_eos = 2, .eos_ids = {151645, 151643}, .torch_dtype = "bfloat16",
+     .rope = {.type = CFG_ROPE_YARN, .factor = 4, .attention_factor = 1.25, .beta_fast = 16, .beta_slow = 2}},
+    {.model_type = "llama", .hidden = 2048, .inter = 8192, .layers = 16, .heads = 32, .kv_heads = 8, .head_dim = 64,
+     .vocab = 128256, .max_pos = 131072, .rms_eps = 1e-5, .rope_theta = 500000, .tie_embeddings = 1, .bos_id = 128000,
+     .eos_id = 128001, .n_eos = 3, .eos_ids = {128001, 128008, 128009},
+     .rope = {.type = CFG_ROPE_LLAMA3, .factor = 32, .low_freq_factor = 1, .high_freq_factor = 4,
+              .original_max_pos = 8192}},
+    {.model_type = "qwen3", .hidden = 1024, .inter = 3072, .layers = 28, .heads = 16, .kv_heads = 8, .head_dim = 128,
+     .vocab = 151936, .max_pos = 40960, .rms_eps = 1e-6, .rope_theta = 1e6, .tie_embeddings = 1, .qk_norm = 1,
+     .bos_id = 151643, .eos_id = 151645, .sliding_window = 1024},
+    {.model_type = "mistral", .hidden = 4096, .inter = 14336, .layers = 32, .heads = 32, .kv_heads = 8,
+     .head_dim = 128, .vocab = 32768, .max_pos = 32768, .rms_eps = 1e-5, .rope_theta = 1e6, .bos_id = 1, .eos_id = 2,
+     .sliding_window = 4096},
+    {.model_type = "mistral", .hidden = 64, .inter = 96, .layers = 1, .heads = 4, .kv_heads = 4, .head_dim = 16,
+     .vocab = 100, .max_pos = 64, .rms_eps = 1e-5, .rope_theta = 1e4, .bos_id = -1, .eos_id = -1},
+    {.model_type = "llama", .hidden = 64, .inter = 96, .layers = 1, .heads = 4, .kv_heads = 4, .head_dim = 16,
+     .vocab = 100, .max_pos = 64, .rms_eps = 1e-5, .rope_theta = 1e4, .bos_id = -1, .eos_id = -1,
+     .rope = {.type = CFG_ROPE_DYNAMIC, .factor = 2.5, .original_max_pos = 32}},
+    {.model_type = "llama", .hidden = 64, .inter = 96, .layers = 1, .heads = 4, .kv_heads = 4, .head_dim = 16,
+     .vocab = 100, .max_pos = 64, .rms_eps = 1e-5, .rope_theta = 1e4, .bos_id = -1, .eos_id = -1,
+     .rope = {.type = CFG_ROPE_LINEAR, .factor = 1.0 / 0.3}},
+};
+
 static void cfg_save_then_cfg_load_is_the_identity_with_exact_doubles(void) {
-    const model_config cases[] = {
-        {"llama", 2048, 5632, 22, 32, 4, 64, 32000, 2048, 1e-5, 10000, 0, 0, 0, 1, 2},
-        {"llama", 64, 96, 3, 4, 2, 32, 1000, 512, 0.1 + 0.2, 1.0 / 3, 1, 1, 1, -1, 999},
-        {"qwen2", 896, 4864, 24, 14, 2, 64, 151936, 32768, 1e-6, 1000000, 1, 1, 0, 151643, -1},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    for (size_t i = 0; i < sizeof saved_cases / sizeof *saved_cases; i++) {
         const char *path = tmp_path("saved.json");
-        model_config c;
+        model_config c, want = saved_cases[i];
         rl_err e;
-        CHECK(cfg_save(path, &cases[i], &e) == 0, "case %zu: %s", i, e.msg);
+        char got[600];
+        CHECK(cfg_save(path, &want, &e) == 0, "case %zu: %s", i, e.msg);
         CHECK(cfg_load(path, &c, &e) == 0, "case %zu: %s", i, e.msg);
-        CHECK(same_config(&c, &cases[i]), "case %zu: eps %.17g theta %.17g bos %d eos %d", i, c.rms_eps,
-              c.rope_theta, c.bos_id, c.eos_id);
+        if (!want.torch_dtype[0]) strcpy(want.torch_dtype, "float32");   // what the weights are saved at by default
+        if (want.n_eos == 0 && want.eos_id >= 0) want.eos_ids[want.n_eos++] = want.eos_id;
+        describe(&c, got, sizeof got);
+        CHECK(same_config(&c, &want), "case %zu: got %s", i, got);
     }
 }
 
+// The keys transformers reads, spelt as it writes them: architectures, floats
+// as floats in rope_scaling (it warns about an int factor), only the keys each
+// rope type takes (yarn without original_max_position_embeddings), the window
+// keys of each family, eos lists as lists.
 static void saved_config_carries_what_transformers_needs(void) {
-    const model_config q = {"qwen2", 896, 4864, 24, 14, 2, 64, 151936, 32768, 1e-6, 1000000, 1, 1, 0, 151643, -1};
-    const model_config l = {"llama", 64, 96, 3, 4, 2, 16, 1000, 512, 1e-5, 10000, 0, 1, 1, 1, 2};
+    const struct {
+        size_t i;
+        const char *arch, *want[6];
+    } cases[] = {
+        {2, "Qwen2ForCausalLM",
+         {"\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"attention_factor\": 1.25, \"beta_fast\": "
+          "16.0, \"beta_slow\": 2.0},", "\"use_sliding_window\": false,", "\"sliding_window\": null,",
+          "\"eos_token_id\": [151645, 151643],", "\"torch_dtype\": \"bfloat16\"", "\"rope_theta\": 1000000.0,"}},
+        {3, "LlamaForCausalLM",
+         {"\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+          "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192},",
+          "\"attention_bias\": false,", "\"mlp_bias\": false,", "\"eos_token_id\": [128001, 128008, 128009],",
+          "\"torch_dtype\": \"float32\"", "\"head_dim\": 64,"}},
+        {4, "Qwen3ForCausalLM",
+         {"\"head_dim\": 128,", "\"attention_bias\": false,", "\"use_sliding_window\": true,",
+          "\"sliding_window\": 1024,", "\"rope_scaling\": null,", "\"eos_token_id\": 151645,"}},
+        {5, "MistralForCausalLM",
+         {"\"sliding_window\": 4096,", "\"hidden_act\": \"silu\",", "\"bos_token_id\": 1,", "\"head_dim\": 128,",
+          "\"tie_word_embeddings\": false,", "\"num_key_value_heads\": 8,"}},
+        {1, "LlamaForCausalLM",
+         {"\"attention_bias\": true,", "\"mlp_bias\": true,", "\"pad_token_id\": 0,", "\"bos_token_id\": null,",
+          "\"torch_dtype\": \"float16\"", "\"tie_word_embeddings\": true,"}},
+        {7, "LlamaForCausalLM",
+         {"\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.5, \"original_max_position_embeddings\": 32},",
+          "\"eos_token_id\": null,", "\"max_position_embeddings\": 64,", "\"rope_theta\": 10000.0,",
+          "\"rms_norm_eps\": 1e-05,", "\"model_type\": \"llama\","}},
+    };
     const char *path = tmp_path("hf.json");
-    for (int k = 0; k < 2; k++) {
-        const model_config *c = k ? &l : &q;
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         rl_err e;
-        CHECK(cfg_save(path, c, &e) == 0, "%s", e.msg);
+        CHECK(cfg_save(path, &saved_cases[cases[k].i], &e) == 0, "%s", e.msg);
         size_t n;
-        uint8_t *text = read_bytes(path, &n);
-        cJSON *j = cJSON_ParseWithLength((const char *)text, n);
-        free(text);
-        CHECK(j, "saved file is not JSON");
+        char *text = (char *)read_bytes(path, &n);
+        cJSON *j = cJSON_ParseWithLength(text, n);
         const cJSON *arch = cJSON_GetObjectItemCaseSensitive(j, "architectures");
-        const char *want_arch = k ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
-        int ok_arch = cJSON_IsArray(arch) && cJSON_GetArraySize(arch) == 1 && cJSON_IsString(arch->child) &&
-                      !strcmp(arch->child->valuestring, want_arch);
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "torch_dtype"),
-                    *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act"),
-                    *ab = cJSON_GetObjectItemCaseSensitive(j, "attention_bias"),
-                    *sw = cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window"),
-                    *eos = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id"),
-                    *hd = cJSON_GetObjectItemCaseSensitive(j, "head_dim");
-        int ok = ok_arch && cJSON_IsString(dt) && !strcmp(dt->valuestring, "float32") && cJSON_IsString(act) &&
-                 !strcmp(act->valuestring, "silu") && cJSON_IsNumber(hd) && hd->valueint == c->head_dim;
-        int ok_kind = k ? cJSON_IsTrue(ab) && sw == NULL && cJSON_IsNumber(eos) && eos->valueint == 2
-                        : ab == NULL && cJSON_IsFalse(sw) && cJSON_IsNull(eos);
+        int ok = j && cJSON_IsArray(arch) && cJSON_GetArraySize(arch) == 1 && cJSON_IsString(arch->child) &&
+                 !strcmp(arch->child->valuestring, cases[k].arch);
         cJSON_Delete(j);
-        CHECK(ok && ok_kind, "%s: architectures, torch_dtype, hidden_act, head_dim, attention_bias, "
-              "use_sliding_window or eos_token_id wrong", want_arch);
+        for (int w = 0; ok && w < 6; w++)
+            if (!strstr(text, cases[k].want[w])) {
+                printf("# case %zu lacks %s in:\n%s", k, cases[k].want[w], text);
+                ok = 0;
+            }
+        free(text);
+        CHECK(ok, "case %zu (%s): not JSON, wrong architectures, or a key written otherwise", k, cases[k].arch);
     }
 }
 
+// Each case is GOOD with one field or two set otherwise, later initializers
+// overriding earlier ones as C defines.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
 static void cfg_check_refuses_configs_built_wrong_in_code(void) {
-    const model_config good = {"llama", 64, 96, 2, 8, 2, 8, 100, 128, 1e-6, 10000, 0, 0, 0, -1, -1};
+#define GOOD .model_type = "llama", .hidden = 64, .inter = 96, .layers = 2, .heads = 8, .kv_heads = 2, .head_dim = 8, \
+             .vocab = 100, .max_pos = 128, .rms_eps = 1e-6, .rope_theta = 10000, .bos_id = -1, .eos_id = -1
+    const model_config good = {GOOD};
     rl_err e;
     CHECK(cfg_check(&good, &e) == 0, "%s", e.msg);
     const struct {
         model_config c;
         const char *want;
     } cases[] = {
-        {{"llama", 64, 96, 2, 8, 3, 8, 100, 128, 1e-6, 10000, 0, 0, 0, -1, -1},
-         "config: num_key_value_heads 3 does not divide num_attention_heads 8"},
-        {{"gpt2", 64, 96, 2, 8, 2, 8, 100, 128, 1e-6, 10000, 0, 0, 0, -1, -1}, "config: model_type \"gpt2\" is not supported"},
-        {{"llama", 64, 96, 2, 8, 2, 8, 100, 128, 1e-6, 10000, 0, 1, 0, -1, -1}, "config: llama has attention_bias"},
-        {{"qwen2", 64, 96, 2, 8, 2, 8, 100, 128, 1e-6, 10000, 0, 1, 1, -1, -1}, "config: qwen2 has biases on q, k, v"},
-        {{"llama", 64, 96, 2, 8, 2, 8, 100, 128, NAN, 10000, 0, 0, 0, -1, -1}, "config: rms_norm_eps nan is not"},
-        {{"llama", 64, 96, 2, 8, 2, 0, 100, 128, 1e-6, 10000, 0, 0, 0, -1, -1}, "config: head_dim 0 is out of range"},
-        {{"llama", 64, 96, 2, 8, 2, 8, 100, 128, 1e-6, 10000, 0, 0, 0, -2, -1}, "config: bos_token_id -2 is not a token id"},
-        {{"llama", 64, 96, 2, 8, 2, 8, 100, 128, 1e-6, 10000, 2, 0, 0, -1, -1}, "config: tie_word_embeddings, qkv_bias"},
+        {{GOOD, .kv_heads = 3}, "config: num_key_value_heads 3 does not divide num_attention_heads 8"},
+        {{GOOD, .model_type = "gpt2"}, "config: model_type \"gpt2\" is not supported"},
+        {{GOOD, .qkv_bias = 1}, "config: llama has attention_bias"},
+        {{GOOD, .model_type = "qwen3", .qk_norm = 1, .o_bias = 1}, "config: qwen3 has attention_bias"},
+        {{GOOD, .model_type = "qwen2", .qkv_bias = 1, .o_bias = 1}, "config: qwen2 has biases on q, k, v"},
+        {{GOOD, .model_type = "qwen2", .qkv_bias = 1, .head_dim = 16},
+         "config: head_dim 16 is not hidden_size 64 / num_attention_heads 8"},
+        {{GOOD, .model_type = "mistral", .qkv_bias = 1, .o_bias = 1}, "config: mistral has no attention biases"},
+        {{GOOD, .model_type = "qwen3", .qk_norm = 1, .mlp_bias = 1}, "config: qwen3 has no mlp_bias"},
+        {{GOOD, .model_type = "qwen3"}, "config: qwen3 has q_norm and k_norm (qk_norm 0)"},
+        {{GOOD, .qk_norm = 1}, "config: llama has no q_norm and k_norm (qk_norm 1)"},
+        {{GOOD, .sliding_window = 64}, "config: sliding_window 64: llama has none"},
+        {{GOOD, .model_type = "mistral", .sliding_window = -1}, "config: sliding_window -1: must be positive"},
+        {{GOOD, .model_type = "mistral", .rope = {.type = CFG_ROPE_LINEAR, .factor = 2}},
+         "config: mistral has no rope_scaling"},
+        {{GOOD, .rope = {.type = CFG_ROPE_LINEAR, .factor = 0.5}}, "config: rope_scaling linear factor 0.5 is not"},
+        {{GOOD, .rope = {.type = CFG_ROPE_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4}},
+         "config: rope_scaling llama3 original_max_position_embeddings 0 is not positive"},
+        {{GOOD, .rope = {.type = CFG_ROPE_YARN, .factor = 2, .beta_fast = 1, .beta_slow = 4}},
+         "config: rope_scaling yarn needs attention_factor >= 0 and beta_fast >= beta_slow"},
+        {{GOOD, .rope = {.type = (cfg_rope_type)9}}, "config: rope_scaling type 9 is not one of rlpipe's"},
+        {{GOOD, .rms_eps = NAN}, "config: rms_norm_eps nan is not"},
+        {{GOOD, .head_dim = 0}, "config: head_dim 0 is out of range"},
+        {{GOOD, .bos_id = -2}, "config: bos_token_id -2 is not a token id"},
+        {{GOOD, .has_pad = 1, .pad_id = 100}, "config: pad_token_id 100 is not a token id"},
+        {{GOOD, .tie_embeddings = 2}, "config: tie_word_embeddings, qkv_bias"},
+        {{GOOD, .torch_dtype = "int8"}, "config: torch_dtype is not float32, bfloat16 or float16"},
+        {{GOOD, .n_eos = 2, .eos_id = 5, .eos_ids = {5, 100}}, "config: eos_token_id 100 is not a token id"},
     };
+#undef GOOD
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         CHECK(cfg_check(&cases[i].c, &e) == -1, "case %zu accepted", i);
         CHECK(strncmp(e.msg, cases[i].want, strlen(cases[i].want)) == 0, "case %zu: '%s', expected '%s...'", i,
@@ -771,6 +1124,26 @@ static void cfg_check_refuses_configs_built_wrong_in_code(void) {
     CHECK(cfg_save(tmp_path("no/dir/config.json"), &good, &e) == -1 && strstr(e.msg, "cannot create") &&
           strstr(e.msg, "No such file or directory"), "save into a missing directory: %s", e.msg);
 }
+#pragma GCC diagnostic pop
+
+// The longest sequence computed as transformers computes it: the positions,
+// or less where a sliding window or dynamic NTK scaling would change attention.
+static void the_longest_sequence_is_bounded_by_window_and_dynamic_rope(void) {
+    model_config c = saved_cases[6];   // mistral, 64 positions, no window
+    const char *why;
+    CHECK(cfg_max_seq(&c, &why) == 64 && !strcmp(why, "max_position_embeddings"), "%s", why);
+    c.sliding_window = 16;
+    CHECK(cfg_max_seq(&c, &why) == 16 && !strcmp(why, "sliding_window"), "%s", why);
+    c.sliding_window = 100;                    // a window longer than the positions changes nothing
+    CHECK(cfg_max_seq(&c, &why) == 64 && !strcmp(why, "max_position_embeddings"), "%s", why);
+    c = saved_cases[7];                        // llama, dynamic with original_max_position_embeddings 32
+    CHECK(cfg_max_seq(&c, &why) == 32 && !strcmp(why, "rope_scaling dynamic original_max_position_embeddings"),
+          "%s", why);
+    c.rope.original_max_pos = 0;               // transformers 4.46: dynamic from max_position_embeddings on
+    CHECK(cfg_max_seq(&c, NULL) == 64, "dynamic without original_max_position_embeddings");
+}
+
+#undef SIZES
 
 // ---- main ------------------------------------------------------------------
 
@@ -787,7 +1160,7 @@ int main(void) {
         return 2;
     }
     RUN(write_then_open_gives_back_names_shapes_and_exact_values_in_order);
-    RUN(written_header_is_padded_with_spaces_to_8_bytes_and_offsets_are_contiguous);
+    RUN(written_header_has_format_pt_is_padded_with_spaces_to_8_bytes_and_offsets_are_contiguous);
     RUN(write_replaces_a_longer_existing_file);
     RUN(write_refuses_bad_tensors_and_unwritable_paths_naming_them);
     RUN(bf16_and_f16_tensors_at_odd_addresses_are_converted_exactly);
@@ -807,11 +1180,14 @@ int main(void) {
 #endif
     RUN(real_world_configs_load_with_their_values);
     RUN(absent_keys_take_the_transformers_defaults);
+    RUN(rope_scaling_types_load_with_their_parameters);
+    RUN(generation_config_adds_eos_ids_and_records_sampling_defaults);
     RUN(a_model_directory_is_read_through_its_config_json);
     RUN(bad_configs_are_refused_naming_the_file_and_the_key);
     RUN(cfg_save_then_cfg_load_is_the_identity_with_exact_doubles);
     RUN(saved_config_carries_what_transformers_needs);
     RUN(cfg_check_refuses_configs_built_wrong_in_code);
+    RUN(the_longest_sequence_is_bounded_by_window_and_dynamic_rope);
     nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     CHECK_DONE();
 }

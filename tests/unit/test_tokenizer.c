@@ -1,13 +1,15 @@
-// Unit tests of common/tokenizer.c on models/tiny/tokenizer.json (run from the
-// repository root) and on small tokenizer files written here. The expected ids
-// are those of Hugging Face tokenizers 0.23.3, encode(text,
-// add_special_tokens=False); tests/py/test_tokenizer.py compares the two at
+// Unit tests of common/tokenizer.c and common/tok_regex.c on
+// models/tiny/tokenizer.json (run from the repository root) and on small
+// tokenizer files written here. The expected ids are those of Hugging Face
+// tokenizers 0.20.3, encode(text, add_special_tokens=False) unless said;
+// tests/py/test_tokenizer.py and test_tokenizers_hf.py compare the two at
 // scale. This file is also built with AddressSanitizer + UBSan.
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "tok_regex.h"
 #include "tokenizer.h"
 
 #define TINY "models/tiny/tokenizer.json"
@@ -204,21 +206,19 @@ static void decode_of_an_unknown_id_names_it_and_appends_nothing(void) {
 
 // ---- encoding rules on small files ------------------------------------------------
 
-static void a_byte_with_no_token_names_the_byte_and_its_offset(void) {
+static void a_byte_with_no_token_gives_no_id_as_tokenizers_does(void) {
+    // SmolLM2's vocabulary lacks 21 bytes; tokenizers drops them.
     char path[64], *text = byte_level_file('z', "", "", "", BYTE_LEVEL);
     rl_err e;
     tokenizer *t = load_text(text, &e, path);
     free(text);
     CHECK(t, "%s", e.msg);
-    uint32_t *ids = xmalloc(sizeof *ids);
-    size_t n = 1, cap = 1;
-    ids[0] = 7;
-    int rc = tok_encode(t, "abzb", 4, &ids, &n, &cap, &e);
+    uint32_t *ids;
+    long n = encode(t, "abzb", &ids, &e);
+    int ok = same_ids(ids, n, (const uint32_t[]){'a', 'b', 'b'}, 3);
     free(ids);
     tok_free(t);
-    CHECK(rc == -1, "encoded a byte with no token");
-    CHECK(strstr(e.msg, "byte 0x7a at offset 2 has no token in") && strstr(e.msg, path), "message: %s", e.msg);
-    CHECK(n == 1, "%zu ids after a failed encode, expected the 1 there before", n);
+    CHECK(ok, "got %ld ids, expected a b b", n);
 }
 
 static void merges_apply_by_rank_lowest_first_and_leftmost_among_equals(void) {
@@ -263,7 +263,7 @@ static void added_tokens_match_longest_first_and_break_merges(void) {
 static void legacy_merges_with_spaces_in_tokens_split_where_the_vocabulary_says(void) {
     // No pre-tokenizer: BPE on characters. Each legacy merge has one split into
     // two vocabulary tokens whose concatenation is one: "b" + " ", "b " + "c",
-    // "a" + "b c". (tokenizers 0.23.3 refuses such lines; later versions resolve
+    // "a" + "b c". (tokenizers 0.20.3 refuses such lines; later versions resolve
     // them this way.)
     char path[64];
     rl_err e;
@@ -277,6 +277,132 @@ static void legacy_merges_with_spaces_in_tokens_split_where_the_vocabulary_says(
     free(ids);
     tok_free(t);
     CHECK(ok, "got %ld ids", n);
+}
+
+static void encode_special_puts_the_post_processors_bos_first(void) {
+    tokenizer *t = tiny();   // its TemplateProcessing: <|bos|> $A
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    rl_err e;
+    CHECK(!tok_encode_special(t, "Answer: 95", 10, &ids, &n, &cap, &e), "%s", e.msg);
+    int ok = n == 3 && ids[0] == 445 && ids[1] == 270 && ids[2] == 425;
+    n = 0;
+    CHECK(!tok_encode_special(t, "", 0, &ids, &n, &cap, &e), "%s", e.msg);
+    ok = ok && n == 1 && ids[0] == 445;
+    free(ids);
+    tok_free(t);
+    CHECK(ok, "expected <|bos|> (445) before the text's ids");
+}
+
+// ---- regular expressions: Oniguruma's meaning on PCRE2 ------------------------------------
+
+static int re_whole(const char *pattern, const char *text) {
+    char why[300];
+    tok_re *re = tok_re_onig(pattern, strlen(pattern), why, sizeof why);
+    if (!re) {
+        printf("cannot compile %s: %s\n", pattern, why);
+        return -1;
+    }
+    tok_re_scratch *sc = tok_re_scratch_new();
+    int m = tok_re_whole(re, sc, (const uint8_t *)text, strlen(text));
+    tok_re_scratch_free(sc);
+    tok_re_free(re);
+    return m;
+}
+
+static void oniguruma_escapes_and_options_keep_their_meaning(void) {
+    CHECK(re_whole("\\s", "\xe3\x80\x80") == 1 && re_whole("\\s", "\xe1\xa0\x8e") == 0,
+          "\\s: U+3000 is white space, U+180E is not (as Oniguruma)");
+    CHECK(re_whole("\\w", "\xc2\xb2") == 1 && re_whole("[\\w]", "\xc2\xb2") == 0 && re_whole("\\w", "\xcc\x81") == 1,
+          "\\w: U+00B2 alone but not in a class, U+0301 always (as Oniguruma)");
+    CHECK(re_whole("\\h+", "09afAF") == 1 && re_whole("\\h", " ") == 0, "\\h is a hex digit");
+    CHECK(re_whole("(?i:'s)", "'\xc5\xbf") == 1 && re_whole("(?i:'s)", "'S") == 1 && re_whole("(?i:k)", "\xe2\x84\xaa") == 1,
+          "(?i): long s and the Kelvin sign fold");
+    CHECK(re_whole("(?m:a.b)", "a\nb") == 1 && re_whole("a.b", "a\nb") == 0, "(?m) lets . match a newline");
+    CHECK(re_whole("a{,2}", "aa") == 1 && re_whole("a{,2}", "aaa") == 0, "{,n} is {0,n}");
+    CHECK(re_whole("\\u0041\\x{42}", "AB") == 1, "\\uHHHH");
+    CHECK(re_whole("\\p{Han}", "\xe3\x80\x81") == 0 && re_whole("\\p{Han}", "\xe4\xb8\xad") == 1,
+          "\\p{Han} is the script, not its extensions (U+3001 is Common)");
+}
+
+static void empty_matches_follow_oniguruma_find_iter(void) {
+    // x* on "axxbx": (0,0) (1,3) (4,5), the empty matches after a match skipped.
+    char why[300];
+    tok_re *re = tok_re_onig("x*", 2, why, sizeof why);
+    CHECK(re, "%s", why);
+    tok_re_scratch *sc = tok_re_scratch_new();
+    tok_matches m = {0};
+    rl_err e;
+    int rc = tok_re_find_all(re, sc, (const uint8_t *)"axxbx", 5, &m, &e);
+    static const size_t want[] = {0, 0, 1, 3, 4, 5};
+    int ok = rc == 0 && m.n == 6 && !memcmp(m.at, want, sizeof want);
+    free(m.at);
+    tok_re_scratch_free(sc);
+    tok_re_free(re);
+    CHECK(ok, "got %zu offsets", m.n);
+}
+
+static void regex_constructs_that_would_change_meaning_are_refused(void) {
+    static const char *const cases[][2] = {
+        {"(?i:ss)", "the letters \"ss\" in a case-insensitive group"}, {"(?i:\xc3\xa9)", "non-ASCII character"},
+        {"(?i)[a-z]", "character class in a case-insensitive group"}, {"[[:alpha:]]", "POSIX brackets"},
+        {"\\X", "the escape \\X"}, {"(?x)a", "group option (?x"}, {"[^\\W]", "\\W inside a character class"},
+        {"\\p{NoSuchScript}", "PCRE2 cannot compile it"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char why[300];
+        tok_re *re = tok_re_onig(cases[i][0], strlen(cases[i][0]), why, sizeof why);
+        tok_re_free(re);
+        CHECK(!re, "%s compiled", cases[i][0]);
+        CHECK(strstr(why, cases[i][1]), "%s: \"%s\" lacks \"%s\"", cases[i][0], why, cases[i][1]);
+    }
+}
+
+// ---- decoding a continued text -----------------------------------------------------------
+
+static void continued_decoding_skips_the_start_of_text_rules(void) {
+    // Metaspace (prepend_scheme first) drops the replacement of the first
+    // token only; a continued token keeps its space. Byte tokens come out raw.
+    char path[64];
+    rl_err e;
+    tokenizer *t = load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\xe2\x96\x81Hello\": 0, \"\xe2\x96\x81world\": 1, "
+                             "\"<0xE4>\": 2, \"<0xB8>\": 3, \"<0xAD>\": 4}, \"merges\": [], \"byte_fallback\": true}, "
+                             "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, "
+                             "{\"type\": \"Metaspace\", \"replacement\": \"\xe2\x96\x81\", \"prepend_scheme\": \"first\"}]}}",
+                             &e, path);
+    CHECK(t, "%s", e.msg);
+    sbuf out = {0};
+    const uint32_t ids[] = {0, 1, 2, 3, 4};
+    int rc = tok_decode(t, ids, 2, 0, &out, &e);
+    int whole = rc == 0 && out.len == 11 && !memcmp(out.data, "Hello world", 11);
+    out.len = 0;
+    rc = tok_decode(t, ids, 1, 0, &out, &e);
+    for (size_t i = 1; i < 5 && !rc; i++) rc = tok_decode(t, ids + i, 1, TOK_CONTINUE, &out, &e);
+    int streamed = rc == 0 && out.len == 14 && !memcmp(out.data, "Hello world\xe4\xb8\xad", 14);
+    out.len = 0;
+    rc = tok_decode(t, ids + 2, 2, 0, &out, &e);   // an incomplete character decoded whole: U+FFFD per byte
+    int lossy = rc == 0 && out.len == 6 && !memcmp(out.data, "\xef\xbf\xbd\xef\xbf\xbd", 6);
+    sbuf_free(&out);
+    tok_free(t);
+    CHECK(whole, "whole decoding is not \"Hello world\"");
+    CHECK(streamed, "streamed decoding is not \"Hello world\" and the raw bytes of U+4E2D");
+    CHECK(lossy, "two byte tokens of an incomplete character are not two U+FFFD");
+}
+
+static void text_that_is_not_utf8_is_refused_where_characters_are_read(void) {
+    char path[64];
+    rl_err e;
+    tokenizer *t = load_text("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"pre_tokenizer\": "
+                             "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"behavior\": \"Removed\", "
+                             "\"invert\": false}}", &e, path);
+    CHECK(t, "%s", e.msg);
+    uint32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    int rc = tok_encode(t, "aa \xff", 4, &ids, &n, &cap, &e);
+    free(ids);
+    tok_free(t);
+    CHECK(rc == -1 && n == 0, "encoded invalid UTF-8");
+    CHECK(strstr(e.msg, "not valid UTF-8 (at byte offset 3)"), "message: %s", e.msg);
 }
 
 // ---- refusals and malformed files ----------------------------------------------------
@@ -295,14 +421,17 @@ static void unsupported_components_are_refused_by_name(void) {
     char *ok = byte_level_file(-1, "", "", "", BYTE_LEVEL);
     CHECK(strstr(ok, BYTE_LEVEL), "test file");
     const char *const swaps[][3] = {
-        {"\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"a\"}, "
+        {"\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(?i:ss)\"}, "
                                     "\"behavior\": \"Isolated\", \"invert\": false}",
-         "pre_tokenizer Split (regex pre-tokenization) is not supported yet"},
-        {"\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}",
-         "pre_tokenizer ByteLevel with use_regex true (regex pre-tokenization) is not supported yet"},
-        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer NFC is not supported yet"},
+         "pre_tokenizer: the Regex pattern \"(?i:ss)\": the letters \"ss\" in a case-insensitive group are not "
+         "supported"},
+        {"\"pre_tokenizer\": null", "\"pre_tokenizer\": {\"type\": \"UnicodeScripts\"}",
+         "pre_tokenizer: pre_tokenizer UnicodeScripts is not supported"},
+        {"\"normalizer\": null", "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, "
+                                 "{\"type\": \"Nmt\"}]}",
+         "normalizer.normalizers[1]: normalizer Nmt is not supported"},
         {"\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "model type WordPiece is not supported (only BPE)"},
-        {"\"type\": \"BPE\"", "\"type\": \"BPE\", \"byte_fallback\": true", "byte_fallback true is not supported"},
+        {"\"type\": \"BPE\"", "\"type\": \"BPE\", \"dropout\": 0.5", "BPE dropout is not supported"},
     };
     for (size_t i = 0; i < sizeof swaps / sizeof *swaps; i++) {
         // Start from a file with no pre_tokenizer, then swap one component in.
@@ -356,8 +485,11 @@ static void malformed_files_name_the_file_and_the_key(void) {
                            "added token \"<s>\" has id 3, but Hugging Face tokenizers would give it id 1",
                            "added id");
     refuses_with_a_message("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
-                           "\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"lstrip\": true}]}",
-                           "added token \"<s>\": lstrip true is not supported yet", "lstrip");
+                           "\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"lstrip\": 1}]}",
+                           "added_tokens[0].lstrip must be true or false", "lstrip");
+    refuses_with_a_message("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+                           "\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"sometimes\"}}",
+                           "decoder.prepend_scheme must be \"first\", \"always\" or \"never\"", "prepend_scheme");
 }
 
 static void a_missing_file_names_it_and_the_system_error(void) {
@@ -374,10 +506,16 @@ int main(void) {
     RUN(every_byte_string_round_trips);
     RUN(decode_gives_special_contents_unless_skipped);
     RUN(decode_of_an_unknown_id_names_it_and_appends_nothing);
-    RUN(a_byte_with_no_token_names_the_byte_and_its_offset);
+    RUN(a_byte_with_no_token_gives_no_id_as_tokenizers_does);
     RUN(merges_apply_by_rank_lowest_first_and_leftmost_among_equals);
     RUN(added_tokens_match_longest_first_and_break_merges);
     RUN(legacy_merges_with_spaces_in_tokens_split_where_the_vocabulary_says);
+    RUN(encode_special_puts_the_post_processors_bos_first);
+    RUN(oniguruma_escapes_and_options_keep_their_meaning);
+    RUN(empty_matches_follow_oniguruma_find_iter);
+    RUN(regex_constructs_that_would_change_meaning_are_refused);
+    RUN(continued_decoding_skips_the_start_of_text_rules);
+    RUN(text_that_is_not_utf8_is_refused_where_characters_are_read);
     RUN(unsupported_components_are_refused_by_name);
     RUN(malformed_files_name_the_file_and_the_key);
     RUN(a_missing_file_names_it_and_the_system_error);

@@ -36,6 +36,10 @@ static const char USAGE[] =
     "      --no-skip          with --resume, train on the input from its first record\n"
     "      --keep K           keep the K newest versions (default 5; 0 = all)\n"
     "      --keep-every N     and every version that is a multiple of N\n"
+    "      --save-dtype D     the weights of each version in f32 (default), bf16 or f16\n"
+    "                         (the f32 ones stay in optimizer.safetensors for --resume)\n"
+    "      --max-shard-size B weights of more than B bytes (suffix k, M, G) are written as\n"
+    "                         shards and model.safetensors.index.json (default 5000000000)\n"
     CLI_DEVICE_HELP
     "\n"
     "Batches:\n"
@@ -83,19 +87,22 @@ typedef struct {
     double init_std;
     int resume, no_skip, keep, keep_last, quiet, progress;
     rl_device device;
+    hfw_write_opts save;
     lrn_opts lrn;
 } options;
 
 static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
-           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE };
+           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE,
+           O_SHARD };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
         {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
         {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
         {"keep-every", required_argument, 0, O_KEEP_EVERY}, {"device", required_argument, 0, O_DEVICE},
+        {"save-dtype", required_argument, 0, O_SAVE_DTYPE}, {"max-shard-size", required_argument, 0, O_SHARD},
         {"batch", required_argument, 0, O_BATCH},     {"micro", required_argument, 0, O_MICRO},
         {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
         {"loss", required_argument, 0, O_LOSS},       {"adv", required_argument, 0, O_ADV},
@@ -126,6 +133,14 @@ static options parse_options(int argc, char **argv) {
         case O_NO_SKIP: o.no_skip = 1; break;
         case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
         case O_KEEP_EVERY: o.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
+        case O_SAVE_DTYPE:
+            if (dt_parse(optarg, &o.save.dtype) || o.save.dtype == DT_I8)
+                cli_usage_error("--save-dtype: expected f32, bf16 or f16, got '%s'", optarg);
+            break;
+        case O_SHARD:
+            o.save.max_shard_bytes = cli_parse_uint("--max-shard-size", optarg, UINT64_MAX, 1);
+            if (!o.save.max_shard_bytes) cli_usage_error("--max-shard-size: must be at least 1 byte");
+            break;
         case O_BATCH: o.lrn.batch = cli_parse_uint("--batch", optarg, 1 << 20, 0); break;
         case O_MICRO: o.lrn.micro = (int)cli_parse_uint("--micro", optarg, 1 << 20, 0); break;
         case O_KEEP_LAST: o.keep_last = 1; break;
@@ -234,7 +249,7 @@ static void save(run_t *r, learner_t *l) {
     sbuf_putc(&st, 0);
     ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
                          .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
-                         .keep_every = r->o->keep_every};
+                         .keep_every = r->o->keep_every, .save = r->o->save};
     rl_err e;
     int rc = ckpt_write(&w, r->m, &e);
     sbuf_free(&st);

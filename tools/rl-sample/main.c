@@ -196,7 +196,7 @@ static options parse_options(int argc, char **argv) {
 
 // The output header: provenance, the seed, the model and the sampling options.
 static void make_header(rec_t *h, const options *o, int argc, char **argv, const char *dir, uint64_t version,
-                        size_t nparams, const char *device, const char *verifier) {
+                        const model_t *m, const char *verifier) {
     rec_make_header(h, "rollouts", "rl-sample", argc, argv, o->out.no_provenance);
     rec_set_uint(h, "seed", o->gen.seed);
     rec_t *sub = rec_new();
@@ -204,8 +204,13 @@ static void make_header(rec_t *h, const options *o, int argc, char **argv, const
     rec_set_cstr(sub, "path", dir);
     rec_set_uint(sub, "version", version);
     rec_set_cstr(sub, "dtype", dt_name(o->dtype));
-    rec_set_cstr(sub, "device", device);
-    rec_set_uint(sub, "params", nparams);
+    rec_set_cstr(sub, "device", model_device(m));
+    rec_set_uint(sub, "params", model_nparams(m));
+    // generation_config.json's sampling defaults, shown and never applied:
+    // the options above decide how to sample.
+    char gen[256];
+    cfg_generation_str(model_cfg(m), gen, sizeof gen);
+    if (gen[0]) rec_set_cstr(sub, "generation_config", gen);
     rec_encode(sub, &enc);
     rec_set_raw(h, "model", 5, enc.data, enc.len);
     rec_clear(sub);
@@ -263,7 +268,10 @@ int main(int argc, char **argv) {
     if (!tok) cli_die("%s", e.msg);
 
     prompt_set ps = {0};
-    prm_opts po = {.tok = tok, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)cfg->max_pos - 1};
+    // The longest sequence computed as transformers would (max_position_embeddings,
+    // or a sliding window or dynamic RoPE's original length when shorter).
+    int max_seq = cfg_max_seq(cfg, NULL);
+    prm_opts po = {.tok = tok, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)max_seq - 1};
     for (int i = 0; i < ninputs; i++)
         if (prm_read(&ps, inputs[i], &po, &e)) cli_die("%s", e.msg);
     if (ps.n == 0) cli_die("no prompts in the input");
@@ -294,7 +302,7 @@ int main(int argc, char **argv) {
     // must be those, so groups are written in the order they were started.
     o.gen.in_order = o.max_lag >= 0;
     size_t max_len = ps.max_ids + o.gen.max_new;
-    o.gen.max_len = max_len < (size_t)cfg->max_pos ? (int)max_len : cfg->max_pos;
+    o.gen.max_len = max_len < (size_t)max_seq ? (int)max_len : max_seq;
     gen_t *g = gen_new(m, tok, &o.gen, &e);
     if (!g) cli_die("%s", e.msg);
     gen_set_version(g, (uint32_t)version);
@@ -318,7 +326,7 @@ int main(int argc, char **argv) {
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
                                  .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
     rec_t *h = rec_new();
-    make_header(h, &o, argc, argv, dir, version, model_nparams(m), model_device(m), vname);
+    make_header(h, &o, argc, argv, dir, version, m, vname);
     recw_opts wo = recw_default_opts;
     wo.raw = o.out.raw;
     recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);

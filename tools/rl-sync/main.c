@@ -18,8 +18,8 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "hfweights.h"
 #include "push.h"
-#include "safetensors.h"
 #include "syncer.h"
 #include "watch.h"
 
@@ -238,11 +238,9 @@ static int push_once(const options *o, sync_t *s, output *out) {
     struct stat st;
     if (stat(o->src, &st)) cli_die("cannot open the checkpoint: %s: %s", o->src, strerror(errno));
     if (ckpt_resolve(o->src, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
-    char model[4200];
-    snprintf(model, sizeof model, "%s/model.safetensors", dir);
-    st_file *f = st_open(model, &e);   // read once here, so that a bad checkpoint is one clear error
+    hfw_set *f = hfw_open(dir, &e);   // read once here, so that a bad checkpoint is one clear error
     if (!f) cli_die("%s", e.msg);
-    st_close(f);
+    hfw_close(f);
     if (o->has_as_version) version = o->as_version;
     else out->v0_hint = version == 0 && ckpt_state_uint(dir, "version", &own, &e) == 0;
     sync_offer(s, dir, version);
