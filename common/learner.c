@@ -38,6 +38,8 @@ struct learner {
     int ended;
     uint64_t consumed;
     size_t bn;                 // records in the batch being trained (0: none formed yet)
+    size_t dropped;            // texts whose tokenizing dropped characters with no token
+    char dropped_first[512];   // what the first of them dropped, and where
     int epoch;                 // PPO epochs done on it
 };
 
@@ -151,8 +153,8 @@ static int get_floats(const rec_t *r, const char *key, size_t n, int nonneg, flo
 // special tokens its tokenizer adds (bos or none, tok_encode_special), a
 // completion followed by the first of the config's eos ids (if any); missing
 // both: 0 with *n == 0 and *out NULL.
-static int get_ids(const learner_t *l, const rec_t *r, const char *key, const char *text_key, int is_prompt,
-                   uint32_t **out, size_t *n, rl_err *err) {
+static int get_ids(learner_t *l, const rec_t *r, const char *key, const char *text_key, int is_prompt,
+                   uint32_t **out, size_t *n, tok_report *rep, rl_err *err) {
     *out = NULL;
     *n = 0;
     const model_config *c = model_cfg(l->m);
@@ -172,9 +174,8 @@ static int get_ids(const learner_t *l, const rec_t *r, const char *key, const ch
             return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it", key,
                            text_key);
         rl_err e;
-        int rc = is_prompt ? tok_encode_special(l->o.tok, text, len, out, n, &cap, &e)
-                           : tok_encode(l->o.tok, text, len, out, n, &cap, &e);
-        if (rc) return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
+        if (tok_encode_ex(l->o.tok, text, len, is_prompt, out, n, &cap, rep, &e))
+            return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
         if (!is_prompt && c->eos_id >= 0) {
             *out = xrealloc(*out, (*n + 1) * sizeof **out);
             (*out)[(*n)++] = (uint32_t)c->eos_id;
@@ -195,14 +196,14 @@ static int get_finite(const rec_t *r, const char *key, double *v, int *has, rl_e
     return 0;
 }
 
-static int parse_seq(const learner_t *l, const rec_t *r, lseq *s, rl_err *err) {
+static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], rl_err *err) {
     const model_config *c = model_cfg(l->m);
     int sft = l->o.loss == LOSS_SFT;
-    if (get_ids(l, r, "ids", "completion", 0, &s->ids, &s->n, err) < 0) return -1;
+    if (get_ids(l, r, "ids", "completion", 0, &s->ids, &s->n, &rep[0], err) < 0) return -1;
     if (!s->ids)
         return err_set(err, "no \"ids\" (the completion's token ids) and no \"completion\" text");
     if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
-    if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, err) < 0) return -1;
+    if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, &rep[1], err) < 0) return -1;
     if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
     if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
     const char *key;
@@ -251,14 +252,27 @@ static int parse_seq(const learner_t *l, const rec_t *r, lseq *s, rl_err *err) {
     return 0;
 }
 
+size_t lrn_dropped(const learner_t *l, const char **first) {
+    if (first) *first = l->dropped_first;
+    return l->dropped;
+}
+
 int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err) {
     lseq s;
     memset(&s, 0, sizeof s);
     rl_err e;
-    if (parse_seq(l, r, &s, &e) < 0) {
+    tok_report rep[2] = {{0}, {0}};
+    if (parse_seq(l, r, &s, rep, &e) < 0) {
         seq_free(&s);
         return err_set(err, "%s: %s", e.msg, where);
     }
+    for (int k = 0; k < 2; k++)
+        if (rep[k].dropped && !l->dropped++) {
+            char what[256];
+            tok_report_text(&rep[k], what, sizeof what);
+            snprintf(l->dropped_first, sizeof l->dropped_first, "\"%s\": %s: %s", k ? "prompt" : "completion", what,
+                     where);
+        }
     const lseq *p = l->n > l->complete ? &l->s[l->n - 1] : NULL;
     if (p && p->has_group && s.has_group && p->group == s.group) l->run++;
     else {   // a record outside the last one's group completes that group

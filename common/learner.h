@@ -78,6 +78,10 @@ void lrn_free(learner_t *l);
 // Checks a record and holds what training needs from it. where: the record's
 // file and index for messages. 0, or -1 with err (what is wrong, then where).
 int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err);
+// Texts (prompt or completion) whose tokenizing dropped characters that have
+// no token, as transformers' tokenizers drops them; *first (when not NULL)
+// says what the first of them dropped, and where.
+size_t lrn_dropped(const learner_t *l, const char **first);
 // The input has ended: the last group is complete.
 void lrn_end(learner_t *l);
 // A new member of the input begins with this header: the groups held are

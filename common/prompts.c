@@ -51,7 +51,7 @@ static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
     } else {
         size_t cap = 0;
         rl_err e;
-        if (tok_encode_special(o->tok, p->text, p->text_len, &p->ids, &p->n_ids, &cap, &e))
+        if (tok_encode_ex(o->tok, p->text, p->text_len, 1, &p->ids, &p->n_ids, &cap, &p->tok, &e))
             return err_set(err, "cannot tokenize the prompt: %s", e.msg);
     }
     if (p->n_ids == 0) return err_set(err, "the prompt has no tokens (its text is empty and the tokenizer adds no bos)");

@@ -20,6 +20,7 @@ typedef struct {
     uint32_t *ids;             // the prompt's tokens: "prompt_ids" as given, else the text tokenized with
                                // the special tokens its tokenizer adds (tok_encode_special: bos or none)
     size_t n_ids;
+    tok_report tok;            // what tokenizing the text dropped (characters with no token)
     char *where;               // "FILE line L" or "FILE record N", for messages
 } prompt;
 

@@ -181,11 +181,12 @@ void tok_ids_push(uint32_t **ids, size_t *n_ids, size_t *cap, uint32_t id) {
 // Adds the symbols of one character u[0..len) (code point cp): its token;
 // or, missing, the <0xNN> tokens of its bytes (byte_fallback, when all
 // exist); or unk_token, fused with a pending one under fuse_unk; or nothing
-// (tokenizers drops a character it cannot represent). *unk: an unk_token
+// (tokenizers drops a character it cannot represent; w counts those, unit
+// naming the first: cp, or the byte under ByteLevel). *unk: an unk_token
 // not yet added (a byte-fallback character leaves it pending, as in
 // tokenizers' merge_word).
-static int add_char(const tok_bpe *m, tok_bpe_work *w, const uint8_t *u, size_t len, uint32_t cp, int *unk,
-                    size_t *count, rl_err *err) {
+static int add_char(const tok_bpe *m, tok_bpe_work *w, const uint8_t *u, size_t len, uint32_t cp, uint32_t unit,
+                    int *unk, size_t *count, rl_err *err) {
     uint32_t id = tok_map_get(&m->vocab, u, len);
     if (id != TOK_NO_ID) {
         if (*unk) add_symbol(w, count, m->unk_id), *unk = 0;
@@ -199,7 +200,10 @@ static int add_char(const tok_bpe *m, tok_bpe_work *w, const uint8_t *u, size_t 
         for (k = 0; k < len; k++) add_symbol(w, count, m->fallback_id[u[k]]);
         return 0;
     }
-    if (!m->unk) return 0;
+    if (!m->unk) {   // dropped, as tokenizers does; counted so that callers can say so
+        if (!w->dropped++) w->first_dropped = unit;
+        return 0;
+    }
     if (m->unk_id == TOK_NO_ID)
         return err_set(err, "%s: unk_token \"%.200s\" is not in the vocabulary (needed for U+%04X)", m->path,
                        m->unk, (unsigned)cp);
@@ -239,12 +243,12 @@ int tok_bpe_encode(const tok_bpe *m, tok_bpe_work *w, const uint8_t *s, size_t n
                 i++;
                 continue;
             }
-            cp = tok_byte_char(s[i++]);
+            cp = tok_byte_char(s[i]);
             len = tok_utf8_put(cp, u);
-            if (add_char(m, w, u, len, cp, &unk, &count, err)) return -1;
+            if (add_char(m, w, u, len, cp, s[i++], &unk, &count, err)) return -1;
         } else {
             len = tok_utf8_next(s + i, n - i, &cp);
-            if (add_char(m, w, s + i, len, cp, &unk, &count, err)) return -1;
+            if (add_char(m, w, s + i, len, cp, cp, &unk, &count, err)) return -1;
             i += len;
         }
     }

@@ -37,6 +37,8 @@ typedef struct {
     struct tok_bpe_cand *heap;
     size_t heap_n, heap_cap;
     sbuf word;
+    size_t dropped;        // characters (bytes under ByteLevel) that gave no id, over the calls
+    uint32_t first_dropped;   // the first of them: its code point, or its byte under ByteLevel
 } tok_bpe_work;
 void tok_bpe_work_free(tok_bpe_work *w);
 

@@ -185,10 +185,10 @@ static int fallback_byte(const uint8_t *s, size_t n) {
 }
 
 // A run of byte tokens s[0..n) (its bytes) into the next list.
-static void put_byte_run(tok_dec_work *w, const uint8_t *bytes, size_t n, int cont) {
+static void put_byte_run(tok_dec_work *w, const uint8_t *bytes, size_t n, int raw) {
     if (!n) return;
     next_begin(w, 0);
-    if (cont || utf8_valid(bytes, n)) {
+    if (raw || utf8_valid(bytes, n)) {
         next_put(w, bytes, n);
         return;
     }
@@ -198,7 +198,7 @@ static void put_byte_run(tok_dec_work *w, const uint8_t *bytes, size_t n, int co
     }
 }
 
-static void byte_fallback(tok_dec_work *w, int cont) {
+static void byte_fallback(tok_dec_work *w, int raw) {
     w->run.len = 0;
     for (size_t i = 0; i < w->n[w->cur]; i++) {
         const uint8_t *s = item_at(w, i);
@@ -208,12 +208,12 @@ static void byte_fallback(tok_dec_work *w, int cont) {
             sbuf_putc(&w->run, (uint8_t)b);
             continue;
         }
-        put_byte_run(w, w->run.data, w->run.len, cont);
+        put_byte_run(w, w->run.data, w->run.len, raw);
         w->run.len = 0;
         next_begin(w, w->item[w->cur][i].fused);
         next_put(w, s, n);
     }
-    put_byte_run(w, w->run.data, w->run.len, cont);
+    put_byte_run(w, w->run.data, w->run.len, raw);
     next_done(w);
 }
 
@@ -244,7 +244,8 @@ static void strip(const dstep *st, tok_dec_work *w, int cont) {
     next_done(w);
 }
 
-int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int cont, sbuf *out, rl_err *err) {
+int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int cont, int raw, sbuf *out,
+                rl_err *err) {
     if (!d) {
         fuse(w, " ", 1, cont);
     } else {
@@ -260,7 +261,7 @@ int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int c
                     return -1;
                 }
                 break;
-            case D_BYTEFALLBACK: byte_fallback(w, cont); break;
+            case D_BYTEFALLBACK: byte_fallback(w, raw); break;
             case D_FUSE: fuse(w, "", 0, 0); break;
             case D_STRIP: strip(st, w, cont); break;
             }

@@ -42,10 +42,11 @@ void tok_dec_push(tok_dec_work *w, const char *s, size_t n);
 // cont: the tokens continue a text decoded before (TOK_CONTINUE): the rules
 // for the start of a text (Metaspace dropping its replacement in the first
 // token, Strip on joined tokens) and for its end (Strip's stop on joined
-// tokens) are not applied, and ByteFallback gives each byte token's raw
-// byte. Otherwise a run of byte tokens that is not UTF-8 gives one U+FFFD per
+// tokens) are not applied. raw: ByteFallback gives each byte token's byte;
+// otherwise a run of byte tokens that is not UTF-8 gives one U+FFFD per
 // token, as tokenizers does. ByteLevel gives its bytes as they are (where
 // tokenizers replaces ill-formed UTF-8 by U+FFFD).
-int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int cont, sbuf *out, rl_err *err);
+int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int cont, int raw, sbuf *out,
+                rl_err *err);
 
 #endif

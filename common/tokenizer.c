@@ -24,17 +24,21 @@
 // without its regex and no normalizer), where tokenizers only takes strings;
 // an id outside the vocabulary is an error where tokenizers skips it; an
 // added token whose id disagrees with the id tokenizers would assign it is
-// an error where tokenizers warns and re-numbers. Decoded bytes are not made
-// valid UTF-8 (tokenizers replaces ill-formed sequences by U+FFFD; see
-// tok_decode.h for byte-fallback runs). truncation and padding are ignored,
-// as transformers' fast tokenizers ignore the file's and apply their call
-// arguments.
+// an error where tokenizers warns and re-numbers; so is a content listed
+// twice. Accepted where tokenizers 0.20.3 fails: legacy "a b c" merges
+// (resolved where only one split gives vocabulary tokens, as later versions
+// do), and a Strip decoder asked to cut more than a token holds (empty here,
+// a panic there). Decoded bytes are not made valid UTF-8 (tokenizers
+// replaces ill-formed sequences by U+FFFD; see tok_decode.h for byte-fallback
+// runs). truncation and padding are ignored, as transformers' fast
+// tokenizers ignore the file's and apply their call arguments.
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "tok_added.h"
 #include "tok_bpe.h"
@@ -234,9 +238,10 @@ static int encode_text(const tokenizer *t, scratch *sc, const char *text, size_t
     const uint8_t *s = (const uint8_t *)text;
     if (n > TOK_MAX_TEXT) return err_set(err, "a text of %zu bytes is too long to encode (at most %zu)", n, TOK_MAX_TEXT);
     if (t->needs_utf8 && !utf8_valid(s, n)) {
-        size_t good = 0;  // the longest valid prefix, to name the offset
-        for (size_t step = n; step; step /= 2)
-            while (good + step <= n && utf8_valid(s, good + step)) good += step;
+        size_t good = 0;  // the first ill-formed character, to name its offset
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t len;
+        while (good < n && (len = utf8proc_iterate(s + good, (utf8proc_ssize_t)(n - good), &cp)) > 0) good += (size_t)len;
         return err_set(err, "the text is not valid UTF-8 (at byte offset %zu), which %s needs", good, t->path);
     }
     sc->re = tok_re_scratch_new();
@@ -250,22 +255,39 @@ static int encode_text(const tokenizer *t, scratch *sc, const char *text, size_t
     return 0;
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids, size_t *cap,
-               rl_err *err) {
+int tok_encode_ex(const tokenizer *t, const char *text, size_t n, int add_special, uint32_t **ids, size_t *n_ids,
+                  size_t *cap, tok_report *rep, rl_err *err) {
     scratch sc = {0};
     size_t start = *n_ids;
     int rc = encode_text(t, &sc, text, n, ids, n_ids, cap, err);
     if (rc) *n_ids = start;  // nothing appended on failure
+    else if (add_special) tok_post_apply(t->post, ids, start, n_ids, cap);
+    if (rep) *rep = (tok_report){sc.bpe.dropped, sc.bpe.first_dropped, t->bytes_to_model};
     scratch_free(&sc);
     return rc;
 }
 
+void tok_report_text(const tok_report *rep, char *buf, size_t size) {
+    if (!rep->dropped) {
+        if (size) buf[0] = 0;
+        return;
+    }
+    char first[32];
+    if (rep->byte_level) snprintf(first, sizeof first, "byte 0x%02X", (unsigned)rep->first_dropped);
+    else snprintf(first, sizeof first, "U+%04X", (unsigned)rep->first_dropped);
+    snprintf(buf, size, "%zu %s with no token (the first %s) %s dropped, as Hugging Face's tokenizers drops them",
+             rep->dropped, rep->byte_level ? (rep->dropped > 1 ? "bytes" : "byte") : (rep->dropped > 1 ? "characters" : "character"),
+             first, rep->dropped > 1 ? "were" : "was");
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids, size_t *cap,
+               rl_err *err) {
+    return tok_encode_ex(t, text, n, 0, ids, n_ids, cap, NULL, err);
+}
+
 int tok_encode_special(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
                        size_t *cap, rl_err *err) {
-    size_t start = *n_ids;
-    if (tok_encode(t, text, n, ids, n_ids, cap, err)) return -1;
-    tok_post_apply(t->post, ids, start, n_ids, cap);
-    return 0;
+    return tok_encode_ex(t, text, n, 1, ids, n_ids, cap, NULL, err);
 }
 
 int tok_pieces(const tokenizer *t, const char *text, size_t n, sbuf *out, rl_err *err) {
@@ -296,7 +318,8 @@ int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, unsigned flags
     }
     tok_re_scratch *sc = tok_re_scratch_new();
     size_t start = out->len;
-    int rc = tok_dec_run(t->dec, &w, sc, (flags & TOK_CONTINUE) != 0, out, err);
+    int rc = tok_dec_run(t->dec, &w, sc, (flags & TOK_CONTINUE) != 0, (flags & (TOK_CONTINUE | TOK_RAW_BYTES)) != 0,
+                         out, err);
     if (rc) out->len = start;
     tok_re_scratch_free(sc);
     tok_dec_work_free(&w);

@@ -40,6 +40,20 @@ int64_t tok_id(const tokenizer *t, const char *token);
 // gives no id.
 int tok_encode(const tokenizer *t, const char *text, size_t n, uint32_t **ids, size_t *n_ids,
                size_t *cap, rl_err *err);
+// What tok_encode_ex reports besides the ids.
+typedef struct {
+    size_t dropped;           // characters with no token, no byte-fallback tokens and no unk_token:
+                              // they give no id, as in tokenizers (SmolLM2's vocabulary lacks 21 bytes)
+    uint32_t first_dropped;   // the first of them: its code point, or its byte (byte_level)
+    int byte_level;           // the model reads bytes (ByteLevel): first_dropped is a byte
+} tok_report;
+// tok_encode (add_special 0) or tok_encode_special (1), and *rep (when not NULL)
+// filled: callers that must not lose input silently warn with it.
+int tok_encode_ex(const tokenizer *t, const char *text, size_t n, int add_special, uint32_t **ids, size_t *n_ids,
+                  size_t *cap, tok_report *rep, rl_err *err);
+// "2 characters with no token (the first U+00F1) were dropped, as Hugging
+// Face's tokenizers drops them" into buf; "" when none were.
+void tok_report_text(const tok_report *rep, char *buf, size_t size);
 // The same with the special tokens the file's post_processor puts around a
 // single sequence, as encode(text, add_special_tokens=True): Llama 3.x's
 // <|begin_of_text|> before the text (the TemplateProcessing of its released
@@ -54,8 +68,10 @@ enum {
                             // (that text's ids + ids) adds, without the decoder's start-of-text
                             // rules (Metaspace's dropped leading space, Strip after Fuse);
                             // decoding token by token with TOK_CONTINUE then concatenates to the
-                            // bytes of the whole text after its first token's start-of-text
-                            // rules, wherever that is UTF-8 (see below)
+                            // bytes of the whole text decoded with TOK_RAW_BYTES (the first
+                            // token decoded alone with TOK_RAW_BYTES starts the stream)
+    TOK_RAW_BYTES = 4,      // byte-fallback tokens give their bytes even where they are not UTF-8
+                            // (implied by TOK_CONTINUE)
 };
 // Decodes ids into bytes appended to out, as Hugging Face's decode (flags
 // above); an id outside the vocabulary is an error. The bytes equal
@@ -63,8 +79,8 @@ enum {
 // UTF-8: tokenizers turns ill-formed sequences from ByteLevel into U+FFFD,
 // here they are returned as they are; a run of byte-fallback tokens (<0xNN>)
 // that is not UTF-8 gives one U+FFFD per token as in tokenizers, except
-// with TOK_CONTINUE, which gives the raw bytes (a character split over
-// tokens decoded one at a time then comes out whole).
+// with TOK_RAW_BYTES or TOK_CONTINUE, which give the raw bytes (a character
+// split over tokens decoded one at a time then comes out whole).
 int tok_decode(const tokenizer *t, const uint32_t *ids, size_t n, unsigned flags, sbuf *out,
                rl_err *err);
 

@@ -11,8 +11,9 @@
 //   tokenize decode [--skip-special] [--continue] TOKENIZER.json
 //       stdin: lines of space-separated ids; stdout: per line "<byte count>\n"
 //       followed by the decoded bytes. --continue: each id decoded alone,
-//       with TOK_CONTINUE after the first that is not a skipped special
-//       token, the outputs concatenated (as common/generate.c streams).
+//       with TOK_RAW_BYTES, and TOK_CONTINUE after the first that is not a
+//       skipped special token, the outputs concatenated (as
+//       common/generate.c streams).
 //   tokenize pieces TOKENIZER.json
 //       stdin: texts as for encode; stdout: per text, tok_pieces' records
 //       ("P <byte count>\n<bytes>\n" per piece, "A <id>\n" per added token),
@@ -148,12 +149,12 @@ static int do_decode(const tokenizer *t, unsigned flags, int streamed) {
         }
         out.len = 0;
         rl_err err;
-        // Streamed: each id alone, continuing the text once an id has
-        // given some (a skipped special token gives none).
+        // Streamed: each id alone, raw bytes, continuing the text once an
+        // id has given some (a skipped special token gives none).
         int started = 0;
         for (size_t i = 0; i < (streamed ? n : 1); i++) {
             size_t count = streamed ? 1 : n;
-            unsigned f = flags | (streamed && started ? TOK_CONTINUE : 0);
+            unsigned f = flags | (!streamed ? 0 : started ? TOK_CONTINUE : TOK_RAW_BYTES);
             if (tok_decode(t, ids + i, count, f, &out, &err)) {
                 fprintf(stderr, "tokenize: error: line %zu: %s\n", line_no + 1, err.msg);
                 exit(1);

@@ -382,11 +382,15 @@ static void continued_decoding_skips_the_start_of_text_rules(void) {
     out.len = 0;
     rc = tok_decode(t, ids + 2, 2, 0, &out, &e);   // an incomplete character decoded whole: U+FFFD per byte
     int lossy = rc == 0 && out.len == 6 && !memcmp(out.data, "\xef\xbf\xbd\xef\xbf\xbd", 6);
+    out.len = 0;
+    rc = tok_decode(t, ids + 2, 2, TOK_RAW_BYTES, &out, &e);   // ... or its bytes
+    int raw = rc == 0 && out.len == 2 && !memcmp(out.data, "\xe4\xb8", 2);
     sbuf_free(&out);
     tok_free(t);
     CHECK(whole, "whole decoding is not \"Hello world\"");
     CHECK(streamed, "streamed decoding is not \"Hello world\" and the raw bytes of U+4E2D");
     CHECK(lossy, "two byte tokens of an incomplete character are not two U+FFFD");
+    CHECK(raw, "with TOK_RAW_BYTES, two byte tokens are not their two bytes");
 }
 
 static void text_that_is_not_utf8_is_refused_where_characters_are_read(void) {

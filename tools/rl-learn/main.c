@@ -380,6 +380,7 @@ int main(int argc, char **argv) {
     o.lrn.stop = &stop_requested;
     learner_t *l = lrn_new(run.m, &o.lrn);
     uint64_t first = run.version, skipped = 0, tokens = 0, nread = 0;
+    int warned_drop = 0;
     cli_progress prog;
     cli_progress_init(&prog, o.progress);
     int done = o.max_steps && run.steps >= o.max_steps;
@@ -401,6 +402,8 @@ int main(int argc, char **argv) {
             }
             char where[1200];
             if (lrn_add(l, rec, src_where(s, where, sizeof where), &e)) cli_die("%s", e.msg);
+            const char *drop;
+            if (lrn_dropped(l, &drop) == 1 && !warned_drop++) cli_warn("%s", drop);   // the first one, at once
             nread++;
             if (lrn_ready(l, 0)) cli_progress_done(&prog);
             done = train(&run, l, metrics, 0, &tokens);
@@ -412,6 +415,9 @@ int main(int argc, char **argv) {
         src_close(s);
     }
     cli_progress_done(&prog);
+    if (lrn_dropped(l, NULL) > 1)
+        cli_warn("%zu texts in all had characters with no token, dropped as Hugging Face's tokenizers drops them",
+                 lrn_dropped(l, NULL));
     lrn_end(l);
     if (!done) train(&run, l, metrics, o.keep_last, &tokens);
     if (metrics && metrics != stdout && fclose(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));

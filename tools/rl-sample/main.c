@@ -275,6 +275,18 @@ int main(int argc, char **argv) {
     for (int i = 0; i < ninputs; i++)
         if (prm_read(&ps, inputs[i], &po, &e)) cli_die("%s", e.msg);
     if (ps.n == 0) cli_die("no prompts in the input");
+    // Characters with no token are dropped as transformers' tokenizers drops
+    // them (so that the ids agree), but not silently.
+    size_t n_dropped = 0;
+    for (size_t i = 0; i < ps.n; i++)
+        if (ps.v[i].tok.dropped && !n_dropped++) {
+            char what[256];
+            tok_report_text(&ps.v[i].tok, what, sizeof what);
+            cli_warn("prompt: %s: %s", what, ps.v[i].where);
+        }
+    if (n_dropped > 1)
+        cli_warn("%zu prompts in all had characters with no token, dropped as Hugging Face's tokenizers drops them",
+                 n_dropped);
     int builtin = o.verifier == 1 || (o.verifier < 0 && !o.verifier_cmd);
     if (o.verifier < 0 && !o.verifier_cmd) o.kind = VF_NUMBER;
     for (size_t i = 0; builtin && i < ps.n; i++) {
