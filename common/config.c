@@ -83,6 +83,28 @@ static const struct {
     {"use_cache", F_ALL},           {"output_attentions", F_ALL},    {"output_hidden_states", F_ALL},
     {"return_dict", F_ALL},         {"max_window_layers", F_QWEN2 | F_QWEN3},
     {"is_llama_config", F_LLAMA},   {"transformers.js_config", F_ALL},
+    // IGNORED too: PretrainedConfig's generic attributes, which configs saved
+    // whole (older transformers, some training tools) carry: generation
+    // settings (generation_config.json's are the ones read; none is applied),
+    // labels of classification heads, and bookkeeping.
+    {"do_sample", F_ALL},           {"temperature", F_ALL},          {"top_k", F_ALL},
+    {"top_p", F_ALL},               {"typical_p", F_ALL},            {"max_length", F_ALL},
+    {"min_length", F_ALL},          {"num_beams", F_ALL},            {"num_beam_groups", F_ALL},
+    {"diversity_penalty", F_ALL},   {"repetition_penalty", F_ALL},   {"length_penalty", F_ALL},
+    {"no_repeat_ngram_size", F_ALL}, {"encoder_no_repeat_ngram_size", F_ALL}, {"bad_words_ids", F_ALL},
+    {"num_return_sequences", F_ALL}, {"output_scores", F_ALL},       {"return_dict_in_generate", F_ALL},
+    {"early_stopping", F_ALL},      {"forced_bos_token_id", F_ALL},  {"forced_eos_token_id", F_ALL},
+    {"remove_invalid_values", F_ALL}, {"exponential_decay_length_penalty", F_ALL},
+    {"suppress_tokens", F_ALL},     {"begin_suppress_tokens", F_ALL}, {"decoder_start_token_id", F_ALL},
+    {"sep_token_id", F_ALL},        {"id2label", F_ALL},             {"label2id", F_ALL},
+    {"finetuning_task", F_ALL},     {"problem_type", F_ALL},         {"task_specific_params", F_ALL},
+    {"prefix", F_ALL},              {"tokenizer_class", F_ALL},      {"auto_map", F_ALL},
+    {"torchscript", F_ALL},         {"tf_legacy_loss", F_ALL},       {"use_bfloat16", F_ALL},
+    {"unsloth_version", F_ALL},     {"unsloth_fixed", F_ALL},
+    // ... and those accepted at the value that changes nothing (parse_neutral).
+    {"is_encoder_decoder", F_ALL},  {"is_decoder", F_ALL},           {"add_cross_attention", F_ALL},
+    {"tie_encoder_decoder", F_ALL}, {"cross_attention_hidden_size", F_ALL}, {"pruned_heads", F_ALL},
+    {"chunk_size_feed_forward", F_ALL},
 };
 
 // ---- Reading JSON values -----------------------------------------------------------
@@ -550,7 +572,12 @@ static int read_layout(const char *path, const cJSON *root, const struct family 
         read_neutral(path, root, "pretraining_tp", "1", "split products are not supported", err) ||
         read_neutral(path, root, "attention_dropout", "0", "rlpipe trains without dropout", err) ||
         read_neutral(path, root, "rope_interleaved", "false", "rotary pairs are (i, i + head_dim/2)", err) ||
-        read_neutral(path, root, "use_mrope", "false", "multimodal RoPE is not supported", err))
+        read_neutral(path, root, "use_mrope", "false", "multimodal RoPE is not supported", err) ||
+        read_neutral(path, root, "is_encoder_decoder", "false", "a decoder-only model", err) ||
+        read_neutral(path, root, "add_cross_attention", "false", "a decoder-only model", err) ||
+        read_neutral(path, root, "tie_encoder_decoder", "false", "a decoder-only model", err) ||
+        read_neutral(path, root, "pruned_heads", "{}", "pruned heads are not supported", err) ||
+        read_neutral(path, root, "chunk_size_feed_forward", "0", "the MLP runs whole", err))
         return -1;
     return 0;
 }

@@ -346,6 +346,31 @@ def a_llama_config_with_bias_and_odd_doubles_round_trips_exactly():
 
 
 @case
+def configs_that_transformers_saves_whole_are_read_as_their_diff():
+    try:
+        import transformers
+    except ImportError as e:
+        raise AssertionError(f"transformers is missing ({e}); run scripts/deps.sh test")
+    for cls, kw in ((transformers.Qwen2Config, {k: v for k, v in QWEN2.items() if k not in ("architectures",)}),
+                    (transformers.LlamaConfig, dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                                    num_attention_heads=4, vocab_size=100))):
+        cfg = cls(**kw)
+        whole = json.loads(cfg.to_json_string(use_diff=False))
+        assert "id2label" in whole and "num_beams" in whole and "is_encoder_decoder" in whole, sorted(whole)
+        a = tmpfile("whole.json", json.dumps(whole).encode())
+        rc, out_whole, err = st_tool("cfg", a)
+        assert rc == 0, err
+        b = tmpfile("diff.json", cfg.to_json_string(use_diff=True).encode())
+        rc, out_diff, err = st_tool("cfg", b)
+        assert rc == 0 and out_whole == out_diff, f"{cls.__name__}: whole and diff configs read differently: {err}"
+    c = json.loads(transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                            num_attention_heads=4, vocab_size=100).to_json_string(use_diff=False))
+    c["is_encoder_decoder"] = True
+    rc, _, err = st_tool("cfg", tmpfile("ed.json", json.dumps(c).encode()))
+    assert rc == 1 and "is_encoder_decoder true is not supported (only false: a decoder-only model)" in err, err
+
+
+@case
 def unsupported_configs_are_refused_naming_the_key():
     cases = [
         ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
