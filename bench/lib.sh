@@ -1,8 +1,8 @@
 # bench/lib.sh — what the benchmark scripts (forward.sh, sample.sh,
-# learn.sh) share, sourced once the script has set NAME (forward, ...):
+# learn.sh, tokenize.sh) share, sourced once the script has set NAME (forward, ...):
 #   here root BUILD BIN PY W   this folder, the project, the build and tool
 #                              folders (BUILD, BIN as the Makefile), Python
-#                              (PYTHON, default /usr/bin/python3), the output
+#                              (PYTHON, default .deps/venv/bin/python), the output
 #                              folder (BENCH_OUT, default bench/out)
 #   die MSG                    "NAME.sh: MSG" on stderr, exit 1
 #   positive VAR...            dies unless each variable holds a positive integer
