@@ -585,6 +585,23 @@ def sft_on_prompt_and_completion_text_lowers_the_loss_and_keeps_the_tokenizer():
 
 
 @case
+def resume_after_keep_removed_the_version_it_starts_from_copies_the_tokenizer_on():
+    # The resumed run starts from v3; with --keep 2 its third step removes v3,
+    # and the versions after it must still get the tokenizer files.
+    d = sft_model()
+    lines = [json.dumps({"prompt": f"{i}+1=", "completion": str(i + 1)}) for i in range(40)]
+    src = rltest.tmpfile("sft_keep.jsonl", ("\n".join(lines) + "\n").encode())
+    c = path("c_keep_resume")
+    opts = ("--loss", "sft", "--batch", "4", "--lr", "1e-3", "--keep", "2")
+    learn_ok("--init", d, "--out", c, *opts, "--max-steps", "3", src)
+    learn_ok("--resume", "--out", c, *opts, "--max-steps", "8", src)
+    assert versions(c) == [7, 8], versions(c)
+    src_tok = read_bytes(os.path.join(d, "tokenizer.json"))
+    for v in (7, 8):
+        assert read_bytes(os.path.join(vdir(c, v), "tokenizer.json")) == src_tok, f"v{v}: tokenizer.json"
+
+
+@case
 def text_records_without_a_tokenizer_are_an_error_naming_the_line():
     src = rltest.tmpfile("sft_notok.jsonl", b'{"prompt": "1+1=", "completion": "2"}\n')
     rc, _, err = learn("--loss", "sft", "--init", MODEL, "--out", path("c_notok"), src)

@@ -254,6 +254,11 @@ static void save(run_t *r, learner_t *l) {
     int rc = ckpt_write(&w, r->m, &e);
     sbuf_free(&st);
     if (rc) cli_die("%s", e.msg);
+    // The next version copies the tokenizer files from this one: the version
+    // a --resume started from may be gone (--keep), this one stays.
+    if (r->from[0] && (size_t)snprintf(r->from, sizeof r->from, "%s/v%06llu", r->o->out,
+                                       (unsigned long long)r->version) >= sizeof r->from)
+        cli_die("path too long: %s", r->o->out);
     set_stop_message(r->o->out, r->version);
 }
 
