@@ -484,11 +484,25 @@ int cfg_check(const model_config *c, rl_err *err) { return check_at(c, "config",
 
 // ---- Reading config.json -------------------------------------------------------------
 
+// A key twice in one object: cJSON finds the first value, Python's json (and
+// so transformers) keeps the last, so the two would read different models.
+static int check_unique(const char *path, const cJSON *obj, const char *where, rl_err *err) {
+    for (const cJSON *x = obj->child; x; x = x->next) {
+        for (const cJSON *y = obj->child; y != x; y = y->next)
+            if (x->string && y->string && !strcmp(x->string, y->string))
+                return err_set(err, "%s: %s%s\"%.100s\" appears twice (transformers would take the last value; "
+                               "rlpipe does not guess)", path, where, *where ? " key " : "key ", x->string);
+        if (cJSON_IsObject(x) && check_unique(path, x, x->string, err)) return -1;
+    }
+    return 0;
+}
+
 // Refuses a key that no family reads or ignores on purpose (see known_keys),
 // unless its value is null.
 static int check_keys(const char *path, const cJSON *root, const struct family *f, rl_err *err) {
     const cJSON *x;
     char b[80];
+    if (check_unique(path, root, "", err)) return -1;
     cJSON_ArrayForEach(x, root) {
         if (x->string[0] == '_' || cJSON_IsNull(x)) continue;
         size_t i = 0;
@@ -672,6 +686,7 @@ static int read_generation(const char *file, model_config *c, rl_err *err) {
         err_set(err, "%s: not a JSON object", path);
         goto out;
     }
+    if (check_unique(path, root, "", err)) goto out;
     g->present = 1;
     int bos = -1, pad = -1;
     const struct {

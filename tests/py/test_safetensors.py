@@ -371,6 +371,19 @@ def configs_that_transformers_saves_whole_are_read_as_their_diff():
 
 
 @case
+def a_key_given_twice_is_refused_as_transformers_would_read_the_last():
+    body = json.dumps(QWEN2)[:-1]
+    for text, phrase in ((body + ', "num_hidden_layers": 2}', 'key "num_hidden_layers" appears twice'),
+                         (body + ', "rope_scaling": {"rope_type": "linear", "factor": 2.0, "factor": 4.0}}',
+                          'rope_scaling key "factor" appears twice')):
+        assert "rope_scaling" not in QWEN2
+        assert json.loads(text)  # Python reads it, taking the last value
+        path = tmpfile("dup.json", text.encode())
+        rc, out, err = st_tool("cfg", path)
+        assert rc == 1 and f"{path}: {phrase}" in err, (rc, err)
+
+
+@case
 def unsupported_configs_are_refused_naming_the_key():
     cases = [
         ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
