@@ -74,7 +74,7 @@ int ins_would_block(const ins_t *s) { return !s->is_regular && s->verified == s-
 
 const uint8_t *ins_data(const ins_t *s, size_t *n) {
     *n = s->verified - s->dpos;
-    return s->d.data + s->dpos;
+    return s->d.data ? s->d.data + s->dpos : NULL;   // nothing read yet: no pointer arithmetic on NULL
 }
 
 void ins_consume(ins_t *s, size_t n) { s->dpos += n; }

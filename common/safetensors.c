@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +107,16 @@ static int parse_entry(const char *path, const cJSON *e, size_t data_size, st_te
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     uint64_t o[2];
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || json_uint(off->child, &o[0]) ||
-        json_uint(off->child->next, &o[1]))
+        json_uint(off->child->next, &o[1])) {
+        int ints = cJSON_IsArray(off) && cJSON_GetArraySize(off) == 2;
+        for (const cJSON *v = ints ? off->child : NULL; v && ints; v = v->next)
+            ints = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble == floor(v->valuedouble);
+        if (ints)   // integers, but past what any file (and a double, exactly) holds
+            return err_set(err, "%s: tensor '%s': data_offsets [%.0f, %.0f] are out of range (beyond 2^53 bytes, "
+                           "and the data area has %zu)", path, name, off->child->valuedouble,
+                           off->child->next->valuedouble, data_size);
         return err_set(err, "%s: tensor '%s': data_offsets is not a list of two non-negative integers", path, name);
+    }
     if (o[0] > o[1])
         return err_set(err, "%s: tensor '%s': data_offsets [%llu, %llu] begin after they end",
                        path, name, (unsigned long long)o[0], (unsigned long long)o[1]);

@@ -255,6 +255,8 @@ def malformed_files_are_refused_with_the_file_tensor_and_problem_named():
          ["header is not valid JSON"], True),
         ("offsets_out_of_file", edited(base, set_entry("model.norm.weight", "data_offsets", [norm[0], len(data_area) + 16])),
          ["tensor 'model.norm.weight'", "end beyond the data area"], True),
+        ("offsets_beyond_2_53", edited(base, set_entry("model.norm.weight", "data_offsets", [0, 2 ** 62])),
+         ["tensor 'model.norm.weight'", "data_offsets [0, 4611686018427387904] are out of range"], True),
         ("overlapping", with_header({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
                                      "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, bytes(24)),
          ["tensor 'b'", "overlap tensor 'a'"], True),
