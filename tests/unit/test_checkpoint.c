@@ -411,7 +411,8 @@ static int write_optimizer_file(const char *dir, const model_t *m, int how, rl_e
     if (how == 2) out[2].shape[0]--;
     if (how == 3) {
         snprintf(names[n], sizeof names[n], "model.norm.weight.momentum");
-        out[n++] = (st_out){.name = names[n - 1], .ndim = 1, .shape = {3}, .data = zeros};
+        out[n] = (st_out){.name = names[n], .ndim = 1, .shape = {3}, .data = zeros};
+        n++;
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
