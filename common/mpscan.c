@@ -143,6 +143,8 @@ static void index_push(mp_index *idx, mp_field f) {
 int mps_scan(const uint8_t *p, size_t n, const rec_limits *lim, mp_index *idx,
              size_t *len, rl_err *err) {
     uint64_t left[MPS_MAX_DEPTH + 1];  // items still to read in each open container
+    uint8_t in_map[MPS_MAX_DEPTH + 1]; // that container is a map (its odd items, from 1, are keys)
+    in_map[0] = 0;
     int depth = 0, max_depth = lim->max_depth < MPS_MAX_DEPTH ? lim->max_depth : MPS_MAX_DEPTH;
     left[0] = 1;
     size_t pos = 0;
@@ -153,6 +155,7 @@ int mps_scan(const uint8_t *p, size_t n, const rec_limits *lim, mp_index *idx,
         while (depth > 0 && left[depth] == 0) depth--;
         if (left[depth] == 0) break;
         left[depth]--;
+        int is_key = in_map[depth] && left[depth] % 2 == 1;   // a map of c entries counts 2c items down
         if (pos >= n) { *len = pos + 1; return MPS_NEED; }
 
         size_t start = pos, hdr;
@@ -194,6 +197,7 @@ int mps_scan(const uint8_t *p, size_t n, const rec_limits *lim, mp_index *idx,
             if (depth == max_depth)
                 return err_set(err, "nesting deeper than %d levels at offset %zu", max_depth, start);
             left[++depth] = kind == K_MAP ? 2 * count : count;
+            in_map[depth] = kind == K_MAP;
             if (kind == K_ARRAY) {
                 // Fast path for the bulk of a rollout: runs of fixed-size
                 // scalars (token ids, float32 logprobs) inside arrays.
@@ -216,6 +220,10 @@ int mps_scan(const uint8_t *p, size_t n, const rec_limits *lim, mp_index *idx,
         if (n - pos < body) { *len = pos + body; return MPS_NEED; }
         if (kind == K_STR && !utf8_valid(p + pos, body))
             return err_set(err, "string at offset %zu is not valid UTF-8", start);
+        // JSON and the tools' options cannot carry a key with NUL, so --json
+        // output would not pack back: refused here, where it is read.
+        if (is_key && kind == K_STR && memchr(p + pos, 0, body))
+            return err_set(err, "map key at offset %zu contains a NUL byte", start);
         pos += body;
     }
     if (idx && idx->is_map) {

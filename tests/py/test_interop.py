@@ -708,4 +708,18 @@ def stats_json_omits_keys_whose_fields_are_absent():
         assert k not in got, f"{k} present although its fields are absent: {got[k]!r}"
 
 
+
+@case
+def a_map_key_with_a_nul_byte_is_refused_where_it_is_read():
+    # --json would write it as \u0000, which --pack (and the tools' options)
+    # cannot take back: such a key is refused when the stream is read.
+    for rec in ({"id": 0, "a\x00b": 1}, {"id": 0, "meta": {"x\x00": 2}}):
+        data = rltest.write_stream([rec])
+        rc, _, err = rltest.run("rl-cat", "--check", "-", input=data)
+        assert rc == 1 and "contains a NUL byte" in err and "record 0" in err, (rec, rc, err)
+    ok = rltest.write_stream([{"id": 0, "text": "a\x00b", "meta": {"x": "\x00"}}])
+    rc, _, err = rltest.run("rl-cat", "--check", "-", input=ok)
+    assert rc == 0, f"NUL bytes in string values are data and stay valid: {err}"
+
+
 finish()
