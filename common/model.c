@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops.h"
 #include "rng.h"
@@ -347,7 +348,9 @@ static void make_rope(model_t *m) {
     free(inv_freq);
 }
 
-static model_t *model_new(const model_config *c, const model_opts *o, rl_err *err) {
+// A model's table and layout from its config, with no weights yet: what a
+// weights file is checked against before any memory is taken.
+static model_t *model_plan(const model_config *c, const model_opts *o, rl_err *err) {
     if (cfg_check(c, err) < 0) return NULL;
     model_opts opts = o ? *o : (model_opts){.dtype = DT_F32};
     if (opts.dtype == DT_I8) {
@@ -375,7 +378,37 @@ static model_t *model_new(const model_config *c, const model_opts *o, rl_err *er
         t->poff = stored_apart(m, t) ? SIZE_MAX : m->nfloat;
         if (!stored_apart(m, t)) m->nfloat += t->n;
     }
+    return m;
+}
+
+// Bytes of one set of weights (alloc_weights).
+static uint64_t weight_bytes(const model_t *m) {
+    uint64_t b = (uint64_t)m->nfloat * sizeof(float);
+    for (size_t i = 0; i < m->nt; i++)
+        b += (stored_apart(m, &m->t[i]) ? (uint64_t)m->t[i].n * dt_size(m->o.dtype) : 0) +
+             (uint64_t)nscales(m, &m->t[i]) * sizeof(float);
+    return b;
+}
+
+// Allocates the planned weights, once they are known to fit: a config too
+// large for this machine is an error that says so, not an abort. (The CPU
+// backend's memory is the machine's; a GPU's is checked by its allocator.)
+static int model_alloc(model_t *m, rl_err *err) {
+    uint64_t need = weight_bytes(m);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (!strcmp(m->ops->name, "cpu") && pages > 0 && page > 0 && need > (uint64_t)pages * (uint64_t)page)
+        return err_set(err, "its weights need %.1f GiB at %s, more than this machine's %.1f GiB of memory",
+                       (double)need / (1 << 30), dt_name(m->o.dtype), (double)pages * (double)page / (1 << 30));
     alloc_weights(m, &m->w);
+    return 0;
+}
+
+static model_t *model_new(const model_config *c, const model_opts *o, rl_err *err) {
+    model_t *m = model_plan(c, o, err);
+    if (m && model_alloc(m, err)) {
+        model_free(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -392,35 +425,36 @@ static int is_ignored_tensor(const model_t *m, const char *name) {
     return m->c.tie_embeddings && strcmp(name, "lm_head.weight") == 0;       // tied: the embedding is used
 }
 
-// Every tensor the config implies, from DIR's weights (one file or shards),
-// with its shape; no other tensor (but those is_ignored_tensor names).
-static int load_tensors(model_t *m, const char *dir, rl_err *err) {
-    hfw_set *f = hfw_open(dir, err);
-    if (!f) return -1;
-    int rc = -1;
-    float *stage = NULL;
+// Every tensor the config implies is in f with its shape, and no other (but
+// those is_ignored_tensor names): checked before any weight memory is taken.
+static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
     for (size_t i = 0; i < f->n; i++)
-        if (!find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name)) {
-            err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", hfw_file(f, i),
-                    f->t[i]->name, m->c.model_type);
-            goto out;
-        }
+        if (!find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name))
+            return err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", hfw_file(f, i),
+                           f->t[i]->name, m->c.model_type);
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
         const st_tensor *s = hfw_find(f, t->name);
-        if (!s) {
-            err_set(err, "%s: tensor '%s' is missing (config.json implies it)", f->where, t->name);
-            goto out;
-        }
+        if (!s) return err_set(err, "%s: tensor '%s' is missing (config.json implies it)", f->where, t->name);
         int ok = s->ndim == t->ndim;
         for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
         if (!ok) {
             char have[128], want[64];
             st_shape_str(have, sizeof have, s->shape, s->ndim);
             st_shape_str(want, sizeof want, t->shape, t->ndim);
-            err_set(err, "%s: tensor '%s' has shape %s, config.json implies %s", f->where, t->name, have, want);
-            goto out;
+            return err_set(err, "%s: tensor '%s' has shape %s, config.json implies %s", f->where, t->name, have,
+                           want);
         }
+    }
+    return 0;
+}
+
+// The weights from f (checked by check_tensors) into the model's.
+static void load_tensors(model_t *m, const hfw_set *f) {
+    float *stage = NULL;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        const st_tensor *s = hfw_find(f, t->name);
         if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
             put_f32(m, &m->w, t, 0, t->n, s->data);
             continue;
@@ -429,11 +463,7 @@ static int load_tensors(model_t *m, const char *dir, rl_err *err) {
         st_read_f32(s, stage);
         put_f32(m, &m->w, t, 0, t->n, stage);
     }
-    rc = 0;
-out:
     free(stage);
-    hfw_close(f);
-    return rc;
 }
 
 model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
@@ -442,14 +472,26 @@ model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
     if (!dev_ops(o ? o->device : DEV_AUTO, err)) return NULL;   // said before any file is read
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (cfg_load(path, &c, err) < 0) return NULL;
-    model_t *m = model_new(&c, o, err);
+    model_t *m = model_plan(&c, o, err);
     if (!m) {
         rl_err e2;
         err_set(&e2, "%s: %s", path, err->msg);
         *err = e2;
         return NULL;
     }
-    if (load_tensors(m, dir, err) < 0) {
+    // The files are checked against the config first, then the memory the
+    // weights need against the machine's, and only then is it taken.
+    hfw_set *f = hfw_open(dir, err);
+    int rc = !f || check_tensors(m, f, err) ? -1 : 0;
+    if (rc == 0 && model_alloc(m, err)) {
+        rl_err e2;
+        err_set(&e2, "%s: %s", path, err->msg);
+        *err = e2;
+        rc = -1;
+    }
+    if (rc == 0) load_tensors(m, f);
+    hfw_close(f);
+    if (rc) {
         model_free(m);
         return NULL;
     }

@@ -271,4 +271,43 @@ def save_options_are_checked():
         assert code == 2 and want in err and not os.path.exists(path("never")), (code, err)
 
 
+
+@case
+def a_model_larger_than_memory_is_refused_after_its_shapes_and_before_any_allocation():
+    # Weights whose shapes match the config but need more memory than the
+    # machine has: a sparse file (no disk used) with a valid header.
+    import struct
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    C, F, NH, NKV, HS = 16384, 64, 128, 8, 128
+    V = int(ram * 1.25 / (C * 4)) + 1
+    cfg = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": C, "intermediate_size": F,
+           "num_hidden_layers": 1, "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HS,
+           "vocab_size": V, "max_position_embeddings": 64, "tie_word_embeddings": True, "rms_norm_eps": 1e-5}
+    shapes = {"model.embed_tokens.weight": [V, C], "model.norm.weight": [C],
+              "model.layers.0.input_layernorm.weight": [C], "model.layers.0.post_attention_layernorm.weight": [C],
+              "model.layers.0.self_attn.q_proj.weight": [NH * HS, C], "model.layers.0.self_attn.k_proj.weight": [NKV * HS, C],
+              "model.layers.0.self_attn.v_proj.weight": [NKV * HS, C], "model.layers.0.self_attn.o_proj.weight": [C, NH * HS],
+              "model.layers.0.mlp.gate_proj.weight": [F, C], "model.layers.0.mlp.up_proj.weight": [F, C],
+              "model.layers.0.mlp.down_proj.weight": [C, F]}
+    header, off = {}, 0
+    for name, shape in shapes.items():
+        n = 4 * shape[0] * (shape[1] if len(shape) > 1 else 1)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    d = path("too-large")
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + off)
+    r = probe(d)
+    err = r.stderr.decode() if not isinstance(r, list) else ""
+    assert not isinstance(r, list) and r.returncode == 1, "loaded anyway"
+    assert "its weights need" in err and "more than this machine's" in err, err
+    assert f"{off / 2 ** 30:.1f} GiB at f32" in err, (off, err)
+
+
 rltest.finish()
