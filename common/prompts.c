@@ -51,6 +51,9 @@ static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
     } else {
         size_t cap = 0;
         rl_err e;
+        if (p->text_len > o->max_text)
+            return err_set(err, "the prompt's text has %zu bytes, more than the %zu that the model's context (%zu "
+                           "tokens) could hold: refused before it is tokenized", p->text_len, o->max_text, o->max_ids + 1);
         if (tok_encode_ex(o->tok, p->text, p->text_len, 1, &p->ids, &p->n_ids, &cap, &p->tok, &e))
             return err_set(err, "cannot tokenize the prompt: %s", e.msg);
     }
@@ -61,7 +64,16 @@ static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
     return 0;
 }
 
-int prm_read(prompt_set *ps, const char *path, const prm_opts *o, rl_err *err) {
+int prm_read(prompt_set *ps, const char *path, const prm_opts *opts, rl_err *err) {
+    // A token covers at most its string's bytes of normalized text, and
+    // normalizing shrinks text at most 4 times (NFKC: U+1D400 to "A"): a
+    // longer text could not fit, and is not tokenized (its memory).
+    prm_opts bounded = *opts;
+    const prm_opts *o = &bounded;
+    if (!bounded.max_text) {
+        size_t per = 4 * tok_longest_token(opts->tok);
+        bounded.max_text = opts->max_ids > SIZE_MAX / per ? SIZE_MAX : opts->max_ids * per;
+    }
     src_t *s = src_open(path, SRC_DETECT, &rec_default_limits, err);
     if (!s) return -1;
     const char *name = strcmp(path, "-") ? path : "(stdin)";

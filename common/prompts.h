@@ -34,6 +34,8 @@ typedef struct {
     const tokenizer *tok;
     size_t vocab;              // prompt_ids must be below it
     size_t max_ids;            // a prompt with more tokens is an error (the model's context less one)
+    size_t max_text;           // a prompt text of more bytes is an error before it is tokenized
+                               // (0: prm_read derives it from max_ids and the tokenizer)
 } prm_opts;
 
 // Appends the prompts of path ("-": standard input; JSON lines or a record

@@ -93,6 +93,13 @@ const char *tok_token(const tokenizer *t, uint32_t id, size_t *len) {
 
 int tok_is_special(const tokenizer *t, uint32_t id) { return tok_added_is_special(t->added, id); }
 
+size_t tok_longest_token(const tokenizer *t) {
+    size_t most = 1, len;
+    for (uint32_t id = 0; id < t->n_ids; id++)
+        if (tok_token(t, id, &len) && len > most) most = len;
+    return most;
+}
+
 // ---- loading -------------------------------------------------------------------------------
 
 static int json_error(const char *path, const sbuf *text, const char *at, rl_err *err) {

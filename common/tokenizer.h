@@ -94,6 +94,11 @@ int tok_pieces(const tokenizer *t, const char *text, size_t n, sbuf *out, rl_err
 // The string of token id (its vocabulary string, or an added token's content),
 // not NUL-terminated; NULL if the id has no token.
 const char *tok_token(const tokenizer *t, uint32_t id, size_t *len);
+// Bytes of the longest token string (vocabulary or added token; at least 1).
+// A token covers at most that many bytes of normalized text: ByteLevel and
+// byte-fallback strings are longer than their bytes, Metaspace's "▁" than
+// its space.
+size_t tok_longest_token(const tokenizer *t);
 // 1 if id is a special added token (tok_decode's skip_special drops those).
 int tok_is_special(const tokenizer *t, uint32_t id);
 

@@ -442,4 +442,21 @@ def a_rollouts_stream_is_not_a_prompt_set():
     assert rc2 == 1 and 'kind "rollouts"' in err2, err2
 
 
+
+@case
+def a_prompt_text_longer_than_the_context_could_hold_is_refused_before_it_is_tokenized():
+    # 255 tokens of the tiny tokenizer (longest token 21 bytes) cover at most
+    # 4 x 21 x 255 = 21420 bytes; a 30 MB line is refused at once, in little memory.
+    import resource
+    path = os.path.join(WORK, "huge.jsonl")
+    with open(path, "w") as f:
+        f.write(json.dumps({"prompt": "What is 1 + 2? " * 2_000_000}) + "\n")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    rc, _, err = rltest.run("rl-sample", "--model", MODEL, "--max-new-tokens", "2", path)
+    assert rc == 1 and "the prompt's text has 30000000 bytes, more than the 21420 that the model's context (256 " \
+        "tokens) could hold: refused before it is tokenized" in err and f"{path} line 1" in err, (rc, err)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    assert peak < 400_000 or peak == before, f"rl-sample peaked at {peak} kB"
+
+
 rltest.finish()
