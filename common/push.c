@@ -142,7 +142,8 @@ int push_greet(int fd, const sbuf *token, int stop_fd, double timeout, rl_err *e
         return errno == EPIPE || errno == ECONNRESET ? 1 : -1;   // a probe, gone already
     if (!token) return 0;
     uint8_t got[PUSH_MAC], want[PUSH_MAC];
-    int rc = net_recv_all(fd, got, sizeof got, stop_fd, timeout, err);
+    double deadline = timeout < PUSH_GREET_TIMEOUT ? timeout : PUSH_GREET_TIMEOUT;
+    int rc = net_recv_all(fd, got, sizeof got, stop_fd, deadline, err);
     if (rc) return rc;
     push_mac(token, g + 16, want);
     if (CRYPTO_memcmp(got, want, PUSH_MAC)) {

@@ -46,6 +46,10 @@
 #define PUSH_GREETING (16 + PUSH_NONCE)
 #define PUSH_MSG_MAX (16u << 20)
 #define PUSH_TIMEOUT 30.0
+// The sender's answer to the greeting (step 2) is awaited this long at most:
+// a sender answers at once, and one peer that connects and stays silent
+// (anyone who can reach a tcp port) may hold up the pushes behind it no longer.
+#define PUSH_GREET_TIMEOUT 3.0
 #define PUSH_MAX_TENSORS 65536
 #define PUSH_TOKEN_MIN 16
 #define PUSH_TOKEN_MAX 4096
@@ -65,7 +69,8 @@ int push_recv_msg(int fd, rec_t *msg, int stop_fd, double timeout, rl_err *err);
 void push_send_error(int fd, const char *msg);
 
 // Steps 1-2, receiver side: sends the greeting (flag set when token is not
-// NULL) and checks the sender's answer. 0; 1 when the peer closed before
+// NULL) and checks the sender's answer, awaited PUSH_GREET_TIMEOUT seconds at
+// most (timeout if shorter). 0; 1 when the peer closed before
 // answering; -1 with err (a wrong answer: {ok: false} has been sent).
 int push_greet(int fd, const sbuf *token, int stop_fd, double timeout, rl_err *err);
 // Steps 1-2, sender side: reads and checks the greeting, answers it. A

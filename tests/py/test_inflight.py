@@ -400,6 +400,34 @@ def a_sampler_waiting_for_weights_ends_when_its_reader_has_gone():
         assert not os.path.exists(path("gone.sock")), "the socket file was left behind"
 
 @case
+def a_silent_connection_holds_up_a_push_for_the_greeting_deadline_only():
+    # Anyone who can reach a tcp receiver may connect and say nothing; the
+    # receiver waits PUSH_GREET_TIMEOUT (3 s) for the answer to its greeting,
+    # not the 30 s a push may stall, before it serves the next sender.
+    import socket
+    import time
+    tok = rltest.tmpfile("silent-token", b"a shared secret of 32 characters\n")
+    os.chmod(tok, 0o600)
+    with iu.Procs(WORK) as P:
+        rt = P.start("rl-ratio", "--model", V0, "--listen", "tcp:127.0.0.1:0", "--token-file", tok,
+                     stdin=subprocess.PIPE, name="rl-ratio")
+        addr = iu.listen_address(rt)
+        host, port = addr[len("tcp:"):].rsplit(":", 1)
+        silent = socket.create_connection((host, int(port)))
+        time.sleep(0.2)   # accepted and greeted first
+        t0 = time.monotonic()
+        sync = P.start("rl-sync", "--as-version", "1", "--token-file", tok, V1, "--to", addr, name="rl-sync")
+        assert iu.exit_status(sync, 30) == 0, f"rl-sync exited {sync.returncode}: {iu.stderr_of(sync)}"
+        took = time.monotonic() - t0
+        silent.close()
+        assert took < 10, f"the push waited {took:.1f} s behind a silent connection"
+        iu.wait_stderr(rt, r"weights v1 installed from a push")
+        err = iu.stderr_of(rt)
+        assert "push refused: no progress for 3 s; keeping weights v0" in err, err
+        print(f"  the push behind a silent connection took {took:.1f} s")
+
+
+@case
 def a_receiver_killed_by_sigterm_or_ending_in_an_error_leaves_no_socket_file():
     sock = path("killed.sock")
     with iu.Procs(WORK) as P:
