@@ -511,13 +511,6 @@ int ckpt_write(const ckpt_write_opts *o, const struct model *m, rl_err *err) {
 
 // ---- Reading the optimizer state ---------------------------------------------
 
-static void shape_text(char *buf, size_t size, int ndim, const int64_t *shape) {
-    size_t k = (size_t)snprintf(buf, size, "[");
-    for (int d = 0; d < ndim && k < size; d++)
-        k += (size_t)snprintf(buf + k, size - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    if (k < size) snprintf(buf + k, size - k, "]");
-}
-
 int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err) {
     char path[CKPT_PATH];
     if (pathf(path, err, "%s/optimizer.safetensors", dir)) return -1;
@@ -541,8 +534,8 @@ int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err) {
             if (!s) rc = err_set(err, "%s: tensor %s is missing", path, name);
             else if (!same) {
                 char got[128], want[128];
-                shape_text(got, sizeof got, s->ndim, s->shape);
-                shape_text(want, sizeof want, t.ndim, t.shape);
+                st_shape_str(got, sizeof got, s->shape, s->ndim);
+                st_shape_str(want, sizeof want, t.shape, t.ndim);
                 rc = err_set(err, "%s: tensor %s has shape %s; the parameter's is %s", path, name, got, want);
             }
             src[per * i + k] = s;

@@ -112,13 +112,7 @@ static const struct {
 // A config path may name the file or the model directory holding config.json.
 static char *config_path(const char *path) {
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        size_t n = strlen(path);
-        char *p = xmalloc(n + sizeof "/config.json");
-        memcpy(p, path, n);
-        strcpy(p + n, n && path[n - 1] == '/' ? "config.json" : "/config.json");
-        return p;
-    }
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return path_join(path, "config.json");
     return xstrdup(path);
 }
 

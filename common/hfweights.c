@@ -8,20 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "json.h"
+
 #define HFW_MAX_INDEX (64u << 20)   // an index is a few hundred kilobytes at most
 
-static char *join(const char *dir, const char *name) {
-    size_t n = strlen(dir), k = strlen(name);
-    char *p = xmalloc(n + k + 2);
-    memcpy(p, dir, n);
-    size_t at = n;
-    if (n && dir[n - 1] != '/') p[at++] = '/';
-    memcpy(p + at, name, k + 1);
-    return p;
-}
-
 int hfw_exists(const char *dir) {
-    char *a = join(dir, HFW_SINGLE), *b = join(dir, HFW_INDEX);
+    char *a = path_join(dir, HFW_SINGLE), *b = path_join(dir, HFW_INDEX);
     int yes = access(a, F_OK) == 0 || access(b, F_OK) == 0;
     free(a);
     free(b);
@@ -89,7 +81,7 @@ static int open_index(hfw_set *s, const char *dir, rl_err *err) {
         size_t k = 0;
         while (k < s->nfiles && strcmp(strrchr(s->files[k]->path, '/') + 1, e->valuestring)) k++;
         if (k < s->nfiles) continue;
-        char *path = join(dir, e->valuestring);
+        char *path = path_join(dir, e->valuestring);
         st_file *f = st_open(path, err);
         free(path);
         if (!f) {
@@ -133,7 +125,7 @@ out:
 hfw_set *hfw_open(const char *dir, rl_err *err) {
     hfw_set *s = xmalloc(sizeof *s);
     memset(s, 0, sizeof *s);
-    s->where = join(dir, HFW_SINGLE);
+    s->where = path_join(dir, HFW_SINGLE);
     if (access(s->where, F_OK) == 0) {
         st_file *f = st_open(s->where, err);
         if (!f) {
@@ -145,7 +137,7 @@ hfw_set *hfw_open(const char *dir, rl_err *err) {
     }
     int e = errno;
     char *single = s->where;
-    s->where = join(dir, HFW_INDEX);
+    s->where = path_join(dir, HFW_INDEX);
     if (access(s->where, F_OK) != 0) {
         err_set(err, "cannot open: %s: %s (and there is no " HFW_INDEX " of shards)", single, strerror(e));
         free(single);
@@ -176,16 +168,13 @@ static int write_index(const char *dir, const st_out *t, size_t n, const size_t 
     for (size_t i = 0; i < n; i++) {
         size_t k = 0;
         while (strcmp(t[k].name, names[i])) k++;
-        cJSON *js = cJSON_CreateString(names[i]);
-        char *q = cJSON_PrintUnformatted(js);
-        sbuf_printf(&b, "    %s: \"model-%05zu-of-%05zu.safetensors\"%s\n", q, shard[k] + 1, nshards,
-                    i + 1 < n ? "," : "");
-        free(q);
-        cJSON_Delete(js);
+        sbuf_printf(&b, "    ");
+        json_put_str(&b, names[i], strlen(names[i]));
+        sbuf_printf(&b, ": \"model-%05zu-of-%05zu.safetensors\"%s\n", shard[k] + 1, nshards, i + 1 < n ? "," : "");
     }
     sbuf_printf(&b, "  }\n}\n");
     free(names);
-    char *path = join(dir, HFW_INDEX);
+    char *path = path_join(dir, HFW_INDEX);
     int rc = write_file_sync(path, b.data, b.len, err);
     free(path);
     sbuf_free(&b);
@@ -207,7 +196,7 @@ int hfw_write(const char *dir, const st_out *t, size_t n, const hfw_write_opts *
         total += b;
     }
     int rc = 0;
-    char *single = join(dir, HFW_SINGLE), *index = join(dir, HFW_INDEX);
+    char *single = path_join(dir, HFW_SINGLE), *index = path_join(dir, HFW_INDEX);
     if (nshards <= 1) {
         rc = st_write(single, t, n, o->dtype, err);
         if (rc == 0 && unlink(index) && errno != ENOENT) rc = err_set(err, "cannot remove %s: %s", index, strerror(errno));
@@ -217,7 +206,7 @@ int hfw_write(const char *dir, const st_out *t, size_t n, const hfw_write_opts *
             while (i1 < n && shard[i1] == k) i1++;
             char name[64];
             snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, nshards);
-            char *path = join(dir, name);
+            char *path = path_join(dir, name);
             rc = st_write(path, t + i0, i1 - i0, o->dtype, err);
             free(path);
             i0 = i1;

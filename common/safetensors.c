@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "json.h"
+
 // Tensor bytes are used as they lie in the file, which is little-endian.
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian data in place: a little-endian host is needed"
@@ -342,21 +344,6 @@ void st_read_f32(const st_tensor *t, float *dst) {
 
 // ---- writing ---------------------------------------------------------------
 
-static void json_string(sbuf *b, const char *s) {
-    sbuf_putc(b, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') {
-            sbuf_putc(b, '\\');
-            sbuf_putc(b, *p);
-        } else if (*p < 0x20) {
-            sbuf_printf(b, "\\u%04x", *p);
-        } else {
-            sbuf_putc(b, *p);
-        }
-    }
-    sbuf_putc(b, '"');
-}
-
 // Builds the header (padded with spaces to a multiple of 8 bytes, as the
 // Hugging Face writer does; "__metadata__" {"format": "pt"}, as torch's
 // save_file writes and transformers expects); checks names and shapes on the way.
@@ -379,7 +366,7 @@ static int build_header(const char *path, const st_out *t, size_t n, rl_dtype dt
             return err_set(err, "%s: tensor '%s': shape has a negative dimension or too many elements", path, name);
         if (nelem && !t[i].data) return err_set(err, "%s: tensor '%s': no data", path, name);
         sbuf_putc(h, ',');
-        json_string(h, name);
+        json_put_str(h, name, strlen(name));
         sbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(dtype));
         for (int d = 0; d < t[i].ndim; d++) sbuf_printf(h, "%s%lld", d ? "," : "", (long long)t[i].shape[d]);
         sbuf_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,

@@ -236,3 +236,12 @@ int write_file_sync(const char *path, const void *p, size_t n, rl_err *err) {
     unlink(path);
     return err_set(err, "cannot %s: %s: %s", what, path, strerror(e));
 }
+
+char *path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir), k = strlen(name), at = n;
+    char *p = xmalloc(n + k + 2);
+    memcpy(p, dir, n);
+    if (n && dir[n - 1] != '/') p[at++] = '/';
+    memcpy(p + at, name, k + 1);
+    return p;
+}

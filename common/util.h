@@ -46,6 +46,9 @@ int fd_write_all(int fd, const void *p, size_t n);
 // a failed write leaves no file. 0, or -1 with err ("cannot write: PATH: why").
 int write_file_sync(const char *path, const void *p, size_t n, rl_err *err);
 
+// dir + "/" + name (one slash where dir ends with one), malloc'd.
+char *path_join(const char *dir, const char *name);
+
 // The directory that holds path, into out (size bytes): "a/b/c" and "a/b/c/"
 // give "a/b", "c" gives ".", "/c" gives "/". -1 when it does not fit.
 int path_parent(const char *path, char *out, size_t size);
