@@ -143,11 +143,7 @@ int cli_same_file(const char *a, const char *b) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+double cli_now(void) { return mono_now(); }
 
 void cli_progress_init(cli_progress *p, int force) {
     p->on = force || isatty(2);

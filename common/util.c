@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void *xmalloc(size_t n) {
@@ -244,4 +245,10 @@ char *path_join(const char *dir, const char *name) {
     if (n && dir[n - 1] != '/') p[at++] = '/';
     memcpy(p + at, name, k + 1);
     return p;
+}
+
+double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

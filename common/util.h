@@ -54,6 +54,9 @@ char *path_join(const char *dir, const char *name);
 int path_parent(const char *path, char *out, size_t size);
 
 // True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
+// Seconds on the monotonic clock (an arbitrary origin): for intervals and deadlines.
+double mono_now(void);
+
 int utf8_valid(const uint8_t *p, size_t n);
 // Appends p[0..n) to out with each maximal ill-formed subsequence replaced by
 // U+FFFD, as Unicode recommends and Rust's String::from_utf8_lossy (hence

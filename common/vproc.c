@@ -38,6 +38,8 @@ struct vproc {
     double *rewards;         // rewards[k] is the reward of request first + k
     size_t rewards_cap;
     uint64_t first;
+    double timeout;          // seconds; 0: none
+    double wait_since;       // mono_now() of the last answer, or of the first request while none was outstanding
 };
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
@@ -88,7 +90,7 @@ static int fail(vproc *v, rl_err *err) {
     return -1;
 }
 
-vproc *vp_start(const char *cmd, rl_err *err) {
+vproc *vp_start(const char *cmd, double timeout, rl_err *err) {
     int sv[2];
     // SOCK_CLOEXEC: no other child inherits either end; dup2 onto 0 and 1
     // clears the flag on the command's copies.
@@ -132,12 +134,14 @@ vproc *vp_start(const char *cmd, rl_err *err) {
     memset(v, 0, sizeof *v);
     v->pid = pid;
     v->fd = sv[0];
+    v->timeout = timeout > 0 ? timeout : 0;
     return v;
 }
 
 void vp_send(vproc *v, const char *prompt, size_t np, const char *completion, size_t nc,
              const char *answer, size_t na) {
     if (v->out_off == v->out.len) v->out_off = v->out.len = 0;
+    if (v->answered == v->sent) v->wait_since = mono_now();
     sbuf_put(&v->out, "{\"prompt\": ", 11);
     json_put_str(&v->out, prompt, np);
     sbuf_put(&v->out, ", \"completion\": ", 16);
@@ -170,6 +174,7 @@ static void add_reward(vproc *v, double r) {
     }
     v->rewards[k] = r;
     v->answered++;
+    v->wait_since = mono_now();
 }
 
 // One reply line (without its '\n'): the reward of the next request.
@@ -281,22 +286,39 @@ static int exchange(vproc *v, rl_err *err) {
     return 0;
 }
 
-// Waits until the socket can be read, or written while requests wait.
-static int wait_ready(vproc *v, rl_err *err) {
+// Milliseconds left before the deadline `since + timeout` (at least 1 while
+// time is left, 0 once it has passed); -1 without a timeout.
+static int ms_left(const vproc *v, double since) {
+    if (!v->timeout) return -1;
+    double left = since + v->timeout - mono_now();
+    if (left <= 0) return 0;
+    return left > 3600 ? 3600000 : (int)(left * 1000) + 1;
+}
+
+// Waits until the socket can be read, or written while requests wait, for
+// at most ms milliseconds (-1: without end).
+static int wait_ready(vproc *v, int ms, rl_err *err) {
     struct pollfd p = {v->fd, POLLIN, 0};
     if (v->out_off < v->out.len) p.events |= POLLOUT;
-    while (poll(&p, 1, -1) < 0)
+    while (poll(&p, 1, ms) < 0)
         if (errno != EINTR) return err_set(err, "verifier command: poll: %s", strerror(errno));
     return 0;
+}
+
+// An error once requests have been outstanding for the timeout with no answer.
+static int check_stall(vproc *v, rl_err *err) {
+    if (v->answered == v->sent || ms_left(v, v->wait_since)) return 0;
+    return err_set(err, "verifier command: request %llu: no reply in %g s (it hangs, or is slower than the timeout)",
+                   (unsigned long long)v->answered, v->timeout);
 }
 
 int vp_pump(vproc *v, int block, rl_err *err) {
     if (v->failed) return *err = v->err, -1;
     uint64_t before = v->answered;
     for (;;) {
-        if (exchange(v, err)) return fail(v, err);
+        if (exchange(v, err) || check_stall(v, err)) return fail(v, err);
         if (!block || v->answered > before || v->answered == v->sent) return 0;
-        if (wait_ready(v, err)) return fail(v, err);
+        if (wait_ready(v, ms_left(v, v->wait_since), err)) return fail(v, err);
     }
 }
 
@@ -326,11 +348,19 @@ int vp_finish(vproc *v, rl_err *err) {
     // End of input; then every line it still writes is one too many.
     if (shutdown(v->fd, SHUT_WR) && errno != ENOTCONN)
         return err_set(err, "verifier command: shutdown: %s", strerror(errno)), fail(v, err);
+    // The command has the timeout to finish: to close its output and exit.
+    double closed = mono_now();
+    int ms = -1;
     while (!v->eof) {
         if (exchange(v, err)) return fail(v, err);
-        if (!v->eof && wait_ready(v, err)) return fail(v, err);
+        if (v->eof || !(ms = ms_left(v, closed))) break;
+        if (wait_ready(v, ms, err)) return fail(v, err);
     }
-    reap(v, -1);
+    if (!ms || !reap(v, ms_left(v, closed))) {
+        err_set(err, "verifier command: still running %g s after its input ended (it answered all %llu requests)",
+                v->timeout, (unsigned long long)v->sent);
+        return fail(v, err);
+    }
     if (v->status != 0) {
         char how[128];
         err_set(err, "verifier command %s after answering all %llu requests",

@@ -13,6 +13,11 @@
 //
 // The command must flush each reply line (python3 -u, fflush, stdbuf -oL):
 // a reply held in its buffer is a reply rl-sample waits for.
+//
+// A verifier that hangs is an error, not a stall: while requests are
+// outstanding, it must answer one within timeout seconds of the previous
+// answer (or of the first request sent while none was outstanding), and at
+// the end exit within timeout seconds of its input closing.
 #ifndef RLPIPE_VPROC_H
 #define RLPIPE_VPROC_H
 
@@ -25,7 +30,8 @@ typedef struct vproc vproc;
 
 // Starts the command. NULL with err if it cannot be started (fork, socketpair).
 // A command that is not found shows as a verifier that exits (status 127).
-vproc *vp_start(const char *cmd, rl_err *err);
+// timeout: seconds (see above); 0 = wait as long as it takes.
+vproc *vp_start(const char *cmd, double timeout, rl_err *err);
 
 // Queues a request; nothing is written until vp_pump. answer may be NULL.
 // Strings are UTF-8 and are JSON-escaped here.
@@ -40,7 +46,9 @@ void vp_send(vproc *v, const char *prompt, size_t np, const char *completion, si
 // sent; err names the request by its 0-based index in sending order
 // ("verifier command: request 12: reply 'abc' is not a number"). A reply line
 // is at most 4096 bytes; a last line without its '\n' counts when the command
-// ends. After an error, every later vp_pump and vp_finish repeats it.
+// ends. A verifier past its timeout is an error too ("verifier command:
+// request 12: no reply in 60 s"). After an error, every later vp_pump and
+// vp_finish repeats it.
 int vp_pump(vproc *v, int block, rl_err *err);
 
 uint64_t vp_sent(const vproc *v);      // requests queued so far
@@ -54,7 +62,8 @@ void vp_forget(vproc *v, uint64_t i);
 
 // Waits for every outstanding reply, closes the command's input, and waits
 // for it to exit. 0, or -1 with err if a reply is missing or bad, or the
-// command exits with a non-zero status or on a signal (after answering).
+// command exits with a non-zero status or on a signal (after answering), or
+// does not exit within the timeout once its input is closed.
 int vp_finish(vproc *v, rl_err *err);
 // Kills the command if it still runs (SIGTERM), reaps it, frees v.
 void vp_free(vproc *v);

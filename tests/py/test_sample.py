@@ -12,10 +12,12 @@ takes). The tolerance is 1e-4 nats, as for the model tests.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
@@ -332,6 +334,21 @@ for i, line in enumerate(sys.stdin):
     assert "verifier" in err and "rollout id" in err and "pdie.jsonl line" in err, err
     recs = [o for o in stream_objects(out) if "id" in o]
     assert len(recs) <= 4 and len(recs) % 2 == 0, "only whole groups answered before the crash are written"
+
+
+@case
+def a_verifier_that_hangs_is_stopped_after_verifier_timeout_with_an_error_naming_the_record():
+    # it answers the first 3 requests, then reads on without answering
+    hang = "i=0; while read -r l; do i=$((i+1)); [ $i -le 3 ] && echo 1; done"
+    t0 = time.time()
+    rc, out, err = sample("-n", "2", "--max-new-tokens", "6", "--verifier-cmd", hang, "--verifier-timeout", "0.5",
+                          prompts_file("phang.jsonl", n=8), ok=False)
+    took = time.time() - t0
+    assert rc == 1, f"exit {rc}: {err}"
+    assert re.search(r"request 3: no reply in 0\.5 s.*rollout id .*phang\.jsonl line", err), err
+    assert took < 20, f"rl-sample took {took:.1f} s to give up on a verifier with a timeout of 0.5 s"
+    recs = [o for o in stream_objects(out) if "id" in o]
+    assert len(recs) == 2, f"the one group answered before the hang is written, got {len(recs)} records"
 
 
 @case

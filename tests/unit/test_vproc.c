@@ -32,15 +32,18 @@
 
 // ---- helpers ---------------------------------------------------------------
 
-static vproc *start(const char *cmd) {
+// Without a timeout unless a case sets one (start_with).
+static vproc *start_with(const char *cmd, double timeout) {
     rl_err e;
-    vproc *v = vp_start(cmd, &e);
+    vproc *v = vp_start(cmd, timeout, &e);
     if (!v) {
         printf("cannot start %s: %s\n", cmd, e.msg);
         exit(2);
     }
     return v;
 }
+
+static vproc *start(const char *cmd) { return start_with(cmd, 0); }
 
 static void send_str(vproc *v, const char *prompt, const char *completion, const char *answer) {
     vp_send(v, prompt, strlen(prompt), completion, strlen(completion), answer, answer ? strlen(answer) : 0);
@@ -332,6 +335,80 @@ static void a_verifier_inherits_no_other_verifiers_socket(void) {
     CHECK(no_children(), "not reaped");
 }
 
+// ---- timeouts -------------------------------------------------------------
+
+static void a_verifier_that_hangs_is_an_error_after_the_timeout_naming_the_request(void) {
+    vproc *v = start_with("read -r l; echo 1; read -r l; exec sleep 60", 0.3);
+    send_str(v, "p", "c", NULL);
+    send_str(v, "p", "c", NULL);
+    rl_err e;
+    double t0 = now();
+    int rc = pump_all(v, &e);
+    double waited = now() - t0;
+    CHECK(rc == -1 && !strcmp(e.msg, "verifier command: request 1: no reply in 0.3 s "
+                                     "(it hangs, or is slower than the timeout)"), "rc %d: %s", rc, e.msg);
+    CHECK(vp_answered(v) == 1 && vp_reward(v, 0) == 1.0, "the answer before the hang is kept");
+    CHECK(waited >= 0.3 && waited < 5, "gave up after %.2f s (timeout 0.3 s)", waited);
+    // the non-blocking pump says the same, and so does finish
+    rl_err again;
+    CHECK(vp_pump(v, 0, &again) == -1 && !strcmp(again.msg, e.msg), "pump after: %s", again.msg);
+    CHECK(vp_finish(v, &again) == -1 && !strcmp(again.msg, e.msg), "finish after: %s", again.msg);
+    t0 = now();
+    vp_free(v);   // the sleeping command is killed (SIGTERM)
+    CHECK(now() - t0 < 2 && no_children(), "free took %.2f s or left a child", now() - t0);
+}
+
+static void a_non_blocking_pump_reports_the_hang_too(void) {
+    vproc *v = start_with("exec sleep 60", 0.2);
+    send_str(v, "p", "c", NULL);
+    rl_err e;
+    CHECK(vp_pump(v, 0, &e) == 0, "at once: %s", e.msg);
+    double t0 = now();
+    int rc = 0;
+    while (!rc && now() - t0 < 5) {
+        rc = vp_pump(v, 0, &e);
+        usleep(10000);
+    }
+    CHECK(rc == -1 && strstr(e.msg, "request 0: no reply in 0.2 s"), "rc %d: %s", rc, e.msg);
+    CHECK(now() - t0 >= 0.15, "reported after %.2f s", now() - t0);
+    vp_free(v);
+}
+
+static void a_slow_verifier_answering_in_turn_is_not_a_timeout(void) {
+    // 8 requests, each answered 0.1 s after the one before: 0.8 s in all,
+    // four times the timeout, but never 0.2 s without an answer.
+    vproc *v = start_with("while read -r l; do sleep 0.1; echo 1; done", 0.25);
+    for (int i = 0; i < 8; i++) send_str(v, "p", "c", NULL);
+    rl_err e;
+    double t0 = now();
+    CHECK(pump_all(v, &e) == 0, "%s", e.msg);
+    CHECK(vp_answered(v) == 8 && now() - t0 > 0.5, "%llu answers in %.2f s", (unsigned long long)vp_answered(v),
+          now() - t0);
+    CHECK(vp_finish(v, &e) == 0, "%s", e.msg);
+    vp_free(v);
+}
+
+static void a_verifier_that_does_not_exit_after_its_input_ends_is_an_error(void) {
+    // It answers, then ignores the end of its input (its stdout stays open).
+    vproc *v = start_with("read -r l; echo 1; exec sleep 60", 0.3);
+    send_str(v, "p", "c", NULL);
+    rl_err e;
+    double t0 = now();
+    CHECK(vp_finish(v, &e) == -1 && !strcmp(e.msg, "verifier command: still running 0.3 s after its input ended "
+                                                   "(it answered all 1 requests)"), "%s", e.msg);
+    CHECK(now() - t0 < 5, "finish took %.2f s", now() - t0);
+    vp_free(v);
+    CHECK(no_children(), "not reaped");
+}
+
+static void without_a_timeout_a_verifier_may_take_its_time(void) {
+    vproc *v = start("read -r l; sleep 0.3; echo 1");
+    send_str(v, "p", "c", NULL);
+    rl_err e;
+    CHECK(vp_finish(v, &e) == 0 && vp_reward(v, 0) == 1.0, "%s", e.msg);
+    vp_free(v);
+}
+
 static void a_verifier_starts_when_our_stdin_and_stdout_are_closed(void) {
     // The socketpair then takes descriptors 0 and 1 themselves.
     fflush(stdout);
@@ -341,7 +418,7 @@ static void a_verifier_starts_when_our_stdin_and_stdout_are_closed(void) {
         close(0);
         close(1);
         rl_err e;
-        vproc *v = vp_start("read -r l; echo 1", &e);
+        vproc *v = vp_start("read -r l; echo 1", 0, &e);
         if (!v) _exit(2);
         send_str(v, "p", "c", NULL);
         int ok = vp_finish(v, &e) == 0 && vp_reward(v, 0) == 1.0;
@@ -378,5 +455,10 @@ int main(void) {
     RUN(free_stops_a_verifier_that_ignores_eof_at_once);
     RUN(a_verifier_inherits_no_other_verifiers_socket);
     RUN(a_verifier_starts_when_our_stdin_and_stdout_are_closed);
+    RUN(a_verifier_that_hangs_is_an_error_after_the_timeout_naming_the_request);
+    RUN(a_non_blocking_pump_reports_the_hang_too);
+    RUN(a_slow_verifier_answering_in_turn_is_not_a_timeout);
+    RUN(a_verifier_that_does_not_exit_after_its_input_ends_is_an_error);
+    RUN(without_a_timeout_a_verifier_may_take_its_time);
     CHECK_DONE();
 }

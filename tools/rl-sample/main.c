@@ -51,6 +51,9 @@ static const char USAGE[] =
     "                         boxed: last \\boxed{...} = answer; none: no reward\n"
     "      --verifier-cmd CMD a program that reads JSON lines {prompt, completion, answer}\n"
     "                         and writes one reward per line (flushed), run by sh -c\n"
+    "      --verifier-timeout S\n"
+    "                         seconds the command may take for one reply, or to exit\n"
+    "                         at the end (default 60; 0 = no limit)\n"
     "\n"
     "Weights pushed while generating (rl-sync):\n"
     "      --listen ADDR      take new weights from rl-sync: unix:PATH or tcp:HOST:PORT\n"
@@ -86,6 +89,7 @@ typedef struct {
     char **stop;
     uint64_t epochs, max_prompts, max_records;
     int epochs_set, verifier;   // verifier: -1 default, 0 none, 1 builtin
+    double verifier_timeout;    // seconds; 0: none
     vf_kind kind;
     cli_out_opts out;
 } options;
@@ -105,7 +109,8 @@ static char *unescape(const char *s) {
 
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
-           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE };
+           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
+           O_VTIMEOUT };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -117,10 +122,10 @@ static options parse_options(int argc, char **argv) {
         {"verifier-cmd", required_argument, 0, O_VCMD},    {"listen", required_argument, 0, O_LISTEN},
         {"token-file", required_argument, 0, O_TOKEN},     {"batch", required_argument, 0, O_BATCH},
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
-        {"device", required_argument, 0, O_DEVICE},
+        {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
-    options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1, .max_lag = -1,
+    options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1, .max_lag = -1, .verifier_timeout = 60,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
     int c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "n:", longopts, NULL)) != -1) {
@@ -158,6 +163,7 @@ static options parse_options(int argc, char **argv) {
             else cli_usage_error("--verifier: expected exact, number, boxed or none, got '%s'", optarg);
             break;
         case O_VCMD: o.verifier_cmd = optarg; break;
+        case O_VTIMEOUT: o.verifier_timeout = cli_parse_f64("--verifier-timeout", optarg, 0, 1e9, 0); break;
         case O_LISTEN: o.listen = optarg; break;
         case O_TOKEN: o.token_file = optarg; break;
         case O_BATCH: o.batch = cli_parse_uint("--batch", optarg, UINT32_MAX, 0); break;
@@ -333,7 +339,7 @@ int main(int argc, char **argv) {
     uint64_t per_batch = o.batch ? (o.batch + (uint64_t)o.gen.group - 1) / (uint64_t)o.gen.group : 1;
     uint64_t started = 0;   // groups
     vproc *vp = NULL;
-    if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, &e))) cli_die("%s", e.msg);
+    if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, o.verifier_timeout, &e))) cli_die("%s", e.msg);
     const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
                                  .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
