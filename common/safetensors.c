@@ -198,7 +198,10 @@ static int parse_header(st_file *f, const char *json, size_t len, const uint8_t 
             return err_set(err, "%s: header has a control byte 0x%02x at byte %zu (not JSON)", f->path,
                            (unsigned char)json[i], i);
     const char *end = NULL;
+    errno = 0;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    if (!root && errno == ENOMEM)   // from cJSON's malloc
+        return err_set(err, "%s: out of memory parsing its header (%zu bytes of JSON)", f->path, len);
     if (!root) {
         size_t at = end && end >= json && end <= json + len ? (size_t)(end - json) : 0;
         return err_set(err, "%s: header is not valid JSON (error near byte %zu of %zu)", f->path, at, len);

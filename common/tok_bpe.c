@@ -282,9 +282,17 @@ void tok_bpe_free(tok_bpe *m) {
     free(m);
 }
 
+// What a file may claim, checked before the tables are built: real vocabularies
+// hold up to a few hundred thousand tokens and as many merges.
+#define TOK_MAX_VOCAB (1u << 22)
+#define TOK_MAX_MERGES (1u << 22)
+
 static int load_vocab(tok_bpe *m, const cJSON *vocab, rl_err *err) {
     const char *p = m->path;
     if (!cJSON_IsObject(vocab)) return err_set(err, "%s: model.vocab must be an object", p);
+    size_t count = (size_t)cJSON_GetArraySize(vocab);
+    if (count > TOK_MAX_VOCAB)
+        return err_set(err, "%s: model.vocab has %zu tokens, more than the %u allowed", p, count, TOK_MAX_VOCAB);
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
         uint32_t id;
@@ -357,6 +365,8 @@ static int load_merges(tok_bpe *m, const cJSON *merges, rl_err *err) {
     const char *p = m->path;
     if (!cJSON_IsArray(merges)) return err_set(err, "%s: model.merges must be an array", p);
     size_t count = (size_t)cJSON_GetArraySize(merges), slots = 1024, i = 0;
+    if (count > TOK_MAX_MERGES)
+        return err_set(err, "%s: model.merges has %zu merges, more than the %u allowed", p, count, TOK_MAX_MERGES);
     while (slots < count * 2) slots *= 2;
     m->merge = xmalloc(slots * sizeof *m->merge);
     for (size_t k = 0; k < slots; k++) m->merge[k].key = UINT64_MAX;
