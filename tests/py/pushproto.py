@@ -363,6 +363,7 @@ class PushResult:
         self.error = None
         self.skipped = False
         self.sent = 0            # data bytes sent
+        self.stream = 0          # bytes sent in all (answer to the greeting, push message, data, checksum)
 
     @property
     def ok(self):
@@ -370,6 +371,30 @@ class PushResult:
 
     def __repr__(self):
         return f"PushResult(ok={self.ok}, skipped={self.skipped}, error={self.error!r}, result={self.result})"
+
+
+class Cut(Exception):
+    """The sender stopped where it was told to (cut_at)."""
+
+
+class Wire:
+    """The sender's side of a connection, counting the bytes it sends from
+    the first: closes after `cut_at` of them (raising Cut), or sends byte
+    `flip_at` inverted."""
+
+    def __init__(self, sock, cut_at=None, flip_at=None):
+        self.sock, self.cut_at, self.flip_at, self.sent = sock, cut_at, flip_at, 0
+
+    def sendall(self, b):
+        if self.flip_at is not None and self.sent <= self.flip_at < self.sent + len(b):
+            i = self.flip_at - self.sent
+            b = b[:i] + bytes([b[i] ^ 0xFF]) + b[i + 1:]
+        if self.cut_at is not None and self.sent + len(b) >= self.cut_at:
+            self.sock.sendall(b[:self.cut_at - self.sent])
+            self.sent = self.cut_at
+            raise Cut(f"cut off after {self.cut_at} bytes")
+        self.sock.sendall(b)
+        self.sent += len(b)
 
 
 def connect(addr, timeout=10.0):
@@ -380,9 +405,44 @@ def connect(addr, timeout=10.0):
     return s
 
 
+def build(hello, tensors, version, *, dtypes=None, announce_version=None, announce_bytes=None, omit=(), extra=None,
+          shapes=None, checksum_name="xxh3-64"):
+    """The push message (a dict) and the data (bytes) push() sends for this
+    hello (see push() for the arguments)."""
+    wanted = {name: dt for name, dt, _ in hello["tensors"]}
+    order = [n for n in wanted if n not in omit]
+    arrays = {n: np.ascontiguousarray(tensors[n], dtype=np.float32) for n in order}
+    wire = {n: (dtypes or {}).get(n, wanted[n]) for n in order}
+    for n, a in (extra or {}).items():
+        order.append(n)
+        arrays[n] = np.ascontiguousarray(a, dtype=np.float32)
+        wire[n] = (dtypes or {}).get(n, "f32")
+    data = b"".join(encode(arrays[n], wire[n]) for n in order)
+    listed = [[n, wire[n], list((shapes or {}).get(n, arrays[n].shape))] for n in order]
+    msg = {"version": version if announce_version is None else announce_version,
+           "bytes": len(data) if announce_bytes is None else announce_bytes,
+           "checksum": checksum_name, "tensors": listed}
+    return msg, data
+
+
+def stream_parts(hello, tensors, version, auth, **kw):
+    """Where each part of what push() sends lies in its byte stream, as
+    {part: (start, end)}: "mac" (when auth), "length" (of the push message),
+    "message", "data", "checksum"."""
+    msg, data = build(hello, tensors, version, **kw)
+    parts, at = {}, 0
+    for name, n in (("mac", MAC if auth else 0), ("length", 4), ("message", len(msgpack.packb(msg, use_bin_type=True))),
+                    ("data", len(data)), ("checksum", 8)):
+        if n:
+            parts[name] = (at, at + n)
+        at += n
+    return parts
+
+
 def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, truncate_at=None, mac_override=None,
          announce_version=None, announce_bytes=None, msg_length=None, omit=(), extra=None, shapes=None,
-         checksum_name="xxh3-64", force=False, close_after=None, pause=None, timeout=10.0):
+         checksum_name="xxh3-64", force=False, close_after=None, pause=None, cut_at=None, flip_at=None,
+         timeout=10.0):
     """Pushes tensors ({name: float32 array}) as `version` to the receiver at addr.
 
     The wire dtype of each tensor is the one the hello asks for, unless
@@ -398,12 +458,15 @@ def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, trunc
       corrupt: "checksum" (a wrong checksum is sent) or "data" (one byte of
         data flipped after the checksum was computed);
       truncate_at: close after this many data bytes;
+      cut_at / flip_at: close after this many bytes of everything sent / send
+        the byte at this offset of it inverted (offsets as stream_parts gives);
       close_after: "greeting" | "hello" | "answer": close at that point;
       pause: (bytes, seconds): sleep after that many data bytes;
       force: push even when the hello's version is not older.
     Returns a PushResult; never raises for what the receiver does."""
     r = PushResult()
     s = connect(addr, timeout)
+    w = Wire(s, cut_at, flip_at)
     try:
         g = recv_exact(s, GREETING)
         if g[:4] != MAGIC:
@@ -414,7 +477,7 @@ def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, trunc
         if close_after == "greeting":
             return r
         if flags & AUTH_REQUIRED:
-            s.sendall(mac_override if mac_override is not None else
+            w.sendall(mac_override if mac_override is not None else
                       mac(token, g[16:]) if token is not None else bytes(MAC))
         r.hello = recv_msg(s)
         if not r.hello.get("ok"):
@@ -425,19 +488,10 @@ def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, trunc
         if r.hello["version"] >= version and not force:
             r.skipped = True
             return r
-        wanted = {name: dt for name, dt, _ in r.hello["tensors"]}
-        order = [n for n in wanted if n not in omit]
-        arrays = {n: np.ascontiguousarray(tensors[n], dtype=np.float32) for n in order}
-        wire = {n: (dtypes or {}).get(n, wanted[n]) for n in order}
-        for n, a in (extra or {}).items():
-            order.append(n)
-            arrays[n] = np.ascontiguousarray(a, dtype=np.float32)
-            wire[n] = (dtypes or {}).get(n, "f32")
-        data = b"".join(encode(arrays[n], wire[n]) for n in order)
-        listed = [[n, wire[n], list((shapes or {}).get(n, arrays[n].shape))] for n in order]
-        send_msg(s, {"version": version if announce_version is None else announce_version,
-                     "bytes": len(data) if announce_bytes is None else announce_bytes,
-                     "checksum": checksum_name, "tensors": listed}, length=msg_length)
+        msg, data = build(r.hello, tensors, version, dtypes=dtypes, announce_version=announce_version,
+                          announce_bytes=announce_bytes, omit=omit, extra=extra, shapes=shapes,
+                          checksum_name=checksum_name)
+        send_msg(w, msg, length=msg_length)
         r.answer = recv_msg(s)
         if not r.answer.get("ok"):
             r.error = r.answer.get("error", "refused")
@@ -451,21 +505,24 @@ def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, trunc
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         body = data + struct.pack("<Q", checksum)
         if truncate_at is not None:
-            s.sendall(body[:truncate_at])
+            w.sendall(body[:truncate_at])
             r.sent = min(truncate_at, len(data))
             r.error = f"cut off after {truncate_at} bytes"
             return r
         if pause is not None:
             at, seconds = pause
-            s.sendall(body[:at])
+            w.sendall(body[:at])
             time.sleep(seconds)
-            s.sendall(body[at:])
+            w.sendall(body[at:])
         else:
-            s.sendall(body)
+            w.sendall(body)
         r.sent = len(data)
         r.result = recv_msg(s)
         if not r.result.get("ok"):
             r.error = r.result.get("error", "refused")
+        return r
+    except Cut as e:
+        r.error = str(e)
         return r
     except Closed as e:
         r.error = f"the receiver closed the connection: {e}"
@@ -474,4 +531,5 @@ def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, trunc
         r.error = f"{type(e).__name__}: {e}"
         return r
     finally:
+        r.stream = w.sent
         s.close()

@@ -4,11 +4,13 @@
 // it had (0 for a model directory that is not a checkpoint); each step makes
 // the next version.
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -315,12 +317,23 @@ static int is_training_kind(const rec_t *h) {
            (!memcmp(kind, "rollouts", 8) || !memcmp(kind, "examples", 8));
 }
 
-static void report(const options *o, FILE *metrics, const lrn_metrics *m) {
-    if (!metrics && o->quiet) return;
+// metrics: the descriptor of the metrics file, or -1. A line that does not
+// fit (a full disk) is cut off again, so that the file holds whole lines only
+// and a --resume appends after the last of them.
+static void report(const options *o, int metrics, const lrn_metrics *m) {
+    if (metrics < 0 && o->quiet) return;
     sbuf line = {0};
     lrn_metrics_json(m, &line);
-    if (metrics && (fprintf(metrics, "%.*s\n", (int)line.len, (const char *)line.data) < 0 || fflush(metrics)))
-        cli_die("write error: %s: %s", o->metrics, strerror(errno));
+    sbuf_putc(&line, '\n');
+    struct stat st;
+    if (metrics >= 0 && fstat(metrics, &st)) cli_die("cannot stat: %s: %s", o->metrics, strerror(errno));
+    if (metrics >= 0 && fd_write_all(metrics, line.data, line.len)) {
+        int e = errno;
+        if (S_ISREG(st.st_mode) && ftruncate(metrics, st.st_size))
+            cli_die("write error: %s: %s (and the part of the line written stays: %s)", o->metrics, strerror(e),
+                    strerror(errno));
+        cli_die("write error: %s: %s", o->metrics, strerror(e));
+    }
     sbuf_free(&line);
     if (o->quiet) return;
     fprintf(stderr, "rl-learn: step %llu: %llu seqs, %llu tokens, loss %.4g, grad %.3g, lr %.3g", (unsigned long long)m->step,
@@ -333,7 +346,7 @@ static void report(const options *o, FILE *metrics, const lrn_metrics *m) {
 // Takes every step the held records allow, each saved and reported; signals
 // wait (busy) until its checkpoint and metrics line are out. 1 once
 // --max-steps steps are taken.
-static int train(run_t *r, learner_t *l, FILE *metrics, int keep_last, uint64_t *tokens) {
+static int train(run_t *r, learner_t *l, int metrics, int keep_last, uint64_t *tokens) {
     const options *o = r->o;
     while (!(o->max_steps && r->steps >= o->max_steps)) {
         if (!lrn_ready(l, keep_last)) return 0;
@@ -372,8 +385,11 @@ int main(int argc, char **argv) {
     run_t run = {.o = &o};
     tokenizer *tok = NULL;
     start(&run, &tok);
-    FILE *metrics = NULL;   // opened once the checkpoint directory is known good, so a refused run loses nothing
-    if (o.metrics && !(metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, o.resume ? "a" : "w") : stdout))
+    // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
+    int metrics = -1, metrics_file = o.metrics && strcmp(o.metrics, "-");
+    if (o.metrics && !metrics_file) metrics = STDOUT_FILENO;
+    if (metrics_file &&
+        (metrics = open(o.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o.resume ? 0 : O_TRUNC), 0666)) < 0)
         cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
     set_stop_message(o.out, run.version);
     busy = 0;
@@ -425,7 +441,7 @@ int main(int argc, char **argv) {
                  lrn_dropped(l, NULL));
     lrn_end(l);
     if (!done) train(&run, l, metrics, o.keep_last, &tokens);
-    if (metrics && metrics != stdout && fclose(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
+    if (metrics_file && close(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
     if (!o.quiet)
         fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s on %s\n",
                 (unsigned long long)(run.version - first), (unsigned long long)first, (unsigned long long)run.version,
