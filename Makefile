@@ -138,11 +138,35 @@ check: all $(TEST_BINS)
 	@sh scripts/deps.sh test
 	@BUILD=$(BUILD) BIN=$(BIN) bash tests/run.sh
 
+# make check-san: the whole suite once more, every program (tools, unit tests,
+# test and benchmark drivers) built with the sanitizers into $(SAN_BUILD), by
+# a second make of this file. The CUDA backend is left out: the sanitizers do
+# not see device code. The optimisation levels stay the normal build's
+# (SAN_OPT empty): under the sanitizers -O2/-O3 run the suite faster than -O1
+# and still report what -O1 reports. The sanitizer passes of make check are not
+# repeated (SAN_PASSES=0); RLPIPE_SANITIZED=1 tells timing tests to allow more.
+SAN_BUILD := $(BUILD)/san
+SAN_OPT ?=
+SAN_CHECK_FLAGS = $(SAN_OPT) $(filter-out -O%,$(SAN_FLAGS))
+
+.PHONY: check-san
+check-san:
+	@$(MAKE) --no-print-directory CUDA=0 CC=$(SAN_CC) BUILD=$(SAN_BUILD) BIN=$(SAN_BUILD)/bin \
+	  CFLAGS="$(SAN_CHECK_FLAGS) $(CFLAGS)" LDFLAGS="$(SAN_CHECK_FLAGS) $(LDFLAGS)" \
+	  all aux $(addprefix $(SAN_BUILD)/tests/,$(TESTS))
+	@sh scripts/deps.sh test
+	@MAKEFLAGS= BUILD=$(SAN_BUILD) BIN=$(SAN_BUILD)/bin SAN_PASSES=0 RLPIPE_SANITIZED=1 \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 bash tests/run.sh
+
 # The main job on the built-in tiny model (experiments/demo/Makefile): SFT,
 # then RL in flight, held-out accuracy before and after; its last line says it.
 demo: all
 	@sh scripts/deps.sh demo
 	@$(MAKE) --no-print-directory -C experiments/demo BIN=$(abspath $(BIN))
+
+# Fuzzing (libFuzzer harnesses of every parser): make fuzz [FUZZ_TIME=seconds each].
+include tests/fuzz/fuzz.mk
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5

@@ -251,6 +251,7 @@ static const char *rope_name(cfg_rope_type t) {
 // Whether word is one of the space-separated words of list.
 static int in_list(const char *list, const char *word) {
     size_t n = strlen(word);
+    if (!n) return 0;   // "" is in no list (and strstr would find it everywhere, forever)
     for (const char *p = list; (p = strstr(p, word)); p += n)
         if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
     return 0;

@@ -394,7 +394,8 @@ void json_put_str(sbuf *out, const char *s, size_t n) {
             sbuf_putc(out, (uint8_t)hex[c & 15]);
         }
     }
-    sbuf_put(out, s + run, n - run);
+    // msgpack-c gives an empty str a NULL pointer: no arithmetic on it.
+    if (run < n) sbuf_put(out, s + run, n - run);
     sbuf_putc(out, '"');
 }
 

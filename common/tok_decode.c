@@ -268,7 +268,8 @@ int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int c
         }
     }
     int c = w->cur;
-    for (size_t i = 0; i < w->n[c]; i++) sbuf_put(out, w->text[c].data + w->item[c][i].off, w->item[c][i].len);
+    for (size_t i = 0; i < w->n[c]; i++)   // (an empty item may lie in a list with no text at all)
+        if (w->item[c][i].len) sbuf_put(out, w->text[c].data + w->item[c][i].off, w->item[c][i].len);
     w->text[c].len = 0;
     w->n[c] = 0;
     return 0;

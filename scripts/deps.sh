@@ -26,6 +26,11 @@ pc_has libcrypto || need libssl-dev
 # Tokenizers: Unicode-property regexes (PCRE2, with its JIT) and NFC/NFKC (utf8proc).
 pc_has libpcre2-8 || need libpcre2-dev
 pc_has libutf8proc || need libutf8proc-dev
+# make check's sanitizer build and libFuzzer harnesses (tests/fuzz) are clang's;
+# libFuzzer and the sanitizers' runtimes come with libclang-rt-dev.
+command -v clang >/dev/null 2>&1 || need clang
+{ command -v clang >/dev/null 2>&1 && [ -n "$(ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a 2>/dev/null)" ]; } ||
+    need libclang-rt-dev
 
 if [ "$what" = demo ]; then
     command -v python3 >/dev/null 2>&1 || need python3

@@ -5,11 +5,14 @@
 # failure. The last line is "N passed, N failed[, N skipped]".
 #   tests/run.sh [REGEX]   only the programs whose label matches REGEX
 # BUILD and BIN name the build and tool folders (as in the Makefile).
+# SAN_PASSES=0 leaves out the second, sanitizer passes over $BUILD/asan (for a
+# build whose every program is sanitized already: make check-san).
 cd "$(dirname "$0")/.." || exit 1
 export RLPIPE_ROOT=$PWD
 BUILD=${BUILD:-build}
 BIN=${BIN:-bin}
 only=${1:-}
+san_passes=${SAN_PASSES:-1}
 # Python references that Debian does not package (transformers, tokenizers,
 # safetensors, gguf and the packages with real tokenizer and model files) are
 # installed into the virtual environment .deps/venv by scripts/deps.sh test;
@@ -45,18 +48,23 @@ for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] && run "unit: ${t##*/}" "$PWD/$BIN" "$t"
 done
 for t in "$BUILD"/asan/tests/test_*; do
-    [ -x "$t" ] && run "asan+ubsan unit: ${t##*/}" "$PWD/$BIN" "$t"
+    [ "$san_passes" = 1 ] && [ -x "$t" ] && run "asan+ubsan unit: ${t##*/}" "$PWD/$BIN" "$t"
 done
 for t in tests/cli/*.sh; do
     run "cli: ${t##*/}" "$PWD/$BIN" bash "$t"
     # Tests marked "also-asan" run again with the sanitizer build of the tools.
-    if grep -q '^# also-asan' "$t"; then
+    if [ "$san_passes" = 1 ] && grep -q '^# also-asan' "$t"; then
         run "asan+ubsan cli: ${t##*/}" "$PWD/$BUILD/asan/bin" \
             env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 bash "$t"
     fi
 done
 for t in tests/py/test_*.py; do
     [ -f "$t" ] && run "py: ${t##*/}" "$PWD/$BIN" "$PY" "$t"
+done
+# The libFuzzer harnesses (tests/fuzz), FUZZ_CHECK_TIME seconds each, under
+# ASan and UBSan (make fuzz runs them for longer).
+for t in "$BUILD"/fuzz/fuzz_*; do
+    [ -x "$t" ] && run "fuzz: ${t##*/}" "$PWD/$BIN" env BUILD="$BUILD" bash tests/fuzz/run.sh "$t" "${FUZZ_CHECK_TIME:-18}"
 done
 
 line="$pass passed, $fail failed"

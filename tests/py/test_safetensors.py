@@ -42,7 +42,7 @@ tmpfile = rltest.tmpfile
 def st_tool(*args):
     """Runs st_tool; returns (status, stdout text, stderr text)."""
     assert os.access(ST_TOOL, os.X_OK), f"{ST_TOOL} is not built (make BUILD={BUILD} aux)"
-    p = subprocess.run([ST_TOOL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.run([ST_TOOL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
@@ -394,6 +394,9 @@ def unsupported_configs_are_refused_naming_the_key():
          "num_key_value_heads 3 does not divide num_attention_heads 8"),
         ({"model_type": "gemma"}, 'model_type "gemma" is not supported (supported: llama, mistral, qwen2, qwen3)'),
         ({"hidden_act": "gelu"}, 'hidden_act "gelu" is not supported'),
+        # an empty key (found by fuzz_config: it made the key lookup loop forever)
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "": 1}},
+         'rope_scaling  1 is not supported with rope_type "linear" (it takes: factor)'),
     ]
     for edit, phrase in cases:
         cfg = dict(QWEN2, **edit)

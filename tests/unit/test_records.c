@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "json.h"
 #include "mpscan.h"
 #include "reader.h"
 #include "record.h"
@@ -332,6 +333,21 @@ static void reader_names_file_record_and_reason(void) {
     CHECK(res.status < 0 && strstr(res.err, "empty input"), "%s", res.err);
 }
 
+// msgpack-c unpacks an empty str with a NULL pointer (found by fuzz_jsonl).
+static void json_writes_an_empty_key_and_an_empty_string_value(void) {
+    rec_t *r = rec_new();
+    rec_set_str(r, "", "", 0);
+    rec_set_str(r, "k", "", 0);
+    sbuf out = {0};
+    rl_err err;
+    int rc = json_from_rec(r, &out, &err);
+    rec_free(r);
+    sbuf_putc(&out, 0);
+    int same = !strcmp((const char *)out.data, "{\"\":\"\",\"k\":\"\"}");
+    CHECK(rc == 0 && same, "rc %d, %s", rc, rc ? err.msg : (const char *)out.data);
+    sbuf_free(&out);
+}
+
 int main(void) {
     RUN(scan_finds_the_end_of_each_msgpack_type);
     RUN(scan_rejects_an_array_declaring_2_to_the_32_elements_before_reading_them);
@@ -344,5 +360,6 @@ int main(void) {
     RUN(truncation_at_every_byte_offset_is_detected);
     RUN(corrupt_bytes_never_reach_the_reader_as_records);
     RUN(reader_names_file_record_and_reason);
+    RUN(json_writes_an_empty_key_and_an_empty_string_value);
     CHECK_DONE();
 }

@@ -1,0 +1,144 @@
+"""tests/fuzz/seeds.py OUTDIR TINY_SAFETENSORS — the seeds tests/fuzz/seeds.sh
+does not make with the tools: safetensors files and shard indexes, configs,
+tokenizers (with the fixed ones of fuzz_tokenizer listed in
+OUTDIR/tokenizers.list) and push messages. Each seed starts with the byte
+that chooses what its harness does with the rest (see each fuzz_<name>.c)."""
+import json
+import os
+import struct
+import sys
+
+import msgpack
+import torch
+from safetensors.torch import save
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "py"))
+import hf_tokenizer_files  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TEXTS = ["Hello, world! 12345 + 678 = 9", "  spaces\tand\nnewlines  ", "café naïve ÅÉÎ ǅ ﬁ ①",
+         "日本語のテキスト 🙂👍🏽", "<|bos|>2+2=4<|eos|>", "don't I'll we've 3.14159 1,000,000", "\x00\x01\x7f"]
+
+
+def write(dir, name, data):
+    os.makedirs(dir, exist_ok=True)
+    with open(os.path.join(dir, name), "wb") as f:
+        f.write(data)
+
+
+def safetensors_seeds(out, tiny):
+    d = os.path.join(out, "safetensors")
+    small = {"a": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.ones(4, dtype=torch.bfloat16),
+             "c": torch.full((2, 1, 2), -0.5, dtype=torch.float16), "scalar": torch.tensor(2.0)}
+    write(d, "small", b"\x00" + save(small, metadata={"format": "pt"}))
+    write(d, "empty", b"\x00" + save({"z": torch.zeros(0, 3)}))
+    with open(tiny, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        f.seek(0)
+        write(d, "tiny-header", b"\x00" + f.read(8 + n + 4096))   # the data cut short
+    shards = {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+              "model.norm.weight": "model-00001-of-00002.safetensors",
+              "lm_head.weight": "model-00002-of-00002.safetensors"}
+    write(d, "index", b"\x01" + json.dumps({"metadata": {"total_size": 40}, "weight_map": shards}, indent=2).encode())
+    del shards["lm_head.weight"]
+    write(d, "index-shard-unlisted", b"\x01" + json.dumps({"weight_map": shards}).encode())
+
+
+def config_seeds(out):
+    d = os.path.join(out, "config")
+    with open(os.path.join(ROOT, "models", "tiny", "config.json"), "rb") as f:
+        tiny = f.read()
+    base = json.loads(tiny)
+    gen = {"do_sample": True, "temperature": 0.6, "top_p": 0.9, "top_k": 20, "eos_token_id": [446, 447],
+           "bos_token_id": 445, "pad_token_id": 0, "max_new_tokens": 64, "repetition_penalty": 1.1, "min_p": 0.0}
+    write(d, "tiny", tiny)
+    write(d, "tiny-generation", tiny + b"\x00" + json.dumps(gen).encode())
+    variants = {
+        "qwen2": {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 128, "max_window_layers": 2},
+        "qwen3": {"model_type": "qwen3", "attention_bias": True, "eos_token_id": [446, 447]},
+        "mistral": {"model_type": "mistral", "sliding_window": 64, "rope_theta": 1e6},
+        "llama3-rope": {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                         "high_freq_factor": 4.0, "original_max_position_embeddings": 128}},
+        "yarn": {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                                  "beta_fast": 32, "beta_slow": 1}},
+        "linear": {"rope_scaling": {"type": "linear", "factor": 2.0}, "mlp_bias": True},
+        "dynamic": {"rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}},
+    }
+    for name, v in variants.items():
+        c = dict(base)
+        c.update(v)
+        if c["model_type"] != "llama":
+            c.pop("attention_bias", None)
+        write(d, name, json.dumps(c, indent=2).encode())
+
+
+def trimmed(path, keep):
+    """tokenizer.json at path with the ids of its BPE vocabulary below keep and
+    the merges among them: the file's structure at a size a fuzzer can mutate."""
+    with open(path, "rb") as f:
+        t = json.load(f)
+    model = t["model"]
+    model["vocab"] = {s: i for s, i in model["vocab"].items() if i < keep}
+    merges = []
+    for m in model["merges"]:
+        a, b = m.split(" ", 1) if isinstance(m, str) else m
+        if a in model["vocab"] and b in model["vocab"] and a + b in model["vocab"]:
+            merges.append(m)
+    model["merges"] = merges
+    return json.dumps(t, ensure_ascii=False).encode()
+
+
+def tokenizer_seeds(out):
+    d = os.path.join(out, "tokenizer")
+    fixed_dir = os.path.join(out, "tokenizers")
+    os.makedirs(fixed_dir, exist_ok=True)
+    fixed = [f for f in hf_tokenizer_files.real_files(fixed_dir, ("tiny", "llama3", "qwen2.5", "smollm2"))
+             if f.path]
+    with open(os.path.join(out, "tokenizers.list"), "w") as f:
+        f.write(":".join(x.path for x in fixed) + "\n")
+    built = [f for f in hf_tokenizer_files.built_files(fixed_dir) if f.path]
+    for f in fixed + built:
+        keep = 10**9 if f.name == "tiny" else 600
+        write(d, f"json-{f.name}", b"\x00" + trimmed(f.path, keep) + b"\x00" + TEXTS[len(f.name) % len(TEXTS)].encode())
+    for f in built:
+        os.remove(f.path)
+    # m = 1..n: a text for fixed tokenizer m mod n; m | 0x80: ids to decode.
+    for m in range(1, len(fixed) + 1):
+        for i, text in enumerate(TEXTS):
+            write(d, f"text-{m}-{i}", bytes([m]) + text.encode())
+        write(d, f"ids-{m}", bytes([0x80 | m]) + struct.pack("<12H", *range(0, 1200, 100)))
+
+
+def push_seeds(out):
+    d = os.path.join(out, "push")
+
+    def msg(m):
+        body = msgpack.packb(m, use_bin_type=True)
+        return struct.pack("<I", len(body)) + body
+
+    tensors = [["model.embed_tokens.weight", "bf16", [448, 128]], ["model.norm.weight", "f32", [128]],
+               ["model.layers.0.self_attn.q_proj.weight", "f16", [128, 128]]]
+    hello = {"ok": True, "receiver": "rl-sample 0.1.0", "dtype": "bf16", "version": 3, "tensors": tensors}
+    push = {"version": 4, "bytes": 448 * 128 * 2 + 128 * 4 + 128 * 128 * 2, "checksum": "xxh3-64", "tensors": tensors}
+    result = {"ok": True, "version": 4, "bytes": 10, "recv_us": 5, "wait_us": 1, "stall_us": 0}
+    write(d, "messages", b"\x00" + msg(hello) + msg(push) + msg({"ok": True}) + msg(result))
+    write(d, "error", b"\x00" + msg({"ok": False, "error": "a tensor missing"}))
+    greeting = b"RLPW" + struct.pack("<III", 1, 0, 0) + bytes(range(32))
+    write(d, "greeting", b"\x01" + greeting)
+    write(d, "greeting-auth", b"\x05" + greeting[:8] + struct.pack("<I", 1) + greeting[12:])
+    write(d, "answer", b"\x02" + bytes(range(32)) + msg({"version": 1, "tensors": []}))
+    for i, a in enumerate(["unix:/run/rl.sock", "tcp:127.0.0.1:9000", "tcp:[::1]:80", "tcp:8080", "rel/sock"]):
+        write(d, f"address-{i}", b"\x03" + a.encode())
+    write(d, "token", b"\x07" + b"0123456789abcdef0123456789abcdef\r\n")
+
+
+def main():
+    out, tiny = sys.argv[1], sys.argv[2]
+    safetensors_seeds(out, tiny)
+    config_seeds(out)
+    tokenizer_seeds(out)
+    push_seeds(out)
+
+
+if __name__ == "__main__":
+    main()

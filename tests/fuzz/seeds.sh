@@ -1,0 +1,45 @@
+#!/bin/bash
+# tests/fuzz/seeds.sh OUTDIR — the seed corpora of the libFuzzer harnesses:
+# OUTDIR/<name>/ per harness (fuzz_<name>), and OUTDIR/tokenizers.list, the
+# fixed tokenizers of fuzz_tokenizer (FUZZ_TOKENIZERS, ':'-separated).
+# Made from the repository and its tools: a tiny model with random weights
+# (rl-learn), records sampled from it (rl-sample), converted by rl-cat (raw,
+# zstd, several members, JSON lines); the rest (safetensors files, configs,
+# tokenizers, push messages) by tests/fuzz/seeds.py with the venv's packages.
+# BIN names the tools' folder (default bin), PY the Python (.deps/venv).
+set -eu
+[ $# -eq 1 ] || { echo "usage: tests/fuzz/seeds.sh OUTDIR" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=$(mkdir -p "$1" && cd "$1" && pwd)
+bin=$(cd "$root" && cd "${BIN:-bin}" && pwd)
+PY=${PY:-$root/.deps/venv/bin/python}
+PATH=$bin:$PATH
+work=$(mktemp -d "${TMPDIR:-/tmp}/rlpipe-seeds.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push}
+cd "$work"
+
+# ---- records and JSON lines from the tools
+rl-learn -q --config "$root/models/tiny/config.json" --seed 3 --init-std 0.08 --device cpu --out m </dev/null
+for i in 0 1 2; do
+    printf '{"prompt": "%d+%d=", "answer": "%d"}\n' $((i * 7)) $((i * 3)) $((i * 10))
+done >p.jsonl
+rl-sample -q --model m --device cpu -n 2 --seed 1 --max-new-tokens 6 p.jsonl -o s.rlr
+printf '{"prompt": "2+2=", "completion": "4"}\n{"prompt_ids": [445, 50, 51], "ids": [52, 446]}\n' >ex.jsonl
+rl-cat -q --pack --kind examples ex.jsonl -o ex.rlr
+rl-cat -q --pack --kind prompts p.jsonl -o p.rlr
+rl-cat -q -u s.rlr -o s.raw
+rl-cat -q --frame 1 s.rlr -o s1.rlr                      # a zstd frame per record
+r=$out/records
+cp s.rlr "$r/rollouts.zst.rlr"; cp s.raw "$r/rollouts.raw.rlr"; cp s1.rlr "$r/frames.rlr"
+cp ex.rlr "$r/examples.rlr"; cp p.rlr "$r/prompts.rlr"
+cat s.rlr s.raw ex.rlr >"$r/members.rlr"                  # three members, zstd then raw then zstd
+head -c $(($(stat -c %s s.raw) / 2)) s.raw >"$r/truncated.raw.rlr"
+head -c $(($(stat -c %s s.rlr) - 9)) s.rlr >"$r/truncated.zst.rlr"
+j=$out/jsonl
+cp p.jsonl "$j/prompts.jsonl"; cp ex.jsonl "$j/examples.jsonl"; cp p.rlr "$j/prompts.rlr"
+rl-cat -q --json --header s.rlr -o "$j/rollouts-header.jsonl"
+rl-cat -q --json ex.rlr -o "$j/examples-roundtrip.jsonl"
+
+# ---- the rest, and the tiny model's safetensors header
+"$PY" "$root/tests/fuzz/seeds.py" "$out" "m/$(cat m/latest)/model.safetensors"   # latest names the version folder
