@@ -436,16 +436,24 @@ static int remove_old(const char *root, uint64_t newest, int keep, uint64_t ever
     return rc;
 }
 
-static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err *err) {
-    const char *root = o->root;
+// Removes the .tmp-* and .latest.tmp-* entries a killed writer left (the
+// caller holds the lock, so no write is under way).
+static int remove_stale(const char *root, rl_err *err) {
     char **stale = list_dir(root, is_temporary, err);
     if (!stale) return -1;
-    char path[CKPT_PATH], tmp[CKPT_PATH], name[32];
+    char path[CKPT_PATH];
     int rc = 0;
     for (size_t i = 0; stale[i] && rc == 0; i++)
         if ((rc = pathf(path, err, "%s/%s", root, stale[i])) == 0) rc = rm_tree(path, err);
     free_names(stale);
-    if (rc) return -1;
+    return rc;
+}
+
+static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err *err) {
+    const char *root = o->root;
+    char path[CKPT_PATH], tmp[CKPT_PATH], name[32];
+    int rc = 0;
+    if (remove_stale(root, err)) return -1;
 
     uint64_t latest = 0;
     int has_latest = latest_version(root, &latest, err);
@@ -505,6 +513,18 @@ int ckpt_write(const ckpt_write_opts *o, const struct model *m, rl_err *err) {
     int lock = lock_root(o->root, err);
     if (lock < 0) return -1;
     int rc = write_locked(o, m, err);
+    close(lock);
+    return rc;
+}
+
+int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err) {
+    if (keep < 0) return err_set(err, "keep %d: must be 0 (all) or positive", keep);
+    int lock = lock_root(root, err);
+    if (lock < 0) return -1;
+    uint64_t latest = 0;
+    int rc = remove_stale(root, err), has_latest = 0;
+    if (rc == 0 && (has_latest = latest_version(root, &latest, err)) < 0) rc = -1;
+    if (rc == 0 && has_latest && keep > 0) rc = remove_old(root, latest, keep, keep_every, err);
     close(lock);
     return rc;
 }

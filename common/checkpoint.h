@@ -55,6 +55,12 @@ typedef struct {
 // replaced. 0, or -1 with err naming the path and the reason.
 int ckpt_write(const ckpt_write_opts *o, const struct model *m, rl_err *err);
 
+// Finishes what a writer killed after publishing a version left undone: the
+// temporaries removed, and of the versions up to latest the newest keep (and
+// the multiples of keep_every) kept, as ckpt_write would have (keep 0: all).
+// Holds root/.lock meanwhile. For a run that resumes. 0, or -1 with err.
+int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err);
+
 // Loads dir/optimizer.safetensors (in a version directory) into the model's
 // AdamW moments, and its parameters when the file has them (model_train_init
 // must have been called). Every tensor must be

@@ -84,7 +84,11 @@ void tok_dec_work_free(tok_dec_work *w) {
 
 // ---- the steps ----------------------------------------------------------------------------
 
-static const uint8_t *item_at(const tok_dec_work *w, size_t i) { return w->text[w->cur].data + w->item[w->cur][i].off; }
+// Item i of the current list. Empty items may lie in a list with no text at all (data NULL).
+static const uint8_t *item_at(const tok_dec_work *w, size_t i) {
+    const uint8_t *text = w->text[w->cur].data;
+    return text ? text + w->item[w->cur][i].off : (const uint8_t *)"";
+}
 
 static void bytelevel(tok_dec_work *w) {
     next_begin(w, 1);
@@ -268,8 +272,7 @@ int tok_dec_run(const tok_decoder *d, tok_dec_work *w, tok_re_scratch *sc, int c
         }
     }
     int c = w->cur;
-    for (size_t i = 0; i < w->n[c]; i++)   // (an empty item may lie in a list with no text at all)
-        if (w->item[c][i].len) sbuf_put(out, w->text[c].data + w->item[c][i].off, w->item[c][i].len);
+    for (size_t i = 0; i < w->n[c]; i++) sbuf_put(out, item_at(w, i), w->item[c][i].len);
     w->text[c].len = 0;
     w->n[c] = 0;
     return 0;

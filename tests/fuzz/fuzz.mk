@@ -1,7 +1,8 @@
 # tests/fuzz/fuzz.mk — libFuzzer harnesses of every parser that reads untrusted
 # bytes (tests/fuzz/fuzz_*.c), built with clang, ASan and UBSan.
-#   make fuzz [FUZZ_TIME=60]  build, make the seeds, run each harness FUZZ_TIME
-#                             seconds on one core; a table; exit 1 on a crash
+#   make fuzz [FUZZ_TIME=60] [FUZZ_RUNS=N]  build, make the seeds, run each
+#                             harness FUZZ_TIME seconds (or N inputs, if fewer)
+#                             on one core; a table; exit 1 on a crash
 #   make fuzz-build           only the binaries, $(BUILD)/fuzz/fuzz_<name>
 # The corpus of each harness grows in $(BUILD)/fuzz/corpus/<name> across runs;
 # crashes land in $(BUILD)/fuzz/crashes/. To reproduce one (the tokenizer's
@@ -49,7 +50,7 @@ $(BUILD)/fuzz/seeds/.done: tests/fuzz/seeds.sh tests/fuzz/seeds.py $(addprefix $
 	@touch $@
 
 fuzz: fuzz-build fuzz-seeds
-	@BUILD=$(BUILD) bash tests/fuzz/run.sh --table $(FUZZ_TIME) $(FUZZ_NAMES)
+	@BUILD=$(BUILD) FUZZ_RUNS=$(FUZZ_RUNS) bash tests/fuzz/run.sh --table $(FUZZ_TIME) $(FUZZ_NAMES)
 
 # make check runs each harness briefly (tests/run.sh, "fuzz: fuzz_<name>"),
 # where clang can build them.

@@ -8,6 +8,7 @@
 # table (harness, seconds, execs, execs/s, corpus, crashes); exit 1 on a crash.
 # The corpus grows in $BUILD/fuzz/corpus/<name> from $BUILD/fuzz/seeds/<name>
 # (tests/fuzz/seeds.sh); crash files go to $BUILD/fuzz/crashes/.
+# FUZZ_RUNS=N also ends a harness after N inputs (whichever comes first).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 
@@ -36,7 +37,7 @@ run_one() {
     log=$(mktemp "${TMPDIR:-/tmp}/rlpipe-fuzz-log.XXXXXX")
     local start end rc
     start=$(date +%s.%N)
-    env TMPDIR="$scratch" UBSAN_OPTIONS=print_stacktrace=1 "${env[@]}" "$bin" -max_total_time="$limit" -print_final_stats=1 -timeout=10 \
+    env TMPDIR="$scratch" UBSAN_OPTIONS=print_stacktrace=1 "${env[@]}" "$bin" -max_total_time="$limit" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -print_final_stats=1 -timeout=10 \
         -rss_limit_mb=2048 -artifact_prefix="$crashes/fuzz_$name-" "$corpus" $seeds >"$log" 2>&1
     rc=$?
     end=$(date +%s.%N)

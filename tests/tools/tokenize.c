@@ -122,8 +122,8 @@ static int do_decode(const tokenizer *t, unsigned flags, int streamed) {
     sbuf in = {0}, out = {0};
     read_stdin(&in);
     sbuf_putc(&in, 0);  // strtoul stops at the terminator
-    uint32_t *ids = NULL;
-    size_t cap = 0, line_no = 0;
+    size_t cap = 64, line_no = 0;
+    uint32_t *ids = xmalloc(cap * sizeof *ids);   // never NULL: an empty line decodes ids + 0
     char *p = (char *)in.data, *stop = p + in.len - 1;
     while (p < stop) {
         char *eol = memchr(p, '\n', (size_t)(stop - p));
@@ -141,7 +141,7 @@ static int do_decode(const tokenizer *t, unsigned flags, int streamed) {
                 exit(1);
             }
             if (n == cap) {
-                cap = cap ? cap * 2 : 64;
+                cap *= 2;
                 ids = xrealloc(ids, cap * sizeof *ids);
             }
             ids[n++] = (uint32_t)v;

@@ -276,6 +276,8 @@ static void start(run_t *r, tokenizer **tok) {
                strcmp(dir, o->out) != 0;
     if (o->resume) {
         if (!have) cli_die("--resume: %s holds no checkpoint (no file 'latest')", o->out);
+        // A run killed while it removed old versions leaves their temporaries and the versions after them.
+        if (ckpt_tidy(o->out, o->keep, o->keep_every, &e)) cli_die("%s", e.msg);
         if (!(r->m = model_load(dir, &mo, &e)) || model_train_init(r->m, &e) || ckpt_read_optimizer(dir, r->m, &e))
             cli_die("%s", e.msg);
         r->version = version;
