@@ -39,7 +39,9 @@ if __name__ == "__main__" and os.geteuid() != 0 and "RLPIPE_FAULTS_USERNS" not i
         os.execvp("unshare", ["unshare", "-rm", sys.executable, *sys.argv])
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckpt_check  # noqa: E402
 import inflight_util as iu  # noqa: E402
+from ckpt_check import latest, read_bytes, vdir, versions  # noqa: E402
 import llama_ref  # noqa: E402
 import pushproto  # noqa: E402
 import rltest  # noqa: E402
@@ -54,11 +56,6 @@ VOCAB = 96
 
 def path(*names):
     return os.path.join(WORK, *names)
-
-
-def read_bytes(file):
-    with open(file, "rb") as f:
-        return f.read()
 
 
 def rollouts(groups, seed):
@@ -87,49 +84,14 @@ def learn_ok(*args):
 MODEL = path("m")
 llama_ref.random_model(MODEL, hidden=48, inter=80, layers=2, heads=4, kv_heads=2, vocab=VOCAB, logit_scale=2.0,
                        gain=1.2, seed=3)
-MODEL_TENSORS = {k: v.shape for k, v in load_file(os.path.join(MODEL, "model.safetensors")).items()}
-
-
-# ---- checkpoint directories -------------------------------------------------------------
-
-def latest(ckpt):
-    with open(os.path.join(ckpt, "latest")) as f:
-        return f.read()
-
-
-def vdir(ckpt, v):
-    return os.path.join(ckpt, f"v{v:06d}")
-
-
-def versions(ckpt):
-    return sorted(int(n[1:]) for n in names(ckpt) if n[:1] == "v" and n[1:].isdigit())
-
-
-def check_complete(ckpt, v):
-    """ckpt/vNNNNNN holds config.json, state.json of version v, and model and
-    optimizer safetensors with every tensor of the model (read by
-    safetensors, not by rlpipe)."""
-    d = vdir(ckpt, v)
-    with open(os.path.join(d, "state.json")) as f:
-        state = json.load(f)
-    assert state["version"] == v, f"{d}/state.json: version {state['version']}, expected {v}"
-    with open(os.path.join(d, "config.json")) as f:
-        assert json.load(f)["vocab_size"] == VOCAB, f"{d}/config.json"
-    w = load_file(os.path.join(d, "model.safetensors"))
-    assert {k: t.shape for k, t in w.items()} == MODEL_TENSORS, f"{d}/model.safetensors: other tensors"
-    o = load_file(os.path.join(d, "optimizer.safetensors"))
-    assert len(o) == 2 * len(MODEL_TENSORS), f"{d}/optimizer.safetensors: {len(o)} tensors"
-    return state
+MODEL_SHAPES = {k: v.shape for k, v in load_file(os.path.join(MODEL, "model.safetensors")).items()}
 
 
 def check_all_versions_complete(ckpt):
-    """Every v<digits> directory is complete and `latest` names one of them: its version."""
-    for v in versions(ckpt):
-        check_complete(ckpt, v)
-    name = latest(ckpt)
-    assert re.fullmatch(r"v\d{6}\n", name) and int(name[1:]) in versions(ckpt), f"latest {name!r}"
-    return int(name[1:])
+    return ckpt_check.check_all_versions_complete(ckpt, MODEL_SHAPES)
 
+
+# ---- checkpoint directories -------------------------------------------------------------
 
 def check_loads(ckpt, step, src):
     """rl-learn itself loads latest: --resume (weights and optimizer) at a
@@ -148,8 +110,7 @@ def same_version(a, b):
     """Two version directories hold the same files, byte for byte."""
     names = sorted(os.listdir(a))
     assert names == sorted(os.listdir(b)), f"{a}: {names}; {b}: {sorted(os.listdir(b))}"
-    for n in names:
-        assert read_bytes(os.path.join(a, n)) == read_bytes(os.path.join(b, n)), f"{a}/{n} and {b}/{n} differ"
+    ckpt_check.same_files(a, b, names)
 
 
 def names(ckpt):
@@ -248,7 +209,7 @@ def kill_9_at_60_random_moments_leaves_a_loadable_latest_and_resume_ends_on_the_
                 inside[what] = inside.get(what, 0) + 1
             if os.path.exists(os.path.join(c, "latest")):
                 v = check_all_versions_complete(c)
-                check_loads(c, check_complete(c, v)["step"], KILL_SRC)
+                check_loads(c, ckpt_check.check_complete(c, v, MODEL_SHAPES)["step"], KILL_SRC)
         learn_ok("--resume", "--out", c, *KILL_OPTS, KILL_SRC)
         assert check_all_versions_complete(c) == KILL_STEPS
         same_version(vdir(ref, KILL_STEPS), vdir(c, KILL_STEPS))
@@ -443,7 +404,6 @@ def pushes_cut_flipped_old_or_unauthorised_are_each_refused_and_reported_and_the
         probe = pushproto.push(addr, PUSHED_TENSORS, 1, token, close_after="hello")
         assert probe.ok and probe.hello["version"] == 0, probe
         parts = pushproto.stream_parts(probe.hello, PUSHED_TENSORS, 1, auth=True)
-        end = parts["checksum"][1]
         # (what pushproto does, what the warning says): cuts and flips at random
         # offsets of each part; a cut after the whole MAC is a sender that only
         # wanted the hello (rl-sync does that when the version is held), not a fault

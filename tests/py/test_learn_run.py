@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
+from ckpt_check import latest, read_bytes, same_files, vdir, versions  # noqa: E402
+import ckpt_check  # noqa: E402
 import rltest  # noqa: E402
 import torch  # noqa: E402
 from rltest import case  # noqa: E402
@@ -89,66 +90,16 @@ def metrics(file):
         return [json.loads(line) for line in f]
 
 
-def latest(ckpt):
-    with open(os.path.join(ckpt, "latest")) as f:
-        return f.read()
-
-
-def vdir(ckpt, v):
-    return os.path.join(ckpt, f"v{v:06d}")
-
-
-def read_bytes(file):
-    with open(file, "rb") as f:
-        return f.read()
-
-
-def st_header(file):
-    """The JSON header of a safetensors file, read by hand (not by rlpipe)."""
-    with open(file, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-    h.pop("__metadata__", None)
-    return h
-
-
-def versions(ckpt):
-    return sorted(int(n[1:]) for n in os.listdir(ckpt) if n[:1] == "v" and n[1:].isdigit())
-
-
 MODEL_TENSORS = load_file(os.path.join(MODEL, "model.safetensors"))
+MODEL_SHAPES = {k: tuple(t.shape) for k, t in MODEL_TENSORS.items()}
 
 
-def check_complete(ckpt, v, tensors=MODEL_TENSORS):
-    """ckpt/vNNNNNN is a complete version v of a model with these tensors: config.json,
-    model.safetensors (F32, the same names and shapes), optimizer.safetensors
-    (NAME.exp_avg and NAME.exp_avg_sq of each, F32), state.json of version v.
-    Returns the state.json."""
-    d = vdir(ckpt, v)
-    for f in ("config.json", "model.safetensors", "optimizer.safetensors", "state.json"):
-        assert os.path.isfile(os.path.join(d, f)), f"{d}: no {f}"
-    with open(os.path.join(d, "config.json")) as f:
-        assert json.load(f)["vocab_size"] == tensors["model.embed_tokens.weight"].shape[0]
-    with open(os.path.join(d, "state.json")) as f:
-        state = json.load(f)
-    assert state["version"] == v, f"{d}/state.json: version {state['version']}, expected {v}"
-    h = st_header(os.path.join(d, "model.safetensors"))
-    assert {k: (t["dtype"], t["shape"]) for k, t in h.items()} == \
-        {k: ("F32", list(t.shape)) for k, t in tensors.items()}, f"{d}/model.safetensors: other tensors"
-    w = load_file(os.path.join(d, "model.safetensors"))
-    assert all(torch.isfinite(t).all() for t in w.values()), f"{d}: weights not finite"
-    o = st_header(os.path.join(d, "optimizer.safetensors"))
-    want = {}
-    for k, t in tensors.items():
-        want[k + ".exp_avg"] = want[k + ".exp_avg_sq"] = ("F32", list(t.shape))
-    assert {k: (t["dtype"], t["shape"]) for k, t in o.items()} == want, f"{d}/optimizer.safetensors: other tensors"
-    load_file(os.path.join(d, "optimizer.safetensors"))
-    return state
+def check_complete(ckpt, v):
+    return ckpt_check.check_complete(ckpt, v, MODEL_SHAPES)
 
 
-def same_files(a, b, names=("model.safetensors", "optimizer.safetensors")):
-    for n in names:
-        assert read_bytes(os.path.join(a, n)) == read_bytes(os.path.join(b, n)), f"{a}/{n} and {b}/{n} differ"
+def check_all_versions_complete(ckpt):
+    return ckpt_check.check_all_versions_complete(ckpt, MODEL_SHAPES)
 
 
 def ref_pg_loss(model_dir, recs):
@@ -278,15 +229,6 @@ def resume_at_or_past_max_steps_takes_no_step():
 
 KILL_SRC = write("kill.rlr", rollouts([2] * 40, seed=9))   # 40 steps of batch 2
 KILL_OPTS = ("--batch", "2", "--lr", "1e-2", "-q")
-
-
-def check_all_versions_complete(c):
-    """Every v<digits> directory is complete, and latest names one of them."""
-    for v in versions(c):
-        check_complete(c, v)
-    name = latest(c)
-    assert name[0] == "v" and name.endswith("\n") and int(name[1:]) in versions(c), f"latest {name!r}"
-    return int(name[1:])
 
 
 def wait_for_version(c, v, p, timeout=20):
