@@ -172,7 +172,8 @@ rec_status rec_get_str(const rec_t *r, const char *key, const char **str, size_t
     rec_status s = decode(r, key, &o);
     if (s) return s;
     if (o.type != MSGPACK_OBJECT_STR) return REC_TYPE;
-    *str = o.via.str.ptr;
+    // msgpack-c gives an empty string a NULL pointer; callers get "" (they may copy from it).
+    *str = o.via.str.size ? o.via.str.ptr : "";
     *len = o.via.str.size;
     return REC_OK;
 }

@@ -52,7 +52,7 @@ int rec_has(const rec_t *r, const char *key);
 rec_status rec_get_uint(const rec_t *r, const char *key, uint64_t *out);
 rec_status rec_get_int(const rec_t *r, const char *key, int64_t *out);
 rec_status rec_get_f64(const rec_t *r, const char *key, double *out);
-rec_status rec_get_str(const rec_t *r, const char *key, const char **s, size_t *len);  // points into r
+rec_status rec_get_str(const rec_t *r, const char *key, const char **s, size_t *len);  // points into r (never NULL)
 rec_status rec_get_u32s(const rec_t *r, const char *key, u32_vec *out);
 rec_status rec_get_f32s(const rec_t *r, const char *key, f32_vec *out);
 rec_status rec_get_u8s(const rec_t *r, const char *key, u8_vec *out);

@@ -348,6 +348,24 @@ static void json_writes_an_empty_key_and_an_empty_string_value(void) {
     sbuf_free(&out);
 }
 
+// ... and rec_get_str gives it as "", never NULL: callers copy from it (a
+// prompt's empty "answer", found by fuzz_jsonl).
+static void an_empty_string_reads_back_as_an_empty_string_not_null(void) {
+    rec_t *r = rec_new();
+    rec_set_str(r, "answer", "", 0);
+    sbuf enc = {0};
+    rec_encode(r, &enc);
+    rec_free(r);
+    rec_t *q = rec_new();
+    rl_err err;
+    CHECK(rec_parse(q, enc.data, enc.len, &rec_default_limits, &err) == 0, "%s", err.msg);
+    const char *s = NULL;
+    size_t n = 1;
+    CHECK(rec_get_str(q, "answer", &s, &n) == REC_OK && s && !*s && n == 0, "got %p, %zu bytes", (const void *)s, n);
+    rec_free(q);
+    sbuf_free(&enc);
+}
+
 int main(void) {
     RUN(scan_finds_the_end_of_each_msgpack_type);
     RUN(scan_rejects_an_array_declaring_2_to_the_32_elements_before_reading_them);
@@ -361,5 +379,6 @@ int main(void) {
     RUN(corrupt_bytes_never_reach_the_reader_as_records);
     RUN(reader_names_file_record_and_reason);
     RUN(json_writes_an_empty_key_and_an_empty_string_value);
+    RUN(an_empty_string_reads_back_as_an_empty_string_not_null);
     CHECK_DONE();
 }
