@@ -57,6 +57,9 @@ static int parse_tcp(const char *rest, const char *whole, net_addr *a, rl_err *e
         }                                        // else PORT alone: loopback
     }
     if (host_len == 0) return err_set(err, "empty host: %s", whole);
+    // No name or address holds a bracket; one would not read back as the same address.
+    if (memchr(host, '[', host_len) || memchr(host, ']', host_len))
+        return err_set(err, "a bracket in the host \"%.*s\": %s", (int)host_len, host, whole);
     if (host_len >= sizeof a->host) return err_set(err, "host name too long: %s", whole);
     if (parse_port(port, whole, a->port, sizeof a->port, err)) return -1;
     memcpy(a->host, host, host_len);

@@ -45,6 +45,7 @@ $(BUILD)/fuzz/fuzz_%: $(BUILD)/fuzz/obj/tests/fuzz/fuzz_%.o $(BUILD)/fuzz/obj/te
 # and from the venv's packages (real tokenizers): made once per build.
 fuzz-seeds: $(BUILD)/fuzz/seeds/.done
 $(BUILD)/fuzz/seeds/.done: tests/fuzz/seeds.sh tests/fuzz/seeds.py $(addprefix $(BIN)/,$(TOOLS))
+	@sh scripts/deps.sh test
 	@rm -rf $(BUILD)/fuzz/seeds
 	@BIN=$(BIN) bash tests/fuzz/seeds.sh $(BUILD)/fuzz/seeds
 	@touch $@

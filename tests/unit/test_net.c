@@ -151,6 +151,8 @@ static void parse_refuses_malformed_addresses_saying_why(void) {
         {"tcp:::1:80", "needs brackets"},
         {"tcp:[::1:80", "no ']'"},
         {"tcp:[::1]80", "no ':PORT'"},
+        {"tcp:[[]:8", "a bracket in the host \"[\""},   // found by fuzz_push: it formatted as tcp:[:8
+        {"tcp:a]b:80", "a bracket in the host"},
     };
     net_addr a;
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
