@@ -11,6 +11,7 @@ import time
 
 import msgpack
 
+import pushproto
 import rltest
 
 
@@ -187,3 +188,18 @@ class Reader:
         assert not any("rlpipe" in o or "rlpipe_end" in o for o in recs), "more than one member"
         assert objs[-1]["count"] == len(recs), f"trailer count {objs[-1]['count']}, {len(recs)} records"
         return objs[0], recs, objs[-1]
+
+
+def refusals(err):
+    """(reason, version held) of each "push refused" warning in rl-sample's stderr."""
+    return re.findall(r"^rl-sample: warning: push refused: (.*); keeping weights v(\d+)$", err, re.M)
+
+
+def refused_push(proc, addr, tensors, i, what, token, version=1, **kw):
+    """Sends the push that pushproto.push(addr, tensors, version, token, **kw)
+    makes to the receiver proc (rl-sample --listen), which must refuse it as its
+    refusal number i (0-based): its warning's (reason, version held)."""
+    res = pushproto.push(addr, tensors, version, token, **kw)
+    assert not res.ok, f"push {what} was accepted: {res}"
+    wait_for(lambda: len(refusals(stderr_of(proc))) > i, 20, f"the warning about push {what}")
+    return refusals(stderr_of(proc))[i]

@@ -379,9 +379,6 @@ REF = llama_ref.Llama(SAMPLER)
 TOL = 1e-4   # nats: the sampler's log-probs against the float64 reference (as test_inflight.py)
 
 
-def refusals(err):
-    return re.findall(r"^rl-sample: warning: push refused: (.*); keeping weights v(\d+)$", err, re.M)
-
 
 def logp_error(r):
     lp = REF.logprobs(r["prompt_ids"], r["ids"], 1.0)
@@ -421,12 +418,7 @@ def pushes_cut_flipped_old_or_unauthorised_are_each_refused_and_reported_and_the
                 (dict(token=None), "", r"authentication failed \(wrong token\)")]
         seen = []
         for i, (kw, part, why) in enumerate(bad):
-            args = dict(token=token, version=1)
-            args.update(kw)
-            res = pushproto.push(addr, PUSHED_TENSORS, args.pop("version"), args.pop("token"), **args)
-            assert not res.ok, f"push {kw} ({part}) was accepted: {res}"
-            iu.wait_for(lambda: len(refusals(iu.stderr_of(s))) > i, 20, f"the warning about push {kw} ({part})")
-            got, held = refusals(iu.stderr_of(s))[i]
+            got, held = iu.refused_push(s, addr, PUSHED_TENSORS, i, f"{kw} ({part})", **dict(dict(token=token), **kw))
             assert held == "0" and (why is None or re.search(why, got)), f"push {kw} ({part}): '{got}; v{held}'"
             assert s.poll() is None, f"rl-sample exited {s.returncode} after push {kw}"
             seen.append(f"{part or list(kw)[0]} {list(kw.values())[0]}: {got}")

@@ -23,7 +23,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import inflight_util as iu  # noqa: E402
 import llama_ref  # noqa: E402
-import pushproto  # noqa: E402
 import rltest  # noqa: E402
 from rltest import case  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
@@ -81,10 +80,6 @@ def summary_pushes(err, tool="rl-sample"):
                   err, re.M)
     assert m, f"no summary line with pushes: {err[-600:]}"
     return tuple(int(x) for x in m.groups())
-
-
-def refusals(err):
-    return re.findall(r"^rl-sample: warning: push refused: (.*); keeping weights v(\d+)$", err, re.M)
 
 
 def check_groups(recs, group):
@@ -188,12 +183,7 @@ def broken_or_unauthorised_pushes_are_refused_saying_why_and_generation_goes_on_
         assert re.fullmatch(r"tcp:127\.0\.0\.1:\d+", addr) and not addr.endswith(":0"), addr
         out.wait_records(2)
         for i, (kw, why) in enumerate(bad):
-            args = dict(token=token, version=1)
-            args.update(kw)
-            res = pushproto.push(addr, V1_TENSORS, args.pop("version"), args.pop("token"), **args)
-            assert not res.ok, f"push {kw} was accepted: {res}"
-            iu.wait_for(lambda: len(refusals(iu.stderr_of(s))) > i, 20, f"the warning about push {kw}")
-            got, held = refusals(iu.stderr_of(s))[i]
+            got, held = iu.refused_push(s, addr, V1_TENSORS, i, kw, **dict(dict(token=token), **kw))
             assert re.search(why, got) and held == "0", f"push {kw}: warning '{got}; keeping weights v{held}'"
         # generation went on: records keep coming, at v0 with v0's log-probs
         n = len(out.records())
