@@ -171,6 +171,8 @@ static int append_text(gen_t *g, gen_sample *out, uint32_t tok) {
         const uint8_t *hit = memmem(out->text.data + from, out->text.len - from, g->o.stop[k], L);
         if (hit) {
             out->answer_len = (size_t)(hit - out->text.data);
+            out->stop_reason = g->o.stop[k];
+            out->stop_reason_len = L;
             return 1;
         }
     }
@@ -185,7 +187,10 @@ static int advance(gen_t *g, seq_t *s, uint32_t tok, double lp) {
     push_f32(&out->logp, (float)lp);
     push_u32(&out->ver, g->ver);
     for (size_t k = 0; k < g->o.n_stop_ids; k++)
-        if (tok == g->o.stop_ids[k]) return out->stopped = 1;
+        if (tok == g->o.stop_ids[k]) {
+            out->stop_reason = tok_token(g->tok, tok, &out->stop_reason_len);
+            return out->stopped = 1;
+        }
     if (append_text(g, out, tok)) return out->stopped = 1;
     if (out->ids.n >= g->o.max_new || model_slot_len(g->m, s->slot) >= g->o.max_len) return 1;
     s->pending = tok;

@@ -38,6 +38,8 @@ typedef struct {
     f32_vec logp;                 // log-probability of each under the distribution drawn from
     u32_vec ver;                  // weight version that produced each
     int stopped;                  // 1: eos or a stop string ("stop"), 0: length
+    const char *stop_reason;      // what stopped it: a stop token's string (<|im_end|>) or the stop
+    size_t stop_reason_len;       //   string (points into the tokenizer or gen_opts); NULL for length
     sbuf text;                    // the completion's bytes (special tokens skipped), maybe not UTF-8
     size_t answer_len;            // text bytes before the stop string that ended it (all if none)
 } gen_sample;

@@ -196,16 +196,67 @@ static int get_finite(const rec_t *r, const char *key, double *v, int *has, rl_e
     return 0;
 }
 
+// A conversation as an example ("messages" with no "ids" and no "completion"):
+// rendered and tokenized by the chat template; the prompt is what precedes
+// the first token of an assistant's turn, the completion the rest, masked
+// to the assistant's turns (the template around them gets no loss).
+static int conversation(learner_t *l, const rec_t *r, lseq *s, tok_report *rep, rl_err *err) {
+    if (l->o.loss != LOSS_SFT)
+        return err_set(err, "\"messages\" and no \"ids\": a conversation is an example for --loss sft, and the "
+                       "%s loss needs sampled completions", lrn_loss_name(l->o.loss));
+    if (rec_has(r, "prompt") || rec_has(r, "prompt_ids"))
+        return err_set(err, "the example has \"messages\" and \"%s\": give one of them",
+                       rec_has(r, "prompt") ? "prompt" : "prompt_ids");
+    if (!l->o.chat)
+        return err_set(err, "\"messages\" need the model's chat template, and the model has none (no "
+                       "\"chat_template\" in tokenizer_config.json, no chat_template.jinja)");
+    size_t n;
+    const uint8_t *msgs = rec_value(r, (size_t)rec_find(r, "messages"), &n);
+    u32_vec ids = {0};
+    u8_vec mask = {0};
+    int rc = -1;
+    if (chat_encode(l->o.chat, msgs, n, 0, NULL, &ids, &mask, rep, err)) goto out;
+    size_t first = 0;
+    while (first < ids.n && !mask.v[first]) first++;
+    if (first == ids.n) {
+        err_set(err, "\"messages\" has no assistant turn to learn from");
+        goto out;
+    }
+    if (first == 0) {
+        err_set(err, "\"messages\": the assistant's turn starts the text: nothing predicts its first token");
+        goto out;
+    }
+    s->np = first;
+    s->prompt = xmalloc(first * sizeof *s->prompt);
+    memcpy(s->prompt, ids.v, first * sizeof *s->prompt);
+    s->n = ids.n - first;
+    s->ids = xmalloc(s->n * sizeof *s->ids);
+    memcpy(s->ids, ids.v + first, s->n * sizeof *s->ids);
+    s->mask = xmalloc(s->n * sizeof *s->mask);
+    for (size_t t = 0; t < s->n; t++) s->mask[t] = mask.v[first + t];
+    rc = 0;
+out:
+    u32_vec_free(&ids);
+    u8_vec_free(&mask);
+    return rc;
+}
+
 static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], rl_err *err) {
     const model_config *c = model_cfg(l->m);
     int sft = l->o.loss == LOSS_SFT;
-    if (get_ids(l, r, "ids", "completion", 0, &s->ids, &s->n, &rep[0], err) < 0) return -1;
-    if (!s->ids)
-        return err_set(err, "no \"ids\" (the completion's token ids) and no \"completion\" text");
-    if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
-    if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, &rep[1], err) < 0) return -1;
-    if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
-    if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
+    int chat = rec_has(r, "messages") && !rec_has(r, "ids") && !rec_has(r, "completion");
+    if (chat) {
+        if (rec_has(r, "mask")) return err_set(err, "the example has \"messages\" and \"mask\": the chat template makes its mask");
+        if (conversation(l, r, s, &rep[0], err)) return -1;
+    } else {
+        if (get_ids(l, r, "ids", "completion", 0, &s->ids, &s->n, &rep[0], err) < 0) return -1;
+        if (!s->ids)
+            return err_set(err, "no \"ids\" (the completion's token ids), no \"completion\" text and no \"messages\"");
+        if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
+        if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, &rep[1], err) < 0) return -1;
+        if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
+        if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
+    }
     const char *key;
     int max_seq = cfg_max_seq(c, &key);
     if (s->np + s->n - 1 > (size_t)max_seq)
@@ -227,7 +278,7 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
     if (get_floats(r, "w", s->n, 1, &s->w, err) < 0 || get_floats(r, "logp_learner", s->n, 0, &s->lp_learner, err) < 0 ||
         get_floats(r, "logp", s->n, 0, &s->lp, err) < 0)
         return -1;
-    if (rec_has(r, "mask")) {
+    if (!chat && rec_has(r, "mask")) {
         u8_vec v = {0};
         int bad = rec_get_u8s(r, "mask", &v) != REC_OK;
         for (size_t i = 0; !bad && i < v.n; i++) bad = v.v[i] > 1;

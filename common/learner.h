@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "adamw.h"
+#include "chat.h"
 #include "model.h"
 #include "record.h"
 #include "tokenizer.h"
@@ -38,6 +39,7 @@ typedef struct {
     size_t batch;               // sequences per step, at least (whole groups)
     adamw_opts opt;
     const tokenizer *tok;       // for records that carry text and no ids (may be NULL)
+    const chat_t *chat;         // for examples that carry "messages" (NULL: the model has no template)
     const volatile sig_atomic_t *stop;   // set (by a signal): abandon the step between micro-batches
 } lrn_opts;
 

@@ -11,13 +11,56 @@
 // prompt carrying one would have it overwritten or misread downstream.
 static const char *const RESERVED[] = {"id",   "group", "ids",          "text",        "logp", "ver",
                                        "finish", "reward", "temperature", "top_p",      "top_k", "dtype",
-                                       "logp_learner", "ver_learner", "w", "mask", "adv", "completion"};
+                                       "logp_learner", "ver_learner", "w", "mask", "adv", "completion",
+                                       "stop_reason"};
 
 static void prompt_free(prompt *p) {
     rec_free(p->rec);
     free(p->answer);
     free(p->ids);
+    free(p->rendered);
     free(p->where);
+}
+
+static int get_answer(prompt *p, const rec_t *r, rl_err *err) {
+    const char *a;
+    if (rec_get_str(r, "answer", &a, &p->answer_len) == REC_OK) {
+        p->answer = xmalloc(p->answer_len + 1);
+        memcpy(p->answer, a, p->answer_len);
+        p->answer[p->answer_len] = 0;
+    } else if (rec_has(r, "answer")) {
+        return err_set(err, "\"answer\" is not a string");
+    }
+    return 0;
+}
+
+static int check_length(const prompt *p, const prm_opts *o, rl_err *err);
+
+// A conversation: rendered by the chat template with the generation prompt,
+// then tokenized as apply_chat_template(tokenize=True) does.
+static int prompt_messages(prompt *p, const rec_t *r, const prm_opts *o, rl_err *err) {
+    if (rec_has(r, "prompt") || rec_has(r, "prompt_ids"))
+        return err_set(err, "the prompt has \"messages\" and \"%s\": give one of them",
+                       rec_has(r, "prompt") ? "prompt" : "prompt_ids");
+    if (!o->chat)
+        return err_set(err, "\"messages\" need the model's chat template, and the model has none (no "
+                       "\"chat_template\" in tokenizer_config.json, no chat_template.jinja)");
+    if (get_answer(p, r, err)) return -1;
+    size_t n;
+    const uint8_t *msgs = rec_value(r, (size_t)rec_find(r, "messages"), &n);
+    if (n > o->max_text)
+        return err_set(err, "\"messages\" has %zu bytes, more than the %zu that the model's context (%zu tokens) "
+                       "could hold: refused before it is rendered", n, o->max_text, o->max_ids + 1);
+    sbuf text = {0};
+    u32_vec ids = {0};
+    int rc = chat_encode(o->chat, msgs, n, 1, &text, &ids, NULL, &p->tok, err);
+    p->rendered = (char *)text.data;
+    p->text = p->rendered ? p->rendered : "";
+    p->text_len = text.len;
+    p->ids = ids.v;
+    p->n_ids = ids.n;
+    if (rc) return -1;
+    return check_length(p, o, err);
 }
 
 // Fills p from the record r (taken over). 0, or -1 with err (without "where").
@@ -27,16 +70,10 @@ static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
     for (size_t k = 0; k < sizeof RESERVED / sizeof *RESERVED; k++)
         if (rec_has(r, RESERVED[k]))
             return err_set(err, "the prompt carries \"%s\", a field rl-sample writes itself; rename it", RESERVED[k]);
+    if (rec_has(r, "messages")) return prompt_messages(p, r, o, err);
     if (rec_get_str(r, "prompt", &p->text, &p->text_len) != REC_OK)
-        return err_set(err, rec_has(r, "prompt") ? "\"prompt\" is not a string" : "no \"prompt\"");
-    const char *a;
-    if (rec_get_str(r, "answer", &a, &p->answer_len) == REC_OK) {
-        p->answer = xmalloc(p->answer_len + 1);
-        memcpy(p->answer, a, p->answer_len);
-        p->answer[p->answer_len] = 0;
-    } else if (rec_has(r, "answer")) {
-        return err_set(err, "\"answer\" is not a string");
-    }
+        return err_set(err, rec_has(r, "prompt") ? "\"prompt\" is not a string" : "no \"prompt\" and no \"messages\"");
+    if (get_answer(p, r, err)) return -1;
     if (rec_has(r, "prompt_ids")) {
         u32_vec v = {0};
         if (rec_get_u32s(r, "prompt_ids", &v) != REC_OK) {
@@ -57,6 +94,10 @@ static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
         if (tok_encode_ex(o->tok, p->text, p->text_len, 1, &p->ids, &p->n_ids, &cap, &p->tok, &e))
             return err_set(err, "cannot tokenize the prompt: %s", e.msg);
     }
+    return check_length(p, o, err);
+}
+
+static int check_length(const prompt *p, const prm_opts *o, rl_err *err) {
     if (p->n_ids == 0) return err_set(err, "the prompt has no tokens (its text is empty and the tokenizer adds no bos)");
     if (p->n_ids > o->max_ids)
         return err_set(err, "the prompt has %zu tokens; the model's context (%zu) leaves room for at most %zu",

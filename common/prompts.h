@@ -7,18 +7,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chat.h"
 #include "record.h"
 #include "rng.h"
 #include "tokenizer.h"
 
 typedef struct {
     rec_t *rec;                // the object as read; keys other than prompt/answer/prompt_ids go into the rollouts
-    const char *text;          // its "prompt" (points into rec), text_len bytes
+    const char *text;          // its "prompt" (points into rec), or its "messages" rendered by the
+                               // chat template with the generation prompt (in rendered); text_len bytes
+    char *rendered;
     size_t text_len;
     char *answer;              // its "answer" (NUL-terminated), or NULL
     size_t answer_len;
     uint32_t *ids;             // the prompt's tokens: "prompt_ids" as given, else the text tokenized with
-                               // the special tokens its tokenizer adds (tok_encode_special: bos or none)
+                               // the special tokens its tokenizer adds (tok_encode_special: bos or none),
+                               // or for "messages" the rendered text tokenized without them (the
+                               // template writes its own), as apply_chat_template(tokenize=True)
     size_t n_ids;
     tok_report tok;            // what tokenizing the text dropped (characters with no token)
     char *where;               // "FILE line L" or "FILE record N", for messages
@@ -32,6 +37,7 @@ typedef struct {
 
 typedef struct {
     const tokenizer *tok;
+    const chat_t *chat;        // the model's chat template, for "messages" (NULL: the model has none)
     size_t vocab;              // prompt_ids must be below it
     size_t max_ids;            // a prompt with more tokens is an error (the model's context less one)
     size_t max_text;           // a prompt text of more bytes is an error before it is tokenized
@@ -39,8 +45,13 @@ typedef struct {
 } prm_opts;
 
 // Appends the prompts of path ("-": standard input; JSON lines or a record
-// stream, told apart by its first byte) to ps. Errors name the file and the
-// line or record: invalid JSON, no "prompt" string, an "answer" that is not a
+// stream, told apart by its first byte) to ps. A prompt is a text
+// ("prompt"), token ids ("prompt_ids", with or without the text), or a
+// conversation ("messages": [{"role": "system"|"user"|..., "content": ...}],
+// rendered by the chat template with the generation prompt appended).
+// Errors name the file and the line or record: invalid JSON, none of the three,
+// "messages" with "prompt" or "prompt_ids", a conversation the template
+// refuses, an "answer" that is not a
 // string, a key rl-sample writes itself (id, ids, logp, ...), a
 // prompt too long, a member whose kind is not "prompts". 0, or -1 with err.
 int prm_read(prompt_set *ps, const char *path, const prm_opts *o, rl_err *err);

@@ -64,6 +64,7 @@ static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, i
     rec_set_f32s(rec, "logp", s->logp.v, s->logp.n);
     rec_set_u32s(rec, "ver", s->ver.v, s->ver.n);
     rec_set_cstr(rec, "finish", s->stopped ? "stop" : "length");
+    if (s->stopped && s->stop_reason) rec_set_str(rec, "stop_reason", s->stop_reason, s->stop_reason_len);
     if (has_reward == REWARD) rec_set_f64(rec, "reward", reward);
     if (has_reward == REWARD_LATER) rec_set_nil(rec, "reward");
     rec_set_f64(rec, "temperature", r->o.sp.temperature);

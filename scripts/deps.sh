@@ -73,8 +73,30 @@ pypi() {
     echo $PYPI_PKGS >"$stamp"
 }
 
+# The public chat templates of Qwen2.5, Qwen3, Llama 3.1/3.2 and others, as
+# llama.cpp keeps them (models/templates/*.jinja), from the PyPI source
+# distribution of llama-cpp-python, which vendors llama.cpp: the tests of the
+# chat templates render them against transformers into .deps/templates.
+TEMPLATES_PKG="llama-cpp-python==0.3.36"
+templates() {
+    root=$(cd "$(dirname "$0")/.." && pwd)
+    dir=$root/.deps/templates
+    [ "$(cat "$dir/.rlpipe-pkg" 2>/dev/null)" = "$TEMPLATES_PKG" ] && return 0
+    echo "rlpipe: fetching the public chat templates from PyPI's $TEMPLATES_PKG source into .deps/templates" >&2
+    tmp=$(mktemp -d)
+    "$root/.deps/venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
+        -d "$tmp" "$TEMPLATES_PKG" >&2 &&
+        tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" --wildcards '*/vendor/llama.cpp/models/templates/*.jinja' &&
+        rm -rf "$dir" && mkdir -p "$dir" &&
+        cp "$tmp"/llama_cpp_python-*/vendor/llama.cpp/models/templates/*.jinja "$dir"/ &&
+        echo "$TEMPLATES_PKG" >"$dir/.rlpipe-pkg"
+    rc=$?
+    rm -rf "$tmp"
+    return $rc
+}
+
 if [ -z "$missing" ]; then
-    [ "$what" = test ] && pypi
+    [ "$what" = test ] && { pypi && templates || exit 1; }
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -87,5 +109,5 @@ export DEBIAN_FRONTEND=noninteractive
 # A fresh machine may have no package lists yet.
 apt-get install -y -q --no-install-recommends $missing >&2 ||
     { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends $missing >&2; }
-[ "$what" = test ] && pypi
+[ "$what" = test ] && { pypi && templates || exit 1; }
 exit 0

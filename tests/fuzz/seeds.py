@@ -1,7 +1,7 @@
 """tests/fuzz/seeds.py OUTDIR TINY_SAFETENSORS — the seeds tests/fuzz/seeds.sh
 does not make with the tools: safetensors files and shard indexes, configs,
 tokenizers (with the fixed ones of fuzz_tokenizer listed in
-OUTDIR/tokenizers.list) and push messages. Each seed starts with the byte
+OUTDIR/tokenizers.list), push messages and chat templates. Each seed starts with the byte
 that chooses what its harness does with the rest (see each fuzz_<name>.c)."""
 import json
 import os
@@ -132,8 +132,36 @@ def push_seeds(out):
     write(d, "token", b"\x07" + b"0123456789abcdef0123456789abcdef\r\n")
 
 
+def chat_seeds(out):
+    """Chat templates (from $JINJA_TEMPLATES, default .deps/templates, when
+    there) and small ones of our own, each followed by a NUL and variables."""
+    d = os.path.join(out, "chat")
+    os.makedirs(d, exist_ok=True)
+    conv = json.dumps({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u \u00e9 {{ x }}"},
+                                    {"role": "assistant", "content": "<think>r</think>a",
+                                     "tool_calls": [{"function": {"name": "f", "arguments": {"k": 1.5}}}]},
+                                    {"role": "tool", "content": "t"}],
+                       "add_generation_prompt": True, "bos_token": "<s>", "enable_thinking": False,
+                       "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}).encode()
+    own = [b"{% for m in messages %}{{ loop.index }}{{ m.role|upper }}{% generation %}{{ m.content|trim }}"
+           b"{% endgeneration %}{% endfor %}",
+           b"{%- set ns = namespace(x=0) -%}{% for i in range(5) if i is odd %}{% set ns.x = ns.x + i %}{% endfor %}"
+           b"{{ ns.x }}{{ [1, 'a', none]|tojson(indent=2) }}{{ 'a,b'.split(',')[::-1] }}",
+           b"{% macro m(a, b=2) %}{{ a ~ b }}{{ caller() if caller is defined }}{% endmacro %}{{ m(1) }}"
+           b"{% call m(3) %}c{% endcall %}{{ raise_exception('x') if false }}"]
+    for i, t in enumerate(own):
+        write(d, f"own-{i}", t + b"\0" + conv)
+    src = os.environ.get("JINJA_TEMPLATES", os.path.join(ROOT, ".deps", "templates"))
+    if os.path.isdir(src):
+        for name in sorted(os.listdir(src)):
+            if name.endswith(".jinja"):
+                with open(os.path.join(src, name), "rb") as f:
+                    write(d, name, f.read() + b"\0" + conv)
+
+
 def main():
     out, tiny = sys.argv[1], sys.argv[2]
+    chat_seeds(out)
     safetensors_seeds(out, tiny)
     config_seeds(out)
     tokenizer_seeds(out)

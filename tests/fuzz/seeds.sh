@@ -5,7 +5,8 @@
 # Made from the repository and its tools: a tiny model with random weights
 # (rl-learn), records sampled from it (rl-sample), converted by rl-cat (raw,
 # zstd, several members, JSON lines); the rest (safetensors files, configs,
-# tokenizers, push messages) by tests/fuzz/seeds.py with the venv's packages.
+# tokenizers, push messages, chat templates from $JINJA_TEMPLATES or
+# .deps/templates) by tests/fuzz/seeds.py with the venv's packages.
 # BIN names the tools' folder (default bin), PY the Python (.deps/venv).
 set -eu
 [ $# -eq 1 ] || { echo "usage: tests/fuzz/seeds.sh OUTDIR" >&2; exit 2; }
@@ -16,7 +17,7 @@ PY=${PY:-$root/.deps/venv/bin/python}
 PATH=$bin:$PATH
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlpipe-seeds.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push}
+mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat}
 cd "$work"
 
 # ---- records and JSON lines from the tools

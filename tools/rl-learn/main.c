@@ -15,6 +15,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "cli_chat.h"
 #include "json.h"
 #include "learner.h"
 #include "source.h"
@@ -43,6 +44,7 @@ static const char USAGE[] =
     "      --max-shard-size B weights of more than B bytes (suffix k, M, G) are written as\n"
     "                         shards and model.safetensors.index.json (default 5000000000)\n"
     CLI_DEVICE_HELP
+    CLI_CHAT_HELP
     "\n"
     "Batches:\n"
     "      --batch N          sequences per step, at least: whole groups (default 64)\n"
@@ -90,13 +92,14 @@ typedef struct {
     int resume, no_skip, keep, keep_last, quiet, progress;
     rl_device device;
     hfw_write_opts save;
+    cli_chat_args chat;
     lrn_opts lrn;
 } options;
 
 static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
-           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE,
+           O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
            O_SHARD };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
@@ -104,6 +107,7 @@ static options parse_options(int argc, char **argv) {
         {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
         {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
         {"keep-every", required_argument, 0, O_KEEP_EVERY}, {"device", required_argument, 0, O_DEVICE},
+        {"chat-arg", required_argument, 0, O_CHATARG},
         {"save-dtype", required_argument, 0, O_SAVE_DTYPE}, {"max-shard-size", required_argument, 0, O_SHARD},
         {"batch", required_argument, 0, O_BATCH},     {"micro", required_argument, 0, O_MICRO},
         {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
@@ -131,6 +135,7 @@ static options parse_options(int argc, char **argv) {
         case O_INIT_STD: o.init_std = cli_parse_f64("--init-std", optarg, 0, 10, 0); break;
         case O_OUT: o.out = optarg; break;
         case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
+        case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
         case O_RESUME: o.resume = 1; break;
         case O_NO_SKIP: o.no_skip = 1; break;
         case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
@@ -400,6 +405,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
                 (unsigned long long)run.version, (unsigned long long)run.skip);
     o.lrn.tok = tok;
+    chat_t *chat = tok ? cli_chat_load(run.from, tok, &o.chat) : NULL;
+    if (!tok && o.chat.n) cli_usage_error("--chat-arg: the model has no tokenizer.json, hence no chat template");
+    o.lrn.chat = chat;
     o.lrn.stop = &stop_requested;
     learner_t *l = lrn_new(run.m, &o.lrn);
     uint64_t first = run.version, skipped = 0, tokens = 0, nread = 0;
@@ -451,6 +459,7 @@ int main(int argc, char **argv) {
                 model_device(run.m));
     lrn_free(l);
     rec_free(rec);
+    chat_free(chat);
     tok_free(tok);
     model_free(run.m);
     return 0;

