@@ -242,10 +242,19 @@ static jinja_val *from_msgpack(jinja_arena *a, const msgpack_object *o, int dept
     }
 }
 
+// The value of a message's "role" (m a map), or NULL.
+static const msgpack_object *role_of(const msgpack_object *m) {
+    for (uint32_t k = 0; k < m->via.map.size; k++) {
+        const msgpack_object *key = &m->via.map.ptr[k].key;
+        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 4 && !memcmp(key->via.str.ptr, "role", 4))
+            return &m->via.map.ptr[k].val;
+    }
+    return NULL;
+}
+
 // Checks msgs[0..n) (a msgpack array of maps with a string "role") and makes
 // the list of its first `count` messages (all: SIZE_MAX). NULL with err.
-static jinja_val *messages_value(jinja_arena *a, const uint8_t *msgs, size_t n, size_t count, size_t *total,
-                                 rl_err *err) {
+static jinja_val *messages_value(jinja_arena *a, const uint8_t *msgs, size_t n, size_t count, rl_err *err) {
     msgpack_zone zone;
     msgpack_zone_init(&zone, 2048);
     msgpack_object o;
@@ -259,16 +268,10 @@ static jinja_val *messages_value(jinja_arena *a, const uint8_t *msgs, size_t n, 
         err_set(err, "\"messages\" is not a list of messages (maps with \"role\" and \"content\")");
         goto out;
     }
-    *total = o.via.array.size;
     for (uint32_t i = 0; i < o.via.array.size; i++) {
         const msgpack_object *m = &o.via.array.ptr[i];
-        int has_role = 0;
-        for (uint32_t k = 0; m->type == MSGPACK_OBJECT_MAP && k < m->via.map.size; k++) {
-            const msgpack_object *key = &m->via.map.ptr[k].key, *val = &m->via.map.ptr[k].val;
-            if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 4 && !memcmp(key->via.str.ptr, "role", 4))
-                has_role = val->type == MSGPACK_OBJECT_STR;
-        }
-        if (!has_role) {
+        const msgpack_object *role = m->type == MSGPACK_OBJECT_MAP ? role_of(m) : NULL;
+        if (!role || role->type != MSGPACK_OBJECT_STR) {
             err_set(err, "\"messages\"[%u] is not a map with a string \"role\"", i);
             goto out;
         }
@@ -292,21 +295,19 @@ out:
 // Renders the first `count` messages of msgs (SIZE_MAX: all) into out; spans
 // (when not NULL) gets the {% generation %} spans.
 static int render(const chat_t *c, const uint8_t *msgs, size_t n, size_t count, int add_generation_prompt, sbuf *out,
-                  jinja_spans *spans, size_t *total, rl_err *err) {
+                  jinja_spans *spans, rl_err *err) {
     jinja_arena *a = jinja_arena_new();
     int rc = -1;
-    size_t all;
-    jinja_val *vars = jinja_dict(a), *list = messages_value(a, msgs, n, count, &all, err);
+    jinja_val *vars = jinja_dict(a), *list = messages_value(a, msgs, n, count, err);
     if (!list) goto out;
-    if (total) *total = all;
+    jinja_dict_set(vars, "tools", 5, jinja_none(a));       // unless --chat-arg gives them
+    jinja_dict_set(vars, "documents", 9, jinja_none(a));
     for (size_t i = 0; i < c->n_vars; i++) {   // special tokens first: arguments replace them, as in transformers
         jinja_val *v;
         if (jinja_from_json(a, c->vars[i].json, strlen(c->vars[i].json), &v, err)) goto out;
         jinja_dict_set(vars, c->vars[i].name, strlen(c->vars[i].name), v);
     }
     jinja_dict_set(vars, "messages", 8, list);
-    jinja_dict_set(vars, "tools", 5, jinja_none(a));
-    jinja_dict_set(vars, "documents", 9, jinja_none(a));
     jinja_dict_set(vars, "add_generation_prompt", 21, jinja_bool(a, add_generation_prompt));
     rc = jinja_render(c->tpl, a, vars, out, spans, err);
 out:
@@ -315,7 +316,7 @@ out:
 }
 
 int chat_render(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *out, rl_err *err) {
-    return render(c, msgs, n, SIZE_MAX, add_generation_prompt, out, NULL, NULL, err);
+    return render(c, msgs, n, SIZE_MAX, add_generation_prompt, out, NULL, err);
 }
 
 // ---- the end of a turn ------------------------------------------------------
@@ -337,7 +338,7 @@ static int probe_end_of_turn(chat_t *c) {
         size_t n;
         if (json_to_rec(CONVERSATIONS[k], strlen(CONVERSATIONS[k]), r, &e)) continue;
         const uint8_t *msgs = rec_value(r, 0, &n);
-        const uint8_t *hit = render(c, msgs, n, SIZE_MAX, 0, &out, NULL, NULL, &e)
+        const uint8_t *hit = render(c, msgs, n, SIZE_MAX, 0, &out, NULL, &e)
                                  ? NULL : memmem(out.data, out.len, REPLY, sizeof REPLY - 1);
         if (hit) {
             size_t at = (size_t)(hit - out.data) + sizeof REPLY - 1;
@@ -439,31 +440,22 @@ static int mask_by_offsets(const tokenizer *tok, const sbuf *text, const jinja_s
 // for each assistant message i, what rendering messages[0..i] adds to
 // messages[0..i) with the generation prompt, cut after the end-of-turn token.
 static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf *full, jinja_spans *spans, rl_err *err) {
-    size_t total = 0;
-    sbuf probe = {0};
-    if (render(c, msgs, n, 1, 0, &probe, NULL, &total, err)) goto fail;   // counts the messages
     msgpack_zone zone;
     msgpack_zone_init(&zone, 2048);
     msgpack_object o;
     size_t off = 0;
-    msgpack_unpack((const char *)msgs, n, &off, &zone, &o);   // checked by render
+    msgpack_unpack((const char *)msgs, n, &off, &zone, &o);   // checked when the whole was rendered
     const char *eot = NULL;
     size_t eot_len = 0;
     if (c->end_of_turn >= 0) eot = tok_token(c->tok, (uint32_t)c->end_of_turn, &eot_len);
     int rc = 0;
-    for (size_t i = 0; i < total && !rc; i++) {
-        const msgpack_object *m = &o.via.array.ptr[i];
-        int assistant = 0;
-        for (uint32_t k = 0; k < m->via.map.size; k++) {
-            const msgpack_object *key = &m->via.map.ptr[k].key, *val = &m->via.map.ptr[k].val;
-            if (key->via.str.size == 4 && !memcmp(key->via.str.ptr, "role", 4))
-                assistant = val->via.str.size == 9 && !memcmp(val->via.str.ptr, "assistant", 9);
-        }
-        if (!assistant) continue;
+    for (size_t i = 0; i < o.via.array.size && !rc; i++) {
+        const msgpack_object *role = role_of(&o.via.array.ptr[i]);
+        if (role->via.str.size != 9 || memcmp(role->via.str.ptr, "assistant", 9)) continue;
         sbuf before = {0}, upto = {0};
         if (i == 0) {
             rc = err_set(err, "\"messages\"[0] is the assistant's: nothing precedes it to render with the generation prompt");
-        } else if (render(c, msgs, n, i, 1, &before, NULL, NULL, err) || render(c, msgs, n, i + 1, 0, &upto, NULL, NULL, err)) {
+        } else if (render(c, msgs, n, i, 1, &before, NULL, err) || render(c, msgs, n, i + 1, 0, &upto, NULL, err)) {
             rc = -1;
         } else if (upto.len < before.len || memcmp(upto.data, before.data, before.len) || full->len < upto.len ||
                    memcmp(full->data, upto.data, upto.len)) {
@@ -489,11 +481,7 @@ static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf
         sbuf_free(&upto);
     }
     msgpack_zone_destroy(&zone);
-    sbuf_free(&probe);
     return rc;
-fail:
-    sbuf_free(&probe);
-    return -1;
 }
 
 int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *rendered,
@@ -501,7 +489,7 @@ int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generati
     sbuf text = {0};
     jinja_spans spans = {0};
     int rc = -1;
-    if (render(c, msgs, n, SIZE_MAX, add_generation_prompt, &text, mask && c->has_generation ? &spans : NULL, NULL, err))
+    if (render(c, msgs, n, SIZE_MAX, add_generation_prompt, &text, mask && c->has_generation ? &spans : NULL, err))
         goto out;
     ids->n = 0;
     if (tok_encode_ex(c->tok, (const char *)text.data, text.len, 0, &ids->v, &ids->n, &ids->cap, rep, err)) goto out;

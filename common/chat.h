@@ -7,7 +7,8 @@
 // decides what it reads. The template's variables are those transformers
 // passes: messages, add_generation_prompt, tools and documents (none), the
 // special tokens of tokenizer_config.json (bos_token, eos_token, ...), and
-// the user's own (chat_set_arg: enable_thinking=false for Qwen3).
+// the user's own (chat_set_arg: enable_thinking=false for Qwen3, or tools),
+// which replace the others but messages and add_generation_prompt.
 #ifndef RLPIPE_CHAT_H
 #define RLPIPE_CHAT_H
 

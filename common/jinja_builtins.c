@@ -56,32 +56,6 @@ static int need_int(jx_ctx *c, int line, const char *fn, jinja_val *v) {
     return 0;
 }
 
-// The items of something iterable, as Python's iter() walks it.
-static jinja_val *items_of(jx_ctx *c, int line, jinja_val *v) {
-    jinja_arena *a = jx_arena(c);
-    jinja_val *l;
-    switch (v->kind) {
-    case JV_LIST: return v;
-    case JV_UNDEF: return jinja_list(a);
-    case JV_DICT:
-        if (v->ns) break;
-        l = jinja_list(a);
-        for (size_t i = 0; i < v->u.d.n; i++) jinja_list_push(l, v->u.d.k[i]);
-        return l;
-    case JV_STR:
-        l = jinja_list(a);
-        for (size_t i = 0; i < v->u.s.n;) {
-            size_t j = jx_utf8_next(v->u.s.p, v->u.s.n, i, NULL);
-            jinja_list_push(l, jinja_str(a, v->u.s.p + i, j - i));
-            i = j;
-        }
-        return l;
-    default: break;
-    }
-    jx_fail(c, line, "'%s' object is not iterable", jx_type_name(v));
-    return NULL;
-}
-
 // ---- case mapping, as Python's str methods ----------------------------------------
 static void put_upper(sbuf *b, uint32_t cp) {
     if (cp == 0xDF) { sbuf_put(b, "SS", 2); return; }
@@ -578,7 +552,7 @@ static int indent_filter(jx_ctx *c, int line, jinja_val *v, const jx_args *args,
 // true (select) or false (reject); no test: truthiness.
 static int select_filter(jx_ctx *c, int line, jinja_val *v, const jx_args *args, int by_attr, int keep, jinja_val **out) {
     // jinja2 walks the value only when it is true: none|select(...) is empty.
-    jinja_val *items = jx_truthy(v) ? items_of(c, line, v) : jinja_list(jx_arena(c));
+    jinja_val *items = jx_truthy(v) ? jx_iter_items(c, line, v) : jinja_list(jx_arena(c));
     if (!items) return -1;
     size_t first = by_attr ? 1 : 0;
     if (by_attr && args->npos < 1) return jx_fail(c, line, "selectattr/rejectattr need an attribute name");
@@ -667,7 +641,7 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
     }
     if (!strcmp(name, "join")) {
         BIND(name, "d", "attribute");
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         jinja_val *sep = arg[0] ? to_str(c, arg[0]) : NULL;
         sbuf b = {0};
@@ -684,14 +658,14 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         if (args->npos || args->nkw) return jx_fail(c, line, "%s() takes no arguments", name);
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         *out = items->u.l.n == 0 ? jx_undef(a) : items->u.l.v[name[0] == 'f' ? 0 : items->u.l.n - 1];
         return 0;
     }
     if (!strcmp(name, "list")) {
         if (args->npos || args->nkw) return jx_fail(c, line, "%s() takes no arguments", name);
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         jinja_val *l = jinja_list(a);
         for (size_t i = 0; i < items->u.l.n; i++) jinja_list_push(l, items->u.l.v[i]);
@@ -701,13 +675,13 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
     if (!strcmp(name, "reverse")) {
         if (args->npos || args->nkw) return jx_fail(c, line, "%s() takes no arguments", name);
         if (v->kind == JV_STR) {
-            jinja_val *items = items_of(c, line, v);
+            jinja_val *items = jx_iter_items(c, line, v);
             sbuf b = {0};
             for (size_t i = items->u.l.n; i-- > 0;) sbuf_put(&b, items->u.l.v[i]->u.s.p, items->u.l.v[i]->u.s.n);
             *out = jx_sbuf_str(c, &b);
             return 0;
         }
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         jinja_val *l = jinja_list(a);
         for (size_t i = items->u.l.n; i-- > 0;) jinja_list_push(l, items->u.l.v[i]);
@@ -755,7 +729,7 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
     }
     if (!strcmp(name, "sort")) {
         BIND(name, "reverse", "case_sensitive", "attribute");
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         jinja_val *l = jinja_list(a);
         jinja_val **keys = jx_alloc(a, (items->u.l.n + 1) * sizeof *keys);
@@ -772,7 +746,7 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
     }
     if (!strcmp(name, "unique") || !strcmp(name, "min") || !strcmp(name, "max")) {
         BIND(name, "case_sensitive", "attribute");
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         int cs = arg[0] && jx_truthy(arg[0]);
         jinja_val *l = jinja_list(a), *seen = jinja_list(a), *best = NULL, *best_key = NULL;
@@ -803,7 +777,7 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
         return 0;
     }
     if (!strcmp(name, "map")) {
-        jinja_val *items = jx_truthy(v) ? items_of(c, line, v) : jinja_list(a);
+        jinja_val *items = jx_truthy(v) ? jx_iter_items(c, line, v) : jinja_list(a);
         if (!items) return -1;
         jinja_val *l = jinja_list(a);
         jinja_val *attribute = NULL, *dflt = NULL;
@@ -932,7 +906,7 @@ int jx_apply_filter(jx_ctx *c, int line, const char *name, jinja_val *v, const j
     }
     if (!strcmp(name, "sum")) {
         BIND(name, "attribute", "start");
-        jinja_val *items = items_of(c, line, v);
+        jinja_val *items = jx_iter_items(c, line, v);
         if (!items) return -1;
         jinja_val *acc = arg[1] ? arg[1] : jinja_int(a, 0);
         for (size_t i = 0; i < items->u.l.n; i++) {
@@ -1196,7 +1170,7 @@ static int str_method(jx_ctx *c, int line, jinja_val *s, const char *name, const
     }
     if (!strcmp(name, "join")) {
         if (args->npos != 1 || args->nkw) return jx_fail(c, line, "join() takes exactly one argument");
-        jinja_val *items = items_of(c, line, args->pos[0]);
+        jinja_val *items = jx_iter_items(c, line, args->pos[0]);
         if (!items) return -1;
         sbuf b = {0};
         for (size_t i = 0; i < items->u.l.n; i++) {

@@ -736,8 +736,7 @@ static int unpack(jx_ctx *c, jx_scope *s, const jx_node *target, jinja_val *v, i
     return 0;
 }
 
-// The items a for-loop walks: a list's items, a dict's keys, a str's characters.
-static jinja_val *iter_items(jx_ctx *c, int line, jinja_val *v) {
+jinja_val *jx_iter_items(jx_ctx *c, int line, jinja_val *v) {
     jinja_val *items;
     switch (v->kind) {
     case JV_LIST: return v;
@@ -763,7 +762,7 @@ static jinja_val *iter_items(jx_ctx *c, int line, jinja_val *v) {
 
 static int exec_for(jx_ctx *c, jx_scope *s, const jx_node *n) {
     jinja_val *seq = eval(c, s, n->b);
-    if (!seq || !(seq = iter_items(c, n->line, seq))) return FLOW_ERR;
+    if (!seq || !(seq = jx_iter_items(c, n->line, seq))) return FLOW_ERR;
     if (n->c) {   // for x in xs if cond: the loop sees only the items that pass
         jinja_val *kept = jinja_list(c->a);
         for (size_t i = 0; i < seq->u.l.n; i++) {

@@ -200,6 +200,10 @@ int jx_has_method(const jinja_val *self, const char *name);    // a method the s
 int jx_unsafe_method(const jinja_val *self, const char *name); // a mutating method (SecurityError)
 
 jinja_val *jx_mkstr(jx_ctx *c, const char *s, size_t n);
+// The items a for-loop or a filter walks, as Python's iter(): a list's items,
+// a dict's keys, a str's characters, nothing for undefined; NULL (an error
+// naming the line) for what is not iterable.
+jinja_val *jx_iter_items(jx_ctx *c, int line, jinja_val *v);
 jinja_val *jx_sbuf_str(jx_ctx *c, sbuf *b);
 void jx_html_escape(sbuf *b, const char *s, size_t n);   // markupsafe.escape   // takes b's bytes into a string value, frees b
 int jx_check_size(jx_ctx *c, int line, size_t n);   // a string of n bytes would not pass the limits: -1

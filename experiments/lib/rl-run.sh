@@ -15,6 +15,7 @@
 #   --seed S           sampler and learner seed (default 1)
 #   --keep-every E     versions kept for evaluation (default 25)
 #   --max-new-tokens N (default 48)
+#   --temperature T    the sampler's (default 1)
 #
 # RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl
 # (metrics), rollouts.rlr (the records the learner trained on, for replay and
@@ -26,8 +27,8 @@
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
-keep_every=25 max_new=48
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--max-new-tokens N]" >&2; exit 2; }
+keep_every=25 max_new=48 temperature=1
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -44,6 +45,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift ;;
     --keep-every) keep_every=$2; shift ;;
     --max-new-tokens) max_new=$2; shift ;;
+    --temperature) temperature=$2; shift ;;
     *) usage ;;
     esac
     shift || usage
@@ -57,7 +59,7 @@ s_addr=unix:$out/sample.sock r_addr=unix:$out/ratio.sock
 t0=$(date +%s.%N)
 (
     "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --listen "$s_addr" $lag --batch "$batch" \
-        --max-new-tokens "$max_new" --epochs 0 --seed "$seed" "$prompts" 2>"$log/sample.log" |
+        --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed "$seed" "$prompts" 2>"$log/sample.log" |
         "$BIN/rl-ratio" --model "$init" --listen "$r_addr" --batch "$batch" $ratio --metrics "$out/ratio.jsonl" \
             2>"$log/ratio.log" |
         tee "$out/rollouts.rlr" |
@@ -84,9 +86,9 @@ case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s}\n' \
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s}\n' \
     "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$group" "$batch" "$steps" \
-    "$lr" "$lag" "$ratio" "$seed" >"$out/run.json"
+    "$lr" "$lag" "$ratio" "$seed" "$temperature" "$max_new" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2
     for f in "$log"/*.log; do echo "== $f" >&2; tail -n 3 "$f" >&2; done

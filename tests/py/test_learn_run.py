@@ -32,10 +32,10 @@ from safetensors.torch import load_file  # noqa: E402
 WORK = tempfile.mkdtemp(prefix="rlpipe-learn-run.", dir=os.environ.get("TMPDIR"))
 LEARN = os.path.join(rltest.BIN, "rl-learn")
 VOCAB = 96
-TIMING = ("tokens_per_s", "seconds")   # metrics that differ between identical steps
+TIMING = ("tokens_per_s", "seconds", "elapsed")   # metrics that differ between identical steps
 METRIC_KEYS = ["step", "version", "epoch", "samples", "groups", "trained", "tokens", "fwd_tokens", "reward_mean",
                "reward_std", "accuracy", "adv_mean", "adv_std", "adv_zero", "loss", "grad_norm", "lr", "entropy",
-               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "tokens_per_s", "seconds"]
+               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "tokens_per_s", "seconds", "elapsed"]
 
 
 def path(*names):

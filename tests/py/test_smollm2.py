@@ -190,6 +190,29 @@ def greedy_f32_completions_equal_transformers_greedy_token_for_token():
 
 
 @sampler_case
+def messages_render_as_apply_chat_template_and_end_at_im_end():
+    """The chats as "messages": the template of the GGUF (in tokenizer_config.json)
+    renders them, the ids are apply_chat_template's, greedy decoding is
+    transformers', and a completion that says <|im_end|> ends there."""
+    rows = [{"messages": [{"role": "user", "content": q}], "k": i} for i, q in enumerate(CHATS)]
+    rc, out, err = rltest.run("rl-sample", "--model", MODEL, "--no-provenance", "--temperature", "0",
+                              "--max-new-tokens", str(MAX_NEW), jsonl("messages.jsonl", rows))
+    assert rc == 0, err
+    recs = sorted(records(out), key=lambda r: r["k"])
+    ended = 0
+    for r, p, want in zip(recs, PROMPTS, HF_GREEDY):
+        assert r["prompt"] == p["prompt"], (r["prompt"], p["prompt"])
+        assert r["prompt_ids"] == p["prompt_ids"], r["prompt_ids"]
+        assert r["ids"] == want, f"{r['prompt'][-40:]!r}: ours {r['ids']}, transformers {want}"
+        if want[-1] == TOK.convert_tokens_to_ids("<|im_end|>"):
+            ended += 1
+            assert r["finish"] == "stop" and r["stop_reason"] == "<|im_end|>", r
+            assert "<|im_end|>" not in r["text"]
+    assert ended > 0, "no greedy completion ended its turn within the budget: nothing shown"
+    print(f"# {ended} of {len(recs)} chats ended at <|im_end|>")
+
+
+@sampler_case
 def greedy_bf16_and_int8_leave_f32_greedy_only_at_near_ties():
     for dtype, limit in NEAR_TIE.items():
         rc, recs = sample("--temperature", "0", "--max-new-tokens", str(MAX_NEW), "--dtype", dtype)

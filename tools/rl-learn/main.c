@@ -232,6 +232,7 @@ typedef struct {
     model_t *m;
     uint64_t version, steps, skip;   // the model's version; steps taken since --init
     char from[4096];         // the model directory tokenizer files are copied from ("": none)
+    double t0;               // when rl-learn started (cli_now)
 } run_t;
 
 static void save(run_t *r, learner_t *l) {
@@ -367,6 +368,7 @@ static int train(run_t *r, learner_t *l, int metrics, int keep_last, uint64_t *t
         r->steps = m.step;
         *tokens += m.tokens;
         save(r, l);
+        m.elapsed = cli_now() - r->t0;
         report(o, metrics, &m);
         busy = 0;
         if (stop_requested) stop_now();
@@ -389,7 +391,7 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
 
     double t0 = cli_now();
-    run_t run = {.o = &o};
+    run_t run = {.o = &o, .t0 = t0};
     tokenizer *tok = NULL;
     start(&run, &tok);
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
