@@ -209,62 +209,37 @@ static jx_node *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static jx_node *parse_concat(parser *P);
-static jx_node *parse_math1(parser *P) {
-    jx_node *x = parse_concat(P);
-    while (x && (is_op(cur(P), "+") || is_op(cur(P), "-"))) {
-        int op = is_op(cur(P), "+") ? JO_ADD : JO_SUB, line = cur(P)->line;
-        advance(P);
-        jx_node *y = parse_concat(P);
-        if (!y) return NULL;
-        x = binop(P, op, line, x, y);
-    }
-    return x;
-}
+// The left-associative binary levels below the comparisons, loosest first:
+// + -, then ~, then * / // %, then ** (left-associative in jinja2 too).
+static const struct {
+    const char *op;
+    jx_op code;
+} BINARY_LEVELS[][4] = {
+    {{"+", JO_ADD}, {"-", JO_SUB}},
+    {{"~", JO_CONCAT}},
+    {{"*", JO_MUL}, {"/", JO_DIV}, {"//", JO_FLOORDIV}, {"%", JO_MOD}},
+    {{"**", JO_POW}},
+};
+#define N_BINARY_LEVELS (sizeof BINARY_LEVELS / sizeof *BINARY_LEVELS)
 
-static jx_node *parse_math2(parser *P);
-static jx_node *parse_concat(parser *P) {
-    jx_node *x = parse_math2(P);
-    while (x && is_op(cur(P), "~")) {
-        int line = cur(P)->line;
-        advance(P);
-        jx_node *y = parse_math2(P);
-        if (!y) return NULL;
-        x = binop(P, JO_CONCAT, line, x, y);
-    }
-    return x;
-}
-
-static jx_node *parse_pow(parser *P);
-static jx_node *parse_math2(parser *P) {
-    jx_node *x = parse_pow(P);
-    for (;;) {
-        if (!x) return NULL;
+static jx_node *parse_binary(parser *P, size_t level) {
+    if (level == N_BINARY_LEVELS) return parse_unary(P, 1);
+    jx_node *x = parse_binary(P, level + 1);
+    while (x) {
         const jx_tok *c = cur(P);
-        int op;
-        if (is_op(c, "*")) op = JO_MUL;
-        else if (is_op(c, "/")) op = JO_DIV;
-        else if (is_op(c, "//")) op = JO_FLOORDIV;
-        else if (is_op(c, "%")) op = JO_MOD;
-        else return x;
+        size_t k = 0;
+        while (k < 4 && BINARY_LEVELS[level][k].op && !is_op(c, BINARY_LEVELS[level][k].op)) k++;
+        if (k == 4 || !BINARY_LEVELS[level][k].op) return x;
+        int line = c->line;
         advance(P);
-        jx_node *y = parse_pow(P);
+        jx_node *y = parse_binary(P, level + 1);
         if (!y) return NULL;
-        x = binop(P, op, c->line, x, y);
+        x = binop(P, BINARY_LEVELS[level][k].code, line, x, y);
     }
+    return NULL;
 }
 
-static jx_node *parse_pow(parser *P) {
-    jx_node *x = parse_unary(P, 1);
-    while (x && is_op(cur(P), "**")) {
-        int line = cur(P)->line;
-        advance(P);
-        jx_node *y = parse_unary(P, 1);
-        if (!y) return NULL;
-        x = binop(P, JO_POW, line, x, y);
-    }
-    return x;
-}
+static jx_node *parse_math1(parser *P) { return parse_binary(P, 0); }
 
 static jx_node *parse_unary(parser *P, int with_filter) {
     if (enter(P)) return NULL;
