@@ -23,25 +23,25 @@ BUILD ?= build
 BIN ?= bin
 
 TOOLS := $(notdir $(wildcard tools/rl-*))
-LIB_SRC := $(wildcard common/*.c common/cpu/*.c)
+LIB_SRC := $(wildcard common/*.c common/*/*.c common/model/cpu/*.c)
 
-# The CUDA backend (common/cuda/*.cu) is built when nvcc is found, for
+# The CUDA backend (common/model/cuda/*.cu) is built when nvcc is found, for
 # Ampere (sm_80) and Hopper (sm_90), with PTX for later GPUs; CUDA=0 leaves it
-# out (common/cuda/absent.c then says so at run time). The tools link the
+# out (common/model/cuda/absent.c then says so at run time). The tools link the
 # static CUDA runtime and open cuBLAS when the backend starts: they start
 # without a GPU, a driver or cuBLAS (and compute on the CPU).
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA ?= $(if $(NVCC),1,0)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_SRC := $(wildcard common/cuda/*.cu)
+CUDA_SRC := $(wildcard common/model/cuda/*.cu)
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
 NVCC_FLAGS := -O3 -g -std=c++17 -Icommon $(CUDA_ARCH) -Xcompiler -Wall,-Wextra --expt-relaxed-constexpr
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
-LIB_SRC += common/cuda/absent.c
+LIB_SRC += common/model/cuda/absent.c
 CUDA_OBJ :=
 CUDA_LIBS :=
 endif
@@ -77,18 +77,18 @@ $(BUILD)/deps.mk: scripts/deps.sh
 
 # Normal build: optimised objects, a static library, the tools. The CPU
 # kernels are written for the vectoriser, which -O3 turns fully on.
-$(BUILD)/obj/common/cpu/%.o: OPT = -O3
+$(BUILD)/obj/common/model/cpu/%.o: OPT = -O3
 # The conversions of weights pushed or loaded (bf16, f16) are loops for the vectoriser too.
 $(BUILD)/obj/common/dtype.o: OPT = -O3
 # The sampler's exponentials are matched bit for bit by the GPU's (cuda/sample.cu):
 # no multiply-add may be fused here either (x86-64 has none without -mfma; others do).
-$(BUILD)/obj/common/sampling.o: OPT = -O2 -ffp-contract=off
+$(BUILD)/obj/common/model/sampling.o: OPT = -O2 -ffp-contract=off
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/common/cuda/%.o: common/cuda/%.cu $(BUILD)/deps.mk
+$(BUILD)/obj/common/model/cuda/%.o: common/model/cuda/%.cu $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 

@@ -38,7 +38,7 @@
 #include <time.h>
 
 #include "bench.h"
-#include "model.h"
+#include "model/model.h"
 #include "rng.h"
 
 #define MAX_REPS 64   // bench_median takes at most 64

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define MAX_REPS 64   // bench_median takes at most 64
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "config.h"
+#include "checkpoint/config.h"
 #include "fuzz_util.h"
 
 static void same_model(const model_config *a, const model_config *b) {

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fields.h"
-#include "json.h"
-#include "jsonl.h"
-#include "prompts.h"
-#include "tokenizer.h"
+#include "records/fields.h"
+#include "records/json.h"
+#include "records/jsonl.h"
+#include "sample/prompts.h"
+#include "text/tokenizer.h"
 #include "fuzz_util.h"
 
 static tokenizer *tiny;

@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "net.h"
-#include "push.h"
+#include "sync/net.h"
+#include "sync/push.h"
 #include "fuzz_util.h"
 
 #define TIMEOUT 1.0   // seconds; the bytes are all there, or the peer has closed

@@ -6,10 +6,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fields.h"
-#include "json.h"
-#include "reader.h"
-#include "record.h"
+#include "records/fields.h"
+#include "records/json.h"
+#include "records/reader.h"
+#include "records/record.h"
 #include "fuzz_util.h"
 
 // Limits small enough that a declared size over them is cheap to refuse.

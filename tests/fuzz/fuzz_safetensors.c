@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "hfweights.h"
-#include "safetensors.h"
+#include "checkpoint/hfweights.h"
+#include "checkpoint/safetensors.h"
 #include "fuzz_util.h"
 
 // The shards an index may name: model-0000{1,2}-of-00002.safetensors.

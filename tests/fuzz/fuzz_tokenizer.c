@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 #include "fuzz_util.h"
 
 #define CONTINUE_IDS 64   // ids decoded one by one with TOK_CONTINUE

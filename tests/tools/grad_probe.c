@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learner.h"
-#include "safetensors.h"
-#include "source.h"
+#include "learn/learner.h"
+#include "checkpoint/safetensors.h"
+#include "records/source.h"
 
 static void die(const char *msg) {
     fprintf(stderr, "grad_probe: error: %s\n", msg);

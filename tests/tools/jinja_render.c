@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jinja.h"
+#include "text/jinja.h"
 
 static const char USAGE[] =
     "Usage: jinja_render [--spans] TEMPLATE VARS.json\n"

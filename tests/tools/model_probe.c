@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 static void die(const char *file, int line, const char *msg) {
     fprintf(stderr, "model_probe: error: %s (%s:%d)\n", msg, file, line);

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "safetensors.h"
+#include "checkpoint/config.h"
+#include "checkpoint/safetensors.h"
 
 static const char *usage = "usage: st_tool dump FILE | st_tool write OUT SEED | st_tool cfg IN [OUT]\n";
 

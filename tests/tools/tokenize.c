@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 static const char USAGE[] =
     "Usage: tokenize encode [--special] TOKENIZER.json < texts\n"

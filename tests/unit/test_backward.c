@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "ops.h"
+#include "model/ops.h"
 #include "rng.h"
 
 #define FD_STEP 1e-4

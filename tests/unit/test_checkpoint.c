@@ -19,10 +19,10 @@
 
 #include "check.h"
 #include "tmpdir.h"
-#include "checkpoint.h"
-#include "model.h"
+#include "checkpoint/checkpoint.h"
+#include "model/model.h"
 #include "rng.h"
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 // Untied output layer, grouped-query attention: every kind of tensor a checkpoint holds.
 static model_config cfg_small(void) {

@@ -35,12 +35,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "config.h"
+#include "checkpoint/config.h"
 #include "dtype.h"
-#include "model.h"
-#include "ops.h"
+#include "model/model.h"
+#include "model/ops.h"
 #include "rng.h"
-#include "sampling.h"
+#include "model/sampling.h"
 
 #define F32_TOL 1e-5       // f32 operations, relative to the tensor's largest element
 #define TF32_TOL 5e-4      // f32 products with RLPIPE_TF32=1

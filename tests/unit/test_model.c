@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "model.h"
+#include "model/model.h"
 #include "rng.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 // Two shapes: llama with grouped-query attention and a tied output layer, and
 // qwen2 (q/k/v biases) with multi-head attention and an untied one. head_dim

@@ -22,8 +22,8 @@
 
 #include "check.h"
 #include "tmpdir.h"
-#include "net.h"
-#include "push.h"
+#include "sync/net.h"
+#include "sync/push.h"
 
 // ---- Helpers ------------------------------------------------------------------
 

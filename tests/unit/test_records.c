@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "json.h"
-#include "mpscan.h"
-#include "reader.h"
-#include "record.h"
-#include "writer.h"
+#include "records/json.h"
+#include "records/mpscan.h"
+#include "records/reader.h"
+#include "records/record.h"
+#include "records/writer.h"
 
 // ---- helpers ---------------------------------------------------------------
 

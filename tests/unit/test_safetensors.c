@@ -12,9 +12,9 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
-#include "config.h"
+#include "checkpoint/config.h"
 #include "dtype.h"
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 // ---- helpers ---------------------------------------------------------------
 

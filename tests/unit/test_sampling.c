@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "sampling.h"
+#include "model/sampling.h"
 
 #define V 1000
 static float logits[V];

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "tok_regex.h"
-#include "tokenizer.h"
+#include "text/tok_regex.h"
+#include "text/tokenizer.h"
 
 #define TINY "models/tiny/tokenizer.json"
 

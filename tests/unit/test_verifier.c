@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "verifier.h"
+#include "sample/verifier.h"
 
 // ---- helpers ---------------------------------------------------------------
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "vproc.h"
+#include "sample/vproc.h"
 
 // 1 if the stripped completion equals the answer, else 0.
 #define PY_EQUAL                                                                      \

@@ -8,12 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "fields.h"
-#include "json.h"
-#include "source.h"
-#include "stats.h"
-#include "writer.h"
+#include "cli/cli.h"
+#include "records/fields.h"
+#include "records/json.h"
+#include "records/source.h"
+#include "ratio/stats.h"
+#include "records/writer.h"
 
 static const char USAGE[] =
     "Usage: rl-cat [OPTION]... [FILE]...\n"

@@ -13,12 +13,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "cli.h"
-#include "cli_chat.h"
-#include "json.h"
-#include "learner.h"
-#include "source.h"
+#include "checkpoint/checkpoint.h"
+#include "cli/cli.h"
+#include "cli/cli_chat.h"
+#include "records/json.h"
+#include "learn/learner.h"
+#include "records/source.h"
 
 static const char USAGE[] =
     "Usage: rl-learn (--init DIR | --config FILE | --resume) --out CKPT [OPTION]... [FILE]...\n"

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "receiver.h"
-#include "scorer.h"
-#include "source.h"
+#include "cli/cli.h"
+#include "sync/receiver.h"
+#include "ratio/scorer.h"
+#include "records/source.h"
 
 static const char USAGE[] =
     "Usage: rl-ratio [OPTION]... [FILE]...\n"

@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "cli.h"
-#include "cli_chat.h"
-#include "receiver.h"
-#include "rollout.h"
+#include "checkpoint/checkpoint.h"
+#include "cli/cli.h"
+#include "cli/cli_chat.h"
+#include "sync/receiver.h"
+#include "sample/rollout.h"
 
 static const char USAGE[] =
     "Usage: rl-sample --model DIR [OPTION]... [PROMPTS]...\n"

@@ -16,12 +16,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "checkpoint.h"
-#include "cli.h"
-#include "hfweights.h"
-#include "push.h"
-#include "syncer.h"
-#include "watch.h"
+#include "checkpoint/checkpoint.h"
+#include "cli/cli.h"
+#include "checkpoint/hfweights.h"
+#include "sync/push.h"
+#include "sync/syncer.h"
+#include "sync/watch.h"
 
 static const char USAGE[] =
     "Usage: rl-sync [OPTION]... SRC --to ADDR [--to ADDR]...\n"

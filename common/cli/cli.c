@@ -1,0 +1,189 @@
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <msgpack.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "model/backend.h"
+#include "util.h"
+
+static const char *tool_name = "rlpipe";
+
+void cli_init(const char *tool) {
+    tool_name = tool;
+    signal(SIGPIPE, SIG_DFL);
+}
+
+const char *cli_tool(void) { return tool_name; }
+
+static void vmessage(const char *kind, const char *fmt, va_list ap) {
+    fflush(stdout);
+    fprintf(stderr, "%s: %s", tool_name, kind);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void cli_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("error: ", fmt, ap);
+    va_end(ap);
+    exit(1);
+}
+
+void cli_usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("error: ", fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try '%s --help' for more information.\n", tool_name);
+    exit(2);
+}
+
+void cli_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void cli_print_version(void) {
+    printf("%s (rlpipe) %s\n", tool_name, RLPIPE_VERSION);
+    printf("libzstd %s, msgpack-c %s\n", ZSTD_versionString(), msgpack_version());
+}
+
+uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_suffix) {
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-' || *s == '+' || *s == ' ')
+        cli_usage_error("%s: expected a non-negative integer, got '%s'", opt, s ? s : "");
+    unsigned long long v = strtoull(s, &end, 10);
+    unsigned shift = 0;
+    if (allow_suffix && *end) {
+        if (*end == 'k' || *end == 'K') shift = 10;
+        else if (*end == 'M') shift = 20;
+        else if (*end == 'G') shift = 30;
+        if (shift) end++;
+    }
+    if (errno || *end || end == s)
+        cli_usage_error("%s: expected a non-negative integer%s, got '%s'", opt,
+                        allow_suffix ? " (suffix k, M or G allowed)" : "", s);
+    if (shift && v > (UINT64_MAX >> shift)) v = UINT64_MAX;
+    else v <<= shift;
+    if (v > max) cli_usage_error("%s: %s is larger than %llu", opt, s, (unsigned long long)max);
+    return v;
+}
+
+int cli_out_option(int c, const char *arg, cli_out_opts *o, const char *usage) {
+    switch (c) {
+    case 'o': o->output = arg; return 1;
+    case 'u': o->raw = 1; return 1;
+    case CLI_OPT_NOPROV: o->no_provenance = 1; return 1;
+    case 'f': o->force = 1; return 1;
+    case 'q': o->quiet = 1; return 1;
+    case CLI_OPT_PROGRESS: o->progress = 1; return 1;
+    case 'h': fputs(usage, stdout); exit(0);
+    case 'V': cli_print_version(); exit(0);
+    case '?': fprintf(stderr, "Try '%s --help' for more information.\n", cli_tool()); exit(2);
+    default: return 0;
+    }
+}
+
+char **cli_inputs(int argc, char **argv, int *n) {
+    static char *stdin_only[] = {"-"};
+    *n = optind < argc ? argc - optind : 1;
+    return optind < argc ? argv + optind : stdin_only;
+}
+
+void cli_refuse_overwrite(char **inputs, int n, const char *path, const char *what) {
+    for (int i = 0; path && i < n; i++)
+        if (cli_same_file(path, inputs[i]))
+            cli_usage_error("the %s %s is also an input; it would be destroyed", what, path);
+}
+
+double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int hi_open) {
+    char *end;
+    errno = 0;
+    double v = s && *s && *s != ' ' ? strtod(s, &end) : NAN;
+    if (!s || !*s || *s == ' ' || errno || *end || !isfinite(v))
+        cli_usage_error("%s: expected a number, got '%s'", opt, s ? s : "");
+    if (v < lo || (hi_open ? v >= hi : v > hi))
+        cli_usage_error("%s: %s is outside [%g, %g%s", opt, s, lo, hi, hi_open ? ")" : "]");
+    return v;
+}
+
+int cli_open_output(const char *path, int binary, int force) {
+    int fd = 1;
+    if (path && strcmp(path, "-")) {
+        fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0) cli_die("cannot create output: %s: %s", path, strerror(errno));
+        return fd;
+    }
+    if (binary && !force && isatty(fd))
+        cli_usage_error("refusing to write binary records to a terminal; "
+                        "use -o FILE, a pipe, --json, or --force");
+    return fd;
+}
+
+int cli_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !b || !strcmp(a, "-") || !strcmp(b, "-")) return 0;
+    if (stat(a, &sa) || stat(b, &sb)) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+double cli_now(void) { return mono_now(); }
+
+void cli_progress_init(cli_progress *p, int force) {
+    p->on = force || isatty(2);
+    p->last = cli_now();
+    p->shown = 0;
+}
+
+int cli_progress_due(cli_progress *p) {
+    if (!p->on) return 0;
+    double now = cli_now();
+    if (now - p->last < 1.0 / 6) return 0;
+    p->last = now;
+    return 1;
+}
+
+void cli_progress_print(cli_progress *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "\r%s: ", tool_name);
+    vfprintf(stderr, fmt, ap);
+    fputs("\033[K", stderr);
+    va_end(ap);
+    p->shown = 1;
+}
+
+void cli_progress_done(cli_progress *p) {
+    if (p->shown) fputs("\r\033[K", stderr);
+    p->shown = 0;
+}
+
+const char *cli_bytes(uint64_t n, char *buf, size_t size) {
+    if (n < 1000) snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else if (n < 1000000) snprintf(buf, size, "%.1f kB", (double)n / 1e3);
+    else if (n < 1000000000) snprintf(buf, size, "%.1f MB", (double)n / 1e6);
+    else snprintf(buf, size, "%.2f GB", (double)n / 1e9);
+    return buf;
+}
+
+int cli_parse_device(const char *s) {
+    rl_device d;
+    if (dev_parse(s, &d)) cli_usage_error("--device: expected cpu, cuda or auto, got '%s'", s);
+    return (int)d;
+}

@@ -1,0 +1,669 @@
+// learner.c — batches of whole groups, advantages, losses and the optimizer
+// step of rl-learn (learner.h).
+#include "learn/learner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "records/json.h"
+
+// One record, as training needs it. Arrays of n completion tokens.
+typedef struct {
+    uint32_t *prompt, *ids;
+    size_t np, n;
+    float temperature;
+    float *w, *mask;           // NULL when the record has none (1 everywhere)
+    float *lp_learner, *lp;    // logp_learner (π_old), logp (the sampler's), or NULL
+    uint32_t *ver;             // or NULL
+    double reward, adv;
+    int has_reward, has_adv, has_group;
+    uint64_t group;
+    // during a batch
+    double a;                  // the advantage used
+    float *pi_old;             // PPO: log π_old per token (logp_learner, or the first epoch's)
+    float *logp, *ent;         // the learner's, from the last forward
+} lseq;
+
+struct learner {
+    model_t *m;
+    lrn_opts o;
+    lseq *s;                   // held records, in input order
+    size_t n, cap;
+    size_t complete;           // s[0 .. complete) are whole groups
+    uint64_t group_size;       // records per group in this member (0: unknown)
+    uint64_t run;              // records of the last group held
+    int ended;
+    uint64_t consumed;
+    size_t bn;                 // records in the batch being trained (0: none formed yet)
+    size_t dropped;            // texts whose tokenizing dropped characters with no token
+    char dropped_first[512];   // what the first of them dropped, and where
+    int epoch;                 // PPO epochs done on it
+};
+
+// ---- Options --------------------------------------------------------------------
+
+int lrn_parse_loss(const char *s, loss_kind *out, rl_err *err) {
+    if (!strcmp(s, "pg")) *out = LOSS_PG;
+    else if (!strcmp(s, "ppo")) *out = LOSS_PPO;
+    else if (!strcmp(s, "sft")) *out = LOSS_SFT;
+    else return err_set(err, "--loss '%s': use pg, ppo or sft", s);
+    return 0;
+}
+
+int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err) {
+    if (!strcmp(s, "grpo")) *out = ADV_GRPO;
+    else if (!strcmp(s, "drgrpo")) *out = ADV_DRGRPO;
+    else if (!strcmp(s, "rloo")) *out = ADV_RLOO;
+    else return err_set(err, "--adv '%s': use grpo, drgrpo or rloo", s);
+    return 0;
+}
+
+int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err) {
+    if (!strcmp(s, "seqs")) *out = NORM_SEQS;
+    else if (!strcmp(s, "tokens")) *out = NORM_TOKENS;
+    else if (!strncmp(s, "const:", 6)) {
+        char *end;
+        *n = strtod(s + 6, &end);
+        if (end == s + 6 || *end || !(*n > 0) || !isfinite(*n))
+            return err_set(err, "--norm '%s': const:N needs a positive number N", s);
+        *out = NORM_CONST;
+    } else return err_set(err, "--norm '%s': use seqs, tokens or const:N", s);
+    return 0;
+}
+
+const char *lrn_loss_name(loss_kind k) { return k == LOSS_PG ? "pg" : k == LOSS_PPO ? "ppo" : "sft"; }
+const char *lrn_adv_name(adv_kind k) { return k == ADV_GRPO ? "grpo" : k == ADV_DRGRPO ? "drgrpo" : "rloo"; }
+
+// ---- Advantages -------------------------------------------------------------------
+
+void lrn_advantages(adv_kind k, const double *r, size_t n, double *a) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += r[i];
+    double mean = sum / (double)n;
+    int equal = 1;
+    for (size_t i = 1; i < n; i++) equal &= r[i] == r[0];
+    for (size_t i = 0; i < n; i++) a[i] = 0;
+    if (equal) return;   // nothing to prefer: exactly zero, whatever rounding says
+    if (k == ADV_GRPO) {
+        double ss = 0;
+        for (size_t i = 0; i < n; i++) ss += (r[i] - mean) * (r[i] - mean);
+        double sd = sqrt(ss / (double)(n - 1));
+        for (size_t i = 0; i < n; i++) a[i] = (r[i] - mean) / (sd + LRN_GRPO_EPS);
+    } else if (k == ADV_DRGRPO) {
+        for (size_t i = 0; i < n; i++) a[i] = r[i] - mean;
+    } else {   // leave-one-out: r_i − mean of the others
+        for (size_t i = 0; i < n; i++) a[i] = r[i] - (sum - r[i]) / (double)(n - 1);
+    }
+}
+
+// ---- Holding records ----------------------------------------------------------------
+
+learner_t *lrn_new(model_t *m, const lrn_opts *o) {
+    learner_t *l = xmalloc(sizeof *l);
+    memset(l, 0, sizeof *l);
+    l->m = m;
+    l->o = *o;
+    if (l->o.epochs < 1) l->o.epochs = 1;
+    if (l->o.micro < 1) l->o.micro = 1;
+    if (!l->o.micro_tokens) l->o.micro_tokens = LRN_MICRO_TOKENS;
+    return l;
+}
+
+static void seq_free(lseq *s) {
+    void *p[] = {s->prompt, s->ids, s->w, s->mask, s->lp_learner, s->lp, s->ver, s->pi_old, s->logp, s->ent};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
+}
+
+void lrn_free(learner_t *l) {
+    if (!l) return;
+    for (size_t i = 0; i < l->n; i++) seq_free(&l->s[i]);
+    free(l->s);
+    free(l);
+}
+
+// An optional per-token float array of n values: *out NULL when absent.
+static int get_floats(const rec_t *r, const char *key, size_t n, int nonneg, float **out, rl_err *err) {
+    *out = NULL;
+    if (!rec_has(r, key)) return 0;
+    f32_vec v = {0};
+    if (rec_get_f32s(r, key, &v) != REC_OK) {
+        f32_vec_free(&v);
+        return err_set(err, "\"%s\" is not an array of numbers", key);
+    }
+    if (v.n != n) {
+        size_t got = v.n;
+        f32_vec_free(&v);
+        return err_set(err, "\"%s\" has %zu values for %zu completion tokens", key, got, n);
+    }
+    for (size_t t = 0; t < n; t++)
+        if (!isfinite(v.v[t]) || (nonneg && v.v[t] < 0)) {
+            double bad = v.v[t];
+            f32_vec_free(&v);
+            return err_set(err, "\"%s\"[%zu] is %g: it must be a finite%s number", key, t, bad,
+                           nonneg ? ", non-negative" : "");
+        }
+    *out = v.v ? v.v : xmalloc(1);
+    return 0;
+}
+
+// Token ids of key, or the tokenized text of text_key: a prompt with the
+// special tokens its tokenizer adds (bos or none, tok_encode_special), a
+// completion followed by the first of the config's eos ids (if any); missing
+// both: 0 with *n == 0 and *out NULL.
+static int get_ids(learner_t *l, const rec_t *r, const char *key, const char *text_key, int is_prompt,
+                   uint32_t **out, size_t *n, tok_report *rep, rl_err *err) {
+    *out = NULL;
+    *n = 0;
+    const model_config *c = model_cfg(l->m);
+    if (rec_has(r, key)) {
+        u32_vec v = {0};
+        if (rec_get_u32s(r, key, &v) != REC_OK) {
+            u32_vec_free(&v);
+            return err_set(err, "\"%s\" is not an array of token ids", key);
+        }
+        *out = v.v ? v.v : xmalloc(sizeof **out);   // present but empty: not "missing"
+        *n = v.n;
+    } else if (rec_has(r, text_key)) {
+        const char *text;
+        size_t len, cap = 0;
+        if (rec_get_str(r, text_key, &text, &len) != REC_OK) return err_set(err, "\"%s\" is not a string", text_key);
+        if (!l->o.tok)
+            return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it", key,
+                           text_key);
+        rl_err e;
+        if (tok_encode_ex(l->o.tok, text, len, is_prompt, out, n, &cap, rep, &e))
+            return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
+        if (!is_prompt && c->eos_id >= 0) {
+            *out = xrealloc(*out, (*n + 1) * sizeof **out);
+            (*out)[(*n)++] = (uint32_t)c->eos_id;
+        }
+    } else return 0;
+    for (size_t t = 0; t < *n; t++)
+        if ((*out)[t] >= (uint32_t)c->vocab)
+            return err_set(err, "\"%s\"[%zu] = %u is outside the model's vocabulary (%d tokens)", key, t, (*out)[t], c->vocab);
+    return 0;
+}
+
+static int get_finite(const rec_t *r, const char *key, double *v, int *has, rl_err *err) {
+    *has = 0;
+    if (!rec_has(r, key)) return 0;
+    if (rec_get_f64(r, key, v) != REC_OK) return err_set(err, "\"%s\" is not a number", key);
+    if (!isfinite(*v)) return err_set(err, "\"%s\" is %g: it must be a finite number", key, *v);
+    *has = 1;
+    return 0;
+}
+
+// A conversation as an example ("messages" with no "ids" and no "completion"):
+// rendered and tokenized by the chat template; the prompt is what precedes
+// the first token of an assistant's turn, the completion the rest, masked
+// to the assistant's turns (the template around them gets no loss).
+static int conversation(learner_t *l, const rec_t *r, lseq *s, tok_report *rep, rl_err *err) {
+    if (l->o.loss != LOSS_SFT)
+        return err_set(err, "\"messages\" and no \"ids\": a conversation is an example for --loss sft, and the "
+                       "%s loss needs sampled completions", lrn_loss_name(l->o.loss));
+    if (rec_has(r, "prompt") || rec_has(r, "prompt_ids"))
+        return err_set(err, "the example has \"messages\" and \"%s\": give one of them",
+                       rec_has(r, "prompt") ? "prompt" : "prompt_ids");
+    if (!l->o.chat)
+        return err_set(err, "\"messages\" need the model's chat template, and the model has none (no "
+                       "\"chat_template\" in tokenizer_config.json, no chat_template.jinja)");
+    size_t n;
+    const uint8_t *msgs = rec_value(r, (size_t)rec_find(r, "messages"), &n);
+    u32_vec ids = {0};
+    u8_vec mask = {0};
+    int rc = -1;
+    if (chat_encode(l->o.chat, msgs, n, 0, NULL, &ids, &mask, rep, err)) goto out;
+    size_t first = 0;
+    while (first < ids.n && !mask.v[first]) first++;
+    if (first == ids.n) {
+        err_set(err, "\"messages\" has no assistant turn to learn from");
+        goto out;
+    }
+    if (first == 0) {
+        err_set(err, "\"messages\": the assistant's turn starts the text: nothing predicts its first token");
+        goto out;
+    }
+    s->np = first;
+    s->prompt = xmalloc(first * sizeof *s->prompt);
+    memcpy(s->prompt, ids.v, first * sizeof *s->prompt);
+    s->n = ids.n - first;
+    s->ids = xmalloc(s->n * sizeof *s->ids);
+    memcpy(s->ids, ids.v + first, s->n * sizeof *s->ids);
+    s->mask = xmalloc(s->n * sizeof *s->mask);
+    for (size_t t = 0; t < s->n; t++) s->mask[t] = mask.v[first + t];
+    rc = 0;
+out:
+    u32_vec_free(&ids);
+    u8_vec_free(&mask);
+    return rc;
+}
+
+static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], rl_err *err) {
+    const model_config *c = model_cfg(l->m);
+    int sft = l->o.loss == LOSS_SFT;
+    int chat = rec_has(r, "messages") && !rec_has(r, "ids") && !rec_has(r, "completion");
+    if (chat) {
+        if (rec_has(r, "mask")) return err_set(err, "the example has \"messages\" and \"mask\": the chat template makes its mask");
+        if (conversation(l, r, s, &rep[0], err)) return -1;
+    } else {
+        if (get_ids(l, r, "ids", "completion", 0, &s->ids, &s->n, &rep[0], err) < 0) return -1;
+        if (!s->ids)
+            return err_set(err, "no \"ids\" (the completion's token ids), no \"completion\" text and no \"messages\"");
+        if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
+        if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, &rep[1], err) < 0) return -1;
+        if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
+        if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
+    }
+    const char *key;
+    int max_seq = cfg_max_seq(c, &key);
+    if (s->np + s->n - 1 > (size_t)max_seq)
+        return err_set(err, "%zu prompt and %zu completion tokens exceed %s %d", s->np, s->n, key, max_seq);
+    double t = 1;
+    int has_t;
+    if (get_finite(r, "temperature", &t, &has_t, err) < 0) return -1;
+    if (!(t > 0)) return err_set(err, "\"temperature\" is %g: the learner scores at temperature > 0", t);
+    s->temperature = (float)t;
+    if (get_finite(r, "reward", &s->reward, &s->has_reward, err) < 0 ||
+        get_finite(r, "adv", &s->adv, &s->has_adv, err) < 0)
+        return -1;
+    if (!sft && !s->has_reward && !s->has_adv)
+        return err_set(err, "no \"reward\" and no \"adv\": the %s loss needs one", lrn_loss_name(l->o.loss));
+    if (rec_has(r, "group")) {
+        if (rec_get_uint(r, "group", &s->group) != REC_OK) return err_set(err, "\"group\" is not an unsigned integer");
+        s->has_group = 1;
+    }
+    if (get_floats(r, "w", s->n, 1, &s->w, err) < 0 || get_floats(r, "logp_learner", s->n, 0, &s->lp_learner, err) < 0 ||
+        get_floats(r, "logp", s->n, 0, &s->lp, err) < 0)
+        return -1;
+    if (!chat && rec_has(r, "mask")) {
+        u8_vec v = {0};
+        int bad = rec_get_u8s(r, "mask", &v) != REC_OK;
+        for (size_t i = 0; !bad && i < v.n; i++) bad = v.v[i] > 1;
+        if (bad || v.n != s->n) {
+            size_t got = v.n;
+            u8_vec_free(&v);
+            return bad ? err_set(err, "\"mask\" is not an array of 0 and 1")
+                       : err_set(err, "\"mask\" has %zu values for %zu completion tokens", got, s->n);
+        }
+        s->mask = xmalloc(s->n * sizeof(float));
+        for (size_t i = 0; i < s->n; i++) s->mask[i] = v.v[i];
+        u8_vec_free(&v);
+    }
+    if (rec_has(r, "ver")) {
+        u32_vec v = {0};
+        if (rec_get_u32s(r, "ver", &v) != REC_OK || v.n != s->n) {
+            u32_vec_free(&v);
+            return err_set(err, "\"ver\" is not an array of %zu versions", s->n);
+        }
+        s->ver = v.v;
+    }
+    return 0;
+}
+
+size_t lrn_dropped(const learner_t *l, const char **first) {
+    if (first) *first = l->dropped_first;
+    return l->dropped;
+}
+
+int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err) {
+    lseq s;
+    memset(&s, 0, sizeof s);
+    rl_err e;
+    tok_report rep[2] = {{0}, {0}};
+    if (parse_seq(l, r, &s, rep, &e) < 0) {
+        seq_free(&s);
+        return err_set(err, "%s: %s", e.msg, where);
+    }
+    for (int k = 0; k < 2; k++)
+        if (rep[k].dropped && !l->dropped++) {
+            char what[256];
+            tok_report_text(&rep[k], what, sizeof what);
+            snprintf(l->dropped_first, sizeof l->dropped_first, "\"%s\": %s: %s", k ? "prompt" : "completion", what,
+                     where);
+        }
+    const lseq *p = l->n > l->complete ? &l->s[l->n - 1] : NULL;
+    if (p && p->has_group && s.has_group && p->group == s.group) l->run++;
+    else {   // a record outside the last one's group completes that group
+        l->complete = l->n;
+        l->run = 1;
+    }
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->s = xrealloc(l->s, l->cap * sizeof *l->s);
+    }
+    l->s[l->n++] = s;
+    if (!s.has_group || (l->group_size && l->run >= l->group_size)) l->complete = l->n;
+    return 0;
+}
+
+void lrn_end(learner_t *l) {
+    l->ended = 1;
+    l->complete = l->n;
+}
+
+void lrn_member(learner_t *l, const rec_t *header) {
+    l->complete = l->n;
+    l->group_size = 0;
+    long i = rec_find(header, "sampling");
+    if (i < 0) return;
+    size_t n;
+    const uint8_t *v = rec_value(header, (size_t)i, &n);
+    rec_t *sampling = rec_new();
+    rl_err e;
+    if (rec_parse(sampling, v, n, &rec_default_limits, &e) || rec_get_uint(sampling, "group", &l->group_size) != REC_OK)
+        l->group_size = 0;
+    rec_free(sampling);
+}
+
+// Records in the next batch: the fewest whole groups holding >= batch
+// records, or all complete ones at the end with keep_last; 0 if none.
+static size_t batch_size(const learner_t *l, int keep_last) {
+    size_t i = 0;
+    while (i < l->complete) {
+        size_t j = i + 1;
+        while (j < l->complete && l->s[j].has_group && l->s[j - 1].has_group && l->s[j].group == l->s[j - 1].group) j++;
+        i = j;
+        if (i >= l->o.batch) return i;
+    }
+    return keep_last && l->ended ? l->complete : 0;
+}
+
+int lrn_ready(const learner_t *l, int keep_last) { return l->bn > 0 || batch_size(l, keep_last) > 0; }
+uint64_t lrn_consumed(const learner_t *l) { return l->consumed; }
+size_t lrn_held(const learner_t *l) { return l->n; }
+
+// The advantage of every record of the batch; the number of groups.
+static uint64_t batch_advantages(learner_t *l) {
+    uint64_t groups = 0;
+    double *r = xmalloc(l->bn * sizeof *r), *a = xmalloc(l->bn * sizeof *a);
+    for (size_t i = 0; i < l->bn;) {
+        size_t j = i + 1;
+        while (j < l->bn && l->s[j].has_group && l->s[i].has_group && l->s[j].group == l->s[i].group) j++;
+        for (size_t k = i; k < j; k++) r[k - i] = l->s[k].reward;
+        int computable = 1;
+        for (size_t k = i; k < j; k++) computable &= l->s[k].has_reward;
+        if (computable && l->o.loss != LOSS_SFT) lrn_advantages(l->o.adv, r, j - i, a);
+        else
+            for (size_t k = i; k < j; k++) a[k - i] = 0;
+        for (size_t k = i; k < j; k++) l->s[k].a = l->s[k].has_adv ? l->s[k].adv : a[k - i];
+        groups++;
+        i = j;
+    }
+    free(r);
+    free(a);
+    return groups;
+}
+
+static void release_batch(learner_t *l) {
+    for (size_t i = 0; i < l->bn; i++) seq_free(&l->s[i]);
+    memmove(l->s, l->s + l->bn, (l->n - l->bn) * sizeof *l->s);
+    l->n -= l->bn;
+    l->complete -= l->bn;
+    l->consumed += l->bn;
+    l->bn = 0;
+    l->epoch = 0;
+}
+
+// ---- The loss -------------------------------------------------------------------------
+
+// The callback of model_backward over one micro-batch: token r of the
+// micro-batch is token j of sequence mb[k], walked in order.
+typedef struct {
+    const learner_t *l;
+    lseq **mb;
+    size_t k, j;
+    double z;                  // the normaliser
+    int first_epoch;
+    double loss;
+    uint64_t clipped;
+} loss_ctx;
+
+static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *d) {
+    (void)r0;
+    loss_ctx *c = vctx;
+    const lrn_opts *o = &c->l->o;
+    for (size_t i = 0; i < rows; i++) {
+        lseq *s = c->mb[c->k];
+        size_t j = c->j;
+        double w = s->w ? s->w[j] : 1, mask = s->mask ? s->mask[j] : 1, lp = logp[i], g, v;
+        if (o->loss == LOSS_SFT) {
+            v = -mask * lp;                   // −Σ log π_θ over the completion tokens kept
+            g = -mask;
+        } else if (o->loss == LOSS_PG) {
+            v = -w * mask * s->a * lp;
+            g = -w * mask * s->a;
+        } else {   // PPO: −w·mask·min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = π_θ / π_old
+            if (c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
+            double rho = exp(lp - (double)s->pi_old[j]);
+            double lo = 1 - o->ppo_eps, hi = 1 + o->ppo_eps, rc = rho < lo ? lo : rho > hi ? hi : rho;
+            double un = rho * s->a, cl = rc * s->a;
+            if (un <= cl) {                   // the unclipped term: d/dlogp (ρ·Â) = ρ·Â
+                v = -w * mask * un;
+                g = -w * mask * un;
+            } else {                          // the clipped one is constant in θ
+                v = -w * mask * cl;
+                g = 0;
+                c->clipped++;
+            }
+        }
+        c->loss += v / c->z;
+        d[i] = (float)(g / c->z);
+        if (++c->j == s->n) {
+            c->j = 0;
+            c->k++;
+        }
+    }
+}
+
+// ---- The step --------------------------------------------------------------------------
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int stopped(const learner_t *l) { return l->o.stop && *l->o.stop; }
+
+// Statistics of the batch's records that need no forward.
+static void batch_stats(const learner_t *l, uint64_t version, lrn_metrics *m) {
+    double rs = 0, rss = 0, acc = 0, as = 0, ass = 0, zero = 0, lag = 0, k3 = 0, capped = 0;
+    uint64_t nr = 0, nlag = 0, nk3 = 0, ncap = 0;
+    m->lag_max = -INFINITY;
+    for (size_t i = 0; i < l->bn; i++) {
+        const lseq *s = &l->s[i];
+        m->tokens += s->n;
+        if (s->has_reward) {
+            rs += s->reward;
+            rss += s->reward * s->reward;
+            acc += s->reward > 0;
+            nr++;
+        }
+        as += s->a;
+        ass += s->a * s->a;
+        zero += s->a == 0;
+        for (size_t t = 0; t < s->n; t++) {
+            if (s->ver) {
+                double d = (double)version - (double)s->ver[t];
+                lag += d;
+                if (d > m->lag_max) m->lag_max = d;
+                nlag++;
+            }
+            if (s->lp && s->lp_learner) {
+                double lr = (double)s->lp_learner[t] - (double)s->lp[t], rho = exp(lr);
+                k3 += rho - 1 - lr;
+                nk3++;
+                if (s->w) {
+                    capped += s->w[t] < rho * (1 - 1e-6);
+                    ncap++;
+                }
+            }
+        }
+    }
+    double n = (double)l->bn;
+    m->samples = l->bn;
+    m->has_reward = nr > 0;
+    if (nr) {
+        m->reward_mean = rs / (double)nr;
+        m->reward_std = sqrt(fmax(0, rss / (double)nr - m->reward_mean * m->reward_mean));
+        m->accuracy = acc / (double)nr;
+    }
+    m->adv_mean = as / n;
+    m->adv_std = sqrt(fmax(0, ass / n - m->adv_mean * m->adv_mean));
+    m->adv_zero = zero / n;
+    m->has_lag = nlag > 0;
+    if (nlag) m->lag_mean = lag / (double)nlag;
+    m->has_k3 = nk3 > 0;
+    if (nk3) m->k3 = k3 / (double)nk3;
+    m->has_capped = ncap > 0;
+    if (ncap) m->capped = capped / (double)ncap;
+}
+
+// The normaliser of the loss over the whole step.
+static double normaliser(const learner_t *l) {
+    if (l->o.norm == NORM_CONST) return l->o.norm_const;
+    if (l->o.norm == NORM_SEQS) return (double)l->bn;
+    double tokens = 0;
+    for (size_t i = 0; i < l->bn; i++)
+        for (size_t t = 0; t < l->s[i].n; t++) tokens += l->s[i].mask ? l->s[i].mask[t] : 1;
+    return tokens > 0 ? tokens : 1;
+}
+
+// Forward and backward of one micro-batch mb[0 .. k).
+static int micro_step(learner_t *l, lseq **mb, size_t k, loss_ctx *c, rl_err *err) {
+    model_seq *ms = xmalloc(k * sizeof *ms);
+    for (size_t i = 0; i < k; i++) {
+        lseq *s = mb[i];
+        if (!s->logp) {
+            s->logp = xmalloc(s->n * sizeof(float));
+            s->ent = xmalloc(s->n * sizeof(float));
+        }
+        if (l->o.loss == LOSS_PPO && !s->pi_old) {
+            s->pi_old = xmalloc(s->n * sizeof(float));
+            if (s->lp_learner) memcpy(s->pi_old, s->lp_learner, s->n * sizeof(float));
+        }
+        ms[i] = (model_seq){.prompt = s->prompt, .n_prompt = s->np, .ids = s->ids, .n_ids = s->n,
+                            .temperature = s->temperature, .logp = s->logp, .entropy = s->ent};
+    }
+    c->mb = mb;
+    c->k = c->j = 0;
+    int rc = model_backward(l->m, ms, k, dlogp, c, err);
+    free(ms);
+    return rc;
+}
+
+int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
+    double t0 = now();
+    memset(m, 0, sizeof *m);
+    if (!l->bn) {
+        l->bn = batch_size(l, 1);
+        if (!l->bn) return err_set(err, "lrn_step without a batch");
+        l->epoch = 0;
+    }
+    m->groups = batch_advantages(l);
+    batch_stats(l, version, m);
+    // sequences with a gradient: all for sft, those with an advantage otherwise
+    lseq **tr = xmalloc(l->bn * sizeof *tr);
+    size_t ntr = 0, fwd = 0;
+    for (size_t i = 0; i < l->bn; i++)
+        if (l->o.loss == LOSS_SFT || l->s[i].a != 0) {
+            tr[ntr++] = &l->s[i];
+            fwd += l->s[i].np + l->s[i].n - 1;
+        }
+    loss_ctx c = {.l = l, .z = normaliser(l), .first_epoch = l->epoch == 0};
+    model_zero_grad(l->m);
+    // micro-batches: at least o->micro, of at most micro_tokens tokens (one
+    // sequence may exceed that alone), each a run of consecutive sequences
+    size_t i0 = 0, part = 0;
+    while (i0 < ntr) {
+        // part k of o->micro ends at sequence (k+1)·ntr/micro
+        while ((part + 1) * ntr / (size_t)l->o.micro <= i0) part++;
+        size_t end = (part + 1) * ntr / (size_t)l->o.micro, i1 = i0, tokens = 0;
+        while (i1 < end) {
+            size_t len = tr[i1]->np + tr[i1]->n - 1;
+            if (i1 > i0 && tokens + len > l->o.micro_tokens) break;
+            tokens += len;
+            i1++;
+        }
+        if (stopped(l) || micro_step(l, tr + i0, i1 - i0, &c, err) < 0) {
+            free(tr);
+            return stopped(l) ? 1 : -1;
+        }
+        i0 = i1;
+    }
+    if (stopped(l)) {
+        free(tr);
+        return 1;
+    }
+    double ent = 0;
+    uint64_t ntok = 0;
+    for (size_t i = 0; i < ntr; i++)
+        for (size_t t = 0; t < tr[i]->n; t++, ntok++) ent += tr[i]->ent[t];
+    free(tr);
+    m->step = steps + 1;
+    m->version = version + 1;
+    m->epoch = l->epoch + 1;
+    m->trained = ntr;
+    m->fwd_tokens = fwd;
+    m->loss = c.loss;
+    m->entropy = ntok ? ent / (double)ntok : 0;
+    m->ppo = l->o.loss == LOSS_PPO;
+    m->ppo_clipped = ntok ? (double)c.clipped / (double)ntok : 0;
+    m->seconds = now() - t0;
+    return 0;
+}
+
+int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err) {
+    double t0 = now();
+    if (adamw_step(l->m, &l->o.opt, m->step, &m->grad_norm, &m->lr) < 0)
+        return err_set(err, "step %llu: the gradient is not finite (norm %g): not applied",
+                       (unsigned long long)m->step, m->grad_norm);
+    if (++l->epoch == l->o.epochs) release_batch(l);
+    model_sync(l->m);   // the step's time includes the GPU's AdamW
+    m->seconds += now() - t0;
+    m->tokens_per_s = m->seconds > 0 ? (double)m->fwd_tokens / m->seconds : 0;
+    return 0;
+}
+
+int lrn_step(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
+    int rc = lrn_grad(l, version, steps, m, err);
+    return rc ? rc : lrn_apply(l, m, err);
+}
+
+// ---- Metrics --------------------------------------------------------------------------
+
+static void put_num(sbuf *o, const char *key, double v, int present) {
+    sbuf_printf(o, ",\"%s\":", key);
+    if (present) json_put_f64(o, v);
+    else sbuf_printf(o, "null");
+}
+
+void lrn_metrics_json(const lrn_metrics *m, sbuf *o) {
+    sbuf_printf(o, "{\"step\":%llu,\"version\":%llu,\"epoch\":%d,\"samples\":%llu,\"groups\":%llu,\"trained\":%llu,"
+                   "\"tokens\":%llu,\"fwd_tokens\":%llu",
+                (unsigned long long)m->step, (unsigned long long)m->version, m->epoch, (unsigned long long)m->samples,
+                (unsigned long long)m->groups, (unsigned long long)m->trained, (unsigned long long)m->tokens,
+                (unsigned long long)m->fwd_tokens);
+    put_num(o, "reward_mean", m->reward_mean, m->has_reward);
+    put_num(o, "reward_std", m->reward_std, m->has_reward);
+    put_num(o, "accuracy", m->accuracy, m->has_reward);
+    put_num(o, "adv_mean", m->adv_mean, 1);
+    put_num(o, "adv_std", m->adv_std, 1);
+    put_num(o, "adv_zero", m->adv_zero, 1);
+    put_num(o, "loss", m->loss, 1);
+    put_num(o, "grad_norm", m->grad_norm, 1);
+    put_num(o, "lr", m->lr, 1);
+    put_num(o, "entropy", m->entropy, m->trained > 0);
+    put_num(o, "lag_mean", m->lag_mean, m->has_lag);
+    put_num(o, "lag_max", m->lag_max, m->has_lag);
+    put_num(o, "k3", m->k3, m->has_k3);
+    put_num(o, "capped", m->capped, m->has_capped);
+    put_num(o, "ppo_clipped", m->ppo_clipped, m->ppo);
+    put_num(o, "tokens_per_s", m->tokens_per_s, 1);
+    put_num(o, "seconds", m->seconds, 1);
+    put_num(o, "elapsed", m->elapsed, 1);
+    sbuf_printf(o, "}");
+}

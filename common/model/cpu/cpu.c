@@ -1,0 +1,333 @@
+// cpu/cpu.c — the CPU backend of ops.h: OpenBLAS sgemm for matrix products
+// of many rows, row kernels (kernels.c) for the few-row products of decoding
+// and for everything elementwise, spread over the threads of pool.h. OpenBLAS
+// is kept single-threaded and called by each thread on its block of weight
+// rows, so one set of threads does all the work. Attention is attention.c;
+// the backward of the other operations and the optimizer are train.c.
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cpu/cpu.h"
+#include "model/cpu/pool.h"
+
+void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
+
+const cpu_kernels *cpu_K;
+
+// Products with at most this many rows use the row kernels (the weights are
+// read once from memory, converted on the fly); more rows go to sgemm.
+#define FEW_ROWS 4
+// Weight rows converted to f32 per sgemm call when weights are not f32.
+#define TILE_ROWS 128
+
+static void *cpu_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        fprintf(stderr, "rlpipe: out of memory (%zu bytes for the CPU backend)\n", bytes);
+        abort();
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+void *cpu_scratch(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "rlpipe: out of memory (%zu bytes of CPU scratch)\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void cpu_sync(void) {}   // ops return when done
+
+// Row r of a weight matrix and its int8 scales.
+static const void *mat_row(const rl_mat *W, int r) {
+    return (const char *)W->data + (size_t)r * W->cols * dt_size(W->dtype);
+}
+
+static const float *mat_scales(const rl_mat *W, int r) {
+    if (W->dtype != DT_I8) return NULL;
+    return W->scales + (size_t)r * ((W->cols + W->group - 1) / W->group);
+}
+
+// The arguments of every operation, passed to the parts that threads run.
+typedef struct {
+    float *out;
+    float *out2;             // a second output: entropies
+    const float *x, *y;
+    const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
+    const int32_t *idx;      // per row: token ids, positions or targets
+    const rl_mat *W;
+    int N, C, H, HS, V;
+    float eps;
+    float dir;               // rope: 1 turns by +angle, -1 by -angle
+} args;
+
+static void embed_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    for (int i = lo; i < hi; i++)
+        cpu_K->row_to_f32(a->out + (size_t)i * a->C, mat_row(a->W, a->idx[i]), mat_scales(a->W, a->idx[i]),
+                       a->C, a->W->group, a->W->dtype);
+}
+
+static void cpu_embed(float *out, const rl_mat *table, const int32_t *ids, int N) {
+    args a = {.out = out, .W = table, .idx = ids, .C = table->cols};
+    pool_for(N, 1, PAR_MIN / table->cols, embed_part, &a);
+}
+
+static void rmsnorm_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    int C = a->C;
+    for (int i = lo; i < hi; i++) {
+        const float *xi = a->x + (size_t)i * C;
+        float *oi = a->out + (size_t)i * C;
+        float ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += xi[c] * xi[c];
+        float inv = 1.0f / sqrtf(ss / (float)C + a->eps);
+        for (int c = 0; c < C; c++) oi[c] = xi[c] * inv * a->vec[c];
+    }
+}
+
+static void cpu_rmsnorm(float *out, const float *x, const float *g, int N, int C, float eps) {
+    args a = {.out = out, .x = x, .vec = g, .C = C, .eps = eps};
+    pool_for(N, 1, PAR_MIN / C, rmsnorm_part, &a);
+}
+
+// out (N, M) = x (N, K) · Wᵀ for N <= FEW_ROWS, on weight rows [lo, hi).
+static void matmul_few_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    const rl_mat *W = a->W;
+    int M = W->rows, Kd = W->cols, N = a->N;
+    float *row = N > 1 && W->dtype != DT_F32 ? cpu_scratch((size_t)Kd * sizeof(float)) : NULL;
+    for (int m = lo; m < hi; m++) {
+        const void *w = mat_row(W, m);
+        const float *s = mat_scales(W, m);
+        if (row) cpu_K->row_to_f32(row, w, s, Kd, W->group, W->dtype);
+        for (int n = 0; n < N; n++)
+            a->out[(size_t)n * M + m] = row ? cpu_K->dot(a->x + (size_t)n * Kd, row, NULL, Kd, 0, DT_F32)
+                                            : cpu_K->dot(a->x + (size_t)n * Kd, w, s, Kd, W->group, W->dtype);
+    }
+    free(row);
+}
+
+// The same with sgemm, for many rows; non-f32 weights are converted
+// TILE_ROWS rows at a time.
+static void matmul_sgemm_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    const rl_mat *W = a->W;
+    int M = W->rows, Kd = W->cols, N = a->N;
+    if (W->dtype == DT_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, hi - lo, Kd, 1.0f, a->x, Kd,
+                    (const float *)W->data + (size_t)lo * Kd, Kd, 0.0f, a->out + lo, M);
+        return;
+    }
+    float *tile = cpu_scratch((size_t)TILE_ROWS * Kd * sizeof(float));
+    for (int m0 = lo; m0 < hi; m0 += TILE_ROWS) {
+        int rows = hi - m0 < TILE_ROWS ? hi - m0 : TILE_ROWS;
+        for (int r = 0; r < rows; r++)
+            cpu_K->row_to_f32(tile + (size_t)r * Kd, mat_row(W, m0 + r), mat_scales(W, m0 + r), Kd, W->group,
+                           W->dtype);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, Kd, 1.0f, a->x, Kd, tile, Kd, 0.0f,
+                    a->out + m0, M);
+    }
+    free(tile);
+}
+
+static void bias_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    int M = a->W->rows;
+    for (int n = lo; n < hi; n++)
+        for (int m = 0; m < M; m++) a->out[(size_t)n * M + m] += a->vec[m];
+}
+
+static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
+    args a = {.out = out, .x = x, .W = W, .vec = bias, .N = N};
+    pool_fn part = N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
+    if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
+    else pool_for(W->rows, 16, 0, part, &a);
+    if (bias) pool_for(N, 1, PAR_MIN / W->rows, bias_part, &a);
+}
+
+// dir 1 turns by +angle (rope), -1 by -angle (its transpose, rope_backward)
+static void rope_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    int half = a->HS / 2;
+    for (int i = lo; i < hi; i++) {
+        const float *cs = a->vec + (size_t)a->idx[i] * half * 2;
+        for (int h = 0; h < a->H; h++) {
+            float *v = a->out + ((size_t)i * a->H + h) * a->HS;
+            for (int j = 0; j < half; j++) {
+                float c = cs[2 * j], s = a->dir * cs[2 * j + 1], x1 = v[j], x2 = v[j + half];
+                v[j] = x1 * c - x2 * s;
+                v[j + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+static void cpu_rope(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS) {
+    args a = {.out = x, .idx = pos, .vec = cos_sin, .H = H, .HS = HS, .dir = 1};
+    pool_for(N, 1, PAR_MIN / (H * HS), rope_part, &a);
+}
+
+static void cpu_rope_backward(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS) {
+    args a = {.out = x, .idx = pos, .vec = cos_sin, .H = H, .HS = HS, .dir = -1};
+    pool_for(N, 1, PAR_MIN / (H * HS), rope_part, &a);
+}
+
+static void cpu_scatter_rows(float *dst, const int32_t *rows, const float *src, int N, int W) {
+    for (int i = 0; i < N; i++)
+        memcpy(dst + (size_t)rows[i] * W, src + (size_t)i * W, (size_t)W * sizeof(float));
+}
+
+static void cpu_gather_rows(float *dst, const float *src, const int32_t *rows, int N, int W) {
+    for (int i = 0; i < N; i++)
+        memcpy(dst + (size_t)i * W, src + (size_t)rows[i] * W, (size_t)W * sizeof(float));
+}
+
+static void swiglu_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    size_t n = (size_t)a->N, i0 = (size_t)lo * CHUNK, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
+    cpu_K->swiglu(a->out + i0, a->x + i0, a->y + i0, (int)(i1 - i0));
+}
+
+static void cpu_swiglu(float *out, const float *gate, const float *up, int N, int F) {
+    size_t n = (size_t)N * F;
+    args a = {.out = out, .x = gate, .y = up, .N = (int)n};
+    pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, swiglu_part, &a);
+}
+
+static void add_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    size_t n = (size_t)a->N, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
+#pragma omp simd
+    for (size_t i = (size_t)lo * CHUNK; i < i1; i++) a->out[i] += a->x[i];
+}
+
+static void cpu_add(float *x, const float *y, size_t n) {
+    args a = {.out = x, .x = y, .N = (int)n};
+    pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, add_part, &a);
+}
+
+// With z = (l − max)·s, whose largest is exactly 0: logp = z[target] − lse,
+// lse = log Σ exp z, and entropy = lse − Σ p z, with p = exp(z − lse).
+static void logprob_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    int V = a->V;
+    float *e = a->out2 ? cpu_scratch((size_t)V * sizeof(float)) : NULL;
+    for (int i = lo; i < hi; i++) {
+        const float *l = a->x + (size_t)i * V;
+        float it = a->vec[i], mx = cpu_row_max(l, V);
+        double sum = e ? cpu_K->exp_row(e, l, V, mx, it) : cpu_K->sum_exp(l, V, mx, it);
+        double lse = log(sum);
+        a->out[i] = (float)((double)(l[a->idx[i]] - mx) * it - lse);
+        if (e) {
+            double ez = 0;
+#pragma omp simd reduction(+ : ez)
+            for (int j = 0; j < V; j++) ez += (double)e[j] * ((l[j] - mx) * it);
+            a->out2[i] = (float)(lse - ez / sum);
+        }
+    }
+    free(e);
+}
+
+static void cpu_logprob(float *out, float *ent, const float *logits, const int32_t *target,
+                        const float *inv_temp, int N, int V) {
+    args a = {.out = out, .out2 = ent, .x = logits, .idx = target, .vec = inv_temp, .V = V};
+    pool_for(N, 1, 2, logprob_part, &a);
+}
+
+// Row i becomes c·(onehot(target) − softmax(l·s)) with c = dlogp[i]·s: the
+// exponentials are written over the logits, then scaled.
+static void logprob_backward_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    int V = a->V;
+    for (int i = lo; i < hi; i++) {
+        float *l = a->out + (size_t)i * V;
+        float it = a->vec[i], c = a->y[i] * it;
+        if (c == 0) {   // a row without loss, such as a prompt's
+            memset(l, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        float sum = cpu_K->exp_row(l, l, V, cpu_row_max(l, V), it), f = -c / sum;
+#pragma omp simd
+        for (int j = 0; j < V; j++) l[j] *= f;
+        l[a->idx[i]] += c;
+    }
+}
+
+static void cpu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp,
+                                 int N, int V) {
+    args a = {.out = logits, .idx = target, .vec = inv_temp, .y = dlogp, .V = V};
+    pool_for(N, 1, 2, logprob_backward_part, &a);
+}
+
+typedef struct {
+    int32_t *tok;
+    double *logp;
+    const float *logits;
+    const smp_params *p;
+    const double *u;
+    int V;
+} sample_args;
+
+static void sample_part(void *ctx, int lo, int hi) {
+    const sample_args *a = ctx;
+    smp_work *w = smp_work_new(a->V);
+    for (int i = lo; i < hi; i++)
+        a->tok[i] = (int32_t)smp_draw_u(a->logits + (size_t)i * a->V, a->p, a->u[i], w, &a->logp[i]);
+    smp_work_free(w);
+}
+
+static void cpu_sample(int32_t *tok, double *logp, const float *logits, const smp_params *p, const double *u, int N,
+                       int V) {
+    sample_args a = {.tok = tok, .logp = logp, .logits = logits, .p = p, .u = u, .V = V};
+    pool_for(N, 1, 2, sample_part, &a);
+}
+
+const rl_ops *ops_cpu(void) {
+    static const rl_ops ops = {
+        .name = "cpu",
+        .alloc = cpu_alloc,
+        .free = cpu_free,
+        .upload = cpu_copy,
+        .download = cpu_copy,
+        .sync = cpu_sync,
+        .embed = cpu_embed,
+        .rmsnorm = cpu_rmsnorm,
+        .matmul = cpu_matmul,
+        .rope = cpu_rope,
+        .scatter_rows = cpu_scatter_rows,
+        .gather_rows = cpu_gather_rows,
+        .attention = cpu_attention,
+        .swiglu = cpu_swiglu,
+        .add = cpu_add,
+        .logprob = cpu_logprob,
+        .sample = cpu_sample,
+        .logprob_backward = cpu_logprob_backward,
+        .matmul_dx = cpu_matmul_dx,
+        .matmul_dw = cpu_matmul_dw,
+        .rmsnorm_backward = cpu_rmsnorm_backward,
+        .rope_backward = cpu_rope_backward,
+        .attention_backward = cpu_attention_backward,
+        .swiglu_backward = cpu_swiglu_backward,
+        .embed_backward = cpu_embed_backward,
+        .zero = cpu_zero,
+        .sumsq = cpu_sumsq,
+        .adamw = cpu_adamw,
+    };
+    if (!cpu_K) {
+        const cpu_kernels *k = getenv("RLPIPE_CPU_PORTABLE") ? NULL : cpu_kernels_avx2();
+        cpu_K = k ? k : cpu_kernels_portable();
+        openblas_set_num_threads(1);
+        pool_threads();
+    }
+    return &ops;
+}

@@ -1,0 +1,238 @@
+// cpu/train.c — the backward of the CPU backend's operations (but attention,
+// in attention.c, and rope and logprob, next to their forward in cpu.c) and
+// the optimizer. Products are sgemm on blocks, one per thread, split along
+// the larger free dimension; every output element is written by one thread
+// only, so results do not depend on the number of threads or on timing.
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/cpu/cpu.h"
+#include "model/cpu/pool.h"
+
+typedef struct {
+    float *out, *out2;          // dx / dW / dg / dtable / dgate;  dup
+    const float *dout, *x, *w;  // w: weights, norm gains or gate
+    const float *u;             // up (swiglu)
+    const float *r;             // per row 1/rms (rmsnorm)
+    const int32_t *ids;
+    int N, M, K;
+    float beta, eps;
+} targs;
+
+// ---- matmul_dx: dx (N, K) = dout (N, M) · W (M, K) --------------------------
+
+static void dx_rows_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, a->K, a->M, 1.0f, a->dout + (size_t)lo * a->M,
+                a->M, a->w, a->K, a->beta, a->out + (size_t)lo * a->K, a->K);
+}
+
+static void dx_cols_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, hi - lo, a->M, 1.0f, a->dout, a->M, a->w + lo,
+                a->K, a->beta, a->out + lo, a->K);
+}
+
+void cpu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int accumulate) {
+    if (W->dtype != DT_F32) {
+        fprintf(stderr, "rlpipe: the backward of matmul needs f32 weights, got %s (train in f32)\n",
+                dt_name(W->dtype));
+        abort();
+    }
+    if (N <= 0) return;
+    targs a = {.out = dx, .dout = dout, .w = W->data, .N = N, .M = W->rows, .K = W->cols,
+               .beta = accumulate ? 1.0f : 0.0f};
+    // Each thread packs the whole of the other operand: split the larger side.
+    if ((long)N * a.M * a.K < PAR_MIN) dx_rows_part(&a, 0, N);
+    else if (N >= a.K) pool_for(N, 4, 0, dx_rows_part, &a);
+    else pool_for(a.K, 16, 0, dx_cols_part, &a);
+}
+
+// ---- matmul_dw: dW (M, K) += doutᵀ (M, N) · x (N, K); dbias (M) += Σ_n dout --
+
+static void dw_rows_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, a->K, a->N, 1.0f, a->dout + lo, a->M, a->x,
+                a->K, 1.0f, a->out + (size_t)lo * a->K, a->K);
+}
+
+static void dw_cols_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, a->M, hi - lo, a->N, 1.0f, a->dout, a->M, a->x + lo,
+                a->K, 1.0f, a->out + lo, a->K);
+}
+
+// Σ over rows of the columns [lo, hi) of a (N, M) matrix, added to out2.
+static void colsum_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    float *acc = cpu_scratch((size_t)(hi - lo) * sizeof(float));
+    memset(acc, 0, (size_t)(hi - lo) * sizeof(float));
+    for (int n = 0; n < a->N; n++) {
+        const float *d = a->dout + (size_t)n * a->M + lo;
+#pragma omp simd
+        for (int m = 0; m < hi - lo; m++) acc[m] += d[m];
+    }
+    for (int m = 0; m < hi - lo; m++) a->out2[lo + m] += acc[m];
+    free(acc);
+}
+
+void cpu_matmul_dw(float *dW, float *dbias, const float *dout, const float *x, int N, int M, int K) {
+    if (N <= 0) return;
+    targs a = {.out = dW, .out2 = dbias, .dout = dout, .x = x, .N = N, .M = M, .K = K};
+    if ((long)N * M * K < PAR_MIN) dw_rows_part(&a, 0, M);
+    else if (M >= K) pool_for(M, 16, 0, dw_rows_part, &a);
+    else pool_for(K, 16, 0, dw_cols_part, &a);
+    if (dbias) pool_for(M, 16, PAR_MIN / N, colsum_part, &a);
+}
+
+// ---- rmsnorm_backward -----------------------------------------------------
+// out = x·r·g with r = (mean(x²) + eps)^(−1/2):
+//   dx_c += r·g_c·dout_c − r³·x_c·(Σ_j dout_j g_j x_j) / C;   dg_c += Σ_n dout_nc x_nc r_n
+// dx a row per thread, then dg a block of columns per thread.
+
+static void rmsnorm_dx_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    int C = a->K;
+    float *rr = (float *)a->r;
+    for (int i = lo; i < hi; i++) {
+        const float *xi = a->x + (size_t)i * C, *di = a->dout + (size_t)i * C, *g = a->w;
+        float *dx = a->out + (size_t)i * C;
+        float ss = 0, s = 0;
+#pragma omp simd reduction(+ : ss, s)
+        for (int c = 0; c < C; c++) {
+            ss += xi[c] * xi[c];
+            s += di[c] * g[c] * xi[c];
+        }
+        float r = 1.0f / sqrtf(ss / (float)C + a->eps), k = r * r * r * s / (float)C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) dx[c] += r * g[c] * di[c] - k * xi[c];
+        rr[i] = r;
+    }
+}
+
+static void rmsnorm_dg_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    int C = a->K;
+    float *acc = cpu_scratch((size_t)(hi - lo) * sizeof(float));
+    memset(acc, 0, (size_t)(hi - lo) * sizeof(float));
+    for (int n = 0; n < a->N; n++) {
+        const float *xn = a->x + (size_t)n * C + lo, *dn = a->dout + (size_t)n * C + lo;
+        float r = a->r[n];
+#pragma omp simd
+        for (int c = 0; c < hi - lo; c++) acc[c] += dn[c] * xn[c] * r;
+    }
+    for (int c = 0; c < hi - lo; c++) a->out2[lo + c] += acc[c];
+    free(acc);
+}
+
+void cpu_rmsnorm_backward(float *dx, float *dg, const float *dout, const float *x, const float *g, int N, int C,
+                          float eps) {
+    if (N <= 0) return;
+    float *r = cpu_scratch((size_t)N * sizeof(float));
+    targs a = {.out = dx, .out2 = dg, .dout = dout, .x = x, .w = g, .r = r, .N = N, .K = C, .eps = eps};
+    pool_for(N, 1, PAR_MIN / C, rmsnorm_dx_part, &a);
+    pool_for(C, 16, PAR_MIN / N, rmsnorm_dg_part, &a);
+    free(r);
+}
+
+// ---- swiglu_backward ------------------------------------------------------
+
+static void swiglu_backward_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    size_t n = (size_t)a->N * a->K, i0 = (size_t)lo * CHUNK, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
+    cpu_K->swiglu_backward(a->out + i0, a->out2 + i0, a->dout + i0, a->w + i0, a->u + i0, (int)(i1 - i0));
+}
+
+void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,
+                         int F) {
+    size_t n = (size_t)N * F;
+    targs a = {.out = dgate, .out2 = dup, .dout = dout, .w = gate, .u = up, .N = N, .K = F};
+    pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, swiglu_backward_part, &a);
+}
+
+// ---- embed_backward: a block of columns per thread, as ids may repeat -------
+
+static void embed_backward_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    int C = a->K;
+    for (int i = 0; i < a->N; i++) {
+        float *row = a->out + (size_t)a->ids[i] * C;
+        const float *d = a->dout + (size_t)i * C;
+#pragma omp simd
+        for (int c = lo; c < hi; c++) row[c] += d[c];
+    }
+}
+
+void cpu_embed_backward(float *dtable, const float *dout, const int32_t *ids, int N, int C) {
+    if (N <= 0) return;
+    targs a = {.out = dtable, .dout = dout, .ids = ids, .N = N, .K = C};
+    pool_for(C, 16, PAR_MIN / N, embed_backward_part, &a);
+}
+
+// ---- zero, sumsq, adamw: flat loops over CHUNK-element parts ----------------
+
+typedef struct {
+    float *p, *m, *v;
+    const float *g;
+    double *part;           // sumsq: one sum per chunk
+    size_t n;
+    const rl_adamw_f32 *h;
+} flat;
+
+// Elements [*i0, *i1) of chunks [lo, hi)
+static void chunk_range(const flat *f, int lo, int hi, size_t *i0, size_t *i1) {
+    *i0 = (size_t)lo * CHUNK;
+    *i1 = (size_t)hi * CHUNK < f->n ? (size_t)hi * CHUNK : f->n;
+}
+
+static int chunks(size_t n) { return (int)((n + CHUNK - 1) / CHUNK); }
+
+static void zero_part(void *ctx, int lo, int hi) {
+    const flat *f = ctx;
+    size_t i0, i1;
+    chunk_range(f, lo, hi, &i0, &i1);
+    memset(f->p + i0, 0, (i1 - i0) * sizeof(float));
+}
+
+void cpu_zero(float *x, size_t n) {
+    flat f = {.p = x, .n = n};
+    pool_for(chunks(n), 1, PAR_MIN / CHUNK, zero_part, &f);
+}
+
+static void sumsq_part(void *ctx, int lo, int hi) {
+    const flat *f = ctx;
+    for (int c = lo; c < hi; c++) {
+        size_t i0, i1;
+        chunk_range(f, c, c + 1, &i0, &i1);
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (size_t i = i0; i < i1; i++) s += (double)f->g[i] * f->g[i];
+        f->part[c] = s;
+    }
+}
+
+// Summed per chunk, then the chunks in order: the same result on any number of threads.
+double cpu_sumsq(const float *x, size_t n) {
+    int nc = chunks(n);
+    flat f = {.g = x, .n = n, .part = cpu_scratch((size_t)nc * sizeof(double))};
+    pool_for(nc, 1, PAR_MIN / CHUNK, sumsq_part, &f);
+    double s = 0;
+    for (int c = 0; c < nc; c++) s += f.part[c];
+    free(f.part);
+    return s;
+}
+
+static void adamw_part(void *ctx, int lo, int hi) {
+    const flat *f = ctx;
+    size_t i0, i1;
+    chunk_range(f, lo, hi, &i0, &i1);
+    cpu_K->adamw(f->p + i0, f->g + i0, f->m + i0, f->v + i0, (int)(i1 - i0), f->h);
+}
+
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, const rl_adamw *h) {
+    rl_adamw_f32 s = adamw_f32(h);
+    flat f = {.p = p, .g = g, .m = m, .v = v, .n = n, .h = &s};
+    pool_for(chunks(n), 1, PAR_MIN / CHUNK, adamw_part, &f);
+}

@@ -1,0 +1,1284 @@
+// model.c — the Llama-family decoder (model.h) written against the backend
+// interface (ops.h). Parameters live in one f32 allocation of the backend, in
+// the order of a table of Hugging Face tensor names; matrices used for
+// products may in addition be stored at the sampler's precision.
+#include "model/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/ops.h"
+#include "rng.h"
+#include "checkpoint/safetensors.h"
+
+// Rows of the output layer computed at once: (rows, V) logits of at most
+// 32 MiB (about what the last-level cache holds), and at most 256 rows.
+static int logit_rows(int V) {
+    int r = (8 << 20) / V;
+    return r < 16 ? 16 : r > 256 ? 256 : r;
+}
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    size_t off, n;             // in the table's layout of every parameter (gradients, moments), in floats
+    size_t poff;               // into a weights set's params; SIZE_MAX for a matrix stored apart
+                               // (equal to off in f32 models, the only ones that train)
+    int is_mat;                // a 2-D weight used in products (stored at the model's dtype)
+} mtensor;
+
+typedef struct {
+    float *attn_norm, *mlp_norm;          // (C)
+    rl_mat q, k, v, o, gate, up, down;    // (NH·HS, C) (NKV·HS, C) (NKV·HS, C) (C, NH·HS) (F, C) (F, C) (C, F)
+    float *bq, *bk, *bv, *bo;             // biases or NULL
+    float *qn, *kn;                       // (HS) qwen3's RMSNorm of each q and k head, or NULL
+    float *bgate, *bup, *bdown;           // (F) (F) (C) llama mlp_bias, or NULL
+} layer_w;
+
+// One complete set of weights. A model computes with one; a standby set
+// (model_weights) has the same layout and is swapped in whole, pointers and all.
+typedef struct {
+    float *params;                        // backend: (nfloat) every tensor not stored apart, f32, table order
+    void **mdata;                         // (nt) backend: tensor i at the model's dtype, for
+    float **mscales;                      //   matrices when it is not f32 (int8: and its scales), else NULL
+    rl_mat embed, head;                   // (V, C); head is embed when tied
+    float *norm;                          // (C)
+    layer_w *L;
+} weights;
+
+struct model_weights {
+    weights w;
+    float *stage;                         // host (stage_n): a chunk converted to f32
+    size_t stage_n;
+};
+
+struct model {
+    model_config c;
+    model_opts o;
+    const rl_ops *ops;
+    mtensor *t;
+    size_t nt, nparams, nfloat;           // tensors, parameters, f32 parameters held (all for f32 models)
+    weights w;                            // the weights in use
+    float *cos_sin;                       // (max_pos, HS/2, 2)
+
+    // workspace for up to cap tokens (backend memory)
+    int cap, seq_cap, lrows;
+    float *x, *xb, *xm, *q, *k, *v, *att, *hb, *hb2;
+    int32_t *ids, *pos, *rows;
+    rl_attn_seq *seqs;
+    float *hrows, *logits, *itemp, *lp;   // (lrows, C) (lrows, V) (cap) (cap)
+    float *ent, *dlogp;                   // (cap) (cap): entropies, dloss/dlogp
+    int32_t *sel, *tgt;                   // (cap): rows that need logits and their targets
+    double *su, *slogp;                   // (cap): model_step_sample's uniforms and log-probabilities
+    int32_t *stok;                        // (cap): and its tokens
+
+    // Training (model_train_init): gradient and AdamW moments, (nparams) each,
+    // in the order of params; saved activations of the forward for tcap
+    // tokens, per layer (L, tokens, width); gradients of activations.
+    float *grads, *exp_avg, *exp_avg_sq;
+    int tcap;
+    float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
+    float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
+    float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3: q, k before their norm, and their gradients; else NULL
+    float *hraw, *dh;                     // (lrows, C) each
+
+    // KV cache: (L, slots·max_len, NKV·HS) each
+    int slots, max_len;
+    float *kc, *vc;
+    int *slot_len;
+    unsigned char *slot_used;
+};
+
+// ---- The tensor table -------------------------------------------------------
+
+static void add_tensor(model_t *m, int is_mat, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void add_tensor(model_t *m, int is_mat, int64_t d0, int64_t d1, const char *fmt, ...) {
+    m->t = xrealloc(m->t, (m->nt + 1) * sizeof *m->t);
+    mtensor *t = &m->t[m->nt++];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    t->off = m->nparams;
+    t->is_mat = is_mat;
+    m->nparams += t->n;
+}
+
+static void build_table(model_t *m) {
+    const model_config *c = &m->c;
+    int64_t C = c->hidden, QD = (int64_t)c->heads * c->head_dim, KVD = (int64_t)c->kv_heads * c->head_dim;
+    add_tensor(m, 1, c->vocab, C, "model.embed_tokens.weight");
+    for (int l = 0; l < c->layers; l++) {
+        const char *p = "model.layers";
+        add_tensor(m, 0, C, 0, "%s.%d.input_layernorm.weight", p, l);
+        add_tensor(m, 1, QD, C, "%s.%d.self_attn.q_proj.weight", p, l);
+        if (c->qkv_bias) add_tensor(m, 0, QD, 0, "%s.%d.self_attn.q_proj.bias", p, l);
+        add_tensor(m, 1, KVD, C, "%s.%d.self_attn.k_proj.weight", p, l);
+        if (c->qkv_bias) add_tensor(m, 0, KVD, 0, "%s.%d.self_attn.k_proj.bias", p, l);
+        add_tensor(m, 1, KVD, C, "%s.%d.self_attn.v_proj.weight", p, l);
+        if (c->qkv_bias) add_tensor(m, 0, KVD, 0, "%s.%d.self_attn.v_proj.bias", p, l);
+        add_tensor(m, 1, C, QD, "%s.%d.self_attn.o_proj.weight", p, l);
+        if (c->o_bias) add_tensor(m, 0, C, 0, "%s.%d.self_attn.o_proj.bias", p, l);
+        if (c->qk_norm) {
+            add_tensor(m, 0, c->head_dim, 0, "%s.%d.self_attn.q_norm.weight", p, l);
+            add_tensor(m, 0, c->head_dim, 0, "%s.%d.self_attn.k_norm.weight", p, l);
+        }
+        add_tensor(m, 0, C, 0, "%s.%d.post_attention_layernorm.weight", p, l);
+        add_tensor(m, 1, c->inter, C, "%s.%d.mlp.gate_proj.weight", p, l);
+        if (c->mlp_bias) add_tensor(m, 0, c->inter, 0, "%s.%d.mlp.gate_proj.bias", p, l);
+        add_tensor(m, 1, c->inter, C, "%s.%d.mlp.up_proj.weight", p, l);
+        if (c->mlp_bias) add_tensor(m, 0, c->inter, 0, "%s.%d.mlp.up_proj.bias", p, l);
+        add_tensor(m, 1, C, c->inter, "%s.%d.mlp.down_proj.weight", p, l);
+        if (c->mlp_bias) add_tensor(m, 0, C, 0, "%s.%d.mlp.down_proj.bias", p, l);
+    }
+    add_tensor(m, 0, C, 0, "model.norm.weight");
+    if (!c->tie_embeddings) add_tensor(m, 1, c->vocab, C, "lm_head.weight");
+}
+
+static const mtensor *find_tensor(const model_t *m, const char *name) {
+    for (size_t i = 0; i < m->nt; i++)
+        if (strcmp(m->t[i].name, name) == 0) return &m->t[i];
+    return NULL;
+}
+
+static int stored_apart(const model_t *m, const mtensor *t) { return t->is_mat && m->o.dtype != DT_F32; }
+
+// The matrix of tensor t in w: at the model's dtype, or its f32 parameters.
+static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
+    rl_mat r = {.dtype = m->o.dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1]};
+    size_t i = (size_t)(t - m->t);
+    if (!stored_apart(m, t)) {
+        r.dtype = DT_F32;
+        r.data = w->params + t->poff;
+        return r;
+    }
+    r.data = w->mdata[i];
+    r.scales = w->mscales[i];
+    if (r.dtype == DT_I8) r.group = m->o.group;
+    return r;
+}
+
+static size_t nscales(const model_t *m, const mtensor *t) {
+    int G = m->o.group;
+    return stored_apart(m, t) && m->o.dtype == DT_I8 ? (size_t)t->shape[0] * (size_t)((t->shape[1] + G - 1) / G) : 0;
+}
+
+// Tensor `what` of layer l (fmt names it from l and what), or NULL.
+static const mtensor *layer_tensor(const model_t *m, const char *fmt, int l, const char *what) {
+    char name[96];
+    snprintf(name, sizeof name, fmt, l, what);
+    return find_tensor(m, name);
+}
+
+static float *param_of(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
+    const mtensor *t = layer_tensor(m, fmt, l, what);
+    return t ? w->params + t->poff : NULL;
+}
+
+static rl_mat layer_mat(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
+    return mat_of(m, w, layer_tensor(m, fmt, l, what));
+}
+
+// Allocates a set of weights of the model's layout (contents zero) and points
+// its layer structs into it.
+static void alloc_weights(const model_t *m, weights *w) {
+    const char *A = "model.layers.%d.self_attn.%s", *P = "model.layers.%d.%s";
+    memset(w, 0, sizeof *w);
+    w->params = m->ops->alloc((m->nfloat ? m->nfloat : 1) * sizeof(float));
+    w->mdata = xmalloc(m->nt * sizeof *w->mdata);
+    w->mscales = xmalloc(m->nt * sizeof *w->mscales);
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        w->mdata[i] = stored_apart(m, t) ? m->ops->alloc(t->n * dt_size(m->o.dtype)) : NULL;
+        w->mscales[i] = nscales(m, t) ? m->ops->alloc(nscales(m, t) * sizeof(float)) : NULL;
+    }
+    w->embed = mat_of(m, w, find_tensor(m, "model.embed_tokens.weight"));
+    w->head = m->c.tie_embeddings ? w->embed : mat_of(m, w, find_tensor(m, "lm_head.weight"));
+    w->norm = w->params + find_tensor(m, "model.norm.weight")->poff;
+    w->L = xmalloc((size_t)m->c.layers * sizeof *w->L);
+    for (int l = 0; l < m->c.layers; l++) {
+        layer_w *L = &w->L[l];
+        L->attn_norm = param_of(m, w, P, l, "input_layernorm.weight");
+        L->mlp_norm = param_of(m, w, P, l, "post_attention_layernorm.weight");
+        L->q = layer_mat(m, w, A, l, "q_proj.weight");
+        L->k = layer_mat(m, w, A, l, "k_proj.weight");
+        L->v = layer_mat(m, w, A, l, "v_proj.weight");
+        L->o = layer_mat(m, w, A, l, "o_proj.weight");
+        L->gate = layer_mat(m, w, P, l, "mlp.gate_proj.weight");
+        L->up = layer_mat(m, w, P, l, "mlp.up_proj.weight");
+        L->down = layer_mat(m, w, P, l, "mlp.down_proj.weight");
+        L->bq = param_of(m, w, A, l, "q_proj.bias");
+        L->bk = param_of(m, w, A, l, "k_proj.bias");
+        L->bv = param_of(m, w, A, l, "v_proj.bias");
+        L->bo = param_of(m, w, A, l, "o_proj.bias");
+        L->qn = param_of(m, w, A, l, "q_norm.weight");
+        L->kn = param_of(m, w, A, l, "k_norm.weight");
+        L->bgate = param_of(m, w, P, l, "mlp.gate_proj.bias");
+        L->bup = param_of(m, w, P, l, "mlp.up_proj.bias");
+        L->bdown = param_of(m, w, P, l, "mlp.down_proj.bias");
+    }
+}
+
+static void free_weights(const model_t *m, weights *w) {
+    for (size_t i = 0; w->mdata && i < m->nt; i++) {
+        if (w->mdata[i]) m->ops->free(w->mdata[i]);
+        if (w->mscales[i]) m->ops->free(w->mscales[i]);
+    }
+    free(w->mdata);
+    free(w->mscales);
+    if (w->params) m->ops->free(w->params);
+    free(w->L);
+    memset(w, 0, sizeof *w);
+}
+
+// Rows [r0, r0 + rows) of matrix t in w at the model's dtype, from f32 host
+// values x (rows, cols). Int8 scales are per row, so any whole rows convert
+// exactly as the whole matrix would.
+static void convert_rows(const model_t *m, weights *w, const mtensor *t, const float *x, size_t r0, size_t rows) {
+    size_t i = (size_t)(t - m->t), K = (size_t)t->shape[1], n = rows * K, es = dt_size(m->o.dtype);
+    void *conv = xmalloc(n * es);
+    switch (m->o.dtype) {
+    case DT_BF16: dt_f32_to_bf16(conv, x, n); break;
+    case DT_F16: dt_f32_to_f16(conv, x, n); break;
+    case DT_I8: {
+        size_t per_row = nscales(m, t) / (size_t)t->shape[0];
+        float *sc = xmalloc(rows * per_row * sizeof(float));
+        dt_quantize_i8(conv, sc, x, rows, K, m->o.group);
+        m->ops->upload(w->mscales[i] + r0 * per_row, sc, rows * per_row * sizeof(float));
+        free(sc);
+        break;
+    }
+    case DT_F32: break;
+    }
+    m->ops->upload((char *)w->mdata[i] + r0 * K * es, conv, n * es);
+    free(conv);
+}
+
+// Elements [off, off + n) of tensor t in w from f32 host values x: its f32
+// parameters, or for a matrix stored apart its rows at the model's dtype
+// (off and n then whole rows).
+static void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x) {
+    if (!stored_apart(m, t)) {
+        m->ops->upload(w->params + t->poff + off, x, n * sizeof(float));
+        return;
+    }
+    size_t K = (size_t)t->shape[1];
+    convert_rows(m, w, t, x, off / K, n / K);
+}
+
+// RoPE's inverse frequencies inv_freq (HS/2, radians per position) and the
+// factor on cos and sin, as transformers 4.46's modeling_rope_utils computes
+// them for each rope_scaling type (there in float32, here in double).
+static double rope_freqs(const model_config *c, double *inv_freq) {
+    const cfg_rope *r = &c->rope;
+    int dim = c->head_dim, half = dim / 2;
+    double base = c->rope_theta;
+    for (int i = 0; i < half; i++) inv_freq[i] = 1.0 / pow(base, 2.0 * i / dim);
+    switch (r->type) {
+    case CFG_ROPE_DEFAULT:
+    case CFG_ROPE_DYNAMIC:      // equal to the default within the lengths cfg_max_seq allows
+        return 1.0;
+    case CFG_ROPE_LINEAR:
+        for (int i = 0; i < half; i++) inv_freq[i] /= r->factor;
+        return 1.0;
+    case CFG_ROPE_LLAMA3: {
+        // wavelengths shorter than original/high_freq_factor are kept, longer
+        // than original/low_freq_factor divided by factor, those between blended
+        double orig = r->original_max_pos, low_wl = orig / r->low_freq_factor, high_wl = orig / r->high_freq_factor;
+        for (int i = 0; i < half; i++) {
+            double f = inv_freq[i], wl = 2 * M_PI / f;
+            if (wl > low_wl) {
+                inv_freq[i] = f / r->factor;
+            } else if (!(wl < high_wl)) {
+                double s = (orig / wl - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+                inv_freq[i] = (1 - s) * f / r->factor + s * f;
+            }
+        }
+        return 1.0;
+    }
+    case CFG_ROPE_YARN: {
+        // dimensions below `low` keep their frequency, above `high` are
+        // interpolated (divided by factor), a linear ramp between; bounds
+        // from the rotations beta_fast and beta_slow over max_position_embeddings
+        double fast = r->beta_fast > 0 ? r->beta_fast : 32, slow = r->beta_slow > 0 ? r->beta_slow : 1;
+        double lo = floor(dim * log(c->max_pos / (fast * 2 * M_PI)) / (2 * log(base)));
+        double hi = ceil(dim * log(c->max_pos / (slow * 2 * M_PI)) / (2 * log(base)));
+        lo = lo > 0 ? lo : 0;
+        hi = hi < dim - 1 ? hi : dim - 1;
+        if (lo == hi) hi += 0.001;   // as transformers does, against a division by zero
+        for (int i = 0; i < half; i++) {
+            double ramp = (i - lo) / (hi - lo), keep = 1 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+            inv_freq[i] = inv_freq[i] / r->factor * (1 - keep) + inv_freq[i] * keep;
+        }
+        return r->attention_factor > 0 ? r->attention_factor : 0.1 * log(r->factor) + 1.0;
+    }
+    }
+    return 1.0;
+}
+
+// The rope op's table (max_pos, HS/2, 2): scale · cos and scale · sin of
+// pos · inv_freq[i], computed in double.
+static void make_rope(model_t *m) {
+    int half = m->c.head_dim / 2, P = m->c.max_pos;
+    double *inv_freq = xmalloc((size_t)half * sizeof *inv_freq);
+    double scale = rope_freqs(&m->c, inv_freq);
+    float *cs = xmalloc((size_t)P * half * 2 * sizeof(float));
+    for (int p = 0; p < P; p++)
+        for (int i = 0; i < half; i++) {
+            double a = p * inv_freq[i];
+            cs[((size_t)p * half + i) * 2] = (float)(scale * cos(a));
+            cs[((size_t)p * half + i) * 2 + 1] = (float)(scale * sin(a));
+        }
+    size_t bytes = (size_t)P * half * 2 * sizeof(float);
+    m->cos_sin = m->ops->alloc(bytes);
+    m->ops->upload(m->cos_sin, cs, bytes);
+    free(cs);
+    free(inv_freq);
+}
+
+// A model's table and layout from its config, with no weights yet: what a
+// weights file is checked against before any memory is taken.
+static model_t *model_plan(const model_config *c, const model_opts *o, rl_err *err) {
+    if (cfg_check(c, err) < 0) return NULL;
+    model_opts opts = o ? *o : (model_opts){.dtype = DT_F32};
+    if (opts.dtype == DT_I8) {
+        if (opts.group == 0) opts.group = 32;
+        if (opts.group != 32 && opts.group != 64) {
+            err_set(err, "int8 group size %d: must be 32 or 64", opts.group);
+            return NULL;
+        }
+    }
+    if (c->head_dim % 2) {
+        err_set(err, "head_dim %d: rotary embedding needs an even head size", c->head_dim);
+        return NULL;
+    }
+    const rl_ops *ops = dev_ops(opts.device, err);
+    if (!ops) return NULL;
+    model_t *m = xmalloc(sizeof *m);
+    memset(m, 0, sizeof *m);
+    m->c = *c;
+    m->o = opts;
+    m->ops = ops;
+    m->lrows = logit_rows(c->vocab);
+    build_table(m);
+    for (size_t i = 0; i < m->nt; i++) {   // a model at another dtype keeps no f32 copy of its matrices
+        mtensor *t = &m->t[i];
+        t->poff = stored_apart(m, t) ? SIZE_MAX : m->nfloat;
+        if (!stored_apart(m, t)) m->nfloat += t->n;
+    }
+    return m;
+}
+
+// Bytes of one set of weights (alloc_weights).
+static uint64_t weight_bytes(const model_t *m) {
+    uint64_t b = (uint64_t)m->nfloat * sizeof(float);
+    for (size_t i = 0; i < m->nt; i++)
+        b += (stored_apart(m, &m->t[i]) ? (uint64_t)m->t[i].n * dt_size(m->o.dtype) : 0) +
+             (uint64_t)nscales(m, &m->t[i]) * sizeof(float);
+    return b;
+}
+
+// Allocates the planned weights, once they are known to fit: a config too
+// large for this machine is an error that says so, not an abort. (The CPU
+// backend's memory is the machine's; a GPU's is checked by its allocator.)
+static int model_alloc(model_t *m, rl_err *err) {
+    uint64_t need = weight_bytes(m);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (!strcmp(m->ops->name, "cpu") && pages > 0 && page > 0 && need > (uint64_t)pages * (uint64_t)page)
+        return err_set(err, "its weights need %.1f GiB at %s, more than this machine's %.1f GiB of memory",
+                       (double)need / (1 << 30), dt_name(m->o.dtype), (double)pages * (double)page / (1 << 30));
+    alloc_weights(m, &m->w);
+    return 0;
+}
+
+static model_t *model_new(const model_config *c, const model_opts *o, rl_err *err) {
+    model_t *m = model_plan(c, o, err);
+    if (m && model_alloc(m, err)) {
+        model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static model_t *finish_new(model_t *m) {
+    make_rope(m);
+    return m;
+}
+
+// ---- Loading and saving -----------------------------------------------------
+
+static int is_ignored_tensor(const model_t *m, const char *name) {
+    size_t n = strlen(name), s = strlen(".rotary_emb.inv_freq");
+    if (n > s && strcmp(name + n - s, ".rotary_emb.inv_freq") == 0) return 1;   // a buffer older files keep
+    return m->c.tie_embeddings && strcmp(name, "lm_head.weight") == 0;       // tied: the embedding is used
+}
+
+// Every tensor the config implies is in f with its shape, and no other (but
+// those is_ignored_tensor names): checked before any weight memory is taken.
+static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
+    for (size_t i = 0; i < f->n; i++)
+        if (!find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name))
+            return err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", hfw_file(f, i),
+                           f->t[i]->name, m->c.model_type);
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        const st_tensor *s = hfw_find(f, t->name);
+        if (!s) return err_set(err, "%s: tensor '%s' is missing (config.json implies it)", f->where, t->name);
+        int ok = s->ndim == t->ndim;
+        for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
+        if (!ok) {
+            char have[128], want[64];
+            st_shape_str(have, sizeof have, s->shape, s->ndim);
+            st_shape_str(want, sizeof want, t->shape, t->ndim);
+            return err_set(err, "%s: tensor '%s' has shape %s, config.json implies %s", f->where, t->name, have,
+                           want);
+        }
+    }
+    return 0;
+}
+
+// The weights from f (checked by check_tensors) into the model's.
+static void load_tensors(model_t *m, const hfw_set *f) {
+    float *stage = NULL;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        const st_tensor *s = hfw_find(f, t->name);
+        if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
+            put_f32(m, &m->w, t, 0, t->n, s->data);
+            continue;
+        }
+        stage = xrealloc(stage, t->n * sizeof(float));
+        st_read_f32(s, stage);
+        put_f32(m, &m->w, t, 0, t->n, stage);
+    }
+    free(stage);
+}
+
+model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
+    char path[4096];
+    model_config c;
+    if (!dev_ops(o ? o->device : DEV_AUTO, err)) return NULL;   // said before any file is read
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_load(path, &c, err) < 0) return NULL;
+    model_t *m = model_plan(&c, o, err);
+    if (!m) {
+        rl_err e2;
+        err_set(&e2, "%s: %s", path, err->msg);
+        *err = e2;
+        return NULL;
+    }
+    // The files are checked against the config first, then the memory the
+    // weights need against the machine's, and only then is it taken.
+    hfw_set *f = hfw_open(dir, err);
+    int rc = !f || check_tensors(m, f, err) ? -1 : 0;
+    if (rc == 0 && model_alloc(m, err)) {
+        rl_err e2;
+        err_set(&e2, "%s: %s", path, err->msg);
+        *err = e2;
+        rc = -1;
+    }
+    if (rc == 0) load_tensors(m, f);
+    hfw_close(f);
+    if (rc) {
+        model_free(m);
+        return NULL;
+    }
+    return finish_new(m);
+}
+
+model_t *model_random(const model_config *c, uint64_t seed, float std, const model_opts *o, rl_err *err) {
+    model_t *m = model_new(c, o, err);
+    if (!m) return NULL;
+    rl_rng rng;
+    rng_seed(&rng, seed);
+    float *stage = NULL;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        int is_norm = strstr(t->name, "norm.weight") != NULL;
+        stage = xrealloc(stage, t->n * sizeof(float));
+        for (size_t j = 0; j < t->n; j++) stage[j] = is_norm ? 1.0f : (float)(rng_normal(&rng) * std);
+        put_f32(m, &m->w, t, 0, t->n, stage);
+    }
+    free(stage);
+    return finish_new(m);
+}
+
+int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    model_config c = m->c;   // torch_dtype says what is written, not what was read
+    snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s",
+             o->dtype == DT_BF16 ? "bfloat16" : o->dtype == DT_F16 ? "float16" : "float32");
+    if (cfg_save(path, &c, err) < 0) return -1;
+    float *host = xmalloc(m->nparams * sizeof(float));
+    for (size_t i = 0; i < m->nt; i++) model_tensor_get(m, MODEL_PARAM, i, host + m->t[i].off);
+    st_out *out = xmalloc(m->nt * sizeof *out);
+    for (size_t i = 0; i < m->nt; i++) {
+        out[i] = (st_out){.name = m->t[i].name, .ndim = m->t[i].ndim, .data = host + m->t[i].off};
+        out[i].shape[0] = m->t[i].shape[0];
+        out[i].shape[1] = m->t[i].shape[1];
+    }
+    int rc = hfw_write(dir, out, m->nt, o, err);
+    free(out);
+    free(host);
+    return rc;
+}
+
+int model_save(const model_t *m, const char *dir, rl_err *err) {
+    return model_save_as(m, dir, &(hfw_write_opts){.dtype = DT_F32}, err);
+}
+
+static void free_train(model_t *m);
+
+static void free_workspace(model_t *m) {
+    const rl_ops *o = m->ops;
+    void *bufs[] = {m->x,     m->xb,   m->xm,     m->q,     m->k,   m->v,   m->att,  m->hb,
+                    m->hb2,   m->ids,  m->pos,    m->rows,  m->seqs, m->hrows, m->logits, m->itemp,
+                    m->lp,    m->ent,  m->dlogp,  m->sel,   m->tgt, m->su,  m->slogp, m->stok};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) o->free(bufs[i]);
+    m->x = m->xb = m->xm = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
+    m->hrows = m->logits = m->itemp = m->lp = m->ent = m->dlogp = NULL;
+    m->ids = m->pos = m->rows = m->sel = m->tgt = m->stok = NULL;
+    m->su = m->slogp = NULL;
+    m->seqs = NULL;
+    m->cap = m->seq_cap = 0;
+}
+
+static void free_cache(model_t *m) {
+    if (m->kc) m->ops->free(m->kc);
+    if (m->vc) m->ops->free(m->vc);
+    free(m->slot_len);
+    free(m->slot_used);
+    m->kc = m->vc = NULL;
+    m->slot_len = NULL;
+    m->slot_used = NULL;
+    m->slots = m->max_len = 0;
+}
+
+void model_free(model_t *m) {
+    if (!m) return;
+    free_workspace(m);
+    free_cache(m);
+    free_train(m);
+    float *train[] = {m->grads, m->exp_avg, m->exp_avg_sq};
+    for (size_t i = 0; i < 3; i++)
+        if (train[i]) m->ops->free(train[i]);
+    free_weights(m, &m->w);
+    if (m->cos_sin) m->ops->free(m->cos_sin);
+    free(m->t);
+    free(m);
+}
+
+const model_config *model_cfg(const model_t *m) { return &m->c; }
+rl_dtype model_dtype(const model_t *m) { return m->o.dtype; }
+const char *model_device(const model_t *m) { return m->ops->name; }
+size_t model_nparams(const model_t *m) { return m->nparams; }
+
+// ---- The forward pass -------------------------------------------------------
+
+// Activations for N tokens in nseq sequences.
+static void reserve(model_t *m, int N, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    if (N > m->cap || m->cap == 0) {
+        free_workspace(m);
+        int cap = N < 64 ? 64 : N;
+        size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
+               KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, n = (size_t)cap;
+        m->x = o->alloc(n * C * 4);
+        m->xb = o->alloc(n * C * 4);
+        m->xm = o->alloc(n * C * 4);
+        m->q = o->alloc(n * QD * 4);
+        m->att = o->alloc(n * QD * 4);
+        m->k = o->alloc(n * KVD * 4);
+        m->v = o->alloc(n * KVD * 4);
+        m->hb = o->alloc(n * F * 4);
+        m->hb2 = o->alloc(n * F * 4);
+        m->ids = o->alloc(n * 4);
+        m->pos = o->alloc(n * 4);
+        m->rows = o->alloc(n * 4);
+        m->sel = o->alloc(n * 4);
+        m->tgt = o->alloc(n * 4);
+        m->itemp = o->alloc(n * 4);
+        m->lp = o->alloc(n * 4);
+        m->ent = o->alloc(n * 4);
+        m->dlogp = o->alloc(n * 4);
+        m->su = o->alloc(n * sizeof(double));
+        m->slogp = o->alloc(n * sizeof(double));
+        m->stok = o->alloc(n * 4);
+        m->hrows = o->alloc((size_t)m->lrows * C * 4);
+        m->logits = o->alloc((size_t)m->lrows * c->vocab * 4);
+        m->cap = cap;
+    }
+    if (nseq > m->seq_cap) {
+        if (m->seqs) o->free(m->seqs);
+        m->seq_cap = nseq < 64 ? 64 : nseq;
+        m->seqs = o->alloc((size_t)m->seq_cap * sizeof(rl_attn_seq));
+    }
+}
+
+// The activations of one layer over N tokens: where forward_train saves them
+// for the backward, or the workspace that forward reuses for every layer.
+typedef struct {
+    float *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // lse may be NULL
+    float *qr, *kr;           // q, k before qwen3's per-head norm (may be q, k: normed in place)
+    float *x;                                                 // the layer's input (saved only)
+} saved;
+
+// Layer l over N tokens: x (N, C) in, next (N, C) out (next may be x: it is
+// read first). The activations go to s; h (N, F) is the MLP's hidden product
+// (may be s->gate). with_cache: keys and values also go to the cache rows
+// m->rows, and attention reads the cache.
+static void layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
+                          int with_cache) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    const layer_w *L = &m->w.L[l];
+    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
+    size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len;
+    float eps = (float)c->rms_eps;
+    o->rmsnorm(s->n1, x, L->attn_norm, N, C, eps);
+    o->matmul(L->qn ? s->qr : s->q, s->n1, &L->q, L->bq, N);
+    o->matmul(L->kn ? s->kr : s->k, s->n1, &L->k, L->bk, N);
+    o->matmul(s->v, s->n1, &L->v, L->bv, N);
+    if (L->qn) {   // qwen3: every head of q and k, (N·NH, HS) and (N·NKV, HS) rows, normed before RoPE
+        o->rmsnorm(s->q, s->qr, L->qn, N * NH, HS, eps);
+        o->rmsnorm(s->k, s->kr, L->kn, N * NKV, HS, eps);
+    }
+    o->rope(s->q, m->pos, m->cos_sin, N, NH, HS);
+    o->rope(s->k, m->pos, m->cos_sin, N, NKV, HS);
+    const float *kb = s->k, *vb = s->v;
+    if (with_cache) {
+        float *kl = m->kc + (size_t)l * layer_rows * KVD, *vl = m->vc + (size_t)l * layer_rows * KVD;
+        o->scatter_rows(kl, m->rows, s->k, N, (int)KVD);
+        o->scatter_rows(vl, m->rows, s->v, N, (int)KVD);
+        kb = kl;
+        vb = vl;
+    }
+    o->attention(s->att, s->lse, s->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
+    o->matmul(s->xm, s->att, &L->o, L->bo, N);       // xm = x + o(attention)
+    o->add(s->xm, x, (size_t)N * C);
+    o->rmsnorm(s->n2, s->xm, L->mlp_norm, N, C, eps);
+    o->matmul(s->gate, s->n2, &L->gate, L->bgate, N);
+    o->matmul(s->up, s->n2, &L->up, L->bup, N);
+    o->swiglu(h, s->gate, s->up, N, F);
+    o->matmul(next, h, &L->down, L->bdown, N);       // next = xm + down(silu(gate)·up)
+    o->add(next, s->xm, (size_t)N * C);
+}
+
+// m->x (N, C) = the residual stream after the last layer, for the tokens in
+// m->ids at positions m->pos; with_cache: keys and values go to the cache rows
+// m->rows and attention reads the cache, else they stay in m->k, m->v.
+static void forward(model_t *m, int N, int nseq, int with_cache) {
+    saved w = {.n1 = m->xb, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .xm = m->xm, .n2 = m->xb,
+               .gate = m->hb, .up = m->hb2, .qr = m->q, .kr = m->k};
+    m->ops->embed(m->x, &m->w.embed, m->ids, N);
+    for (int l = 0; l < m->c.layers; l++) layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
+}
+
+// m->logits (rows, V) for rows sel[0 .. rows) of the residual stream x
+// (tokens, C): those rows gathered into raw (rows, C), the final norm into
+// m->hrows (raw may be m->hrows), the output layer.
+static void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
+    const rl_ops *o = m->ops;
+    o->gather_rows(raw, x, sel, rows, m->c.hidden);
+    o->rmsnorm(m->hrows, raw, m->w.norm, rows, m->c.hidden, (float)m->c.rms_eps);
+    o->matmul(m->logits, m->hrows, &m->w.head, NULL, rows);
+}
+
+// The most tokens of one forward: each activation array (tokens, width) must
+// stay below 2^31 elements, as the ops take int sizes.
+static size_t max_batch_tokens(const model_t *m) {
+    const model_config *c = &m->c;
+    size_t w = (size_t)c->hidden, q = (size_t)c->heads * c->head_dim, f = (size_t)c->inter;
+    w = q > w ? q : w;
+    w = f > w ? f : w;
+    return ((size_t)1 << 31) / w - 1;
+}
+
+static int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
+                        rl_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= (uint32_t)m->c.vocab)
+            return err_set(err, "sequence %zu: %s token %zu is %u, outside the vocabulary of %d", seq, what,
+                           i, ids[i], m->c.vocab);
+    return 0;
+}
+
+// Refuses sequence seq of len tokens (positions 0 .. len-1) when it is
+// longer than the model computes as transformers does (cfg_max_seq).
+static int check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
+    const char *why;
+    int max = cfg_max_seq(&m->c, &why);
+    if (len <= (size_t)max) return 0;
+    const char *more = !strcmp(why, "sliding_window") ? " (attention over a sliding window is not supported)"
+                       : !strncmp(why, "rope_scaling", 12) ? " (dynamic RoPE scaling beyond it is not supported)"
+                                                           : "";
+    return err_set(err, "sequence %zu: %zu tokens exceed %s %d%s", seq, len, why, max, more);
+}
+
+// Checks the sequences of a scoring or training pass, reserves activations
+// and uploads the tokens (m->ids, m->pos), the scored rows and their targets
+// and temperatures (m->sel, m->tgt, m->itemp) and the sequences (m->seqs).
+// *N tokens in *nseq sequences, *R scored tokens; 0 (nothing to score is
+// *nseq == 0), or -1 with err.
+static int pack_scored(model_t *m, const model_seq *seqs, size_t n, size_t *N_, size_t *R_, size_t *nseq_,
+                       rl_err *err) {
+    size_t N = 0, R = 0, nseq = 0;
+    for (size_t i = 0; i < n; i++) {
+        const model_seq *s = &seqs[i];
+        if (s->n_ids == 0) continue;
+        if (s->n_prompt == 0) return err_set(err, "sequence %zu: empty prompt: nothing to predict the first token from", i);
+        if (!(s->temperature > 0) || !isfinite(s->temperature))
+            return err_set(err, "sequence %zu: temperature %g: must be a positive number", i, s->temperature);
+        if (check_tokens(m, s->prompt, s->n_prompt, "prompt", i, err) < 0 ||
+            check_tokens(m, s->ids, s->n_ids, "completion", i, err) < 0)
+            return -1;
+        size_t len = s->n_prompt + s->n_ids - 1;
+        if (check_len(m, i, len, err) < 0) return -1;
+        N += len;
+        R += s->n_ids;
+        nseq++;
+        if (N > max_batch_tokens(m)) return err_set(err, "batch of over %zu tokens: score it in parts", max_batch_tokens(m));
+    }
+    *N_ = N;
+    *R_ = R;
+    *nseq_ = nseq;
+    if (nseq == 0) return 0;
+    reserve(m, (int)N, (int)nseq);
+    int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *sel = xmalloc(R * 4), *tgt = xmalloc(R * 4);
+    float *itemp = xmalloc(R * 4);
+    rl_attn_seq *as = xmalloc(nseq * sizeof *as);
+    size_t q0 = 0, r = 0, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const model_seq *s = &seqs[i];
+        if (s->n_ids == 0) continue;
+        size_t len = s->n_prompt + s->n_ids - 1;
+        for (size_t j = 0; j < len; j++) {
+            ids[q0 + j] = (int32_t)(j < s->n_prompt ? s->prompt[j] : s->ids[j - s->n_prompt]);
+            pos[q0 + j] = (int32_t)j;
+        }
+        for (size_t j = 0; j < s->n_ids; j++, r++) {
+            sel[r] = (int32_t)(q0 + s->n_prompt - 1 + j);
+            tgt[r] = (int32_t)s->ids[j];
+            itemp[r] = 1.0f / s->temperature;
+        }
+        as[k++] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)len, .pos0 = 0, .kv0 = (int32_t)q0};
+        q0 += len;
+    }
+    const rl_ops *o = m->ops;
+    o->upload(m->ids, ids, N * 4);
+    o->upload(m->pos, pos, N * 4);
+    o->upload(m->sel, sel, R * 4);
+    o->upload(m->tgt, tgt, R * 4);
+    o->upload(m->itemp, itemp, R * 4);
+    o->upload(m->seqs, as, nseq * sizeof *as);
+    free(ids);
+    free(pos);
+    free(sel);
+    free(tgt);
+    free(itemp);
+    free(as);
+    return 0;
+}
+
+// Copies per-token values of the scored tokens (R, host) to the sequences'
+// arrays (field logp or entropy; sequences whose array is NULL are skipped).
+static void unpack_scored(model_seq *seqs, size_t n, const float *v, int entropy) {
+    size_t r = 0;
+    for (size_t i = 0; i < n; i++) {
+        float *out = entropy ? seqs[i].entropy : seqs[i].logp;
+        for (size_t j = 0; j < seqs[i].n_ids; j++, r++)
+            if (out) out[j] = v[r];
+    }
+}
+
+static int want_entropy(const model_seq *seqs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (seqs[i].entropy && seqs[i].n_ids) return 1;
+    return 0;
+}
+
+// The R log-probabilities (and entropies) of the scored tokens into the sequences.
+static void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
+    float *v = xmalloc(R * 4);
+    m->ops->download(v, m->lp, R * 4);
+    unpack_scored(seqs, n, v, 0);
+    if (want_entropy(seqs, n)) {
+        m->ops->download(v, m->ent, R * 4);
+        unpack_scored(seqs, n, v, 1);
+    }
+    free(v);
+}
+
+int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
+    size_t N, R, nseq;
+    if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
+    if (nseq == 0) return 0;
+    const rl_ops *o = m->ops;
+    forward(m, (int)N, (int)nseq, 0);
+    size_t chunk = (size_t)m->lrows;
+    float *ent = want_entropy(seqs, n) ? m->ent : NULL;
+    for (size_t r0 = 0; r0 < R; r0 += chunk) {
+        int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, rows);
+        o->logprob(m->lp + r0, ent ? ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
+    }
+    download_scored(m, seqs, n, R);
+    return 0;
+}
+
+// ---- Training -----------------------------------------------------------------
+
+int model_train_init(model_t *m, rl_err *err) {
+    if (m->o.dtype != DT_F32)
+        return err_set(err, "training needs f32 weights; this model multiplies at %s", dt_name(m->o.dtype));
+    if (m->grads) return 0;
+    size_t bytes = m->nparams * sizeof(float);
+    m->grads = m->ops->alloc(bytes);
+    m->exp_avg = m->ops->alloc(bytes);
+    m->exp_avg_sq = m->ops->alloc(bytes);
+    return 0;
+}
+
+static void free_train(model_t *m) {
+    float **bufs[] = {&m->s_x, &m->s_n1, &m->s_q, &m->s_k, &m->s_v, &m->s_att, &m->s_lse, &m->s_xm,
+                      &m->s_n2, &m->s_gate, &m->s_up, &m->d_x, &m->d_n, &m->d_q, &m->d_k, &m->d_v,
+                      &m->d_att, &m->d_h, &m->d_up, &m->hraw, &m->dh, &m->s_qr, &m->s_kr, &m->d_qr, &m->d_kr};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+        if (*bufs[i]) m->ops->free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    m->tcap = 0;
+}
+
+// Saved activations and activation gradients for N tokens.
+static void reserve_train(model_t *m, int N) {
+    if (N <= m->tcap) return;
+    free_train(m);
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    size_t n = (size_t)N, L = (size_t)c->layers, C = (size_t)c->hidden, F = (size_t)c->inter,
+           QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim;
+    m->s_x = o->alloc((L + 1) * n * C * 4);
+    m->s_n1 = o->alloc(L * n * C * 4);
+    m->s_q = o->alloc(L * n * QD * 4);
+    m->s_k = o->alloc(L * n * KVD * 4);
+    m->s_v = o->alloc(L * n * KVD * 4);
+    m->s_att = o->alloc(L * n * QD * 4);
+    m->s_lse = o->alloc(L * n * (size_t)c->heads * 4);
+    m->s_xm = o->alloc(L * n * C * 4);
+    m->s_n2 = o->alloc(L * n * C * 4);
+    m->s_gate = o->alloc(L * n * F * 4);
+    m->s_up = o->alloc(L * n * F * 4);
+    m->d_x = o->alloc(n * C * 4);
+    m->d_n = o->alloc(n * C * 4);
+    m->d_q = o->alloc(n * QD * 4);
+    m->d_k = o->alloc(n * KVD * 4);
+    m->d_v = o->alloc(n * KVD * 4);
+    m->d_att = o->alloc(n * QD * 4);
+    m->d_h = o->alloc(n * F * 4);
+    m->d_up = o->alloc(n * F * 4);
+    m->hraw = o->alloc((size_t)m->lrows * C * 4);
+    m->dh = o->alloc((size_t)m->lrows * C * 4);
+    if (c->qk_norm) {
+        m->s_qr = o->alloc(L * n * QD * 4);
+        m->s_kr = o->alloc(L * n * KVD * 4);
+        m->d_qr = o->alloc(n * QD * 4);
+        m->d_kr = o->alloc(n * KVD * 4);
+    }
+    m->tcap = N;
+}
+
+// The residual stream (N, C) entering layer l (l = layers: after the last).
+static float *resid_at(const model_t *m, int l, int N) {
+    return m->s_x + (size_t)l * (size_t)N * (size_t)m->c.hidden;
+}
+
+// The activations of layer l saved by forward_train, for N tokens.
+static saved saved_at(const model_t *m, int l, int N) {
+    const model_config *c = &m->c;
+    size_t n = (size_t)N, C = (size_t)c->hidden, F = (size_t)c->inter,
+           QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim;
+    size_t L = (size_t)l;
+    return (saved){.x = resid_at(m, l, N), .n1 = m->s_n1 + L * n * C, .q = m->s_q + L * n * QD,
+                   .k = m->s_k + L * n * KVD, .v = m->s_v + L * n * KVD, .att = m->s_att + L * n * QD,
+                   .lse = m->s_lse + L * n * (size_t)c->heads, .xm = m->s_xm + L * n * C,
+                   .n2 = m->s_n2 + L * n * C, .gate = m->s_gate + L * n * F, .up = m->s_up + L * n * F,
+                   .qr = m->s_qr ? m->s_qr + L * n * QD : NULL, .kr = m->s_kr ? m->s_kr + L * n * KVD : NULL};
+}
+
+// The gradient of a parameter, given the parameter's address.
+static float *grad_of(const model_t *m, const void *param) {
+    return param ? m->grads + ((const float *)param - m->w.params) : NULL;
+}
+
+// The forward of model_score (no cache), keeping what the backward needs;
+// the residual stream after the last layer is resid_at(m, layers, N).
+static void forward_train(model_t *m, int N, int nseq) {
+    m->ops->embed(resid_at(m, 0, N), &m->w.embed, m->ids, N);
+    for (int l = 0; l < m->c.layers; l++) {
+        saved s = saved_at(m, l, N);
+        layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, 0);   // d_h: h, kept only for down
+    }
+}
+
+// The output layer in chunks of rows, forward and backward at once: the
+// log-probabilities of a chunk go to the caller, whose dloss/dlogp comes
+// back before the next chunk, so no (tokens, V) array is ever held.
+// Leaves d_x (N, C) = dloss / d(residual stream after the last layer).
+static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn dlogp, void *ctx) {
+    const rl_ops *o = m->ops;
+    int C = m->c.hidden, V = m->c.vocab;
+    float eps = (float)m->c.rms_eps;
+    float *x = resid_at(m, m->c.layers, N);
+    float *g_head = grad_of(m, m->w.head.data), *g_norm = grad_of(m, m->w.norm);
+    float *lp = xmalloc((size_t)m->lrows * 4), *dl = xmalloc((size_t)m->lrows * 4);
+    o->zero(m->d_x, (size_t)N * C);
+    for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
+        int rows = (int)(R - r0 < (size_t)m->lrows ? R - r0 : (size_t)m->lrows);
+        logits_rows(m, x, m->hraw, m->sel + r0, rows);                    // hraw: the rows before the norm
+        o->logprob(m->lp + r0, entropy ? m->ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, V);
+        o->download(lp, m->lp + r0, (size_t)rows * 4);
+        dlogp(ctx, r0, (size_t)rows, lp, dl);
+        o->upload(m->dlogp + r0, dl, (size_t)rows * 4);
+        o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, rows, V);
+        o->matmul_dx(m->dh, m->logits, &m->w.head, rows, 0);               // (rows, C)
+        o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
+        o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
+        o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->w.norm, rows, C, eps);
+        o->scatter_rows(m->d_x, m->sel + r0, m->hrows, rows, C);          // scored rows are distinct
+    }
+    free(lp);
+    free(dl);
+}
+
+// Backward through the layers, from d_x = dloss/d(last residual stream)
+// down to the embeddings; every parameter gradient accumulates.
+static void layers_backward(model_t *m, int N, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
+    int QD = NH * HS, KVD = NKV * HS;
+    float eps = (float)c->rms_eps;
+    float *dres = m->d_x;   // (N, C): dloss / d(residual stream) at the current point
+    for (int l = c->layers - 1; l >= 0; l--) {
+        const layer_w *L = &m->w.L[l];
+        saved s = saved_at(m, l, N);
+        // MLP: x_next = xm + down(silu(gate(n2)) · up(n2)), n2 = rmsnorm(xm)
+        o->swiglu(m->d_up, s.gate, s.up, N, F);                             // h, again
+        o->matmul_dw(grad_of(m, L->down.data), grad_of(m, L->bdown), dres, m->d_up, N, C, F);
+        o->matmul_dx(m->d_h, dres, &L->down, N, 0);                         // dh (N, F)
+        o->swiglu_backward(m->d_h, m->d_up, m->d_h, s.gate, s.up, N, F);    // dgate, dup
+        o->matmul_dw(grad_of(m, L->gate.data), grad_of(m, L->bgate), m->d_h, s.n2, N, F, C);
+        o->matmul_dw(grad_of(m, L->up.data), grad_of(m, L->bup), m->d_up, s.n2, N, F, C);
+        o->matmul_dx(m->d_n, m->d_h, &L->gate, N, 0);
+        o->matmul_dx(m->d_n, m->d_up, &L->up, N, 1);
+        o->rmsnorm_backward(dres, grad_of(m, L->mlp_norm), m->d_n, s.xm, L->mlp_norm, N, C, eps);
+        // attention: xm = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))), n1 = rmsnorm(x)
+        // (qwen3: q and k normed per head before rope)
+        o->matmul_dw(grad_of(m, L->o.data), grad_of(m, L->bo), dres, s.att, N, C, QD);
+        o->matmul_dx(m->d_att, dres, &L->o, N, 0);
+        o->attention_backward(m->d_q, m->d_k, m->d_v, m->d_att, s.q, s.k, s.v, s.att, s.lse, m->seqs, nseq,
+                              N, NH, NKV, HS);
+        o->rope_backward(m->d_q, m->pos, m->cos_sin, N, NH, HS);
+        o->rope_backward(m->d_k, m->pos, m->cos_sin, N, NKV, HS);
+        float *dq = m->d_q, *dk = m->d_k;   // d(q_proj output), d(k_proj output)
+        if (L->qn) {                        // qwen3: back through the per-head norms
+            dq = m->d_qr;
+            dk = m->d_kr;
+            o->zero(dq, (size_t)N * QD);
+            o->zero(dk, (size_t)N * KVD);
+            o->rmsnorm_backward(dq, grad_of(m, L->qn), m->d_q, s.qr, L->qn, N * NH, HS, eps);
+            o->rmsnorm_backward(dk, grad_of(m, L->kn), m->d_k, s.kr, L->kn, N * NKV, HS, eps);
+        }
+        o->matmul_dw(grad_of(m, L->q.data), grad_of(m, L->bq), dq, s.n1, N, QD, C);
+        o->matmul_dw(grad_of(m, L->k.data), grad_of(m, L->bk), dk, s.n1, N, KVD, C);
+        o->matmul_dw(grad_of(m, L->v.data), grad_of(m, L->bv), m->d_v, s.n1, N, KVD, C);
+        o->matmul_dx(m->d_n, dq, &L->q, N, 0);
+        o->matmul_dx(m->d_n, dk, &L->k, N, 1);
+        o->matmul_dx(m->d_n, m->d_v, &L->v, N, 1);
+        o->rmsnorm_backward(dres, grad_of(m, L->attn_norm), m->d_n, s.x, L->attn_norm, N, C, eps);
+    }
+    o->embed_backward(grad_of(m, m->w.embed.data), dres, m->ids, N, C);
+}
+
+int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {
+    if (!m->grads) return err_set(err, "model_backward before model_train_init");
+    size_t N, R, nseq;
+    if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
+    if (nseq == 0) return 0;
+    reserve_train(m, (int)N);
+    forward_train(m, (int)N, (int)nseq);
+    head_train(m, (int)N, R, want_entropy(seqs, n), dlogp, ctx);
+    layers_backward(m, (int)N, (int)nseq);
+    download_scored(m, seqs, n, R);
+    return 0;
+}
+
+void model_zero_grad(model_t *m) {
+    if (m->grads) m->ops->zero(m->grads, m->nparams);
+}
+
+double model_grad_sumsq(const model_t *m) {
+    return m->grads ? m->ops->sumsq(m->grads, m->nparams) : 0;
+}
+
+void model_adamw(model_t *m, const rl_adamw *h) {
+    if (!m->grads) return;
+    rl_adamw nodecay = *h;
+    nodecay.wd = 0;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        m->ops->adamw(m->w.params + t->off, m->grads + t->off, m->exp_avg + t->off, m->exp_avg_sq + t->off, t->n,
+                      t->ndim == 2 ? h : &nodecay);
+    }
+}
+
+void model_sync(const model_t *m) { m->ops->sync(); }
+
+size_t model_ntensors(const model_t *m) { return m->nt; }
+
+model_tensor model_tensor_at(const model_t *m, size_t i) {
+    const mtensor *t = &m->t[i];
+    return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n,
+                          .stored = stored_apart(m, t) ? m->o.dtype : DT_F32};
+}
+
+static float *state_of(const model_t *m, int which) {
+    switch (which) {
+    case MODEL_PARAM: return m->w.params;
+    case MODEL_GRAD: return m->grads;
+    case MODEL_EXP_AVG: return m->exp_avg;
+    case MODEL_EXP_AVG_SQ: return m->exp_avg_sq;
+    }
+    return NULL;
+}
+
+int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
+    const float *base = state_of(m, which);
+    if (!base || i >= m->nt) return -1;
+    const mtensor *t = &m->t[i];
+    if (which != MODEL_PARAM) {
+        m->ops->download(out, base + t->off, t->n * sizeof(float));
+        return 0;
+    }
+    if (!stored_apart(m, t)) {
+        m->ops->download(out, base + t->poff, t->n * sizeof(float));
+        return 0;
+    }
+    size_t es = dt_size(m->o.dtype), ns = nscales(m, t);
+    void *q = xmalloc(t->n * es);
+    m->ops->download(q, m->w.mdata[i], t->n * es);
+    if (m->o.dtype == DT_I8) {
+        float *sc = xmalloc(ns * sizeof(float));
+        m->ops->download(sc, m->w.mscales[i], ns * sizeof(float));
+        dt_dequantize_i8(out, q, sc, (size_t)t->shape[0], (size_t)t->shape[1], m->o.group);
+        free(sc);
+    } else if (m->o.dtype == DT_BF16) {
+        dt_bf16_to_f32(out, q, t->n);
+    } else {
+        dt_f16_to_f32(out, q, t->n);
+    }
+    free(q);
+    return 0;
+}
+
+int model_tensor_set(model_t *m, int which, size_t i, const float *in) {
+    float *base = state_of(m, which);
+    if (!base || i >= m->nt || (which == MODEL_PARAM && m->o.dtype != DT_F32)) return -1;
+    m->ops->upload(base + m->t[i].off, in, m->t[i].n * sizeof(float));
+    return 0;
+}
+
+// ---- Standby weights --------------------------------------------------------
+
+model_weights *model_weights_new(const model_t *m) {
+    model_weights *w = xmalloc(sizeof *w);
+    memset(w, 0, sizeof *w);
+    alloc_weights(m, &w->w);
+    return w;
+}
+
+void model_weights_free(const model_t *m, model_weights *w) {
+    if (!w) return;
+    free_weights(m, &w->w);
+    free(w->stage);
+    free(w);
+}
+
+int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, size_t n, rl_dtype wire,
+                      const void *data) {
+    if (i >= m->nt) return -1;
+    const mtensor *t = &m->t[i];
+    size_t K = t->ndim == 2 ? (size_t)t->shape[1] : 1;
+    if (off > t->n || n > t->n - off || (stored_apart(m, t) && (off % K || n % K))) return -1;
+    if (wire != DT_F32 && wire != DT_BF16 && wire != DT_F16) return -1;
+    if (stored_apart(m, t) && wire == m->o.dtype) {   // as sent: widening and rounding again gives the same bits
+        m->ops->upload((char *)w->w.mdata[i] + off * dt_size(wire), data, n * dt_size(wire));
+        return 0;
+    }
+    const float *x = data;
+    if (wire != DT_F32) {
+        if (w->stage_n < n) {
+            free(w->stage);
+            w->stage = xmalloc(n * sizeof(float));
+            w->stage_n = n;
+        }
+        if (wire == DT_BF16) dt_bf16_to_f32(w->stage, data, n);
+        else dt_f16_to_f32(w->stage, data, n);
+        x = w->stage;
+    }
+    put_f32(m, &w->w, t, off, n, x);
+    return 0;
+}
+
+void model_weights_swap(model_t *m, model_weights *w) {
+    weights tmp = m->w;
+    m->w = w->w;
+    w->w = tmp;
+}
+
+// ---- Incremental decoding ---------------------------------------------------
+
+int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
+    if (slots < 1 || max_len < 1) return err_set(err, "KV cache of %d slots of %d tokens: both must be positive", slots, max_len);
+    if (max_len > m->c.max_pos)
+        return err_set(err, "KV cache of %d tokens per slot exceeds max_position_embeddings %d", max_len,
+                       m->c.max_pos);
+    size_t KVD = (size_t)m->c.kv_heads * m->c.head_dim;
+    size_t n = (size_t)m->c.layers * slots * (size_t)max_len * KVD;
+    if (n / (size_t)slots / (size_t)max_len != (size_t)m->c.layers * KVD || n > ((size_t)1 << 38))
+        return err_set(err, "KV cache of %d slots of %d tokens needs over 1 TiB", slots, max_len);
+    free_cache(m);
+    m->kc = m->ops->alloc(n * sizeof(float));
+    m->vc = m->ops->alloc(n * sizeof(float));
+    m->slot_len = xmalloc((size_t)slots * sizeof(int));
+    m->slot_used = xmalloc((size_t)slots);
+    memset(m->slot_len, 0, (size_t)slots * sizeof(int));
+    memset(m->slot_used, 0, (size_t)slots);
+    m->slots = slots;
+    m->max_len = max_len;
+    return 0;
+}
+
+int model_slot_acquire(model_t *m) {
+    for (int s = 0; s < m->slots; s++)
+        if (!m->slot_used[s]) {
+            m->slot_used[s] = 1;
+            m->slot_len[s] = 0;
+            return s;
+        }
+    return -1;
+}
+
+void model_slot_release(model_t *m, int slot) {
+    if (slot >= 0 && slot < m->slots) m->slot_used[slot] = 0;
+}
+
+int model_slot_len(const model_t *m, int slot) {
+    return slot >= 0 && slot < m->slots ? m->slot_len[slot] : -1;
+}
+
+// The forward of model_step: checks the sequences, appends their tokens to
+// the cache, and leaves the residual stream in m->x, the rows after each
+// sequence's last token in m->sel (n).
+static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *err) {
+    size_t N = 0;
+    for (size_t i = 0; i < n; i++) {
+        int sl = s[i].slot;
+        if (sl < 0 || sl >= m->slots || !m->slot_used[sl])
+            return err_set(err, "sequence %zu: slot %d is not an acquired slot of the KV cache", i, sl);
+        for (size_t j = 0; j < i; j++)
+            if (s[j].slot == sl) return err_set(err, "sequences %zu and %zu share slot %d", j, i, sl);
+        if (s[i].n == 0) return err_set(err, "sequence %zu: no tokens to append", i);
+        if (check_tokens(m, s[i].ids, s[i].n, "input", i, err) < 0) return -1;
+        if ((size_t)m->slot_len[sl] + s[i].n > (size_t)m->max_len)
+            return err_set(err, "sequence %zu: slot %d holds %d tokens; %zu more exceed its %d", i, sl,
+                           m->slot_len[sl], s[i].n, m->max_len);
+        if (check_len(m, i, (size_t)m->slot_len[sl] + s[i].n, err) < 0) return -1;
+        N += s[i].n;
+        if (N > max_batch_tokens(m)) return err_set(err, "step of over %zu tokens: prefill in parts", max_batch_tokens(m));
+    }
+    if (n == 0) return 0;
+    reserve(m, (int)N, (int)n);
+    int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *rows = xmalloc(N * 4), *last = xmalloc(n * 4);
+    rl_attn_seq *as = xmalloc(n * sizeof *as);
+    size_t q0 = 0;
+    for (size_t i = 0; i < n; i++) {
+        int sl = s[i].slot, len = m->slot_len[sl];
+        for (size_t j = 0; j < s[i].n; j++) {
+            ids[q0 + j] = (int32_t)s[i].ids[j];
+            pos[q0 + j] = len + (int32_t)j;
+            rows[q0 + j] = sl * m->max_len + len + (int32_t)j;
+        }
+        as[i] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)s[i].n, .pos0 = len, .kv0 = sl * m->max_len};
+        last[i] = (int32_t)(q0 + s[i].n - 1);
+        q0 += s[i].n;
+    }
+    const rl_ops *o = m->ops;
+    o->upload(m->ids, ids, N * 4);
+    o->upload(m->pos, pos, N * 4);
+    o->upload(m->rows, rows, N * 4);
+    o->upload(m->sel, last, n * 4);
+    o->upload(m->seqs, as, n * sizeof *as);
+    forward(m, (int)N, (int)n, 1);
+    for (size_t i = 0; i < n; i++) m->slot_len[s[i].slot] += (int)s[i].n;
+    free(ids);
+    free(pos);
+    free(rows);
+    free(last);
+    free(as);
+    return 0;
+}
+
+int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err) {
+    if (step_forward(m, s, n, err) < 0) return -1;
+    size_t V = (size_t)m->c.vocab, chunk = (size_t)m->lrows;
+    for (size_t r0 = 0; r0 < n; r0 += chunk) {
+        int k = (int)(n - r0 < chunk ? n - r0 : chunk);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
+        m->ops->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
+    }
+    return 0;
+}
+
+int model_step_sample(model_t *m, const model_step_seq *s, size_t n, const smp_params *p, const double *u,
+                      uint32_t *tok, double *logp, rl_err *err) {
+    if (step_forward(m, s, n, err) < 0) return -1;
+    if (n == 0) return 0;
+    const rl_ops *o = m->ops;
+    size_t chunk = (size_t)m->lrows;
+    o->upload(m->su, u, n * sizeof(double));
+    for (size_t r0 = 0; r0 < n; r0 += chunk) {
+        int k = (int)(n - r0 < chunk ? n - r0 : chunk);
+        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
+        o->sample(m->stok + r0, m->slogp + r0, m->logits, p, m->su + r0, k, m->c.vocab);
+    }
+    int32_t *t = xmalloc(n * sizeof *t);   // ids are below the vocabulary size, so int32 holds them
+    o->download(t, m->stok, n * sizeof *t);
+    o->download(logp, m->slogp, n * sizeof(double));
+    for (size_t i = 0; i < n; i++) tok[i] = (uint32_t)t[i];
+    free(t);
+    return 0;
+}
+
+double model_logprob_of(const float *logits, int V, float temperature, uint32_t token) {
+    double mx = -INFINITY, sum = 0, it = 1.0 / temperature;
+    for (int j = 0; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
+    for (int j = 0; j < V; j++) sum += exp((logits[j] - mx) * it);
+    return (logits[token] - mx) * it - log(sum);
+}

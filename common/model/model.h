@@ -1,0 +1,154 @@
+// model.h — the Llama-family policy model (DESIGN §3, §6): weights from a
+// Hugging Face directory or random, the scoring forward (log-probabilities of
+// given tokens at a temperature) and incremental decoding with a KV cache laid
+// out for continuous batching. Computation goes through a backend (ops.h).
+#ifndef RLPIPE_MODEL_H
+#define RLPIPE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/adamw.h"
+#include "model/backend.h"
+#include "checkpoint/config.h"
+#include "dtype.h"
+#include "checkpoint/hfweights.h"
+#include "model/sampling.h"
+#include "util.h"
+
+typedef struct model model_t;
+
+typedef struct {
+    rl_dtype dtype;      // matmul and embedding weights: f32 (learner, scorer), bf16, f16, int8
+    int group;           // int8 inputs per scale: 32 or 64 (0 = 32)
+    rl_device device;    // the backend (backend.h); DEV_AUTO (0): CUDA's when there is a GPU
+} model_opts;
+
+// Reads DIR/config.json and DIR's weights (model.safetensors, or the shards
+// model.safetensors.index.json names; F32, BF16 or F16); checks that every tensor
+// the config implies is present with its shape, and that no other tensor is.
+model_t *model_load(const char *dir, const model_opts *o, rl_err *err);
+// Random weights: matrices and embeddings N(0, std²), biases N(0, std²), norm weights 1.
+model_t *model_random(const model_config *c, uint64_t seed, float std, const model_opts *o,
+                      rl_err *err);
+// Writes DIR/config.json and DIR/model.safetensors (F32; DIR must exist).
+int model_save(const model_t *m, const char *dir, rl_err *err);
+// The same with the weights stored at o->dtype (f32, bf16 or f16, rounded to
+// nearest even) and sharded above o->max_shard_bytes (hfweights.h).
+int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err);
+void model_free(model_t *m);
+
+const model_config *model_cfg(const model_t *m);
+rl_dtype model_dtype(const model_t *m);
+const char *model_device(const model_t *m);   // the backend's name: "cpu" or "cuda"
+size_t model_nparams(const model_t *m);
+
+// ---- Scoring: log-probabilities of completions (the learner's and rl-ratio's path).
+typedef struct {
+    const uint32_t *prompt;   // n_prompt >= 1 tokens of context
+    size_t n_prompt;
+    const uint32_t *ids;      // n_ids tokens to score, following the prompt
+    size_t n_ids;
+    float temperature;        // > 0: log-probs of softmax(logits / temperature)
+    float *logp;              // out: n_ids values
+    float *entropy;           // out when not NULL: n_ids entropies (nats) of those distributions
+} model_seq;
+
+// One batched forward over all sequences; the output layer runs in chunks of
+// rows, so no (tokens, V) logits array is held. Errors: token >= vocab,
+// empty prompt, a sequence longer than cfg_max_seq (max_position_embeddings,
+// or a sliding window, or dynamic RoPE's original length), temperature <= 0.
+int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err);
+
+// ---- Training (f32 models): exact gradients and the AdamW step (DESIGN §4).
+// The gradient, optimizer moments and step live in the model's backend.
+
+// Allocates the gradient (zero) and the AdamW moments (zero) of every parameter.
+int model_train_init(model_t *m, rl_err *err);
+
+// A loss L = Σ_r ℓ_r(logp_r) over the scored tokens, numbered r = 0, 1, ...
+// sequence after sequence (those with n_ids > 0), token after token. The
+// callback gets the log-probabilities of tokens r0 .. r0+rows-1 (in order of
+// r0, each token once) and writes dlogp[i] = dℓ/dlogp for each.
+typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *logp, float *dlogp);
+
+// One forward and backward pass over the sequences (as model_score, whose
+// errors it shares): fills seqs[i].logp (and entropy) and adds dL/dθ to the
+// gradient, so that calls between two model_zero_grad accumulate.
+int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err);
+void model_zero_grad(model_t *m);
+// Σ over every parameter of gradient², in double.
+double model_grad_sumsq(const model_t *m);
+// One AdamW step (ops.h rl_adamw; the caller sets lr, betas, eps, gscale and
+// the bias corrections). Weight decay h->wd applies to 2-D tensors (matrices
+// and embeddings), none to norm weights and biases.
+void model_adamw(model_t *m, const rl_adamw *h);
+// Waits until the backend has done all the work asked of it (a GPU works
+// asynchronously): for timings.
+void model_sync(const model_t *m);
+
+// The parameter tensors in the model's order; the gradient and moments use the same.
+typedef struct {
+    const char *name;         // Hugging Face name
+    int ndim;
+    int64_t shape[2];
+    size_t n;                 // elements
+    rl_dtype stored;          // the dtype products read it at: the model's for matrices, else f32
+} model_tensor;
+size_t model_ntensors(const model_t *m);
+model_tensor model_tensor_at(const model_t *m, size_t i);
+// Host copies (n floats of tensor i) of a parameter, its gradient or a moment;
+// get returns -1 if the model has no training state. A model at another dtype
+// than f32 keeps no f32 copy of its matrices: their parameter is the stored
+// matrix widened (int8: dequantized). set refuses parameters of such models.
+enum { MODEL_PARAM, MODEL_GRAD, MODEL_EXP_AVG, MODEL_EXP_AVG_SQ };
+int model_tensor_get(const model_t *m, int which, size_t i, float *out);
+int model_tensor_set(model_t *m, int which, size_t i, const float *in);
+
+// ---- Standby weights: a second set of every parameter, filled while the
+// model works (from another thread: filling touches only the standby set and
+// the backend's memory), then swapped in whole between two calls (receiver.h).
+typedef struct model_weights model_weights;
+// Allocates a set of the model's layout and dtype (contents zero).
+model_weights *model_weights_new(const model_t *m);
+void model_weights_free(const model_t *m, model_weights *w);
+// Elements [off, off + n) of tensor i (table order, model_tensor_at) from host
+// data at `wire` (f32, bf16 or f16), converted as loading converts: a matrix
+// stored at the model's dtype gets the same bits as a model loaded from those
+// values (sent at that dtype, they are taken as they are), any other tensor
+// the values widened to f32. For a matrix stored at another dtype off and n
+// must be whole rows. 0, or -1 for a range, index or wire dtype out of bounds.
+int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, size_t n, rl_dtype wire,
+                      const void *data);
+// Exchanges the model's weights with w in O(1) (pointers only): the model
+// computes with w's from its next call, and w holds the previous ones. The KV
+// cache is kept: sequences decoding go on with the new weights.
+void model_weights_swap(model_t *m, model_weights *w);
+
+// ---- Incremental decoding with a KV cache of `slots` sequences of up to max_len tokens.
+int model_cache_init(model_t *m, int slots, int max_len, rl_err *err);
+int model_slot_acquire(model_t *m);              // a free slot (length 0), or -1
+void model_slot_release(model_t *m, int slot);
+int model_slot_len(const model_t *m, int slot);  // tokens in its cache
+
+typedef struct {
+    int slot;
+    const uint32_t *ids;      // tokens to append (a prompt to prefill, or one decoded token)
+    size_t n;
+} model_step_seq;
+
+// Appends each sequence's tokens to its slot (one batched forward) and writes
+// the logits (temperature 1) after its last token: logits (n, V), host memory.
+// A slot that would hold more than cfg_max_seq tokens is refused.
+int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_err *err);
+// The same, but each sequence's next token is drawn where the logits are (on
+// the GPU with CUDA), as smp_draw_u does (sampling.h) with parameters p and
+// the uniform u[i] (not read when greedy): tok[i] and its log-probability
+// logp[i] under the distribution drawn from. Only n tokens and n values come back.
+int model_step_sample(model_t *m, const model_step_seq *s, size_t n, const smp_params *p, const double *u,
+                      uint32_t *tok, double *logp, rl_err *err);
+
+// log_softmax(logits / temperature)[token] for one row of V logits, in double.
+double model_logprob_of(const float *logits, int V, float temperature, uint32_t token);
+
+#endif

@@ -1,0 +1,294 @@
+#include "ratio/ratio.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "records/json.h"
+
+const ratio_opts ratio_default_opts = {.mode = RATIO_TOKEN, .clip = 2.0, .lo = 0, .hi = INFINITY};
+
+static const char *const MODE_NAMES[] = {"token", "seq", "geo", "none"};
+
+const char *ratio_mode_name(ratio_mode m) { return MODE_NAMES[m]; }
+
+int ratio_parse_mode(const char *s, ratio_mode *out, rl_err *err) {
+    for (int m = 0; m < (int)(sizeof MODE_NAMES / sizeof *MODE_NAMES); m++)
+        if (!strcmp(s, MODE_NAMES[m])) {
+            *out = (ratio_mode)m;
+            return 0;
+        }
+    return err_set(err, "--mode: expected token, seq, geo or none, got '%s'", s);
+}
+
+// A whole string that is a number (strtod: "2", "0.5", "1e3", "inf"), not NaN.
+static int parse_number(const char *s, const char *end_at, double *out) {
+    if (!*s || s == end_at) return -1;
+    char *end;
+    double v = strtod(s, &end);
+    if (end != end_at || isnan(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int ratio_parse_clip(const char *s, double *out, rl_err *err) {
+    double v;
+    if (parse_number(s, s + strlen(s), &v) || !(v > 0))
+        return err_set(err, "--clip: expected a number > 0 (or inf for no cap), got '%s'", s);
+    *out = v;
+    return 0;
+}
+
+int ratio_parse_mask(const char *s, double *lo, double *hi, rl_err *err) {
+    const char *comma = strchr(s, ',');
+    double a, b;
+    if (!comma || parse_number(s, comma, &a) || parse_number(comma + 1, comma + 1 + strlen(comma + 1), &b))
+        return err_set(err, "--mask: expected LO,HI (two numbers, e.g. 0.5,2), got '%s'", s);
+    if (!(a >= 0 && a < b))
+        return err_set(err, "--mask: expected 0 <= LO < HI, got '%s'", s);
+    *lo = a;
+    *hi = b;
+    return 0;
+}
+
+int ratio_capping(const ratio_opts *o) { return !o->mask || o->clip_set; }
+
+// A ratio as a float32 weight: beyond the float32 range it is FLT_MAX, not inf.
+static float weight_f32(double x) { return x > FLT_MAX ? FLT_MAX : (float)x; }
+
+static int inside(const ratio_opts *o, double rho) { return !o->mask || (rho >= o->lo && rho <= o->hi); }
+
+size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_learner, size_t n,
+                     float *w, uint8_t *mask) {
+    int cap = ratio_capping(o);
+    size_t capped = 0;
+    if (o->mode == RATIO_NONE) {
+        for (size_t t = 0; t < n; t++) {
+            w[t] = 1;
+            mask[t] = 1;
+        }
+        return 0;
+    }
+    if (o->mode == RATIO_TOKEN) {
+        for (size_t t = 0; t < n; t++) {
+            double rho = exp((double)logp_learner[t] - (double)logp[t]);
+            mask[t] = (uint8_t)inside(o, rho);
+            if (cap && rho > o->clip) {
+                w[t] = (float)o->clip;
+                capped++;
+            } else {
+                w[t] = weight_f32(rho);
+            }
+        }
+        return capped;
+    }
+    if (!n) return 0;
+    double sum = 0;   // log of the product of the ratios
+    for (size_t t = 0; t < n; t++) sum += (double)logp_learner[t] - (double)logp[t];
+    double log_r = o->mode == RATIO_SEQ ? sum : sum / (double)n;
+    int cut = cap && log_r > log(o->clip);
+    float wv = cut ? (float)o->clip : weight_f32(exp(log_r));
+    uint8_t m = (uint8_t)inside(o, exp(log_r));
+    for (size_t t = 0; t < n; t++) {
+        w[t] = wv;
+        mask[t] = m;
+    }
+    return cut ? n : 0;
+}
+
+void ratio_input_free(ratio_input *in) {
+    u32_vec_free(&in->prompt_ids);
+    u32_vec_free(&in->ids);
+    u32_vec_free(&in->ver);
+    f32_vec_free(&in->logp);
+    f32_vec_free(&in->logp_learner);
+    f32_vec_free(&in->w);
+    u8_vec_free(&in->mask);
+}
+
+// Reads a field that must be there: 0, or -1 with err (missing, or `what` it is not).
+static int required(rec_status st, const char *key, const char *what, const char *why, rl_err *err) {
+    if (st == REC_MISSING) return err_set(err, "field \"%s\" is missing (%s)", key, why);
+    if (st == REC_TYPE) return err_set(err, "field \"%s\" is not %s", key, what);
+    return 0;
+}
+
+// An optional field: 1 present, 0 absent, -1 of the wrong type (err set).
+static int optional(rec_status st, const char *key, const char *what, rl_err *err) {
+    if (st == REC_TYPE) return err_set(err, "field \"%s\" is not %s", key, what);
+    return st == REC_OK;
+}
+
+static int same_length(const char *key, size_t n, size_t n_ids, rl_err *err) {
+    if (n == n_ids) return 0;
+    return err_set(err, "field \"%s\" has %zu elements but \"ids\" has %zu (one per completion token)", key, n,
+                   n_ids);
+}
+
+// Log-probabilities: never NaN or +inf; -inf only where allowed.
+static int check_logps(const char *key, const f32_vec *v, int allow_neg_inf, rl_err *err) {
+    for (size_t t = 0; t < v->n; t++) {
+        float x = v->v[t];
+        if (isnan(x) || (isinf(x) && (x > 0 || !allow_neg_inf)))
+            return err_set(err, "field \"%s\" holds %s at token %zu (a log-probability is finite%s)", key,
+                           isnan(x) ? "NaN" : x > 0 ? "+inf" : "-inf", t, allow_neg_inf ? " or -inf" : "");
+    }
+    return 0;
+}
+
+static int check_vocab(const char *key, const u32_vec *v, uint32_t vocab, rl_err *err) {
+    for (size_t t = 0; t < v->n; t++)
+        if (v->v[t] >= vocab)
+            return err_set(err, "field \"%s\" holds token id %u at position %zu, not below the model's vocabulary size %u",
+                           key, v->v[t], t, vocab);
+    return 0;
+}
+
+#define U32S "an array of unsigned 32-bit integers"
+#define F32S "an array of numbers (float32)"
+
+int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *err) {
+    if (required(rec_get_u32s(r, "ids", &in->ids), "ids", U32S, "the completion's token ids", err) ||
+        required(rec_get_f32s(r, "logp", &in->logp), "logp", F32S, "the sampler's log-probabilities", err) ||
+        same_length("logp", in->logp.n, in->ids.n, err) || check_logps("logp", &in->logp, 0, err))
+        return -1;
+    size_t n = in->ids.n;
+    int has;
+    if ((has = optional(rec_get_u32s(r, "ver", &in->ver), "ver", U32S, err)) < 0) return -1;
+    if (has && same_length("ver", in->ver.n, n, err)) return -1;
+    in->has_ver = has;
+
+    if (!need->score) {
+        if (required(rec_get_f32s(r, "logp_learner", &in->logp_learner), "logp_learner", F32S,
+                     "give --model DIR to compute it", err) ||
+            same_length("logp_learner", in->logp_learner.n, n, err) ||
+            check_logps("logp_learner", &in->logp_learner, 1, err))
+            return -1;
+        if ((has = optional(rec_get_uint(r, "ver_learner", &in->ver_learner), "ver_learner",
+                            "an unsigned integer", err)) < 0)
+            return -1;
+        in->has_ver_learner = has;
+    } else {
+        if (required(rec_get_u32s(r, "prompt_ids", &in->prompt_ids), "prompt_ids", U32S,
+                     "the prompt's token ids, needed to score the completion", err))
+            return -1;
+        if (!in->prompt_ids.n)
+            return err_set(err, "field \"prompt_ids\" is empty (the learner needs at least one token of context)");
+        if (check_vocab("prompt_ids", &in->prompt_ids, need->vocab, err) || check_vocab("ids", &in->ids, need->vocab, err))
+            return -1;
+        // the last token is predicted, never read: n_prompt + n - 1 positions
+        if (need->max_len && n && in->prompt_ids.n + n - 1 > need->max_len)
+            return err_set(err, "prompt and completion are %zu tokens; scoring reads %zu of them, more than "
+                           "the model's %s %zu", in->prompt_ids.n + n, in->prompt_ids.n + n - 1,
+                           need->max_len_key ? need->max_len_key : "max_position_embeddings", need->max_len);
+        if (required(rec_get_f64(r, "temperature", &in->temperature), "temperature", "a number",
+                     "the learner scores at the sampling temperature", err))
+            return -1;
+        if (!(in->temperature > 0) || isinf(in->temperature))
+            return err_set(err, "field \"temperature\" is %g; scoring needs a positive temperature", in->temperature);
+        if (in->logp_learner.cap < n) {
+            in->logp_learner.cap = n;
+            in->logp_learner.v = xrealloc(in->logp_learner.v, n * sizeof *in->logp_learner.v);
+        }
+        in->logp_learner.n = n;
+        in->has_ver_learner = 0;
+    }
+    in->top_p = 1;
+    in->top_k = 0;
+    if (optional(rec_get_f64(r, "top_p", &in->top_p), "top_p", "a number", err) < 0 ||
+        optional(rec_get_int(r, "top_k", &in->top_k), "top_k", "an integer", err) < 0)
+        return -1;
+    return 0;
+}
+
+int ratio_filtered(const ratio_input *in) { return in->top_p != 1 || in->top_k > 0; }
+
+size_t ratio_compute(const ratio_opts *o, ratio_input *in) {
+    size_t n = in->ids.n;
+    if (in->w.cap < n) {
+        in->w.cap = n;
+        in->w.v = xrealloc(in->w.v, n * sizeof *in->w.v);
+    }
+    if (in->mask.cap < n) {
+        in->mask.cap = n;
+        in->mask.v = xrealloc(in->mask.v, n);
+    }
+    in->w.n = in->mask.n = n;
+    return ratio_weights(o, in->logp.v, in->logp_learner.v, n, in->w.v, in->mask.v);
+}
+
+void ratio_store(const ratio_input *in, int scored, rec_t *r) {
+    if (scored) {
+        rec_set_f32s(r, "logp_learner", in->logp_learner.v, in->logp_learner.n);
+        rec_set_uint(r, "ver_learner", in->ver_learner);
+    }
+    rec_set_f32s(r, "w", in->w.v, in->w.n);
+    rec_set_u8s(r, "mask", in->mask.v, in->mask.n);
+}
+
+void ratio_acc_init(ratio_acc *a) {
+    a->records = a->tokens = 0;
+    mm_init(&a->mm);
+}
+
+void ratio_acc_add(ratio_acc *a, const ratio_input *in, size_t capped) {
+    size_t n = in->ids.n;
+    a->records++;
+    a->tokens += n;
+    mm_add_capped(&a->mm, in->logp.v, in->logp_learner.v, in->w.v, in->mask.v, n, capped);
+    if (in->has_ver && in->has_ver_learner) mm_add_lag(&a->mm, in->ver.v, n, in->ver_learner);
+}
+
+// The quantities of one metrics line, in order; NaN where undefined.
+typedef struct {
+    const char *key;
+    double v;
+    int is_int;
+} metric;
+
+static int metrics(const ratio_acc *a, metric *out) {
+    const mm_acc *m = &a->mm;
+    int n = 0, tok = m->n > 0, lag = m->n_lag > 0;
+    out[n++] = (metric){"records", (double)a->records, 1};
+    out[n++] = (metric){"tokens", (double)a->tokens, 1};
+    out[n++] = (metric){"k1", mm_k1(m), 0};
+    out[n++] = (metric){"k3", mm_k3(m), 0};
+    out[n++] = (metric){"ratio_mean", mm_ratio_mean(m), 0};
+    out[n++] = (metric){"ratio_min", tok ? m->rho_min : NAN, 0};
+    out[n++] = (metric){"ratio_max", tok ? m->rho_max : NAN, 0};
+    out[n++] = (metric){"capped_frac", mm_capped_frac(m), 0};
+    out[n++] = (metric){"masked_frac", mm_masked_frac(m), 0};
+    out[n++] = (metric){"ess", mm_ess(m), 0};
+    out[n++] = (metric){"max_abs_p_diff", tok ? m->max_dp : NAN, 0};
+    out[n++] = (metric){"lag_mean", mm_lag_mean(m), 0};
+    out[n++] = (metric){"lag_max", lag ? (double)m->lag_max : NAN, 1};
+    return n;
+}
+
+void ratio_acc_json(const ratio_acc *a, long batch, sbuf *out) {
+    metric m[16];
+    int n = metrics(a, m);
+    sbuf_putc(out, '{');
+    if (batch >= 0) sbuf_printf(out, "\"batch\":%ld,", batch);
+    for (int i = 0; i < n; i++) {
+        if (i) sbuf_putc(out, ',');
+        json_put_str(out, m[i].key, strlen(m[i].key));
+        sbuf_putc(out, ':');
+        if (isnan(m[i].v)) sbuf_put(out, "null", 4);
+        else if (m[i].is_int) sbuf_printf(out, "%.0f", m[i].v);
+        else json_put_f64(out, m[i].v);
+    }
+    sbuf_put(out, "}\n", 2);
+}
+
+void ratio_acc_text(const ratio_acc *a, sbuf *out) {
+    metric m[16];
+    int n = metrics(a, m);
+    for (int i = 0; i < n; i++) {
+        if (i) sbuf_put(out, ", ", 2);
+        if (isnan(m[i].v)) sbuf_printf(out, "%s -", m[i].key);
+        else if (m[i].is_int) sbuf_printf(out, "%s %.0f", m[i].key, m[i].v);
+        else sbuf_printf(out, "%s %.4g", m[i].key, m[i].v);
+    }
+}

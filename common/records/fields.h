@@ -1,0 +1,30 @@
+// fields.h — the record fields DESIGN §2 defines, and their types.
+//
+// Used where a type must be chosen or checked: JSON lines carry no float32
+// or unsigned types, so --pack encodes known fields as DESIGN says; --check
+// verifies that known fields have their types and per-token arrays agree.
+#ifndef RLPIPE_FIELDS_H
+#define RLPIPE_FIELDS_H
+
+#include <stddef.h>
+
+#include "records/record.h"
+
+typedef enum {
+    FLD_ANY,     // not a known field: any msgpack value
+    FLD_UINT,    // unsigned integer
+    FLD_F64,     // float64 (integers accepted)
+    FLD_STR,     // UTF-8 string
+    FLD_U32S,    // array of uint32
+    FLD_F32S,    // array of float32
+    FLD_MASK,    // array of 0/1
+} fld_type;
+
+fld_type fld_type_of(const char *key, size_t len);
+const char *fld_type_name(fld_type t);   // "an array of float32", ...
+
+// Known fields of r have their types, and the per-token arrays (ids, logp,
+// ver, logp_learner, w, mask) have equal lengths. 0, or -1 with err.
+int fld_check(const rec_t *r, rl_err *err);
+
+#endif

@@ -1,0 +1,47 @@
+// reader.h — reads a record stream: members of header, records, trailer.
+//
+// Checks what DESIGN §2 requires of a stream: every member starts with a
+// header {"rlpipe": 1, ...} and ends with a trailer {"rlpipe_end": 1,
+// "count": N} whose count matches; records are maps with string keys, within
+// the limits. Every complete record before a truncation or corruption is
+// delivered first; the error comes after it.
+#ifndef RLPIPE_READER_H
+#define RLPIPE_READER_H
+
+#include <stdint.h>
+
+#include "records/record.h"
+
+typedef struct recr recr_t;
+
+typedef enum {
+    RECR_ERROR = -1,
+    RECR_END = 0,        // the input ended cleanly after a trailer
+    RECR_RECORD = 1,
+    RECR_HEADER = 2,     // a member begins (the header is also kept: recr_header)
+    RECR_TRAILER = 3,    // a member ended and its count matched
+} recr_event;
+
+// Opens a file ("-" is standard input). NULL if it cannot be opened (err says why).
+recr_t *recr_open(const char *path, const rec_limits *lim, rl_err *err);
+void recr_close(recr_t *r);
+
+// The next header, record or trailer, into out.
+recr_event recr_next(recr_t *r, rec_t *out);
+// The next data record, checking headers and trailers on the way:
+// 1 record, 0 clean end, -1 error.
+int recr_read(recr_t *r, rec_t *out);
+
+// After RECR_ERROR: "<what>: <file> record <N>", N = index (from 0, counted
+// across the file's members) of the first record not delivered.
+const char *recr_error(const recr_t *r);
+
+const rec_t *recr_header(const recr_t *r);   // of the current member (empty before the first)
+const char *recr_name(const recr_t *r);
+uint64_t recr_records(const recr_t *r);      // data records delivered
+uint64_t recr_members(const recr_t *r);      // members begun
+uint64_t recr_bytes_in(const recr_t *r);     // input bytes consumed
+uint64_t recr_bytes_decoded(const recr_t *r);
+int recr_would_block(const recr_t *r);       // see ins_would_block
+
+#endif

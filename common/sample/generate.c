@@ -1,0 +1,267 @@
+// generate.c — continuous batching over the model's KV cache (generate.h).
+#include "sample/generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// The most prompt tokens prefilled in one step (at least one prompt is):
+// admitting every free slot's prompt at once would make one step as long as
+// many decode steps, stalling the sequences already decoding.
+#define PREFILL_TOKENS 4096
+
+typedef struct grp grp_t;
+
+typedef struct {
+    gen_sample *out;       // in its group's samples
+    grp_t *grp;
+    uint64_t number;       // group * G + member: the sample's generator stream
+    rl_rng rng;
+    int slot;              // -1 while waiting
+    uint32_t pending;      // the last token sampled, to be fed at the next step
+} seq_t;
+
+struct grp {
+    gen_group pub;
+    uint32_t *prompt;      // (n_prompt)
+    size_t n_prompt;
+    seq_t *seqs;           // (G)
+    int left;              // samples not finished
+    grp_t *next;           // in the finished queue
+};
+
+struct gen {
+    model_t *m;
+    const tokenizer *tok;
+    gen_opts o;
+    model_step_seq *steps;         // (slots)
+    double *u, *logp;              // (slots) each step entry's uniform, and its token's log-probability
+    uint32_t *drawn;               // (slots) the token drawn for it
+    seq_t **step_seq;              // (slots) the sample of each step entry
+    seq_t **active;                // (slots) the sample in each slot, or NULL
+    int n_active;
+    seq_t **waiting;               // FIFO: waiting[head..tail)
+    size_t head, tail, cap;
+    grp_t *done_head, *done_tail;  // finished groups, oldest first (in_order: by group number)
+    uint64_t groups;
+    uint64_t next_out;             // in_order: the group number gen_peek waits for
+    uint32_t ver;
+};
+
+gen_t *gen_new(model_t *m, const tokenizer *tok, const gen_opts *o, rl_err *err) {
+    if (model_cache_init(m, o->slots, o->max_len, err)) return NULL;
+    gen_t *g = xmalloc(sizeof *g);
+    memset(g, 0, sizeof *g);
+    g->m = m;
+    g->tok = tok;
+    g->o = *o;
+    g->steps = xmalloc((size_t)o->slots * sizeof *g->steps);
+    g->u = xmalloc((size_t)o->slots * sizeof *g->u);
+    g->logp = xmalloc((size_t)o->slots * sizeof *g->logp);
+    g->drawn = xmalloc((size_t)o->slots * sizeof *g->drawn);
+    g->step_seq = xmalloc((size_t)o->slots * sizeof *g->step_seq);
+    g->active = xmalloc((size_t)o->slots * sizeof *g->active);
+    memset(g->active, 0, (size_t)o->slots * sizeof *g->active);
+    return g;
+}
+
+static void grp_free(grp_t *q) {
+    for (int j = 0; j < q->pub.n; j++) {
+        gen_sample *s = &q->pub.samples[j];
+        u32_vec_free(&s->ids);
+        f32_vec_free(&s->logp);
+        u32_vec_free(&s->ver);
+        sbuf_free(&s->text);
+    }
+    free(q->pub.samples);
+    free(q->seqs);
+    free(q->prompt);
+    free(q);
+}
+
+void gen_free(gen_t *g) {
+    if (!g) return;
+    // Groups are owned by their samples' queue or slot until they finish.
+    for (size_t i = g->head; i < g->tail; i++) {
+        grp_t *q = g->waiting[i]->grp;
+        if (--q->left == 0) grp_free(q);   // left counts the samples still referenced
+    }
+    for (int s = 0; s < g->o.slots; s++)
+        if (g->active[s] && --g->active[s]->grp->left == 0) grp_free(g->active[s]->grp);
+    while (g->done_head) {
+        grp_t *q = g->done_head;
+        g->done_head = q->next;
+        grp_free(q);
+    }
+    free(g->steps);
+    free(g->u);
+    free(g->logp);
+    free(g->drawn);
+    free(g->step_seq);
+    free(g->active);
+    free(g->waiting);
+    free(g);
+}
+
+uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
+    int G = g->o.group;
+    grp_t *q = xmalloc(sizeof *q);
+    memset(q, 0, sizeof *q);
+    q->pub.group = g->groups++;
+    q->pub.prompt = prompt;
+    q->pub.n = G;
+    q->pub.samples = xmalloc((size_t)G * sizeof *q->pub.samples);
+    memset(q->pub.samples, 0, (size_t)G * sizeof *q->pub.samples);
+    q->prompt = xmalloc(n * sizeof *ids);
+    memcpy(q->prompt, ids, n * sizeof *ids);
+    q->n_prompt = n;
+    q->seqs = xmalloc((size_t)G * sizeof *q->seqs);
+    q->left = G;
+    if (g->tail + (size_t)G > g->cap && g->head) {   // compact, then grow
+        memmove(g->waiting, g->waiting + g->head, (g->tail - g->head) * sizeof *g->waiting);
+        g->tail -= g->head;
+        g->head = 0;
+    }
+    if (g->tail + (size_t)G > g->cap) {
+        g->cap = 2 * (g->tail + (size_t)G);
+        g->waiting = xrealloc(g->waiting, g->cap * sizeof *g->waiting);
+    }
+    for (int j = 0; j < G; j++) {
+        seq_t *s = &q->seqs[j];
+        s->out = &q->pub.samples[j];
+        s->grp = q;
+        s->number = q->pub.group * (uint64_t)G + (uint64_t)j;
+        rng_seed_stream(&s->rng, g->o.seed, s->number);
+        s->slot = -1;
+        g->waiting[g->tail++] = s;
+    }
+    return q->pub.group;
+}
+
+int gen_free_slots(const gen_t *g) { return g->o.slots - g->n_active; }
+size_t gen_waiting(const gen_t *g) { return g->tail - g->head; }
+size_t gen_active(const gen_t *g) { return (size_t)g->n_active; }
+void gen_set_version(gen_t *g, uint32_t ver) { g->ver = ver; }
+
+static void push_u32(u32_vec *a, uint32_t x) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 64;
+        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
+    }
+    a->v[a->n++] = x;
+}
+
+static void push_f32(f32_vec *a, float x) {
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 64;
+        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
+    }
+    a->v[a->n++] = x;
+}
+
+// Appends the bytes of tok to the sample's text; 1 if the text now contains a
+// stop string that it did not before (answer_len then ends before it).
+static int append_text(gen_t *g, gen_sample *out, uint32_t tok) {
+    size_t before = out->text.len;
+    rl_err e;
+    if (tok_decode(g->tok, &tok, 1, TOK_SKIP_SPECIAL | TOK_CONTINUE, &out->text, &e)) return 0;   // an id the tokenizer lacks: no text
+    for (size_t k = 0; k < g->o.n_stop; k++) {
+        size_t L = strlen(g->o.stop[k]);
+        size_t from = before + 1 > L ? before + 1 - L : 0;   // a new match ends in the new bytes
+        if (out->text.len - from < L) continue;
+        const uint8_t *hit = memmem(out->text.data + from, out->text.len - from, g->o.stop[k], L);
+        if (hit) {
+            out->answer_len = (size_t)(hit - out->text.data);
+            out->stop_reason = g->o.stop[k];
+            out->stop_reason_len = L;
+            return 1;
+        }
+    }
+    out->answer_len = out->text.len;
+    return 0;
+}
+
+// Appends the token drawn for s (with log-probability lp); 1 if the sample finished.
+static int advance(gen_t *g, seq_t *s, uint32_t tok, double lp) {
+    gen_sample *out = s->out;
+    push_u32(&out->ids, tok);
+    push_f32(&out->logp, (float)lp);
+    push_u32(&out->ver, g->ver);
+    for (size_t k = 0; k < g->o.n_stop_ids; k++)
+        if (tok == g->o.stop_ids[k]) {
+            out->stop_reason = tok_token(g->tok, tok, &out->stop_reason_len);
+            return out->stopped = 1;
+        }
+    if (append_text(g, out, tok)) return out->stopped = 1;
+    if (out->ids.n >= g->o.max_new || model_slot_len(g->m, s->slot) >= g->o.max_len) return 1;
+    s->pending = tok;
+    return 0;
+}
+
+// Appends a finished group to the done list; with in_order, inserts it by
+// group number (groups finish out of order when their samples differ in length).
+static void done_add(gen_t *g, grp_t *q) {
+    q->next = NULL;
+    if (!g->o.in_order || !g->done_tail || g->done_tail->pub.group < q->pub.group) {
+        if (g->done_tail) g->done_tail->next = q;
+        else g->done_head = q;
+        g->done_tail = q;
+        return;
+    }
+    grp_t **at = &g->done_head;
+    while ((*at)->pub.group < q->pub.group) at = &(*at)->next;
+    q->next = *at;
+    *at = q;
+}
+
+long gen_step(gen_t *g, rl_err *err) {
+    size_t n = 0;
+    for (int sl = 0; sl < g->o.slots; sl++) {
+        seq_t *s = g->active[sl];
+        if (!s) continue;
+        g->steps[n] = (model_step_seq){.slot = sl, .ids = &s->pending, .n = 1};
+        g->step_seq[n++] = s;
+    }
+    size_t prefill = 0;
+    while (g->head < g->tail && g->n_active < g->o.slots) {
+        seq_t *s = g->waiting[g->head];
+        if (prefill && prefill + s->grp->n_prompt > PREFILL_TOKENS) break;
+        int sl = model_slot_acquire(g->m);
+        if (sl < 0) break;
+        g->head++;
+        s->slot = sl;
+        g->active[sl] = s;
+        g->n_active++;
+        prefill += s->grp->n_prompt;
+        g->steps[n] = (model_step_seq){.slot = sl, .ids = s->grp->prompt, .n = s->grp->n_prompt};
+        g->step_seq[n++] = s;
+    }
+    if (n == 0) return 0;
+    // Each sample's uniform from its own generator (none when greedy, as smp_draw).
+    for (size_t i = 0; i < n; i++) g->u[i] = g->o.sp.temperature > 0 ? rng_uniform(&g->step_seq[i]->rng) : 0;
+    if (model_step_sample(g->m, g->steps, n, &g->o.sp, g->u, g->drawn, g->logp, err)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        seq_t *s = g->step_seq[i];
+        if (!advance(g, s, g->drawn[i], g->logp[i])) continue;
+        model_slot_release(g->m, s->slot);
+        g->active[s->slot] = NULL;
+        g->n_active--;
+        s->slot = -1;
+        grp_t *q = s->grp;
+        if (--q->left == 0) done_add(g, q);
+    }
+    return (long)n;
+}
+
+const gen_group *gen_peek(gen_t *g) {
+    if (!g->done_head || (g->o.in_order && g->done_head->pub.group != g->next_out)) return NULL;
+    return &g->done_head->pub;
+}
+
+void gen_pop(gen_t *g) {
+    grp_t *q = g->done_head;
+    if (!q) return;
+    g->done_head = q->next;
+    if (!g->done_head) g->done_tail = NULL;
+    g->next_out = q->pub.group + 1;
+    grp_free(q);
+}

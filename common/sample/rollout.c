@@ -1,0 +1,177 @@
+// rollout.c — rollout records from finished groups (rollout.h).
+#include "sample/rollout.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    rec_t **recs;         // (n) the group's records, "reward" nil until known
+    int n;
+    size_t prompt;        // index in the prompt set
+    uint64_t first_req;   // the external verifier's request for recs[0], if asked
+    int asked;
+} held_t;
+
+struct ro {
+    ro_opts o;
+    held_t *held;         // FIFO: held[head..tail)
+    size_t head, tail, cap;
+    uint64_t n_held;
+    ro_totals t;
+    sbuf text, answer;    // scratch: lossy UTF-8 of a completion and of its answer part
+};
+
+ro_t *ro_new(const ro_opts *o) {
+    ro_t *r = xmalloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    r->o = *o;
+    return r;
+}
+
+static void held_free(held_t *h) {
+    for (int j = 0; j < h->n; j++) rec_free(h->recs[j]);
+    free(h->recs);
+}
+
+void ro_free(ro_t *r) {
+    if (!r) return;
+    for (size_t i = r->head; i < r->tail; i++) held_free(&r->held[i]);
+    free(r->held);
+    sbuf_free(&r->text);
+    sbuf_free(&r->answer);
+    free(r);
+}
+
+uint64_t ro_held(const ro_t *r) { return r->n_held; }
+const ro_totals *ro_total(const ro_t *r) { return &r->t; }
+
+enum { NO_REWARD, REWARD, REWARD_LATER };
+
+// The record of sample j of group g; its "reward" is `reward`, or nil until
+// the external verifier answers, or absent.
+static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, int has_reward, double reward) {
+    const gen_sample *s = &g->samples[j];
+    rec_t *rec = rec_new();
+    rec_set_uint(rec, "id", g->group * (uint64_t)g->n + (uint64_t)j);
+    rec_set_uint(rec, "group", g->group);
+    rec_set_str(rec, "prompt", p->text, p->text_len);
+    if (p->answer) rec_set_str(rec, "answer", p->answer, p->answer_len);
+    rec_set_u32s(rec, "prompt_ids", p->ids, p->n_ids);
+    rec_set_u32s(rec, "ids", s->ids.v, s->ids.n);
+    r->text.len = 0;
+    utf8_lossy(s->text.data, s->text.len, &r->text);
+    rec_set_str(rec, "text", (const char *)r->text.data, r->text.len);
+    rec_set_f32s(rec, "logp", s->logp.v, s->logp.n);
+    rec_set_u32s(rec, "ver", s->ver.v, s->ver.n);
+    rec_set_cstr(rec, "finish", s->stopped ? "stop" : "length");
+    if (s->stopped && s->stop_reason) rec_set_str(rec, "stop_reason", s->stop_reason, s->stop_reason_len);
+    if (has_reward == REWARD) rec_set_f64(rec, "reward", reward);
+    if (has_reward == REWARD_LATER) rec_set_nil(rec, "reward");
+    rec_set_f64(rec, "temperature", r->o.sp.temperature);
+    rec_set_f64(rec, "top_p", r->o.sp.top_p);
+    rec_set_uint(rec, "top_k", r->o.sp.top_k);
+    rec_set_cstr(rec, "dtype", r->o.dtype);
+    for (size_t k = 0; k < rec_nfields(p->rec); k++) {   // the prompt's other keys
+        size_t kl, vl;
+        const char *key = rec_key(p->rec, k, &kl);
+        const uint8_t *val = rec_value(p->rec, k, &vl);
+        if ((kl == 6 && !memcmp(key, "prompt", 6)) || (kl == 6 && !memcmp(key, "answer", 6)) ||
+            (kl == 10 && !memcmp(key, "prompt_ids", 10)))
+            continue;
+        rec_set_raw(rec, key, kl, val, vl);
+    }
+    return rec;
+}
+
+void ro_add(ro_t *r, const gen_group *g) {
+    const prompt *p = &r->o.prompts->v[g->prompt];
+    if (r->tail == r->cap && r->head) {
+        memmove(r->held, r->held + r->head, (r->tail - r->head) * sizeof *r->held);
+        r->tail -= r->head;
+        r->head = 0;
+    }
+    if (r->tail == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 16;
+        r->held = xrealloc(r->held, r->cap * sizeof *r->held);
+    }
+    held_t *h = &r->held[r->tail++];
+    memset(h, 0, sizeof *h);
+    h->n = g->n;
+    h->prompt = g->prompt;
+    h->recs = xmalloc((size_t)g->n * sizeof *h->recs);
+    h->asked = r->o.cmd != NULL;
+    if (h->asked) h->first_req = vp_sent(r->o.cmd);
+    for (int j = 0; j < g->n; j++) {
+        const gen_sample *s = &g->samples[j];
+        r->answer.len = 0;   // what a verifier judges: the text before the stop string
+        utf8_lossy(s->text.data, s->answer_len, &r->answer);
+        const char *ans = r->answer.len ? (const char *)r->answer.data : "";
+        if (h->asked) {
+            h->recs[j] = make_record(r, g, j, p, REWARD_LATER, 0);
+            vp_send(r->o.cmd, p->text, p->text_len, ans, r->answer.len, p->answer, p->answer_len);
+        } else if (r->o.builtin && p->answer) {
+            double reward = vf_score(r->o.kind, ans, r->answer.len, p->answer, p->answer_len);
+            h->recs[j] = make_record(r, g, j, p, REWARD, reward);
+        } else {
+            h->recs[j] = make_record(r, g, j, p, NO_REWARD, 0);
+        }
+    }
+    r->n_held += (uint64_t)g->n;
+}
+
+// Appends to err which rollout the external verifier failed on.
+static int verifier_error(ro_t *r, const rl_err *e, rl_err *err) {
+    uint64_t req = vp_answered(r->o.cmd);
+    for (size_t i = r->head; i < r->tail; i++) {
+        held_t *h = &r->held[i];
+        if (h->asked && req >= h->first_req && req < h->first_req + (uint64_t)h->n) {
+            uint64_t id = 0;
+            rec_get_uint(h->recs[req - h->first_req], "id", &id);
+            return err_set(err, "%s: rollout id %llu, prompt %s", e->msg, (unsigned long long)id,
+                           r->o.prompts->v[h->prompt].where);
+        }
+    }
+    return err_set(err, "%s", e->msg);
+}
+
+static void count(ro_t *r, const rec_t *rec) {
+    size_t n = 0;
+    double reward;
+    const char *finish;
+    size_t fl;
+    rec_get_len(rec, "ids", &n);
+    r->t.samples++;
+    r->t.tokens += n;
+    if (rec_get_str(rec, "finish", &finish, &fl) == REC_OK && fl == 4) r->t.stopped++;
+    if (rec_get_f64(rec, "reward", &reward) == REC_OK) {
+        r->t.rewarded++;
+        r->t.positive += reward > 0;
+        r->t.reward_sum += reward;
+    }
+}
+
+int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
+    rl_err e;
+    if (r->o.cmd && vp_pump(r->o.cmd, 0, &e)) return verifier_error(r, &e, err);
+    while (r->head < r->tail) {
+        held_t *h = &r->held[r->head];
+        if (h->asked) {
+            while (vp_answered(r->o.cmd) < h->first_req + (uint64_t)h->n) {
+                if (!block) return 0;
+                if (vp_pump(r->o.cmd, 1, &e)) return verifier_error(r, &e, err);
+            }
+            for (int j = 0; j < h->n; j++) rec_set_f64(h->recs[j], "reward", vp_reward(r->o.cmd, h->first_req + (uint64_t)j));
+            vp_forget(r->o.cmd, h->first_req + (uint64_t)h->n);
+        }
+        for (int j = 0; j < h->n; j++) {
+            if (recw_write(w, h->recs[j], err)) return -1;
+            count(r, h->recs[j]);
+        }
+        if (recw_flush(w, err)) return -1;
+        r->t.groups++;
+        r->n_held -= (uint64_t)h->n;
+        held_free(h);
+        r->head++;
+    }
+    return 0;
+}

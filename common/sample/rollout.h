@@ -1,0 +1,49 @@
+// rollout.h — finished groups become rollout records (DESIGN §2): decoded
+// text, a reward from the built-in verifier or from the external one, the
+// sampling parameters, and every other key of the prompt. Groups wait here
+// until the external verifier has answered for each of their samples, and
+// are written whole, in the order they finished, with a flush after each.
+#ifndef RLPIPE_ROLLOUT_H
+#define RLPIPE_ROLLOUT_H
+
+#include <stdint.h>
+
+#include "sample/generate.h"
+#include "sample/prompts.h"
+#include "sample/verifier.h"
+#include "sample/vproc.h"
+#include "records/writer.h"
+
+typedef struct {
+    const prompt_set *prompts;
+    int builtin;              // score prompts that have an answer with `kind`
+    vf_kind kind;
+    vproc *cmd;               // or ask this external verifier (NULL: none)
+    smp_params sp;
+    const char *dtype;        // the sampler's precision, as records name it
+} ro_opts;
+
+typedef struct {
+    uint64_t groups, samples, tokens;   // written
+    uint64_t stopped;                   // samples that ended with "stop"
+    uint64_t rewarded, positive;        // samples with a reward; with reward > 0
+    double reward_sum;
+} ro_totals;
+
+typedef struct ro ro_t;
+
+ro_t *ro_new(const ro_opts *o);
+void ro_free(ro_t *r);
+
+// Makes the records of a finished group and holds them (queues the external
+// verifier's requests; they are sent by ro_write).
+void ro_add(ro_t *r, const gen_group *g);
+// Writes every held group whose rewards are all known, oldest first, and
+// flushes after each. block: first waits until the external verifier has
+// answered for every held group. 0, or -1 with err (a verifier's failure
+// names the rollout and its prompt).
+int ro_write(ro_t *r, recw_t *w, int block, rl_err *err);
+uint64_t ro_held(const ro_t *r);      // records held, waiting for rewards
+const ro_totals *ro_total(const ro_t *r);
+
+#endif

@@ -1,0 +1,245 @@
+// pusher.c — the sending end of a weight push: push.h's steps 1-7 for one
+// version directory and one receiver. Tensors whose file dtype is the one the
+// receiver asks for go from the mapping to the socket as they lie; the others
+// are converted a chunk at a time (f32 in between, with dtype.h's functions,
+// so the bytes are those the receiver would compute from f32 itself).
+#include "sync/pusher.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cli/cli.h"
+#include "sync/push.h"
+#include "records/record.h"
+#include "checkpoint/hfweights.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "pusher.c sends the file's little-endian tensor bytes as they lie: a little-endian host is needed"
+#endif
+
+#define CHUNK_ELEMS ((size_t)1 << 20)   // elements converted per step: 4 MiB of f32 in between
+
+typedef struct {
+    const net_addr *to;
+    char addr[400];           // the receiver, for messages
+    const push_opts *o;
+    double timeout;
+    int fd;
+    rec_t *msg;
+    rl_err *err;
+} push_conn;
+
+// err = "ADDR: what[: inner]" (inner: the message a callee left in err;
+// what NULL: "ADDR: inner").
+static int fail(push_conn *c, const char *what, int with_inner) {
+    char inner[sizeof c->err->msg];
+    snprintf(inner, sizeof inner, "%s", with_inner ? c->err->msg : "");
+    return err_set(c->err, "%s: %s%s%s", c->addr, what ? what : "", what && with_inner ? ": " : "", inner);
+}
+
+// The message after the current one; "what" names it for errors. An
+// {ok: false, error} answer is an error quoting the receiver.
+static int recv_answer(push_conn *c, const char *what) {
+    char buf[200];
+    int rc = push_recv_msg(c->fd, c->msg, c->o->stop_fd, c->timeout, c->err);
+    if (rc > 0) {
+        snprintf(buf, sizeof buf, "the receiver closed the connection before its %s", what);
+        return fail(c, buf, 0);
+    }
+    if (rc < 0) {
+        snprintf(buf, sizeof buf, "reading its %s", what);
+        return fail(c, buf, 1);
+    }
+    long i = rec_find(c->msg, "ok");
+    size_t n = 0;
+    const uint8_t *v = i >= 0 ? rec_value(c->msg, (size_t)i, &n) : NULL;
+    if (v && n == 1 && *v == 0xc3) return 0;   // true
+    const char *e = NULL;
+    size_t elen = 0;
+    if (rec_get_str(c->msg, "error", &e, &elen) != REC_OK) e = "(no reason given)", elen = strlen(e);
+    if (elen > 600) elen = 600;
+    if (!v || n != 1 || *v != 0xc2) {
+        snprintf(buf, sizeof buf, "its %s is not {ok: true} or {ok: false, error}", what);
+        return fail(c, buf, 0);
+    }
+    return err_set(c->err, "%s: the receiver refused the push: %.*s", c->addr, (int)elen, e);
+}
+
+static void copy_str(const rec_t *m, const char *key, char *dst, size_t size) {
+    const char *s;
+    size_t n;
+    if (rec_get_str(m, key, &s, &n) != REC_OK) s = "?", n = 1;
+    snprintf(dst, size, "%.*s", (int)(n < size ? n : size - 1), s);
+}
+
+// Checks the receiver's tensor list against the file: each one present, of the
+// same shape. The list becomes the push's (same order, the dtypes asked for).
+static int match_tensors(push_conn *c, const hfw_set *f, const push_tensor *t, size_t n, const st_tensor **src,
+                         uint64_t *bytes) {
+    char what[800], a[256], b[256];
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const st_tensor *s = hfw_find(f, t[i].name);
+        if (!s) {
+            snprintf(what, sizeof what, "the receiver needs tensor %s, which is not in %s", t[i].name, f->where);
+            return fail(c, what, 0);
+        }
+        int same = s->ndim == t[i].ndim;
+        for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == t[i].shape[d];
+        if (!same) {
+            st_shape_str(a, sizeof a, s->shape, s->ndim);
+            st_shape_str(b, sizeof b, t[i].shape, t[i].ndim);
+            snprintf(what, sizeof what, "tensor %s is %s in %s, but the receiver's model has %s", t[i].name, a,
+                     f->where, b);
+            return fail(c, what, 0);
+        }
+        if (t[i].dtype != DT_F32 && t[i].dtype != DT_BF16 && t[i].dtype != DT_F16) {
+            snprintf(what, sizeof what, "the receiver asks for tensor %s as %s", t[i].name, dt_name(t[i].dtype));
+            return fail(c, what, 0);
+        }
+        src[i] = s;
+        *bytes += (uint64_t)s->nelem * dt_size(t[i].dtype);
+    }
+    return 0;
+}
+
+typedef struct {
+    float *f32;               // CHUNK_ELEMS: the elements as f32
+    uint16_t *in16, *out16;   // CHUNK_ELEMS: 16-bit source (aligned copy) and wire elements
+    XXH3_state_t *hash;
+} stream_bufs;
+
+static int send_bytes(push_conn *c, stream_bufs *b, const void *p, size_t n) {
+    XXH3_64bits_update(b->hash, p, n);
+    if (net_send_all(c->fd, p, n, c->o->stop_fd, c->timeout, c->err)) return fail(c, "sending the tensor data", 1);
+    return 0;
+}
+
+// Step 6 for one tensor: its elements as `wire` (file bytes are possibly unaligned).
+static int send_tensor(push_conn *c, stream_bufs *b, const st_tensor *s, rl_dtype wire) {
+    const uint8_t *p = s->data;
+    size_t in_size = dt_size(s->dtype);
+    if (s->dtype == wire) {
+        size_t total = s->nelem * in_size, step = CHUNK_ELEMS * 4;
+        for (size_t off = 0; off < total; off += step)
+            if (send_bytes(c, b, p + off, total - off < step ? total - off : step)) return -1;
+        return 0;
+    }
+    for (size_t i = 0; i < s->nelem; i += CHUNK_ELEMS) {
+        size_t k = s->nelem - i < CHUNK_ELEMS ? s->nelem - i : CHUNK_ELEMS;
+        const uint8_t *src = p + i * in_size;
+        if (s->dtype == DT_F32) memcpy(b->f32, src, 4 * k);
+        else {
+            memcpy(b->in16, src, 2 * k);
+            if (s->dtype == DT_BF16) dt_bf16_to_f32(b->f32, b->in16, k);
+            else dt_f16_to_f32(b->f32, b->in16, k);
+        }
+        int rc;
+        if (wire == DT_F32) rc = send_bytes(c, b, b->f32, 4 * k);
+        else {
+            if (wire == DT_BF16) dt_f32_to_bf16(b->out16, b->f32, k);
+            else dt_f32_to_f16(b->out16, b->f32, k);
+            rc = send_bytes(c, b, b->out16, 2 * k);
+        }
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+// Steps 4-7 once the hello has been read and the version is newer.
+static int push_data(push_conn *c, const char *dir, uint64_t version, push_report *rep) {
+    hfw_set *f = hfw_open(dir, c->err);
+    if (!f) return fail(c, "reading the checkpoint", 1);
+    push_tensor *t = NULL;
+    size_t n = 0;
+    const st_tensor **src = NULL;
+    stream_bufs b = {0};
+    uint64_t bytes = 0;
+    int rc = -1;
+    if (push_get_tensors(c->msg, "tensors", &t, &n, c->err)) {
+        fail(c, "its hello lists the tensors wrongly", 1);
+        goto out;
+    }
+    src = xmalloc((n ? n : 1) * sizeof *src);
+    if (match_tensors(c, f, t, n, src, &bytes)) goto out;
+
+    rec_clear(c->msg);
+    rec_set_uint(c->msg, "version", version);
+    rec_set_uint(c->msg, "bytes", bytes);
+    rec_set_cstr(c->msg, "checksum", "xxh3-64");
+    push_set_tensors(c->msg, "tensors", t, n);
+    if (push_send_msg(c->fd, c->msg, c->o->stop_fd, c->timeout, c->err)) {
+        fail(c, "sending the push message", 1);
+        goto out;
+    }
+    if (recv_answer(c, "answer to the push message")) goto out;
+
+    b.f32 = xmalloc(CHUNK_ELEMS * sizeof *b.f32);
+    b.in16 = xmalloc(CHUNK_ELEMS * sizeof *b.in16);
+    b.out16 = xmalloc(CHUNK_ELEMS * sizeof *b.out16);
+    if (!(b.hash = XXH3_createState())) abort();
+    XXH3_64bits_reset(b.hash);
+    for (size_t i = 0; i < n; i++)
+        if (send_tensor(c, &b, src[i], t[i].dtype)) goto out;
+    uint64_t h = XXH3_64bits_digest(b.hash);   // sent little-endian: the host's order
+    if (net_send_all(c->fd, &h, 8, c->o->stop_fd, c->timeout, c->err)) {
+        fail(c, "sending the checksum", 1);
+        goto out;
+    }
+    if (recv_answer(c, "result")) goto out;
+    rep->version = version;
+    rep->bytes = bytes;
+    double us;
+    if (rec_get_f64(c->msg, "recv_us", &us) == REC_OK) rep->recv_us = us;
+    if (rec_get_f64(c->msg, "wait_us", &us) == REC_OK) rep->wait_us = us;
+    if (rec_get_f64(c->msg, "stall_us", &us) == REC_OK) rep->stall_us = us;
+    rc = 0;
+out:
+    if (b.hash) XXH3_freeState(b.hash);
+    free(b.f32);
+    free(b.in16);
+    free(b.out16);
+    free(src);
+    free(t);
+    hfw_close(f);
+    return rc;
+}
+
+int push_weights(const net_addr *to, const char *dir, uint64_t version, const push_opts *o, push_report *rep,
+                 rl_err *err) {
+    memset(rep, 0, sizeof *rep);
+    push_conn c = {.to = to, .o = o, .timeout = o->timeout > 0 ? o->timeout : PUSH_TIMEOUT, .err = err};
+    net_format(to, c.addr, sizeof c.addr);
+    double t0 = cli_now();
+    int unreachable = 0;
+    if ((c.fd = net_connect(to, &unreachable, err)) < 0) return unreachable ? PUSH_UNREACHABLE : -1;
+    rep->connected = 1;
+    net_bulk(c.fd);
+    c.msg = rec_new();
+    int rc = -1;
+    if (push_answer(c.fd, o->token, c.timeout, err)) {
+        fail(&c, NULL, 1);
+        goto out;
+    }
+    if (recv_answer(&c, "hello")) goto out;
+    copy_str(c.msg, "receiver", rep->receiver, sizeof rep->receiver);
+    copy_str(c.msg, "dtype", rep->dtype, sizeof rep->dtype);
+    if (rec_get_uint(c.msg, "version", &rep->had) != REC_OK) {
+        fail(&c, "its hello has no version", 0);
+        goto out;
+    }
+    if (rep->had >= version) {   // nothing to send: closing now is the end of the exchange
+        rep->skipped = 1;
+        rc = PUSH_OK;
+        goto out;
+    }
+    if (push_data(&c, dir, version, rep) == 0) rc = PUSH_OK;
+out:
+    rep->seconds = cli_now() - t0;
+    rec_free(c.msg);
+    close(c.fd);
+    return rc;
+}

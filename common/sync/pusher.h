@@ -1,0 +1,41 @@
+// pusher.h — the sending end of a weight push (push.h): one version directory
+// (config.json + model.safetensors, F32/BF16/F16) to one receiver, each tensor
+// converted to the dtype the receiver asks for, streamed from the mapped file.
+#ifndef RLPIPE_PUSHER_H
+#define RLPIPE_PUSHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sync/net.h"
+#include "util.h"
+
+typedef struct {
+    const sbuf *token;        // shared secret, or NULL (no authentication offered)
+    double timeout;           // seconds without progress before giving up (<= 0: PUSH_TIMEOUT)
+    int stop_fd;              // >= 0: readable = give up now ("stopped")
+} push_opts;
+
+typedef struct {
+    int connected;            // somebody accepted the connection (even if it said nothing)
+    char receiver[64];        // the receiver's name from its hello ("rl-sample 0.1.0")
+    char dtype[8];            // its dtype
+    uint64_t had;             // the version it held when it said hello
+    uint64_t version, bytes;  // pushed (bytes: tensor data)
+    int skipped;              // 1: it already held this version or a newer one; nothing was sent
+    double seconds;           // connect to result
+    double recv_us, wait_us, stall_us;   // as the receiver reported them
+} push_report;
+
+enum { PUSH_OK = 0, PUSH_UNREACHABLE = 1 };
+
+// Pushes dir's weights as `version` to the receiver at `to`. Returns PUSH_OK
+// (rep filled; rep->skipped when the receiver already held `version` or a newer one);
+// PUSH_UNREACHABLE with err when nobody listens at `to`; -1 with err when
+// the checkpoint cannot be read, does not fit the receiver's model (a tensor
+// it needs missing or of another shape), the receiver refused the push or the
+// transfer failed.
+int push_weights(const net_addr *to, const char *dir, uint64_t version, const push_opts *o, push_report *rep,
+                 rl_err *err);
+
+#endif

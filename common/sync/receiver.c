@@ -1,0 +1,498 @@
+// receiver.c — the receiving end of weight pushes (receiver.h): one thread
+// that accepts, verifies and stages pushes; installation under a mutex at a
+// boundary between two uses of the model.
+#include "sync/receiver.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cli/cli.h"
+#include "sync/push.h"
+
+// Bytes received (and converted) at a time: large enough that the per-chunk
+// costs vanish, small enough to stay in the last-level cache.
+#define CHUNK_BYTES (4u << 20)
+
+struct rcv {
+    model_t *m;
+    rcv_opts o;
+    char name[64];                 // "rl-sample 0.1.0"
+    net_addr addr;
+    char addr_text[400];
+    int lfd;
+    int stop_pipe[2];              // written by rcv_stop: wakes the thread from any wait
+    sbuf token;
+    int has_token;
+    push_tensor *want;             // (nt) the hello's tensor list, in the model's order
+    size_t nt;
+    uint8_t *chunk;                // (chunk_cap) received bytes
+    size_t chunk_cap;
+    pthread_t thread;
+
+    pthread_mutex_t mu;            // guards what follows
+    pthread_cond_t cv;
+    model_weights *standby;        // filled by the thread
+    int held;                      // the caller is using the model
+    int ready;                     // standby verified, waiting to be installed
+    int stopping;
+    uint64_t ready_version;
+    double last_stall;             // of the latest install: seconds the holder was blocked
+    rcv_stats st;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double timeout_of(const rcv_t *r) { return r->o.timeout > 0 ? r->o.timeout : PUSH_TIMEOUT; }
+
+// With mu held: the standby weights become the model's.
+static void install(rcv_t *r, int by_holder) {
+    double t0 = now_s();
+    model_weights_swap(r->m, r->standby);
+    double dt = now_s() - t0;
+    r->st.version = r->ready_version;
+    r->st.installed++;
+    r->ready = 0;
+    r->last_stall = by_holder ? dt : 0;
+    if (by_holder) {
+        r->st.stall_s += dt;
+        if (dt > r->st.stall_max_s) r->st.stall_max_s = dt;
+    }
+    pthread_cond_broadcast(&r->cv);
+}
+
+uint64_t rcv_hold(rcv_t *r) {
+    if (pthread_mutex_trylock(&r->mu)) {   // the thread is installing: that blocks the holder too
+        double t0 = now_s();
+        pthread_mutex_lock(&r->mu);
+        double dt = now_s() - t0;
+        r->st.stall_s += dt;
+        if (dt > r->st.stall_max_s) r->st.stall_max_s = dt;
+    }
+    if (r->ready) install(r, 1);
+    r->held = 1;
+    uint64_t v = r->st.version;
+    pthread_mutex_unlock(&r->mu);
+    return v;
+}
+
+void rcv_release(rcv_t *r) {
+    pthread_mutex_lock(&r->mu);
+    r->held = 0;
+    if (r->ready) pthread_cond_broadcast(&r->cv);   // the thread installs it
+    pthread_mutex_unlock(&r->mu);
+}
+
+int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop, int out_fd) {
+    double t0 = now_s();
+    int gone = 0;
+    pthread_mutex_lock(&r->mu);
+    r->held = 0;
+    pthread_cond_broadcast(&r->cv);
+    while (r->st.version < v && !r->stopping && !*stop && !(gone = out_fd >= 0 && net_hung_up(out_fd))) {
+        // A signal handler cannot signal the condition, nor a reader going
+        // away: look at *stop and out_fd every 50 ms.
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    if (r->ready) install(r, 1);
+    r->held = 1;
+    int64_t got = r->st.version >= v ? (int64_t)r->st.version : gone ? -2 : -1;
+    r->st.wait_s += now_s() - t0;
+    pthread_mutex_unlock(&r->mu);
+    return got;
+}
+
+rcv_stats rcv_get_stats(rcv_t *r) {
+    pthread_mutex_lock(&r->mu);
+    rcv_stats s = r->st;
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
+const char *rcv_address(const rcv_t *r) { return r->addr_text; }
+
+// ---- One push -----------------------------------------------------------------
+
+static void refuse(rcv_t *r, int fd, const char *why) {
+    push_send_error(fd, why);
+    pthread_mutex_lock(&r->mu);
+    r->st.refused++;
+    uint64_t v = r->st.version;
+    pthread_mutex_unlock(&r->mu);
+    fprintf(stderr, "%s: warning: push refused: %s; keeping weights v%llu\n", r->o.tool, why, (unsigned long long)v);
+}
+
+// The model's index of each tensor of the push (order[k] for push tensor k),
+// after checking that the push names every tensor of the hello once, each
+// with its shape; *bytes is the data's size. 0, or -1 with err.
+static int match_tensors(const rcv_t *r, const push_tensor *t, size_t n, size_t *order, uint64_t *bytes,
+                         rl_err *err) {
+    if (n != r->nt) return err_set(err, "the push has %zu tensors, the model %zu", n, r->nt);
+    unsigned char *seen = xmalloc(r->nt);
+    memset(seen, 0, r->nt);
+    int rc = -1;
+    *bytes = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = 0;
+        while (i < r->nt && strcmp(r->want[i].name, t[k].name)) i++;
+        if (i == r->nt) {
+            err_set(err, "tensor '%s' is not part of the model", t[k].name);
+            goto out;
+        }
+        if (seen[i]++) {
+            err_set(err, "tensor '%s' is sent twice", t[k].name);
+            goto out;
+        }
+        int same = t[k].ndim == r->want[i].ndim;
+        for (int d = 0; same && d < t[k].ndim; d++) same = t[k].shape[d] == r->want[i].shape[d];
+        if (!same) {
+            err_set(err, "tensor '%s' has another shape than the model's", t[k].name);
+            goto out;
+        }
+        order[k] = i;
+        *bytes += (uint64_t)t[k].n * dt_size(t[k].dtype);
+    }
+    rc = 0;
+out:
+    free(seen);
+    return rc;
+}
+
+static void set_us(rec_t *msg, const char *key, double seconds) {
+    rec_set_uint(msg, key, seconds > 0 ? (uint64_t)(seconds * 1e6 + 0.5) : 0);
+}
+
+static int stopping(rcv_t *r) {
+    pthread_mutex_lock(&r->mu);
+    int s = r->stopping;
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
+// Receives the data of a push into the standby weights: 0 when every byte
+// arrived and the checksum matches, -1 with err.
+static int receive_data(rcv_t *r, int fd, const push_tensor *t, const size_t *order, size_t n, rl_err *err) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return err_set(err, "out of memory");
+    XXH3_64bits_reset(h);
+    int rc = -1, stop_fd = r->stop_pipe[0];
+    double to = timeout_of(r);
+    uint64_t done = 0;
+    for (size_t k = 0; k < n; k++) {
+        size_t es = dt_size(t[k].dtype), K = t[k].ndim == 2 ? (size_t)t[k].shape[1] : 1;
+        size_t step = CHUNK_BYTES / es / K * K;   // whole rows: int8 quantizes row by row
+        if (step == 0) step = K;
+        for (size_t off = 0; off < t[k].n; off += step) {
+            size_t cnt = t[k].n - off < step ? t[k].n - off : step, bytes = cnt * es;
+            if (bytes > r->chunk_cap) r->chunk = xrealloc(r->chunk, r->chunk_cap = bytes);   // a row over a chunk
+            rl_err e;
+            int got = net_recv_all(fd, r->chunk, bytes, stop_fd, to, &e);
+            if (got != 0) {
+                if (got > 0) err_set(err, "the push broke off after %llu bytes of data", (unsigned long long)done);
+                else err_set(err, "receiving tensor '%s': %s", t[k].name, e.msg);
+                goto out;
+            }
+            XXH3_64bits_update(h, r->chunk, bytes);
+            if (model_weights_put(r->m, r->standby, order[k], off, cnt, t[k].dtype, r->chunk)) {
+                err_set(err, "tensor '%s' does not fit the model", t[k].name);
+                goto out;
+            }
+            done += bytes;
+        }
+    }
+    uint8_t sum[8];
+    rl_err e;
+    int got = net_recv_all(fd, sum, 8, stop_fd, to, &e);
+    if (got != 0) {
+        if (got > 0) err_set(err, "the push broke off before its checksum");
+        else err_set(err, "receiving the checksum: %s", e.msg);
+        goto out;
+    }
+    uint64_t want = 0;
+    for (int i = 7; i >= 0; i--) want = want << 8 | sum[i];
+    if (XXH3_64bits_digest(h) != want) {
+        err_set(err, "checksum mismatch: the data arrived damaged");
+        goto out;
+    }
+    rc = 0;
+out:
+    XXH3_freeState(h);
+    return rc;
+}
+
+// Steps 3-7 of push.h after the greeting; messages go to stderr.
+static void serve(rcv_t *r, int fd) {
+    rl_err e;
+    int stop_fd = r->stop_pipe[0];
+    double to = timeout_of(r);
+    int g = push_greet(fd, r->has_token ? &r->token : NULL, stop_fd, to, &e);
+    if (g > 0) return;   // a probe: connected and left
+    if (g < 0) {
+        if (!stopping(r)) refuse(r, -1, e.msg);
+        return;
+    }
+    rec_t *msg = rec_new();
+    push_tensor *t = NULL;
+    size_t *order = NULL, n = 0;
+    pthread_mutex_lock(&r->mu);
+    uint64_t have = r->st.version;
+    pthread_mutex_unlock(&r->mu);
+    rec_set_bool(msg, "ok", 1);
+    rec_set_cstr(msg, "receiver", r->name);
+    rec_set_cstr(msg, "dtype", dt_name(model_dtype(r->m)));
+    rec_set_uint(msg, "version", have);
+    push_set_tensors(msg, "tensors", r->want, r->nt);
+    if (push_send_msg(fd, msg, stop_fd, to, &e)) goto out;   // the sender went away: nothing to report
+
+    int got = push_recv_msg(fd, msg, stop_fd, to, &e);
+    if (got > 0) goto out;   // it only wanted the hello (rl-sync finds we hold its version)
+    uint64_t version, bytes, want_bytes = 0;
+    const char *ck;
+    size_t ck_len;
+    char why[1200];
+    if (got < 0) {
+        snprintf(why, sizeof why, "reading the push message: %s", e.msg);
+        goto refused;
+    }
+    if (rec_get_uint(msg, "version", &version) || rec_get_uint(msg, "bytes", &bytes)) {
+        snprintf(why, sizeof why, "the push message lacks an unsigned 'version' or 'bytes'");
+        goto refused;
+    }
+    if (rec_get_str(msg, "checksum", &ck, &ck_len) || ck_len != 7 || memcmp(ck, "xxh3-64", 7)) {
+        snprintf(why, sizeof why, "the push message's 'checksum' is not \"xxh3-64\"");
+        goto refused;
+    }
+    if (version <= have) {
+        snprintf(why, sizeof why, "version %llu is not newer than the weights held (v%llu)",
+                 (unsigned long long)version, (unsigned long long)have);
+        goto refused;
+    }
+    if (push_get_tensors(msg, "tensors", &t, &n, &e)) {
+        snprintf(why, sizeof why, "the push message: %s", e.msg);
+        goto refused;
+    }
+    order = xmalloc((n ? n : 1) * sizeof *order);
+    if (match_tensors(r, t, n, order, &want_bytes, &e)) {
+        snprintf(why, sizeof why, "%s", e.msg);
+        goto refused;
+    }
+    if (bytes != want_bytes) {
+        snprintf(why, sizeof why, "'bytes' is %llu, the tensors listed hold %llu", (unsigned long long)bytes,
+                 (unsigned long long)want_bytes);
+        goto refused;
+    }
+    rec_clear(msg);
+    rec_set_bool(msg, "ok", 1);
+    if (push_send_msg(fd, msg, stop_fd, to, &e)) {
+        snprintf(why, sizeof why, "%s", e.msg);
+        goto refused;
+    }
+    double t0 = now_s();
+    if (receive_data(r, fd, t, order, n, &e)) {
+        snprintf(why, sizeof why, "%s", e.msg);
+        goto refused;
+    }
+    double t1 = now_s();
+
+    // Verified: installed at the holder's next boundary, or now if it is released.
+    pthread_mutex_lock(&r->mu);
+    r->ready = 1;
+    r->ready_version = version;
+    while (r->ready && r->held && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->ready && !r->stopping) install(r, 0);
+    int installed = !r->ready;
+    r->ready = 0;
+    double stall = r->last_stall;
+    if (installed) r->st.bytes += bytes;
+    pthread_mutex_unlock(&r->mu);
+    if (!installed) goto out;   // stopping
+    double t2 = now_s();
+    rec_clear(msg);
+    rec_set_bool(msg, "ok", 1);
+    rec_set_uint(msg, "version", version);
+    rec_set_uint(msg, "bytes", bytes);
+    set_us(msg, "recv_us", t1 - t0);
+    set_us(msg, "wait_us", t2 - t1);
+    set_us(msg, "stall_us", stall);
+    push_send_msg(fd, msg, -1, 5, &e);   // even while stopping: it is installed, whether or not the sender hears it
+    if (!r->o.quiet) {
+        char b[32];
+        fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
+                        "stall %.0f us\n", r->o.tool, (unsigned long long)version, cli_bytes(bytes, b, sizeof b),
+                t1 - t0, t1 > t0 ? (double)bytes / (t1 - t0) / 1e9 : 0.0, (t2 - t1) * 1e6, stall * 1e6);
+    }
+    goto out;
+refused:
+    if (!stopping(r)) refuse(r, fd, why);   // else: the tool is ending, and cut the push off itself
+out:
+    free(order);
+    free(t);
+    rec_free(msg);
+}
+
+static void *thread_main(void *arg) {
+    rcv_t *r = arg;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = r->lfd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            fprintf(stderr, "%s: warning: waiting for pushes: %s; no more weights will be received\n", r->o.tool,
+                    strerror(errno));
+            break;
+        }
+        if (p[1].revents) break;
+        int fd = accept4(r->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
+                fprintf(stderr, "%s: warning: accepting a push: %s\n", r->o.tool, strerror(errno));
+                usleep(100000);   // out of descriptors, say: do not spin
+            }
+            continue;
+        }
+        net_bulk(fd);
+        serve(r, fd);
+        close(fd);
+    }
+    return NULL;
+}
+
+// ---- Start and stop ---------------------------------------------------------
+
+int rcv_check_listen(const char *listen, const char *token_file, rl_err *err) {
+    net_addr a;
+    rl_err e;
+    if (net_parse(listen, &a, &e)) return err_set(err, "--listen %s: %s", listen, e.msg);
+    if (a.tcp && !token_file)
+        return err_set(err, "--listen %s: tcp needs --token-file (a shared secret authenticates every sender)", listen);
+    return 0;
+}
+
+rcv_t *rcv_start(model_t *m, uint64_t version, const rcv_opts *o, rl_err *err) {
+    rcv_t *r = xmalloc(sizeof *r);
+    memset(r, 0, sizeof *r);
+    r->m = m;
+    r->o = *o;
+    if (!r->o.tool) r->o.tool = "rlpipe";
+    r->lfd = r->stop_pipe[0] = r->stop_pipe[1] = -1;
+    snprintf(r->name, sizeof r->name, "%s %s", r->o.tool, RLPIPE_VERSION);
+    r->st.version = version;
+    r->held = 1;
+    if (rcv_check_listen(o->listen, o->token_file, err) || net_parse(o->listen, &r->addr, err)) goto fail;
+    if (o->token_file) {
+        if (push_read_token(o->token_file, &r->token, err)) goto fail;
+        r->has_token = 1;
+    }
+    r->nt = model_ntensors(m);
+    r->want = xmalloc(r->nt * sizeof *r->want);
+    memset(r->want, 0, r->nt * sizeof *r->want);
+    for (size_t i = 0; i < r->nt; i++) {
+        model_tensor mt = model_tensor_at(m, i);
+        push_tensor *p = &r->want[i];
+        snprintf(p->name, sizeof p->name, "%s", mt.name);
+        p->dtype = mt.stored == DT_BF16 || mt.stored == DT_F16 ? mt.stored : DT_F32;
+        p->ndim = mt.ndim;
+        p->shape[0] = mt.shape[0];
+        p->shape[1] = mt.shape[1];
+        p->n = mt.n;
+    }
+    r->chunk = xmalloc(r->chunk_cap = CHUNK_BYTES);
+    // The standby copy now: its pages are touched once, here, not during the
+    // first update, and memory that is short fails at start.
+    r->standby = model_weights_new(m);
+    if (pipe2(r->stop_pipe, O_CLOEXEC)) {
+        err_set(err, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if ((r->lfd = net_listen(&r->addr, err)) < 0) goto fail;
+    net_format(&r->addr, r->addr_text, sizeof r->addr_text);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    int e = pthread_create(&r->thread, NULL, thread_main, r);
+    if (e) {
+        err_set(err, "cannot start the receiving thread: %s", strerror(e));
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        goto fail;
+    }
+    return r;
+fail:
+    if (r->lfd >= 0) {
+        close(r->lfd);
+        net_unlink(&r->addr);
+    }
+    if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
+    if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
+    sbuf_free(&r->token);
+    model_weights_free(m, r->standby);
+    free(r->want);
+    free(r->chunk);
+    free(r);
+    return NULL;
+}
+
+static char exit_unlink[sizeof ((net_addr *)0)->path];
+
+static void unlink_at_exit(void) {
+    if (exit_unlink[0]) unlink(exit_unlink);
+}
+
+static void unlink_and_die(int sig) {
+    unlink_at_exit();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void rcv_remove_at_exit(const rcv_t *r) {
+    if (r->addr.tcp) return;
+    snprintf(exit_unlink, sizeof exit_unlink, "%s", r->addr.path);
+    atexit(unlink_at_exit);
+    int sigs[] = {SIGINT, SIGTERM, SIGPIPE};   // SIGPIPE: the reader of the output has gone
+    for (int i = 0; i < 3; i++) {
+        struct sigaction old, sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = unlink_and_die;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+void rcv_stop(rcv_t *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->stopping = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (write(r->stop_pipe[1], "x", 1) < 0) { /* the pipe is ours and empty: cannot fail */ }
+    pthread_join(r->thread, NULL);
+    close(r->lfd);
+    net_unlink(&r->addr);
+    if (!strcmp(exit_unlink, r->addr.path)) exit_unlink[0] = 0;   // gone: a later socket there is not ours
+    close(r->stop_pipe[0]);
+    close(r->stop_pipe[1]);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    model_weights_free(r->m, r->standby);
+    if (r->token.data) memset(r->token.data, 0, r->token.len);
+    sbuf_free(&r->token);
+    free(r->want);
+    free(r->chunk);
+    free(r);
+}
