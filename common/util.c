@@ -247,8 +247,10 @@ char *path_join(const char *dir, const char *name) {
     return p;
 }
 
-double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+const char *fmt_bytes(uint64_t n, char *buf, size_t size) {
+    if (n < 1000) snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else if (n < 1000000) snprintf(buf, size, "%.1f kB", (double)n / 1e3);
+    else if (n < 1000000000) snprintf(buf, size, "%.1f MB", (double)n / 1e6);
+    else snprintf(buf, size, "%.2f GB", (double)n / 1e9);
+    return buf;
 }

@@ -46,6 +46,9 @@ int fd_write_all(int fd, const void *p, size_t n);
 // a failed write leaves no file. 0, or -1 with err ("cannot write: PATH: why").
 int write_file_sync(const char *path, const void *p, size_t n, rl_err *err);
 
+// "1.2 MB", "345 kB": a size for messages and summaries (decimal units), into buf.
+const char *fmt_bytes(uint64_t n, char *buf, size_t size);
+
 // dir + "/" + name (one slash where dir ends with one), malloc'd.
 char *path_join(const char *dir, const char *name);
 
@@ -54,9 +57,6 @@ char *path_join(const char *dir, const char *name);
 int path_parent(const char *path, char *out, size_t size);
 
 // True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
-// Seconds on the monotonic clock (an arbitrary origin): for intervals and deadlines.
-double mono_now(void);
-
 int utf8_valid(const uint8_t *p, size_t n);
 // Appends p[0..n) to out with each maximal ill-formed subsequence replaced by
 // U+FFFD, as Unicode recommends and Rust's String::from_utf8_lossy (hence

@@ -1,5 +1,5 @@
 // checkpoint.c — checkpoint roots and version directories (checkpoint.h):
-// resolving them, writing a version atomically, reading the optimizer state.
+// resolving them, publishing a version atomically, removing old ones.
 #include "checkpoint/checkpoint.h"
 
 #include <cjson/cJSON.h>
@@ -15,8 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "model/model.h"
-#include "checkpoint/safetensors.h"
 
 #define CKPT_PATH 4096
 
@@ -339,48 +337,6 @@ static int lock_root(const char *root, rl_err *err) {
     return err_set(err, "cannot lock: %s: %s", path, strerror(e));
 }
 
-// dir/optimizer.safetensors: the AdamW moments of every parameter, F32, and
-// with params the parameters themselves (under their own names): what resumes
-// exactly when model.safetensors holds them rounded to 16 bits. No file when
-// the model has no training state. Host memory: 2 or 3 × parameters.
-static const int opt_which[3] = {MODEL_EXP_AVG, MODEL_EXP_AVG_SQ, MODEL_PARAM};
-static const char *const opt_suffix[3] = {".exp_avg", ".exp_avg_sq", ""};
-
-static int write_optimizer(const char *dir, const struct model *m, int params, rl_err *err) {
-    size_t nt = model_ntensors(m), total = 0, per = params ? 3 : 2;
-    for (size_t i = 0; i < nt; i++) total += model_tensor_at(m, i).n;
-    if (nt == 0) return 0;
-    float *host = xmalloc(per * total * sizeof(float));
-    if (model_tensor_get(m, MODEL_EXP_AVG, 0, host) < 0) {   // no training state
-        free(host);
-        return 0;
-    }
-    st_out *out = xmalloc(per * nt * sizeof *out);
-    char (*names)[128] = xmalloc(per * nt * sizeof *names);
-    size_t off = 0;
-    int rc = 0;
-    for (size_t i = 0; i < nt && rc == 0; i++) {
-        model_tensor t = model_tensor_at(m, i);
-        for (size_t k = 0; k < per && rc == 0; k++) {
-            float *data = host + k * total + off;
-            char *name = names[per * i + k];
-            if ((size_t)snprintf(name, sizeof names[0], "%s%s", t.name, opt_suffix[k]) >= sizeof names[0])
-                rc = err_set(err, "tensor name too long: %s", t.name);
-            else if (model_tensor_get(m, opt_which[k], i, data) < 0)
-                rc = err_set(err, "cannot read the training state of %s from the model", t.name);
-            out[per * i + k] = (st_out){.name = name, .ndim = t.ndim, .shape = {t.shape[0], t.shape[1]}, .data = data};
-        }
-        off += t.n;
-    }
-    char path[CKPT_PATH];
-    if (rc == 0) rc = pathf(path, err, "%s/optimizer.safetensors", dir);
-    if (rc == 0) rc = st_write_f32(path, out, per * nt, err);
-    free(names);
-    free(out);
-    free(host);
-    return rc;
-}
-
 static const struct {
     const char *name;
     int required;
@@ -393,9 +349,9 @@ static const struct {
 };
 
 // Everything of a version into the empty directory dir, fsynced.
-static int fill_version(const char *dir, const ckpt_write_opts *o, const struct model *m, rl_err *err) {
+static int fill_version(const char *dir, const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err) {
     char path[CKPT_PATH], src[CKPT_PATH];
-    if (model_save_as(m, dir, &o->save, err) || write_optimizer(dir, m, o->save.dtype != DT_F32, err)) return -1;
+    if (fill(dir, ctx, err)) return -1;
     if (pathf(path, err, "%s/state.json", dir) || write_file_sync(path, o->state_json, strlen(o->state_json), err))
         return -1;
     for (size_t i = 0; o->copy_from && i < sizeof tokenizer_files / sizeof *tokenizer_files; i++) {
@@ -449,7 +405,7 @@ static int remove_stale(const char *root, rl_err *err) {
     return rc;
 }
 
-static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err *err) {
+static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err) {
     const char *root = o->root;
     char path[CKPT_PATH], tmp[CKPT_PATH], name[32];
     int rc = 0;
@@ -467,7 +423,7 @@ static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err 
                        "and latest)", path, (unsigned long long)o->version, (unsigned long long)latest, root);
 
     if (mkdir(tmp, 0755)) return err_set(err, "cannot create: %s: %s", tmp, strerror(errno));
-    if (fill_version(tmp, o, m, err)) {
+    if (fill_version(tmp, o, fill, ctx, err)) {
         rl_err ignored;
         rm_tree(tmp, &ignored);
         return -1;
@@ -505,14 +461,14 @@ static int write_locked(const ckpt_write_opts *o, const struct model *m, rl_err 
     return 0;
 }
 
-int ckpt_write(const ckpt_write_opts *o, const struct model *m, rl_err *err) {
+int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err) {
     if (!o->root || !o->root[0]) return err_set(err, "checkpoint directory not given");
     if (!o->state_json) return err_set(err, "state.json of version %llu not given", (unsigned long long)o->version);
     if (o->keep < 0) return err_set(err, "keep %d: must be 0 (all) or positive", o->keep);
     if (check_state(o, err) || make_root(o->root, err)) return -1;
     int lock = lock_root(o->root, err);
     if (lock < 0) return -1;
-    int rc = write_locked(o, m, err);
+    int rc = write_locked(o, fill, ctx, err);
     close(lock);
     return rc;
 }
@@ -526,56 +482,5 @@ int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err) {
     if (rc == 0 && (has_latest = latest_version(root, &latest, err)) < 0) rc = -1;
     if (rc == 0 && has_latest && keep > 0) rc = remove_old(root, latest, keep, keep_every, err);
     close(lock);
-    return rc;
-}
-
-// ---- Reading the optimizer state ---------------------------------------------
-
-int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err) {
-    char path[CKPT_PATH];
-    if (pathf(path, err, "%s/optimizer.safetensors", dir)) return -1;
-    st_file *f = st_open(path, err);
-    if (!f) return -1;
-    size_t nt = model_ntensors(m), maxn = 0;
-    // The f32 parameters are there when model.safetensors holds them rounded:
-    // all of them, or none.
-    size_t per = nt && st_find(f, model_tensor_at(m, 0).name) ? 3 : 2;
-    const st_tensor **src = xmalloc((per * nt + 1) * sizeof *src);
-    int rc = 0;
-    // Everything is checked before anything is changed.
-    for (size_t i = 0; i < nt && rc == 0; i++) {
-        model_tensor t = model_tensor_at(m, i);
-        for (size_t k = 0; k < per && rc == 0; k++) {
-            char name[160];
-            snprintf(name, sizeof name, "%s%s", t.name, opt_suffix[k]);
-            const st_tensor *s = st_find(f, name);
-            int same = s && s->ndim == t.ndim;
-            for (int d = 0; same && d < t.ndim; d++) same = s->shape[d] == t.shape[d];
-            if (!s) rc = err_set(err, "%s: tensor %s is missing", path, name);
-            else if (!same) {
-                char got[128], want[128];
-                st_shape_str(got, sizeof got, s->shape, s->ndim);
-                st_shape_str(want, sizeof want, t.shape, t.ndim);
-                rc = err_set(err, "%s: tensor %s has shape %s; the parameter's is %s", path, name, got, want);
-            }
-            src[per * i + k] = s;
-            if (t.n > maxn) maxn = t.n;
-        }
-    }
-    for (size_t j = 0; rc == 0 && f->n != per * nt && j < f->n; j++) {
-        size_t i = 0;
-        while (i < per * nt && src[i] != &f->t[j]) i++;
-        if (i == per * nt)
-            rc = err_set(err, "%s: tensor %s is not an AdamW moment or a parameter of this model", path, f->t[j].name);
-    }
-    float *buf = rc == 0 && maxn ? xmalloc(maxn * sizeof(float)) : NULL;
-    for (size_t i = 0; i < per * nt && rc == 0; i++) {
-        st_read_f32(src[i], buf);
-        if (model_tensor_set(m, opt_which[i % per], i / per, buf) < 0)
-            rc = err_set(err, "cannot load %s: the model has no training state (model_train_init)", path);
-    }
-    free(buf);
-    free(src);
-    st_close(f);
     return rc;
 }

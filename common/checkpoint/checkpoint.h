@@ -1,7 +1,8 @@
 // checkpoint.h — checkpoint directories (DESIGN §3): a root DIR holding
 // version directories DIR/v000017/ and a file DIR/latest naming the newest
 // complete one. Every tool that takes "a model directory or a checkpoint"
-// resolves it here; rl-learn writes versions here.
+// resolves it here. How a version is published is here too; what goes into
+// it (a model, its optimizer state) is the learner's (learn/ckpt_model.h).
 #ifndef RLPIPE_CHECKPOINT_H
 #define RLPIPE_CHECKPOINT_H
 
@@ -10,8 +11,6 @@
 
 #include "checkpoint/hfweights.h"
 #include "util.h"
-
-struct model;
 
 // Resolves dir, a model directory or a checkpoint root whose file "latest"
 // names the version directory, into path (size bytes). *version is the
@@ -35,12 +34,11 @@ typedef struct {
     hfw_write_opts save;       // the weights' dtype (f32 when zero) and shard size (hfweights.h)
 } ckpt_write_opts;
 
-// Writes the version directory root/vNNNNNN: config.json and the weights
-// (model_save_as at o->save: model.safetensors, or shards and their index),
-// optimizer.safetensors when the model has training state (tensors
-// "<param>.exp_avg" and "<param>.exp_avg_sq", F32, the parameter's shape, and
-// when the weights are saved at 16 bits the F32 parameters "<param>" too, so
-// that a resume continues from them exactly), state.json and the copied files. Crash-safe against a kill at any
+// Writes the files of one version into the empty directory dir, each fsynced: 0, or -1 with err.
+typedef int (*ckpt_fill_fn)(const char *dir, void *ctx, rl_err *err);
+
+// Publishes the version directory root/vNNNNNN: what fill(dir, ctx) writes,
+// then state.json and the copied files. Crash-safe against a kill at any
 // moment: everything is written under root/.tmp-vNNNNNN-<pid>, each file and
 // the directory fsynced, renamed to root/vNNNNNN, root fsynced; then
 // root/latest is replaced by a rename of root/.latest.tmp-<pid> ("vNNNNNN\n",
@@ -53,20 +51,13 @@ typedef struct {
 // root/latest names: a written version is never replaced. A vNNNNNN newer than
 // latest is a leftover of a writer killed between its two renames, and is
 // replaced. 0, or -1 with err naming the path and the reason.
-int ckpt_write(const ckpt_write_opts *o, const struct model *m, rl_err *err);
+int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err);
 
 // Finishes what a writer killed after publishing a version left undone: the
 // temporaries removed, and of the versions up to latest the newest keep (and
 // the multiples of keep_every) kept, as ckpt_write would have (keep 0: all).
 // Holds root/.lock meanwhile. For a run that resumes. 0, or -1 with err.
 int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err);
-
-// Loads dir/optimizer.safetensors (in a version directory) into the model's
-// AdamW moments, and its parameters when the file has them (model_train_init
-// must have been called). Every tensor must be
-// present with the parameter's shape, and no other; on error the moments are
-// unchanged. 0, or -1 with err naming the file and the tensor.
-int ckpt_read_optimizer(const char *dir, struct model *m, rl_err *err);
 
 // The versions in root: the numbers of the directories named as ckpt_write
 // names them (v%06llu), ascending, in *versions (malloc'd, *n entries; NULL

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
 #include "checkpoint/safetensors.h"
+#include "dtype.h"
 #include "util.h"
 
 #define HFW_SINGLE "model.safetensors"

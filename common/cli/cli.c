@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "model/backend.h"
+#include "clock.h"
 #include "util.h"
 
 static const char *tool_name = "rlpipe";
@@ -143,17 +143,15 @@ int cli_same_file(const char *a, const char *b) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-double cli_now(void) { return mono_now(); }
-
 void cli_progress_init(cli_progress *p, int force) {
     p->on = force || isatty(2);
-    p->last = cli_now();
+    p->last = clock_now();
     p->shown = 0;
 }
 
 int cli_progress_due(cli_progress *p) {
     if (!p->on) return 0;
-    double now = cli_now();
+    double now = clock_now();
     if (now - p->last < 1.0 / 6) return 0;
     p->last = now;
     return 1;
@@ -172,18 +170,4 @@ void cli_progress_print(cli_progress *p, const char *fmt, ...) {
 void cli_progress_done(cli_progress *p) {
     if (p->shown) fputs("\r\033[K", stderr);
     p->shown = 0;
-}
-
-const char *cli_bytes(uint64_t n, char *buf, size_t size) {
-    if (n < 1000) snprintf(buf, size, "%llu B", (unsigned long long)n);
-    else if (n < 1000000) snprintf(buf, size, "%.1f kB", (double)n / 1e3);
-    else if (n < 1000000000) snprintf(buf, size, "%.1f MB", (double)n / 1e6);
-    else snprintf(buf, size, "%.2f GB", (double)n / 1e9);
-    return buf;
-}
-
-int cli_parse_device(const char *s) {
-    rl_device d;
-    if (dev_parse(s, &d)) cli_usage_error("--device: expected cpu, cuda or auto, got '%s'", s);
-    return (int)d;
 }

@@ -55,13 +55,6 @@ uint64_t cli_parse_uint(const char *opt, const char *s, uint64_t max, int allow_
 // Parses a finite number in [lo, hi] (hi_open: below hi); exits 2 naming the option otherwise.
 double cli_parse_f64(const char *opt, const char *s, double lo, double hi, int hi_open);
 
-// --device (backend.h) of the tools that compute with the model: its line of
-// --help, and its value parsed (exits 2 naming the option on another).
-#define CLI_DEVICE_HELP                                                                                \
-    "      --device D         cpu, cuda, or auto (default): cuda when built with it and\n"              \
-    "                         a GPU is present, else cpu\n"
-int cli_parse_device(const char *s);   // an rl_device
-
 // Opens the output ("-" or NULL: standard output). Binary output to a
 // terminal is refused (exit 2) unless force. Exits 1 if it cannot be opened.
 int cli_open_output(const char *path, int binary, int force);
@@ -71,8 +64,6 @@ char **cli_inputs(int argc, char **argv, int *n);
 void cli_refuse_overwrite(char **inputs, int n, const char *path, const char *what);
 // True if paths a and b name the same existing file (neither is "-").
 int cli_same_file(const char *a, const char *b);
-
-double cli_now(void);   // seconds, monotonic
 
 // Progress on stderr, at most 6 updates a second, when stderr is a terminal
 // or when forced; cli_progress_done erases the line.
@@ -85,8 +76,5 @@ void cli_progress_init(cli_progress *p, int force);
 int cli_progress_due(cli_progress *p);   // 1 when an update may be printed now
 void cli_progress_print(cli_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cli_progress_done(cli_progress *p);
-
-// "1.2 MB", "345 kB": sizes for summaries (decimal units).
-const char *cli_bytes(uint64_t n, char *buf, size_t size);
 
 #endif

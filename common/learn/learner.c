@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "records/json.h"
 
 // One record, as training needs it. Arrays of n completion tokens.
@@ -460,12 +461,6 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *
 
 // ---- The step --------------------------------------------------------------------------
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int stopped(const learner_t *l) { return l->o.stop && *l->o.stop; }
 
 // Statistics of the batch's records that need no forward.
@@ -556,7 +551,7 @@ static int micro_step(learner_t *l, lseq **mb, size_t k, loss_ctx *c, rl_err *er
 }
 
 int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
-    double t0 = now();
+    double t0 = clock_now();
     memset(m, 0, sizeof *m);
     if (!l->bn) {
         l->bn = batch_size(l, 1);
@@ -612,18 +607,18 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     m->entropy = ntok ? ent / (double)ntok : 0;
     m->ppo = l->o.loss == LOSS_PPO;
     m->ppo_clipped = ntok ? (double)c.clipped / (double)ntok : 0;
-    m->seconds = now() - t0;
+    m->seconds = clock_now() - t0;
     return 0;
 }
 
 int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err) {
-    double t0 = now();
+    double t0 = clock_now();
     if (adamw_step(l->m, &l->o.opt, m->step, &m->grad_norm, &m->lr) < 0)
         return err_set(err, "step %llu: the gradient is not finite (norm %g): not applied",
                        (unsigned long long)m->step, m->grad_norm);
     if (++l->epoch == l->o.epochs) release_batch(l);
     model_sync(l->m);   // the step's time includes the GPU's AdamW
-    m->seconds += now() - t0;
+    m->seconds += clock_now() - t0;
     m->tokens_per_s = m->seconds > 0 ? (double)m->fwd_tokens / m->seconds : 0;
     return 0;
 }

@@ -11,10 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/adamw.h"
-#include "text/chat.h"
+#include "learn/adamw.h"
 #include "model/model.h"
 #include "records/record.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
 
 typedef enum { LOSS_PG, LOSS_PPO, LOSS_SFT } loss_kind;

@@ -14,8 +14,6 @@ int dev_parse(const char *s, rl_device *out) {
     return -1;
 }
 
-const char *dev_name(rl_device d) { return (unsigned)d < 3 ? names[d] : "?"; }
-
 const rl_ops *dev_ops(rl_device d, rl_err *err) {
     const char *why = NULL;
     const rl_ops *o;

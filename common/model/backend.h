@@ -10,7 +10,6 @@
 typedef enum { DEV_AUTO = 0, DEV_CPU, DEV_CUDA } rl_device;
 
 int dev_parse(const char *s, rl_device *out);   // "auto", "cpu", "cuda"; 0 ok, -1 unknown
-const char *dev_name(rl_device d);
 
 // The backend for d: DEV_AUTO is CUDA's if ops_cuda() has one, else the
 // CPU's. DEV_CUDA without one is an error saying why ("--device cuda: ...").

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint/safetensors.h"
 #include "model/ops.h"
 #include "rng.h"
-#include "checkpoint/safetensors.h"
 
 // Rows of the output layer computed at once: (rows, V) logits of at most
 // 32 MiB (about what the last-level cache holds), and at most 256 rows.

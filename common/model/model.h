@@ -8,11 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/adamw.h"
-#include "model/backend.h"
 #include "checkpoint/config.h"
-#include "dtype.h"
 #include "checkpoint/hfweights.h"
+#include "dtype.h"
+#include "model/adamw_kernel.h"
+#include "model/backend.h"
 #include "model/sampling.h"
 #include "util.h"
 

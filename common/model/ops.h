@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/adamw.h"
 #include "dtype.h"
+#include "model/adamw_kernel.h"
 #include "model/sampling.h"
 
 // A weight matrix W (M, K) at a storage precision; matmul computes x · Wᵀ.

@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 #include "model/model.h"
-#include "records/record.h"
 #include "model/sampling.h"
+#include "records/record.h"
 #include "text/tokenizer.h"
 
 typedef struct {

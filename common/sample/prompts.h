@@ -7,9 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/chat.h"
 #include "records/record.h"
 #include "rng.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
 
 typedef struct {

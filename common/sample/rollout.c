@@ -175,3 +175,37 @@ int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
     }
     return 0;
 }
+
+void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,
+                    const model_t *m, rl_dtype dtype, const gen_opts *g, const char *verifier) {
+    rec_make_header(h, "rollouts", "rl-sample", argc, argv, no_provenance);
+    rec_set_uint(h, "seed", g->seed);
+    rec_t *sub = rec_new();
+    sbuf enc = {0};
+    rec_set_cstr(sub, "path", dir);
+    rec_set_uint(sub, "version", version);
+    rec_set_cstr(sub, "dtype", dt_name(dtype));
+    rec_set_cstr(sub, "device", model_device(m));
+    rec_set_uint(sub, "params", model_nparams(m));
+    // generation_config.json's sampling defaults, shown and never applied:
+    // the options above decide how to sample.
+    char gen[256];
+    cfg_generation_str(model_cfg(m), gen, sizeof gen);
+    if (gen[0]) rec_set_cstr(sub, "generation_config", gen);
+    rec_encode(sub, &enc);
+    rec_set_raw(h, "model", 5, enc.data, enc.len);
+    rec_clear(sub);
+    enc.len = 0;
+    rec_set_uint(sub, "group", (uint64_t)g->group);
+    rec_set_f64(sub, "temperature", g->sp.temperature);
+    rec_set_f64(sub, "top_p", g->sp.top_p);
+    rec_set_uint(sub, "top_k", g->sp.top_k);
+    rec_set_uint(sub, "max_new_tokens", g->max_new);
+    rec_set_strs(sub, "stop", (char *const *)g->stop, g->n_stop);
+    rec_set_uint(sub, "slots", (uint64_t)g->slots);
+    rec_set_cstr(sub, "verifier", verifier);
+    rec_encode(sub, &enc);
+    rec_set_raw(h, "sampling", 8, enc.data, enc.len);
+    sbuf_free(&enc);
+    rec_free(sub);
+}

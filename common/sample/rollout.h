@@ -8,11 +8,11 @@
 
 #include <stdint.h>
 
+#include "records/writer.h"
 #include "sample/generate.h"
 #include "sample/prompts.h"
 #include "sample/verifier.h"
 #include "sample/vproc.h"
-#include "records/writer.h"
 
 typedef struct {
     const prompt_set *prompts;
@@ -45,5 +45,12 @@ void ro_add(ro_t *r, const gen_group *g);
 int ro_write(ro_t *r, recw_t *w, int block, rl_err *err);
 uint64_t ro_held(const ro_t *r);      // records held, waiting for rewards
 const ro_totals *ro_total(const ro_t *r);
+
+// The header of rl-sample's output (kind "rollouts"): provenance, the seed,
+// the model (its directory, version, dtype, device, parameters, and
+// generation_config.json's sampling defaults, shown and never applied) and
+// the sampling options (g, the verifier's name).
+void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,
+                    const model_t *m, rl_dtype dtype, const gen_opts *g, const char *verifier);
 
 #endif

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "records/json.h"
 
 extern char **environ;
@@ -39,7 +40,7 @@ struct vproc {
     size_t rewards_cap;
     uint64_t first;
     double timeout;          // seconds; 0: none
-    double wait_since;       // mono_now() of the last answer, or of the first request while none was outstanding
+    double wait_since;       // clock_now() of the last answer, or of the first request while none was outstanding
 };
 
 static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
@@ -141,7 +142,7 @@ vproc *vp_start(const char *cmd, double timeout, rl_err *err) {
 void vp_send(vproc *v, const char *prompt, size_t np, const char *completion, size_t nc,
              const char *answer, size_t na) {
     if (v->out_off == v->out.len) v->out_off = v->out.len = 0;
-    if (v->answered == v->sent) v->wait_since = mono_now();
+    if (v->answered == v->sent) v->wait_since = clock_now();
     sbuf_put(&v->out, "{\"prompt\": ", 11);
     json_put_str(&v->out, prompt, np);
     sbuf_put(&v->out, ", \"completion\": ", 16);
@@ -174,7 +175,7 @@ static void add_reward(vproc *v, double r) {
     }
     v->rewards[k] = r;
     v->answered++;
-    v->wait_since = mono_now();
+    v->wait_since = clock_now();
 }
 
 // One reply line (without its '\n'): the reward of the next request.
@@ -290,7 +291,7 @@ static int exchange(vproc *v, rl_err *err) {
 // time is left, 0 once it has passed); -1 without a timeout.
 static int ms_left(const vproc *v, double since) {
     if (!v->timeout) return -1;
-    double left = since + v->timeout - mono_now();
+    double left = since + v->timeout - clock_now();
     if (left <= 0) return 0;
     return left > 3600 ? 3600000 : (int)(left * 1000) + 1;
 }
@@ -349,7 +350,7 @@ int vp_finish(vproc *v, rl_err *err) {
     if (shutdown(v->fd, SHUT_WR) && errno != ENOTCONN)
         return err_set(err, "verifier command: shutdown: %s", strerror(errno)), fail(v, err);
     // The command has the timeout to finish: to close its output and exit.
-    double closed = mono_now();
+    double closed = clock_now();
     int ms = -1;
     while (!v->eof) {
         if (exchange(v, err)) return fail(v, err);

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 #define NET_BACKLOG 16
 #define NET_BULK_BUFFER (4 << 20)
 
@@ -268,22 +270,16 @@ void net_bulk(int fd) {
 
 // ---- Transfers ----------------------------------------------------------------
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Waits until fd is ready for `events`: 0; -1 with err and errno set to
 // ECANCELED (stop_fd readable), ETIMEDOUT (no readiness for `timeout` s) or
 // poll's error.
 static int wait_ready(int fd, short events, int stop_fd, double timeout, rl_err *err) {
-    double deadline = timeout > 0 ? now_s() + timeout : 0;
+    double deadline = timeout > 0 ? clock_now() + timeout : 0;
     for (;;) {
         struct pollfd p[2] = {{.fd = fd, .events = events}, {.fd = stop_fd, .events = POLLIN}};
         int ms = -1;
         if (timeout > 0) {
-            double left = ceil((deadline - now_s()) * 1000);
+            double left = ceil((deadline - clock_now()) * 1000);
             ms = left <= 0 ? 0 : left >= INT_MAX ? INT_MAX : (int)left;
         }
         int r = poll(p, stop_fd >= 0 ? 2 : 1, ms);
@@ -305,7 +301,7 @@ static int wait_ready(int fd, short events, int stop_fd, double timeout, rl_err 
             return -1;
         }
         if (p[0].revents) return 0;              // ready, hung up or failed: the call tells which
-        if (timeout > 0 && now_s() >= deadline) {
+        if (timeout > 0 && clock_now() >= deadline) {
             err_set(err, "no progress for %g s", timeout);
             errno = ETIMEDOUT;
             return -1;

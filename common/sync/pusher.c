@@ -11,10 +11,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "cli/cli.h"
-#include "sync/push.h"
-#include "records/record.h"
 #include "checkpoint/hfweights.h"
+#include "clock.h"
+#include "records/record.h"
+#include "sync/push.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "pusher.c sends the file's little-endian tensor bytes as they lie: a little-endian host is needed"
@@ -213,7 +213,7 @@ int push_weights(const net_addr *to, const char *dir, uint64_t version, const pu
     memset(rep, 0, sizeof *rep);
     push_conn c = {.to = to, .o = o, .timeout = o->timeout > 0 ? o->timeout : PUSH_TIMEOUT, .err = err};
     net_format(to, c.addr, sizeof c.addr);
-    double t0 = cli_now();
+    double t0 = clock_now();
     int unreachable = 0;
     if ((c.fd = net_connect(to, &unreachable, err)) < 0) return unreachable ? PUSH_UNREACHABLE : -1;
     rep->connected = 1;
@@ -238,7 +238,7 @@ int push_weights(const net_addr *to, const char *dir, uint64_t version, const pu
     }
     if (push_data(&c, dir, version, rep) == 0) rc = PUSH_OK;
 out:
-    rep->seconds = cli_now() - t0;
+    rep->seconds = clock_now() - t0;
     rec_free(c.msg);
     close(c.fd);
     return rc;

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "cli/cli.h"
+#include "clock.h"
 #include "sync/push.h"
 
 // Bytes received (and converted) at a time: large enough that the per-chunk
@@ -49,19 +49,13 @@ struct rcv {
     rcv_stats st;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double timeout_of(const rcv_t *r) { return r->o.timeout > 0 ? r->o.timeout : PUSH_TIMEOUT; }
 
 // With mu held: the standby weights become the model's.
 static void install(rcv_t *r, int by_holder) {
-    double t0 = now_s();
+    double t0 = clock_now();
     model_weights_swap(r->m, r->standby);
-    double dt = now_s() - t0;
+    double dt = clock_now() - t0;
     r->st.version = r->ready_version;
     r->st.installed++;
     r->ready = 0;
@@ -75,9 +69,9 @@ static void install(rcv_t *r, int by_holder) {
 
 uint64_t rcv_hold(rcv_t *r) {
     if (pthread_mutex_trylock(&r->mu)) {   // the thread is installing: that blocks the holder too
-        double t0 = now_s();
+        double t0 = clock_now();
         pthread_mutex_lock(&r->mu);
-        double dt = now_s() - t0;
+        double dt = clock_now() - t0;
         r->st.stall_s += dt;
         if (dt > r->st.stall_max_s) r->st.stall_max_s = dt;
     }
@@ -96,7 +90,7 @@ void rcv_release(rcv_t *r) {
 }
 
 int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop, int out_fd) {
-    double t0 = now_s();
+    double t0 = clock_now();
     int gone = 0;
     pthread_mutex_lock(&r->mu);
     r->held = 0;
@@ -116,7 +110,7 @@ int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop, int ou
     if (r->ready) install(r, 1);
     r->held = 1;
     int64_t got = r->st.version >= v ? (int64_t)r->st.version : gone ? -2 : -1;
-    r->st.wait_s += now_s() - t0;
+    r->st.wait_s += clock_now() - t0;
     pthread_mutex_unlock(&r->mu);
     return got;
 }
@@ -306,12 +300,12 @@ static void serve(rcv_t *r, int fd) {
         snprintf(why, sizeof why, "%s", e.msg);
         goto refused;
     }
-    double t0 = now_s();
+    double t0 = clock_now();
     if (receive_data(r, fd, t, order, n, &e)) {
         snprintf(why, sizeof why, "%s", e.msg);
         goto refused;
     }
-    double t1 = now_s();
+    double t1 = clock_now();
 
     // Verified: installed at the holder's next boundary, or now if it is released.
     pthread_mutex_lock(&r->mu);
@@ -325,7 +319,7 @@ static void serve(rcv_t *r, int fd) {
     if (installed) r->st.bytes += bytes;
     pthread_mutex_unlock(&r->mu);
     if (!installed) goto out;   // stopping
-    double t2 = now_s();
+    double t2 = clock_now();
     rec_clear(msg);
     rec_set_bool(msg, "ok", 1);
     rec_set_uint(msg, "version", version);
@@ -337,7 +331,7 @@ static void serve(rcv_t *r, int fd) {
     if (!r->o.quiet) {
         char b[32];
         fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
-                        "stall %.0f us\n", r->o.tool, (unsigned long long)version, cli_bytes(bytes, b, sizeof b),
+                        "stall %.0f us\n", r->o.tool, (unsigned long long)version, fmt_bytes(bytes, b, sizeof b),
                 t1 - t0, t1 > t0 ? (double)bytes / (t1 - t0) / 1e9 : 0.0, (t2 - t1) * 1e6, stall * 1e6);
     }
     goto out;

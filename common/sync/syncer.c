@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "clock.h"
 
 #define SYNC_BACKOFF_MAX 60.0   // seconds: the longest wait before a failed push is tried again
 
@@ -66,14 +66,8 @@ static void wait_until(struct syncer *s, double when) {
         pthread_cond_wait(&s->cv, &s->mu);
         return;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double left = when - cli_now();
-    if (left <= 0) return;
-    double sec = floor(left);
-    ts.tv_sec += (time_t)sec;
-    ts.tv_nsec += (long)((left - sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    if (when <= clock_now()) return;
+    struct timespec ts = clock_timespec(when);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 
@@ -96,7 +90,7 @@ static void *peer_main(void *arg) {
     char dir[sizeof s->dir];
     pthread_mutex_lock(&s->mu);
     while (!s->stopping && !done) {
-        double now = cli_now();
+        double now = clock_now();
         int newer = s->seq && !(p->have_held && p->held >= s->version);
         int push = newer && (now >= next_try || s->seq != tried_seq);
         int probe = !push && o->watch && p->reached && now >= next_probe;
@@ -110,7 +104,7 @@ static void *peer_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
             int gone = probe_gone(p);
             pthread_mutex_lock(&s->mu);
-            next_probe = cli_now() + o->poll;
+            next_probe = clock_now() + o->poll;
             if (gone && !p->gone) {
                 p->gone = 1;
                 s->st.gone++;
@@ -132,14 +126,14 @@ static void *peer_main(void *arg) {
         s->st.pushing++;
         notify(s);
         pthread_mutex_unlock(&s->mu);
-        if (deadline < 0) deadline = cli_now() + o->retry;
+        if (deadline < 0) deadline = clock_now() + o->retry;
         push_report rep;
         rl_err err;
         int rc = push_weights(p->to, dir, version, &po, &rep, &err);
         pthread_mutex_lock(&s->mu);
         p->pushing = 0;
         s->st.pushing--;
-        now = cli_now();
+        now = clock_now();
         sync_kind kind = SYNC_FAILED;
         int say = 1;
         char msg[sizeof err.msg + sizeof p->name + 100];

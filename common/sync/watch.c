@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "cli/cli.h"
 #include "checkpoint/hfweights.h"
+#include "clock.h"
 
 #define WATCH_MAX_FDS 8
 
@@ -81,9 +81,9 @@ int watch_wait(watch_t *w, double timeout, const int *fds, int nfds) {
     if (nfds > WATCH_MAX_FDS) nfds = WATCH_MAX_FDS;
     for (int i = 0; i < nfds; i++) p[i] = (struct pollfd){.fd = fds[i], .events = POLLIN};
     p[nfds] = (struct pollfd){.fd = w->fd, .events = POLLIN};
-    double deadline = cli_now() + timeout;
+    double deadline = clock_now() + timeout;
     for (;;) {
-        double left = ceil((deadline - cli_now()) * 1000);
+        double left = ceil((deadline - clock_now()) * 1000);
         int ms = left <= 0 ? 0 : left >= INT_MAX ? INT_MAX : (int)left;
         int r = poll(p, (nfds_t)nfds + (w->fd >= 0), ms);
         if (r < 0 && errno == EINTR) continue;

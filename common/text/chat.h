@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/jinja.h"
 #include "records/record.h"
+#include "text/jinja.h"
 #include "text/tokenizer.h"
 
 typedef struct chat chat_t;

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "records/fields.h"
 #include "records/json.h"
 #include "records/jsonl.h"
 #include "sample/prompts.h"
 #include "text/tokenizer.h"
-#include "fuzz_util.h"
 
 static tokenizer *tiny;
 

@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
 #include "sync/net.h"
 #include "sync/push.h"
-#include "fuzz_util.h"
 
 #define TIMEOUT 1.0   // seconds; the bytes are all there, or the peer has closed
 

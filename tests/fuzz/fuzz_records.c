@@ -6,11 +6,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "records/fields.h"
 #include "records/json.h"
 #include "records/reader.h"
 #include "records/record.h"
-#include "fuzz_util.h"
 
 // Limits small enough that a declared size over them is cheap to refuse.
 static const rec_limits fuzz_limits = {

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/tokenizer.h"
 #include "fuzz_util.h"
+#include "text/tokenizer.h"
 
 #define CONTINUE_IDS 64   // ids decoded one by one with TOK_CONTINUE
 

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/chat.h"
 #include "records/json.h"
+#include "text/chat.h"
 
 static void die(const char *fmt, const char *a) {
     fprintf(stderr, "chat_tool: error: ");

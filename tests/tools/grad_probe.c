@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "learn/learner.h"
 #include "checkpoint/safetensors.h"
+#include "learn/learner.h"
 #include "records/source.h"
 
 static void die(const char *msg) {

@@ -18,11 +18,12 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "tmpdir.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
+#include "learn/ckpt_model.h"
 #include "model/model.h"
 #include "rng.h"
-#include "checkpoint/safetensors.h"
+#include "tmpdir.h"
 
 // Untied output layer, grouped-query attention: every kind of tensor a checkpoint holds.
 static model_config cfg_small(void) {

@@ -39,8 +39,8 @@
 #include "dtype.h"
 #include "model/model.h"
 #include "model/ops.h"
-#include "rng.h"
 #include "model/sampling.h"
+#include "rng.h"
 
 #define F32_TOL 1e-5       // f32 operations, relative to the tensor's largest element
 #define TF32_TOL 5e-4      // f32 products with RLPIPE_TF32=1

@@ -21,9 +21,9 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "tmpdir.h"
 #include "sync/net.h"
 #include "sync/push.h"
+#include "tmpdir.h"
 
 // ---- Helpers ------------------------------------------------------------------
 

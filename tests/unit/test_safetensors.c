@@ -13,8 +13,8 @@
 
 #include "check.h"
 #include "checkpoint/config.h"
-#include "dtype.h"
 #include "checkpoint/safetensors.h"
+#include "dtype.h"
 
 // ---- helpers ---------------------------------------------------------------
 

@@ -9,10 +9,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "clock.h"
+#include "ratio/stats.h"
 #include "records/fields.h"
 #include "records/json.h"
 #include "records/source.h"
-#include "ratio/stats.h"
 #include "records/writer.h"
 
 static const char USAGE[] =
@@ -240,7 +241,7 @@ int main(int argc, char **argv) {
     rec_t *rec = rec_new();
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
-    double t0 = cli_now();
+    double t0 = clock_now();
     uint64_t bytes_in = 0, members = 0;
 
     // --head N stops after N records, but the output still takes its header from the input.
@@ -274,7 +275,7 @@ int main(int argc, char **argv) {
             if (cli_progress_due(&prog)) {
                 char b[32];
                 cli_progress_print(&prog, "%llu records, %s read", (unsigned long long)k.count,
-                                   cli_bytes(bytes_in + src_bytes_in(s), b, sizeof b));
+                                   fmt_bytes(bytes_in + src_bytes_in(s), b, sizeof b));
             }
         }
         bytes_in += src_bytes_in(s);
@@ -296,8 +297,8 @@ int main(int argc, char **argv) {
     else if (!o.out.quiet)
         fprintf(stderr, "rl-cat: %llu records, %llu member%s, %d file%s, %s in, %s out, %.2f s\n",
                 (unsigned long long)k.count, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
-                ninputs == 1 ? "" : "s", cli_bytes(bytes_in, bin, sizeof bin),
-                cli_bytes(k.bytes_out, bout, sizeof bout), cli_now() - t0);
+                ninputs == 1 ? "" : "s", fmt_bytes(bytes_in, bin, sizeof bin),
+                fmt_bytes(k.bytes_out, bout, sizeof bout), clock_now() - t0);
     rec_free(rec);
     rec_free(k.header);
     stats_free(&k.st);

@@ -16,7 +16,9 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/cli_chat.h"
-#include "records/json.h"
+#include "cli/cli_device.h"
+#include "clock.h"
+#include "learn/ckpt_model.h"
 #include "learn/learner.h"
 #include "records/source.h"
 
@@ -134,7 +136,7 @@ static options parse_options(int argc, char **argv) {
         case O_SEED: o.seed = cli_parse_uint("--seed", optarg, UINT64_MAX, 0); break;
         case O_INIT_STD: o.init_std = cli_parse_f64("--init-std", optarg, 0, 10, 0); break;
         case O_OUT: o.out = optarg; break;
-        case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
+        case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
         case O_RESUME: o.resume = 1; break;
         case O_NO_SKIP: o.no_skip = 1; break;
@@ -236,24 +238,8 @@ typedef struct {
 } run_t;
 
 static void save(run_t *r, learner_t *l) {
-    const lrn_opts *lo = &r->o->lrn;
-    const adamw_opts *a = &lo->opt;
     sbuf st = {0};
-    sbuf_printf(&st, "{\"version\": %llu, \"step\": %llu, \"records\": %llu, \"producer\": \"rl-learn %s\",\n",
-                (unsigned long long)r->version, (unsigned long long)r->steps,
-                (unsigned long long)(r->skip + (l ? lrn_consumed(l) : 0)), RLPIPE_VERSION);
-    sbuf_printf(&st, " \"loss\": \"%s\", \"adv\": \"%s\", \"batch\": %zu, \"micro\": %d, \"epochs\": %d, \"seed\": %llu",
-                lrn_loss_name(lo->loss), lrn_adv_name(lo->adv), lo->batch, lo->micro, lo->epochs,
-                (unsigned long long)r->o->seed);
-    const char *keys[] = {"lr", "beta1", "beta2", "adam_eps", "weight_decay", "grad_clip", "ppo_eps"};
-    double vals[] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_clip, lo->ppo_eps};
-    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
-        sbuf_printf(&st, ", \"%s\": ", keys[i]);
-        json_put_f64(&st, vals[i]);
-    }
-    sbuf_printf(&st, ", \"warmup\": %llu, \"schedule\": \"%s\", \"total_steps\": %llu}\n",
-                (unsigned long long)a->warmup, a->schedule == SCHED_COSINE ? "cosine" : "constant",
-                (unsigned long long)a->total_steps);
+    ckpt_state_json(&st, &r->o->lrn, r->version, r->steps, r->skip + (l ? lrn_consumed(l) : 0), r->o->seed);
     sbuf_putc(&st, 0);
     ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
                          .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
@@ -368,7 +354,7 @@ static int train(run_t *r, learner_t *l, int metrics, int keep_last, uint64_t *t
         r->steps = m.step;
         *tokens += m.tokens;
         save(r, l);
-        m.elapsed = cli_now() - r->t0;
+        m.elapsed = clock_now() - r->t0;
         report(o, metrics, &m);
         busy = 0;
         if (stop_requested) stop_now();
@@ -390,7 +376,7 @@ int main(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
-    double t0 = cli_now();
+    double t0 = clock_now();
     run_t run = {.o = &o, .t0 = t0};
     tokenizer *tok = NULL;
     start(&run, &tok);
@@ -457,7 +443,7 @@ int main(int argc, char **argv) {
     if (!o.quiet)
         fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s on %s\n",
                 (unsigned long long)(run.version - first), (unsigned long long)first, (unsigned long long)run.version,
-                (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, cli_now() - t0,
+                (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, clock_now() - t0,
                 model_device(run.m));
     lrn_free(l);
     rec_free(rec);

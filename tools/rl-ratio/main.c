@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "sync/receiver.h"
+#include "cli/cli_device.h"
+#include "clock.h"
 #include "ratio/scorer.h"
 #include "records/source.h"
+#include "sync/receiver.h"
 
 static const char USAGE[] =
     "Usage: rl-ratio [OPTION]... [FILE]...\n"
@@ -77,7 +79,7 @@ static options parse_options(int argc, char **argv) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
-        case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
+        case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case O_MODE:
             if (ratio_parse_mode(optarg, &o.scr.ratio.mode, &e)) cli_usage_error("%s", e.msg);
             break;
@@ -174,7 +176,7 @@ int main(int argc, char **argv) {
     rec_t *rec = rec_new();
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
-    double t0 = cli_now();
+    double t0 = clock_now();
     uint64_t bytes_in = 0, members = 0;
     for (int i = 0; i < ninputs; i++) {
         rl_err e;
@@ -210,7 +212,7 @@ int main(int argc, char **argv) {
                 char b[32];
                 const ratio_acc *t = scr_total(run.scr);
                 cli_progress_print(&prog, "%llu records, %llu tokens, %s read", (unsigned long long)t->records,
-                                   (unsigned long long)t->tokens, cli_bytes(bytes_in + src_bytes_in(s), b, sizeof b));
+                                   (unsigned long long)t->tokens, fmt_bytes(bytes_in + src_bytes_in(s), b, sizeof b));
             }
         }
         bytes_in += src_bytes_in(s);
@@ -243,8 +245,8 @@ int main(int argc, char **argv) {
                      (unsigned long long)rs.installed, (unsigned long long)rs.refused, rs.stall_s * 1e6);
         fprintf(stderr, "rl-ratio: %.*s; %llu member%s, %d file%s, %s in, %s out, %.2f s%s%s\n", (int)line.len,
                 (const char *)line.data, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
-                ninputs == 1 ? "" : "s", cli_bytes(bytes_in, bin, sizeof bin), cli_bytes(bytes_out, bout, sizeof bout),
-                cli_now() - t0, dev, pushes);
+                ninputs == 1 ? "" : "s", fmt_bytes(bytes_in, bin, sizeof bin), fmt_bytes(bytes_out, bout, sizeof bout),
+                clock_now() - t0, dev, pushes);
         sbuf_free(&line);
     }
     if (o.scr.metrics && o.scr.metrics != stdout && fclose(o.scr.metrics))

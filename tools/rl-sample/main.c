@@ -14,8 +14,11 @@
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/cli_chat.h"
-#include "sync/receiver.h"
+#include "cli/cli_device.h"
+#include "clock.h"
+#include "sample/admission.h"
 #include "sample/rollout.h"
+#include "sync/receiver.h"
 
 static const char USAGE[] =
     "Usage: rl-sample --model DIR [OPTION]... [PROMPTS]...\n"
@@ -142,7 +145,7 @@ static options parse_options(int argc, char **argv) {
         case O_DTYPE:
             if (dt_parse(optarg, &o.dtype)) cli_usage_error("--dtype: expected f32, bf16, f16 or int8, got '%s'", optarg);
             break;
-        case O_DEVICE: o.device = (rl_device)cli_parse_device(optarg); break;
+        case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case 'n': o.gen.group = (int)cli_parse_uint("--group", optarg, 65536, 0); break;
         case O_TEMP: o.gen.sp.temperature = (float)cli_parse_f64("--temperature", optarg, 0, 1e6, 0); break;
         case O_TOPP:
@@ -207,57 +210,11 @@ static options parse_options(int argc, char **argv) {
     return o;
 }
 
-// The output header: provenance, the seed, the model and the sampling options.
-static void make_header(rec_t *h, const options *o, int argc, char **argv, const char *dir, uint64_t version,
-                        const model_t *m, const char *verifier) {
-    rec_make_header(h, "rollouts", "rl-sample", argc, argv, o->out.no_provenance);
-    rec_set_uint(h, "seed", o->gen.seed);
-    rec_t *sub = rec_new();
-    sbuf enc = {0};
-    rec_set_cstr(sub, "path", dir);
-    rec_set_uint(sub, "version", version);
-    rec_set_cstr(sub, "dtype", dt_name(o->dtype));
-    rec_set_cstr(sub, "device", model_device(m));
-    rec_set_uint(sub, "params", model_nparams(m));
-    // generation_config.json's sampling defaults, shown and never applied:
-    // the options above decide how to sample.
-    char gen[256];
-    cfg_generation_str(model_cfg(m), gen, sizeof gen);
-    if (gen[0]) rec_set_cstr(sub, "generation_config", gen);
-    rec_encode(sub, &enc);
-    rec_set_raw(h, "model", 5, enc.data, enc.len);
-    rec_clear(sub);
-    enc.len = 0;
-    rec_set_uint(sub, "group", (uint64_t)o->gen.group);
-    rec_set_f64(sub, "temperature", o->gen.sp.temperature);
-    rec_set_f64(sub, "top_p", o->gen.sp.top_p);
-    rec_set_uint(sub, "top_k", o->gen.sp.top_k);
-    rec_set_uint(sub, "max_new_tokens", o->gen.max_new);
-    rec_set_strs(sub, "stop", o->stop, o->gen.n_stop);
-    rec_set_uint(sub, "slots", (uint64_t)o->gen.slots);
-    rec_set_cstr(sub, "verifier", verifier);
-    rec_encode(sub, &enc);
-    rec_set_raw(h, "sampling", 8, enc.data, enc.len);
-    sbuf_free(&enc);
-    rec_free(sub);
-}
-
 static volatile sig_atomic_t stop_requested;
 
 static void on_signal(int sig) {
     (void)sig;
     stop_requested = 1;
-}
-
-// The lag bound at admission (DESIGN §5). The learner takes a step per batch
-// of `per_batch` whole groups, so group j is trained on at version v0 + j /
-// per_batch (v0: the version the sampler and the learner started from); its
-// tokens carry the version held when they are sampled, at least the one held
-// when it starts. Group j may start once the weights held are >= v0 + j /
-// per_batch - K: every lag the learner measures on it is then <= K.
-static uint64_t version_needed(uint64_t v0, uint64_t j, uint64_t per_batch, uint64_t K) {
-    uint64_t at = v0 + j / per_batch;
-    return at > K ? at - K : 0;
 }
 
 int main(int argc, char **argv) {
@@ -267,7 +224,7 @@ int main(int argc, char **argv) {
     char **inputs = cli_inputs(argc, argv, &ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
     int fd = cli_open_output(o.out.output, 1, o.out.force);
-    double t0 = cli_now();
+    double t0 = clock_now();
 
     rl_err e;
     char dir[4096], path[4200];
@@ -347,15 +304,15 @@ int main(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    uint64_t per_batch = o.batch ? (o.batch + (uint64_t)o.gen.group - 1) / (uint64_t)o.gen.group : 1;
-    uint64_t started = 0;   // groups
+    adm_t adm;
+    adm_init(&adm, version, o.max_lag, o.batch, o.gen.group);
     vproc *vp = NULL;
     if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, o.verifier_timeout, &e))) cli_die("%s", e.msg);
     const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
                                  .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
     rec_t *h = rec_new();
-    make_header(h, &o, argc, argv, dir, version, m, vname);
+    ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, o.dtype, &o.gen, vname);
     recw_opts wo = recw_default_opts;
     wo.raw = o.out.raw;
     recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);
@@ -369,24 +326,12 @@ int main(int argc, char **argv) {
     prm_feed_init(&feed, ps.n, o.gen.seed, o.epochs, max_groups);
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
-    double tgen = cli_now();
+    double tgen = clock_now();
     int more = 1;
     while (!stop_requested) {
         uint64_t held = rcv ? rcv_hold(rcv) : version;   // a verified push is installed here
         gen_set_version(g, (uint32_t)held);
-        int lagging = 0;
-        while (more && gen_waiting(g) < (size_t)gen_free_slots(g)) {
-            if (o.max_lag >= 0 && held < version_needed(version, started, per_batch, (uint64_t)o.max_lag)) {
-                lagging = 1;
-                break;
-            }
-            long p = prm_feed_next(&feed);
-            if (p < 0) more = 0;
-            else {
-                gen_add(g, (size_t)p, ps.v[p].ids, ps.v[p].n_ids);
-                started++;
-            }
-        }
+        int lagging = adm_fill(&adm, g, &feed, &ps, held, &more);
         long n = gen_step(g, &e);
         if (rcv) rcv_release(rcv);
         if (n < 0) cli_die("%s", e.msg);
@@ -399,14 +344,13 @@ int main(int argc, char **argv) {
         if (n == 0 && !more) break;
         if (n == 0 && lagging) {   // all written: wait for the learner's weights
             if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
-            int64_t got = rcv_wait(rcv, version_needed(version, started, per_batch, (uint64_t)o.max_lag),
-                                   &stop_requested, fd);
+            int64_t got = rcv_wait(rcv, adm_needed(&adm), &stop_requested, fd);
             if (got == -2) raise(SIGPIPE);   // the reader has gone: end as the next write would
             if (got < 0) break;
         }
         if (cli_progress_due(&prog)) {
             const ro_totals *t = ro_total(ro);
-            double dt = cli_now() - tgen;
+            double dt = clock_now() - tgen;
             cli_progress_print(&prog, "%llu prompts started, %llu samples written, %llu tokens, %.0f tokens/s",
                                (unsigned long long)feed.started, (unsigned long long)t->samples,
                                (unsigned long long)t->tokens, dt > 0 ? (double)t->tokens / dt : 0.0);
@@ -419,7 +363,7 @@ int main(int argc, char **argv) {
         rcv_stop(rcv);
     }
     if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || recw_close(w, &e)) cli_die("%s", e.msg);
-    double tend = cli_now();
+    double tend = clock_now();
     const ro_totals *t = ro_total(ro);
     if (!o.out.quiet) {
         char acc[96] = "";

@@ -17,8 +17,9 @@
 #include <xxhash.h>
 
 #include "checkpoint/checkpoint.h"
-#include "cli/cli.h"
 #include "checkpoint/hfweights.h"
+#include "cli/cli.h"
+#include "clock.h"
 #include "sync/push.h"
 #include "sync/syncer.h"
 #include "sync/watch.h"
@@ -179,7 +180,7 @@ static const char *vname(uint64_t v, char *buf, size_t size) {
 
 static const char *rate(uint64_t bytes, double seconds, char *buf, size_t size) {
     char b[32];
-    snprintf(buf, size, "%s/s", cli_bytes(seconds > 0 ? (uint64_t)((double)bytes / seconds) : 0, b, sizeof b));
+    snprintf(buf, size, "%s/s", fmt_bytes(seconds > 0 ? (uint64_t)((double)bytes / seconds) : 0, b, sizeof b));
     return buf;
 }
 
@@ -192,7 +193,7 @@ static void on_event(void *ctx, const sync_event *e) {
     case SYNC_PUSHED:
         if (!out->o->quiet)
             fprintf(stderr, "rl-sync: %s -> %s: %s in %.3f s (%s), receiver stall %.0f us\n",
-                    vname(e->version, v, sizeof v), e->to, cli_bytes(e->rep->bytes, b, sizeof b), e->rep->seconds,
+                    vname(e->version, v, sizeof v), e->to, fmt_bytes(e->rep->bytes, b, sizeof b), e->rep->seconds,
                     rate(e->rep->bytes, e->rep->seconds, r, sizeof r), e->rep->stall_us);
         break;
     case SYNC_HELD:
@@ -224,7 +225,7 @@ static void show_progress(output *out, const sync_stats *st, uint64_t latest, in
     pthread_mutex_lock(&out->mu);
     cli_progress_print(&out->prog, "%s %s; %zu receivers: %zu pushing, %zu not listening yet, %zu gone; %llu pushes, %s",
                        out->o->watch ? "latest" : "pushing", v, out->o->nto, st->pushing, st->waiting, st->gone, (unsigned long long)st->pushes,
-                       cli_bytes(st->bytes, b, sizeof b));
+                       fmt_bytes(st->bytes, b, sizeof b));
     pthread_mutex_unlock(&out->mu);
 }
 
@@ -302,7 +303,7 @@ int main(int argc, char **argv) {
     output out = {.o = &o};
     pthread_mutex_init(&out.mu, NULL);
     cli_progress_init(&out.prog, o.progress);
-    double t0 = cli_now();
+    double t0 = clock_now();
     sync_opts so = {.to = o.to, .nto = o.nto, .token = o.token_file ? &token : NULL, .timeout = o.timeout,
                     .poll = o.poll, .watch = o.watch, .retry = o.retry, .event = on_event, .ctx = &out};
     sync_t *s = sync_start(&so);
@@ -317,9 +318,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rl-sync: %llu push%s, %llu failed, %llu already held, %llu versions skipped for newer ones, %s",
                 (unsigned long long)st.pushes, st.pushes == 1 ? "" : "es", (unsigned long long)st.failures,
                 (unsigned long long)st.held,
-                (unsigned long long)st.passed_over, cli_bytes(st.bytes, b, sizeof b));
+                (unsigned long long)st.passed_over, fmt_bytes(st.bytes, b, sizeof b));
         if (st.pushes) fprintf(stderr, " at %s", rate(st.bytes, st.seconds, r, sizeof r));
-        fprintf(stderr, ", %.2f s\n", cli_now() - t0);
+        fprintf(stderr, ", %.2f s\n", clock_now() - t0);
     }
     sbuf_free(&token);
     free(o.to);

@@ -1,22 +1,9 @@
 // adamw.c — learning-rate schedule, clipping and the AdamW step (adamw.h).
-#include "model/adamw.h"
+#include "learn/adamw.h"
 
 #include <math.h>
 
 #include "model/model.h"
-
-rl_adamw_f32 adamw_f32(const rl_adamw *h) {
-    return (rl_adamw_f32){
-        .decay = (float)(1.0 - (double)h->lr * h->wd),
-        .lerp_w = (float)(1.0 - (double)h->beta1),
-        .beta2 = h->beta2,
-        .one_minus_beta2 = (float)(1.0 - (double)h->beta2),
-        .bc2_sqrt = (float)h->bc2_sqrt,
-        .eps = h->eps,
-        .neg_step = (float)(-(double)h->lr / h->bc1),
-        .gscale = h->gscale,
-    };
-}
 
 const adamw_opts adamw_default_opts = {
     .lr = 1e-6, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .grad_clip = 1.0,

@@ -1,0 +1,38 @@
+// ckpt_model.h — what rl-learn puts in a checkpoint version: the model's
+// weights and config, its AdamW state, and state.json saying how far the run
+// got and with which options. How a version is published (atomically, one
+// writer per root) is checkpoint/checkpoint.h.
+#ifndef RLPIPE_CKPT_MODEL_H
+#define RLPIPE_CKPT_MODEL_H
+
+#include <stdint.h>
+
+#include "checkpoint/checkpoint.h"
+#include "learn/learner.h"
+#include "model/model.h"
+#include "util.h"
+
+// Publishes the version directory root/vNNNNNN (ckpt_publish): config.json and
+// the weights (model_save_as at o->save: model.safetensors, or shards and
+// their index), optimizer.safetensors when the model has training state
+// (tensors "<param>.exp_avg" and "<param>.exp_avg_sq", F32, the parameter's
+// shape, and when the weights are saved at 16 bits the F32 parameters
+// "<param>" too, so that a resume continues from them exactly), state.json
+// and the copied files. 0, or -1 with err naming the path and the reason.
+int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err);
+
+// Loads dir/optimizer.safetensors (in a version directory) into the model's
+// AdamW moments, and its parameters when the file has them (model_train_init
+// must have been called). Every tensor must be
+// present with the parameter's shape, and no other; on error the moments are
+// unchanged. 0, or -1 with err naming the file and the tensor.
+int ckpt_read_optimizer(const char *dir, model_t *m, rl_err *err);
+
+
+// The state.json of the version `version` (one JSON object and a newline,
+// appended to out): the version, the optimizer steps taken since --init and
+// the input records consumed (what --resume continues from), the producer,
+// and the options of the loss and the optimizer.
+void ckpt_state_json(sbuf *out, const lrn_opts *o, uint64_t version, uint64_t steps, uint64_t records, uint64_t seed);
+
+#endif
