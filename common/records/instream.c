@@ -23,7 +23,6 @@ struct ins {
     uint64_t in_off;          // input bytes consumed (decoded or passed through)
     uint64_t frame_start;     // input offset of the current zstd frame
     uint64_t released;        // decoded bytes released so far
-    int saw_zstd;
     int is_regular;           // a regular file: reads never wait for a writer
     int pending_err;          // report err_msg on the next ins_more
     rl_err err_msg;
@@ -69,7 +68,6 @@ void ins_close(ins_t *s) {
 const char *ins_name(const ins_t *s) { return s->name; }
 uint64_t ins_offset(const ins_t *s) { return s->in_off; }
 uint64_t ins_decoded(const ins_t *s) { return s->released; }
-int ins_saw_zstd(const ins_t *s) { return s->saw_zstd; }
 int ins_would_block(const ins_t *s) { return !s->is_regular && s->verified == s->dpos; }
 
 const uint8_t *ins_data(const ins_t *s, size_t *n) {
@@ -127,7 +125,6 @@ static int detect(ins_t *s, rl_err *err) {
         if (!s->z && !(s->z = ZSTD_createDCtx())) return err_set(err, "out of memory creating a zstd context");
         ZSTD_DCtx_reset(s->z, ZSTD_reset_session_only);
         s->mode = ZSTD;
-        s->saw_zstd = 1;
         s->frame_start = s->in_off;
     } else {
         s->mode = RAW;

@@ -40,7 +40,6 @@ void ins_member_end(ins_t *s);
 
 uint64_t ins_offset(const ins_t *s);     // input bytes consumed so far
 uint64_t ins_decoded(const ins_t *s);    // decoded bytes released so far
-int ins_saw_zstd(const ins_t *s);        // some input was zstd-compressed
 // No verified byte is buffered and the input is a pipe or socket: the next
 // read may wait for the writer (a filter flushes its output first).
 int ins_would_block(const ins_t *s);

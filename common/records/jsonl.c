@@ -15,7 +15,7 @@ struct jsonl {
     char *name;
     char *line;
     size_t cap;
-    uint64_t lineno, records, since_header, bytes;
+    uint64_t lineno, since_header, bytes;
     int is_regular, failed;
     rl_err err;
 };
@@ -45,7 +45,6 @@ void jsonl_close(jsonl_t *j) {
 }
 
 const char *jsonl_error(const jsonl_t *j) { return j->err.msg; }
-uint64_t jsonl_records(const jsonl_t *j) { return j->records; }
 const char *jsonl_name(const jsonl_t *j) { return j->name; }
 uint64_t jsonl_line(const jsonl_t *j) { return j->lineno; }
 uint64_t jsonl_bytes_in(const jsonl_t *j) { return j->bytes; }
@@ -102,7 +101,6 @@ recr_event jsonl_next(jsonl_t *j, rec_t *out) {
             return RECR_TRAILER;
         }
         if (fld_check(out, &e)) return fail(j, e.msg);
-        j->records++;
         j->since_header++;
         return RECR_RECORD;
     }

@@ -17,7 +17,6 @@ void jsonl_close(jsonl_t *j);
 // read "<what>: <file> line <L>".
 recr_event jsonl_next(jsonl_t *j, rec_t *out);
 const char *jsonl_error(const jsonl_t *j);
-uint64_t jsonl_records(const jsonl_t *j);
 const char *jsonl_name(const jsonl_t *j);
 uint64_t jsonl_line(const jsonl_t *j);      // of the last line read, from 1
 uint64_t jsonl_bytes_in(const jsonl_t *j);

@@ -13,7 +13,6 @@ struct outs {
     sbuf buf;                // bytes ready for the descriptor
     int in_frame;            // bytes went into a frame not yet ended
     uint64_t written;
-    int epipe;
 };
 
 outs_t *outs_fdopen(int fd, const char *name, int compress, int level) {
@@ -39,17 +38,13 @@ void outs_free(outs_t *o) {
 }
 
 uint64_t outs_bytes_written(const outs_t *o) { return o->written; }
-int outs_broken_pipe(const outs_t *o) { return o->epipe; }
 
 static int drain(outs_t *o, rl_err *err) {
     size_t off = 0;
     while (off < o->buf.len) {
         ssize_t w = write(o->fd, o->buf.data + off, o->buf.len - off);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            o->epipe = errno == EPIPE;
-            return err_set(err, "write error: %s: %s", o->name, strerror(errno));
-        }
+        if (w < 0) return err_set(err, "write error: %s: %s", o->name, strerror(errno));
         off += (size_t)w;
         o->written += (uint64_t)w;
     }

@@ -19,6 +19,5 @@ int outs_write(outs_t *o, const void *p, size_t n, rl_err *err);
 int outs_end_frame(outs_t *o, rl_err *err);
 void outs_free(outs_t *o);                 // does not close the descriptor
 uint64_t outs_bytes_written(const outs_t *o);
-int outs_broken_pipe(const outs_t *o);     // the last failure was EPIPE
 
 #endif

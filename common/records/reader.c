@@ -13,7 +13,6 @@ struct recr {
     ins_t *in;
     rec_limits lim;
     mp_index idx;
-    rec_t *header;
     int state;
     uint64_t records;         // data records delivered, whole file
     uint64_t member_records;  // data records in the current member
@@ -28,7 +27,6 @@ recr_t *recr_open(const char *path, const rec_limits *lim, rl_err *err) {
     memset(r, 0, sizeof *r);
     r->in = in;
     r->lim = lim ? *lim : rec_default_limits;
-    r->header = rec_new();
     r->state = EXPECT_HEADER;
     return r;
 }
@@ -37,17 +35,13 @@ void recr_close(recr_t *r) {
     if (!r) return;
     ins_close(r->in);
     mps_index_free(&r->idx);
-    rec_free(r->header);
     free(r);
 }
 
 const char *recr_error(const recr_t *r) { return r->err.msg; }
-const rec_t *recr_header(const recr_t *r) { return r->header; }
 const char *recr_name(const recr_t *r) { return ins_name(r->in); }
 uint64_t recr_records(const recr_t *r) { return r->records; }
-uint64_t recr_members(const recr_t *r) { return r->members; }
 uint64_t recr_bytes_in(const recr_t *r) { return ins_offset(r->in); }
-uint64_t recr_bytes_decoded(const recr_t *r) { return ins_decoded(r->in); }
 int recr_would_block(const recr_t *r) { return ins_would_block(r->in); }
 
 // Records the error as "<what>: <file> record <N>" and enters the failed state.
@@ -161,7 +155,6 @@ recr_event recr_next(recr_t *r, rec_t *out) {
         size_t klen;
         if (rec_has(out, "kind") && rec_get_str(out, "kind", &kind, &klen) != REC_OK)
             return fail(r, "header of member %llu: \"kind\" is not a string", (unsigned long long)r->members + 1);
-        rec_copy(r->header, out);
         r->members++;
         r->member_records = 0;
         r->state = IN_MEMBER;

@@ -18,7 +18,7 @@ typedef enum {
     RECR_ERROR = -1,
     RECR_END = 0,        // the input ended cleanly after a trailer
     RECR_RECORD = 1,
-    RECR_HEADER = 2,     // a member begins (the header is also kept: recr_header)
+    RECR_HEADER = 2,     // a member begins: out is its header
     RECR_TRAILER = 3,    // a member ended and its count matched
 } recr_event;
 
@@ -36,12 +36,9 @@ int recr_read(recr_t *r, rec_t *out);
 // across the file's members) of the first record not delivered.
 const char *recr_error(const recr_t *r);
 
-const rec_t *recr_header(const recr_t *r);   // of the current member (empty before the first)
 const char *recr_name(const recr_t *r);
 uint64_t recr_records(const recr_t *r);      // data records delivered
-uint64_t recr_members(const recr_t *r);      // members begun
 uint64_t recr_bytes_in(const recr_t *r);     // input bytes consumed
-uint64_t recr_bytes_decoded(const recr_t *r);
 int recr_would_block(const recr_t *r);       // see ins_would_block
 
 #endif

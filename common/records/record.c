@@ -298,14 +298,6 @@ rec_status rec_get_u32s(const rec_t *r, const char *key, u32_vec *out) { GET_ARR
 rec_status rec_get_f32s(const rec_t *r, const char *key, f32_vec *out) { GET_ARRAY(r, key, out, float, conv_f32); }
 rec_status rec_get_u8s(const rec_t *r, const char *key, u8_vec *out) { GET_ARRAY(r, key, out, uint8_t, conv_u8); }
 
-const char *rec_status_str(rec_status s) {
-    switch (s) {
-    case REC_OK: return "ok";
-    case REC_MISSING: return "missing";
-    default: return "of the wrong type";
-    }
-}
-
 // ---- setters ---------------------------------------------------------------
 
 static int append_cb(void *data, const char *buf, size_t len) {
@@ -349,7 +341,6 @@ void rec_set_bool(rec_t *r, const char *key, int v) {
 void rec_set_uint(rec_t *r, const char *key, uint64_t v) { SET_FIELD(r, key, pk, msgpack_pack_uint64(&pk, v)); }
 void rec_set_int(rec_t *r, const char *key, int64_t v) { SET_FIELD(r, key, pk, msgpack_pack_int64(&pk, v)); }
 void rec_set_f64(rec_t *r, const char *key, double v) { SET_FIELD(r, key, pk, msgpack_pack_double(&pk, v)); }
-void rec_set_f32(rec_t *r, const char *key, float v) { SET_FIELD(r, key, pk, msgpack_pack_float(&pk, v)); }
 void rec_set_str(rec_t *r, const char *key, const char *s, size_t len) {
     SET_FIELD(r, key, pk, (msgpack_pack_str(&pk, len), msgpack_pack_str_body(&pk, s, len)));
 }

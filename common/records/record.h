@@ -58,8 +58,6 @@ rec_status rec_get_f32s(const rec_t *r, const char *key, f32_vec *out);
 rec_status rec_get_u8s(const rec_t *r, const char *key, u8_vec *out);
 // Length of an array field without decoding it.
 rec_status rec_get_len(const rec_t *r, const char *key, size_t *n);
-// "an array of floats" etc., for messages about what a field should be.
-const char *rec_status_str(rec_status s);
 
 // Setters add the key at the end or replace its value in place (order kept).
 void rec_set_nil(rec_t *r, const char *key);
@@ -67,7 +65,6 @@ void rec_set_bool(rec_t *r, const char *key, int v);
 void rec_set_uint(rec_t *r, const char *key, uint64_t v);
 void rec_set_int(rec_t *r, const char *key, int64_t v);
 void rec_set_f64(rec_t *r, const char *key, double v);
-void rec_set_f32(rec_t *r, const char *key, float v);
 void rec_set_str(rec_t *r, const char *key, const char *s, size_t len);
 void rec_set_cstr(rec_t *r, const char *key, const char *s);
 void rec_set_u32s(rec_t *r, const char *key, const uint32_t *v, size_t n);

@@ -78,9 +78,7 @@ void recw_free(recw_t *w) {
     free(w);
 }
 
-uint64_t recw_count(const recw_t *w) { return w->count; }
 uint64_t recw_bytes_written(const recw_t *w) { return outs_bytes_written(w->out); }
-int recw_broken_pipe(const recw_t *w) { return outs_broken_pipe(w->out); }
 
 void rec_make_header(rec_t *h, const char *kind, const char *tool, int argc, char **argv, int no_provenance) {
     rec_clear(h);

@@ -33,9 +33,7 @@ int recw_close(recw_t *w, rl_err *err);
 // readers will report it truncated, as it is.
 void recw_free(recw_t *w);
 
-uint64_t recw_count(const recw_t *w);
 uint64_t recw_bytes_written(const recw_t *w);
-int recw_broken_pipe(const recw_t *w);
 
 // Fills h with {"rlpipe": 1, "kind": kind, "producer": "<tool> <version>"},
 // plus "argv" and "time" unless no_provenance.

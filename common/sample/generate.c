@@ -139,7 +139,6 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
 
 int gen_free_slots(const gen_t *g) { return g->o.slots - g->n_active; }
 size_t gen_waiting(const gen_t *g) { return g->tail - g->head; }
-size_t gen_active(const gen_t *g) { return (size_t)g->n_active; }
 void gen_set_version(gen_t *g, uint32_t ver) { g->ver = ver; }
 
 static void push_u32(u32_vec *a, uint32_t x) {

@@ -63,7 +63,6 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n);
 
 int gen_free_slots(const gen_t *g);   // slots not decoding a sample
 size_t gen_waiting(const gen_t *g);   // samples queued, not yet in a slot
-size_t gen_active(const gen_t *g);    // samples in slots
 
 // The weight version stamped on the tokens sampled from now on.
 void gen_set_version(gen_t *g, uint32_t ver);

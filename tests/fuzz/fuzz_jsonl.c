@@ -53,7 +53,7 @@ static void read_lines(const char *path) {
         round_trip(r, back, &a, &b);
     }
     if (e == RECR_ERROR) (void)strlen(jsonl_error(j));
-    (void)jsonl_records(j), (void)jsonl_line(j), (void)jsonl_bytes_in(j);
+    (void)jsonl_line(j), (void)jsonl_bytes_in(j);
     sbuf_free(&a);
     sbuf_free(&b);
     rec_free(r);
