@@ -5,7 +5,7 @@ header, records, trailer) for bench/records.sh.
 usage: gen_rollouts.py OUT.msgpack [MB] [SEED]
 
 MB is the target size of the output in 10^6 bytes (default 1000). Each record
-looks like what rl-sample writes (DESIGN §2): ~200 completion tokens (ids from
+looks like what rl-sample writes (doc/design.md §2): ~200 completion tokens (ids from
 a Zipf-like distribution over a 32000 vocabulary, so mostly 3-byte msgpack
 uints), float32 logps (0xca), per-token weight versions, ~800 characters of
 text with some non-ASCII, a prompt shared by the 8 records of its group, ~40

@@ -1,5 +1,5 @@
 // tokenize — the timing driver of bench/tokenize.sh: encode throughput of
-// common/tokenizer.c on a file of texts. Loads the tokenizer (not timed),
+// common/text/tokenizer.c on a file of texts. Loads the tokenizer (not timed),
 // encodes every text once untimed (warm-up), then REPS times timed, and prints
 //   RESULT what=ours texts=N bytes=B tokens=T median_s=S mb_s=M tok_s=K times=t1,t2,...
 // where B is the texts' UTF-8 bytes, T the ids of one pass, M = B / S / 1e6

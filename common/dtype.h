@@ -1,6 +1,6 @@
 // dtype.h — the element types of weights: f32, bf16, f16 as stored in
 // safetensors files and by the sampler, and int8 weight-only quantisation with
-// one f32 scale per group of 32 or 64 consecutive inputs (DESIGN §6).
+// one f32 scale per group of 32 or 64 consecutive inputs (doc/design.md §6).
 #ifndef RLPIPE_DTYPE_H
 #define RLPIPE_DTYPE_H
 

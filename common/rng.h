@@ -1,4 +1,4 @@
-// rng.h — the one seeded generator of a tool (DESIGN §7): xoshiro256**
+// rng.h — the one seeded generator of a tool (doc/design.md §7): xoshiro256**
 // seeded through splitmix64, so the same seed gives the same stream on every machine.
 #ifndef RLPIPE_RNG_H
 #define RLPIPE_RNG_H

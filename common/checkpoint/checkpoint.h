@@ -1,4 +1,4 @@
-// checkpoint.h — checkpoint directories (DESIGN §3): a root DIR holding
+// checkpoint.h — checkpoint directories (doc/design.md §3): a root DIR holding
 // version directories DIR/v000017/ and a file DIR/latest naming the newest
 // complete one. Every tool that takes "a model directory or a checkpoint"
 // resolves it here. How a version is published is here too; what goes into

@@ -1,5 +1,5 @@
 // config.h — the configuration of a Llama-family model read from a Hugging
-// Face config.json (DESIGN §3) and the generation_config.json beside it.
+// Face config.json (doc/design.md §3) and the generation_config.json beside it.
 // Families (model_type): "llama" (optional attention_bias: q/k/v/o biases;
 // mlp_bias: gate/up/down biases), "qwen2" (q/k/v biases), "qwen3" (RMSNorm of
 // each head of q and k before RoPE, attention_bias) and "mistral" (no biases).

@@ -1,4 +1,4 @@
-// cli.h — what every tool does the same way (DESIGN §7): messages prefixed
+// cli.h — what every tool does the same way (doc/design.md §7): messages prefixed
 // with the tool's name, exit statuses (1 data/runtime, 2 usage), --version,
 // output files, refusing binary output to a terminal, progress on stderr.
 #ifndef RLPIPE_CLI_H
@@ -17,7 +17,7 @@ void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), 
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_print_version(void);
 
-// The output options of every tool that writes records (DESIGN §7):
+// The output options of every tool that writes records (doc/design.md §7):
 // -o/--output, -u/--uncompressed, --no-provenance, -f/--force, -q/--quiet,
 // --progress, -h/--help, -V/--version. A tool puts CLI_OUT_LONGOPTS in its
 // option table and CLI_OUT_SHORTOPTS in its short options, and passes every

@@ -1,4 +1,4 @@
-// adamw.h — the optimizer of DESIGN §4: AdamW as torch.optim.AdamW defines it,
+// adamw.h — the optimizer of doc/design.md §4: AdamW as torch.optim.AdamW defines it,
 // gradient-norm clipping as torch.nn.utils.clip_grad_norm_ does it, and the
 // learning-rate schedule (linear warm-up, then constant or cosine).
 #ifndef RLPIPE_ADAMW_H

@@ -1,4 +1,4 @@
-// learner.h — rl-learn's optimizer steps (DESIGN §4). Records are held in
+// learner.h — rl-learn's optimizer steps (doc/design.md §4). Records are held in
 // whole groups (consecutive records with the same "group"; a record without
 // one is a group of its own) until a step's batch is full; each step computes
 // the advantages of its groups, runs forward and backward over micro-batches
@@ -53,7 +53,7 @@ const char *lrn_adv_name(adv_kind k);
 // The advantages of one group's rewards r (n), into a (n).
 void lrn_advantages(adv_kind k, const double *r, size_t n, double *a);
 
-// What one step did (DESIGN §4 and rl-learn(1) METRICS). "has_" flags say
+// What one step did (doc/design.md §4 and rl-learn(1) METRICS). "has_" flags say
 // whether the records carried what a statistic needs.
 typedef struct {
     uint64_t step, version;           // the step taken (1 for the first); the version it produced

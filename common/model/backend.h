@@ -1,4 +1,4 @@
-// backend.h — which backend computes (DESIGN §6, `--device cpu|cuda`): the
+// backend.h — which backend computes (doc/design.md §6, `--device cpu|cuda`): the
 // CPU's, or CUDA's when asked for or, by default, when this build has it and
 // a GPU can be used.
 #ifndef RLPIPE_BACKEND_H

@@ -66,26 +66,30 @@ struct model {
     weights w;                            // the weights in use
     float *cos_sin;                       // (max_pos, HS/2, 2)
 
-    // workspace for up to cap tokens (backend memory)
-    int cap, seq_cap, lrows;
+    // Workspace for up to cap tokens: pointers into one block of the backend
+    // (work), shapes in work_table.
+    int cap, lrows;
+    void *work;
     float *x, *xb, *xm, *q, *k, *v, *att, *hb, *hb2;
     int32_t *ids, *pos, *rows;
     rl_attn_seq *seqs;
-    float *hrows, *logits, *itemp, *lp;   // (lrows, C) (lrows, V) (cap) (cap)
-    float *ent, *dlogp;                   // (cap) (cap): entropies, dloss/dlogp
-    int32_t *sel, *tgt;                   // (cap): rows that need logits and their targets
-    double *su, *slogp;                   // (cap): model_step_sample's uniforms and log-probabilities
-    int32_t *stok;                        // (cap): and its tokens
+    float *hrows, *logits, *itemp, *lp;
+    float *ent, *dlogp;
+    int32_t *sel, *tgt;
+    double *su, *slogp;
+    int32_t *stok;
 
     // Training (model_train_init): gradient and AdamW moments, (nparams) each,
-    // in the order of params; saved activations of the forward for tcap
-    // tokens, per layer (L, tokens, width); gradients of activations.
+    // in the order of params.
     float *grads, *exp_avg, *exp_avg_sq;
+    // Saved activations of the forward and gradients of activations for up
+    // to tcap tokens: pointers into one block (twork), shapes in train_table.
     int tcap;
+    void *twork;
     float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
     float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
-    float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3: q, k before their norm, and their gradients; else NULL
-    float *hraw, *dh;                     // (lrows, C) each
+    float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3 only, else NULL
+    float *hraw, *dh;
 
     // KV cache: (L, slots·max_len, NKV·HS) each
     int slots, max_len;
@@ -540,21 +544,177 @@ int model_save(const model_t *m, const char *dir, rl_err *err) {
     return model_save_as(m, dir, &(hfw_write_opts){.dtype = DT_F32}, err);
 }
 
-static void free_train(model_t *m);
+// ---- Workspaces ---------------------------------------------------------------
+// The activations of a batch, and for training the saved activations and the
+// activation gradients, are two groups of buffers. Each group is a table of
+// buffers and their shapes, from which one block of the backend is allocated
+// and every pointer set (as llm.c does); a block grows with the batch and is
+// reused by smaller ones.
+
+// The activations of one layer over N tokens: where forward_train saves them
+// for the backward, or the workspace that forward reuses for every layer.
+typedef struct {
+    float *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // lse may be NULL
+    float *qr, *kr;           // q, k before qwen3's per-head norm (may be q, k: normed in place)
+    float *x;                                                 // the layer's input (saved only)
+} saved;
+
+// One buffer of a group: the model's pointer at byte offset `field` of struct
+// model points to `sets` consecutive sets (one per layer) of n elements of
+// `size` bytes each; n = 0: no buffer (NULL). in_saved: the offset of the
+// member of `saved` that a layer's set is (saved_at), or -1.
+typedef struct {
+    size_t field, size, sets, n;
+    ptrdiff_t in_saved;
+} wbuf;
+
+#define WBUF(f, n) ((wbuf){offsetof(struct model, f), sizeof *((model_t *)0)->f, 1, (n), -1})
+#define WBUF_SAVED(f, sets, n, member) \
+    ((wbuf){offsetof(struct model, f), sizeof *((model_t *)0)->f, (sets), (n), offsetof(saved, member)})
+
+// Every buffer starts at a multiple of WBUF_ALIGN bytes of its block:
+// cudaMalloc's alignment and a multiple of the CPU backend's (64), so that
+// the kernels see the alignment that separate allocations had.
+enum { WBUF_ALIGN = 256, WT_MAX = 32 };   // WT_MAX: buffers in a group's table
+
+// Bytes of buffer b and its padding up to the next buffer.
+static size_t wbuf_bytes(const wbuf *b) {
+    size_t bytes = b->sets * b->n * b->size;
+    return (bytes + WBUF_ALIGN - 1) / WBUF_ALIGN * WBUF_ALIGN;
+}
+
+// The workspace for N tokens: one layer's activations, which forward reuses
+// for every layer, and the batch's inputs and outputs.
+static size_t work_table(const model_t *m, size_t N, wbuf *t) {
+    const model_config *c = &m->c;
+    size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim,
+           F = (size_t)c->inter, R = (size_t)m->lrows;
+    const wbuf b[] = {
+        WBUF(x, N * C),                      // (N, C) the residual stream
+        WBUF(xb, N * C),                     // (N, C) the normed input of attention, then of the MLP
+        WBUF(xm, N * C),                     // (N, C) the residual stream after attention
+        WBUF(q, N * QD),                     // (N, NH, HS)
+        WBUF(att, N * QD),                   // (N, NH, HS) attention's output
+        WBUF(k, N * KVD),                    // (N, NKV, HS)
+        WBUF(v, N * KVD),                    // (N, NKV, HS)
+        WBUF(hb, N * F),                     // (N, F) gate, then the MLP's hidden product
+        WBUF(hb2, N * F),                    // (N, F) up
+        WBUF(ids, N),                        // (N) int32 tokens
+        WBUF(pos, N),                        // (N) int32 their positions
+        WBUF(rows, N),                       // (N) int32 their rows in the KV cache (model_step)
+        WBUF(sel, N),                        // (N) int32 the rows that need logits
+        WBUF(tgt, N),                        // (N) int32 and their targets (scoring)
+        WBUF(itemp, N),                      // (N) 1 / temperature of each scored token
+        WBUF(lp, N),                         // (N) log-probabilities of the scored tokens
+        WBUF(ent, N),                        // (N) their entropies (nats)
+        WBUF(dlogp, N),                      // (N) dloss/dlogp (training)
+        WBUF(su, N),                         // (N) double: model_step_sample's uniforms
+        WBUF(slogp, N),                      // (N) double: its log-probabilities
+        WBUF(stok, N),                       // (N) int32: and its tokens
+        WBUF(hrows, R * C),                  // (lrows, C) rows of the final norm, for the output layer
+        WBUF(logits, R * (size_t)c->vocab),  // (lrows, V)
+        WBUF(seqs, N),                       // (nseq) sequences; nseq <= N, as each has a token
+    };
+    _Static_assert(sizeof b / sizeof *b <= WT_MAX, "work_table: raise WT_MAX");
+    memcpy(t, b, sizeof b);
+    return sizeof b / sizeof *b;
+}
+
+// What training adds for N tokens: the activations of every layer saved by
+// forward_train for the backward, (L, N, width); the gradients of the
+// activations of one layer at a time, (N, width); the output layer's rows.
+static size_t train_table(const model_t *m, size_t N, wbuf *t) {
+    const model_config *c = &m->c;
+    size_t L = (size_t)c->layers, C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
+           KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, NH = (size_t)c->heads,
+           R = (size_t)m->lrows;
+    size_t qk = c->qk_norm ? 1 : 0;   // q and k before qwen3's per-head norm; other models have none
+    const wbuf b[] = {
+        WBUF_SAVED(s_x, L + 1, N * C, x),       // (L+1, N, C) the residual stream entering each layer, and after the last
+        WBUF_SAVED(s_n1, L, N * C, n1),         // (L, N, C) its rmsnorm
+        WBUF_SAVED(s_q, L, N * QD, q),          // (L, N, NH, HS) after RoPE
+        WBUF_SAVED(s_k, L, N * KVD, k),         // (L, N, NKV, HS) after RoPE
+        WBUF_SAVED(s_v, L, N * KVD, v),         // (L, N, NKV, HS)
+        WBUF_SAVED(s_att, L, N * QD, att),      // (L, N, NH, HS) attention's output
+        WBUF_SAVED(s_lse, L, N * NH, lse),      // (L, N, NH) log Σ exp(scores) of each query row
+        WBUF_SAVED(s_xm, L, N * C, xm),         // (L, N, C) the residual stream after attention
+        WBUF_SAVED(s_n2, L, N * C, n2),         // (L, N, C) its rmsnorm
+        WBUF_SAVED(s_gate, L, N * F, gate),     // (L, N, F)
+        WBUF_SAVED(s_up, L, N * F, up),         // (L, N, F)
+        WBUF(d_x, N * C),                       // (N, C) dloss/d(residual stream)
+        WBUF(d_n, N * C),                       // (N, C) dloss/d(a normed input)
+        WBUF(d_q, N * QD),                      // (N, NH, HS)
+        WBUF(d_k, N * KVD),                     // (N, NKV, HS)
+        WBUF(d_v, N * KVD),                     // (N, NKV, HS)
+        WBUF(d_att, N * QD),                    // (N, NH, HS)
+        WBUF(d_h, N * F),                       // (N, F) forward_train's hidden product, then dh and dgate
+        WBUF(d_up, N * F),                      // (N, F) the hidden product again, then dup
+        WBUF(hraw, R * C),                      // (lrows, C) output layer rows before the final norm
+        WBUF(dh, R * C),                        // (lrows, C) dloss/d(rows after the final norm)
+        WBUF_SAVED(s_qr, L, qk * N * QD, qr),   // (L, N, NH, HS) qwen3
+        WBUF_SAVED(s_kr, L, qk * N * KVD, kr),  // (L, N, NKV, HS) qwen3
+        WBUF(d_qr, qk * N * QD),                // (N, NH, HS) qwen3
+        WBUF(d_kr, qk * N * KVD),               // (N, NKV, HS) qwen3
+    };
+    _Static_assert(sizeof b / sizeof *b <= WT_MAX, "train_table: raise WT_MAX");
+    memcpy(t, b, sizeof b);
+    return sizeof b / sizeof *b;
+}
+
+// Sets the pointers of table t (nt buffers) into block, in table order;
+// block NULL: every pointer NULL.
+static void group_point(model_t *m, const wbuf *t, size_t nt, char *block) {
+    size_t off = 0;
+    for (size_t i = 0; i < nt; i++) {
+        void *p = block && t[i].n ? block + off : NULL;
+        memcpy((char *)m + t[i].field, &p, sizeof p);   // a float *, int32_t *, ... field
+        off += wbuf_bytes(&t[i]);
+    }
+}
+
+// One block of the backend (zero-filled) for table t, the pointers set into it.
+static void *group_alloc(model_t *m, const wbuf *t, size_t nt) {
+    size_t bytes = 0;
+    for (size_t i = 0; i < nt; i++) bytes += wbuf_bytes(&t[i]);
+    char *block = m->ops->alloc(bytes);
+    group_point(m, t, nt, block);
+    return block;
+}
+
+static void group_free(model_t *m, void **block, const wbuf *t, size_t nt) {
+    if (*block) m->ops->free(*block);
+    *block = NULL;
+    group_point(m, t, nt, NULL);
+}
 
 static void free_workspace(model_t *m) {
-    const rl_ops *o = m->ops;
-    void *bufs[] = {m->x,     m->xb,   m->xm,     m->q,     m->k,   m->v,   m->att,  m->hb,
-                    m->hb2,   m->ids,  m->pos,    m->rows,  m->seqs, m->hrows, m->logits, m->itemp,
-                    m->lp,    m->ent,  m->dlogp,  m->sel,   m->tgt, m->su,  m->slogp, m->stok};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
-        if (bufs[i]) o->free(bufs[i]);
-    m->x = m->xb = m->xm = m->q = m->k = m->v = m->att = m->hb = m->hb2 = NULL;
-    m->hrows = m->logits = m->itemp = m->lp = m->ent = m->dlogp = NULL;
-    m->ids = m->pos = m->rows = m->sel = m->tgt = m->stok = NULL;
-    m->su = m->slogp = NULL;
-    m->seqs = NULL;
-    m->cap = m->seq_cap = 0;
+    wbuf t[WT_MAX];
+    group_free(m, &m->work, t, work_table(m, 0, t));
+    m->cap = 0;
+}
+
+static void free_train(model_t *m) {
+    wbuf t[WT_MAX];
+    group_free(m, &m->twork, t, train_table(m, 0, t));
+    m->tcap = 0;
+}
+
+// The workspace for N tokens (in at most N sequences), for at least 64.
+static void reserve(model_t *m, int N) {
+    if (m->cap && N <= m->cap) return;
+    free_workspace(m);
+    m->cap = N < 64 ? 64 : N;
+    wbuf t[WT_MAX];
+    m->work = group_alloc(m, t, work_table(m, (size_t)m->cap, t));
+}
+
+// Saved activations and activation gradients for N tokens.
+static void reserve_train(model_t *m, int N) {
+    if (N <= m->tcap) return;
+    free_train(m);
+    wbuf t[WT_MAX];
+    m->twork = group_alloc(m, t, train_table(m, (size_t)N, t));
+    m->tcap = N;
 }
 
 static void free_cache(model_t *m) {
@@ -588,55 +748,6 @@ const char *model_device(const model_t *m) { return m->ops->name; }
 size_t model_nparams(const model_t *m) { return m->nparams; }
 
 // ---- The forward pass -------------------------------------------------------
-
-// Activations for N tokens in nseq sequences.
-static void reserve(model_t *m, int N, int nseq) {
-    const model_config *c = &m->c;
-    const rl_ops *o = m->ops;
-    if (N > m->cap || m->cap == 0) {
-        free_workspace(m);
-        int cap = N < 64 ? 64 : N;
-        size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
-               KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, n = (size_t)cap;
-        m->x = o->alloc(n * C * 4);
-        m->xb = o->alloc(n * C * 4);
-        m->xm = o->alloc(n * C * 4);
-        m->q = o->alloc(n * QD * 4);
-        m->att = o->alloc(n * QD * 4);
-        m->k = o->alloc(n * KVD * 4);
-        m->v = o->alloc(n * KVD * 4);
-        m->hb = o->alloc(n * F * 4);
-        m->hb2 = o->alloc(n * F * 4);
-        m->ids = o->alloc(n * 4);
-        m->pos = o->alloc(n * 4);
-        m->rows = o->alloc(n * 4);
-        m->sel = o->alloc(n * 4);
-        m->tgt = o->alloc(n * 4);
-        m->itemp = o->alloc(n * 4);
-        m->lp = o->alloc(n * 4);
-        m->ent = o->alloc(n * 4);
-        m->dlogp = o->alloc(n * 4);
-        m->su = o->alloc(n * sizeof(double));
-        m->slogp = o->alloc(n * sizeof(double));
-        m->stok = o->alloc(n * 4);
-        m->hrows = o->alloc((size_t)m->lrows * C * 4);
-        m->logits = o->alloc((size_t)m->lrows * c->vocab * 4);
-        m->cap = cap;
-    }
-    if (nseq > m->seq_cap) {
-        if (m->seqs) o->free(m->seqs);
-        m->seq_cap = nseq < 64 ? 64 : nseq;
-        m->seqs = o->alloc((size_t)m->seq_cap * sizeof(rl_attn_seq));
-    }
-}
-
-// The activations of one layer over N tokens: where forward_train saves them
-// for the backward, or the workspace that forward reuses for every layer.
-typedef struct {
-    float *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // lse may be NULL
-    float *qr, *kr;           // q, k before qwen3's per-head norm (may be q, k: normed in place)
-    float *x;                                                 // the layer's input (saved only)
-} saved;
 
 // Layer l over N tokens: x (N, C) in, next (N, C) out (next may be x: it is
 // read first). The activations go to s; h (N, F) is the MLP's hidden product
@@ -758,7 +869,7 @@ static int pack_scored(model_t *m, const model_seq *seqs, size_t n, size_t *N_, 
     *R_ = R;
     *nseq_ = nseq;
     if (nseq == 0) return 0;
-    reserve(m, (int)N, (int)nseq);
+    reserve(m, (int)N);
     int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *sel = xmalloc(R * 4), *tgt = xmalloc(R * 4);
     float *itemp = xmalloc(R * 4);
     rl_attn_seq *as = xmalloc(nseq * sizeof *as);
@@ -854,71 +965,23 @@ int model_train_init(model_t *m, rl_err *err) {
     return 0;
 }
 
-static void free_train(model_t *m) {
-    float **bufs[] = {&m->s_x, &m->s_n1, &m->s_q, &m->s_k, &m->s_v, &m->s_att, &m->s_lse, &m->s_xm,
-                      &m->s_n2, &m->s_gate, &m->s_up, &m->d_x, &m->d_n, &m->d_q, &m->d_k, &m->d_v,
-                      &m->d_att, &m->d_h, &m->d_up, &m->hraw, &m->dh, &m->s_qr, &m->s_kr, &m->d_qr, &m->d_kr};
-    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
-        if (*bufs[i]) m->ops->free(*bufs[i]);
-        *bufs[i] = NULL;
-    }
-    m->tcap = 0;
-}
-
-// Saved activations and activation gradients for N tokens.
-static void reserve_train(model_t *m, int N) {
-    if (N <= m->tcap) return;
-    free_train(m);
-    const model_config *c = &m->c;
-    const rl_ops *o = m->ops;
-    size_t n = (size_t)N, L = (size_t)c->layers, C = (size_t)c->hidden, F = (size_t)c->inter,
-           QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim;
-    m->s_x = o->alloc((L + 1) * n * C * 4);
-    m->s_n1 = o->alloc(L * n * C * 4);
-    m->s_q = o->alloc(L * n * QD * 4);
-    m->s_k = o->alloc(L * n * KVD * 4);
-    m->s_v = o->alloc(L * n * KVD * 4);
-    m->s_att = o->alloc(L * n * QD * 4);
-    m->s_lse = o->alloc(L * n * (size_t)c->heads * 4);
-    m->s_xm = o->alloc(L * n * C * 4);
-    m->s_n2 = o->alloc(L * n * C * 4);
-    m->s_gate = o->alloc(L * n * F * 4);
-    m->s_up = o->alloc(L * n * F * 4);
-    m->d_x = o->alloc(n * C * 4);
-    m->d_n = o->alloc(n * C * 4);
-    m->d_q = o->alloc(n * QD * 4);
-    m->d_k = o->alloc(n * KVD * 4);
-    m->d_v = o->alloc(n * KVD * 4);
-    m->d_att = o->alloc(n * QD * 4);
-    m->d_h = o->alloc(n * F * 4);
-    m->d_up = o->alloc(n * F * 4);
-    m->hraw = o->alloc((size_t)m->lrows * C * 4);
-    m->dh = o->alloc((size_t)m->lrows * C * 4);
-    if (c->qk_norm) {
-        m->s_qr = o->alloc(L * n * QD * 4);
-        m->s_kr = o->alloc(L * n * KVD * 4);
-        m->d_qr = o->alloc(n * QD * 4);
-        m->d_kr = o->alloc(n * KVD * 4);
-    }
-    m->tcap = N;
-}
-
 // The residual stream (N, C) entering layer l (l = layers: after the last).
 static float *resid_at(const model_t *m, int l, int N) {
     return m->s_x + (size_t)l * (size_t)N * (size_t)m->c.hidden;
 }
 
-// The activations of layer l saved by forward_train, for N tokens.
+// The activations of layer l saved by forward_train for N tokens: set l of
+// each saved buffer of train_table, its layers laid out for N tokens.
 static saved saved_at(const model_t *m, int l, int N) {
-    const model_config *c = &m->c;
-    size_t n = (size_t)N, C = (size_t)c->hidden, F = (size_t)c->inter,
-           QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim;
-    size_t L = (size_t)l;
-    return (saved){.x = resid_at(m, l, N), .n1 = m->s_n1 + L * n * C, .q = m->s_q + L * n * QD,
-                   .k = m->s_k + L * n * KVD, .v = m->s_v + L * n * KVD, .att = m->s_att + L * n * QD,
-                   .lse = m->s_lse + L * n * (size_t)c->heads, .xm = m->s_xm + L * n * C,
-                   .n2 = m->s_n2 + L * n * C, .gate = m->s_gate + L * n * F, .up = m->s_up + L * n * F,
-                   .qr = m->s_qr ? m->s_qr + L * n * QD : NULL, .kr = m->s_kr ? m->s_kr + L * n * KVD : NULL};
+    wbuf t[WT_MAX];
+    size_t nt = train_table(m, (size_t)N, t);
+    saved s = {0};
+    for (size_t i = 0; i < nt; i++) {
+        if (t[i].in_saved < 0) continue;
+        float *base = *(float *const *)((const char *)m + t[i].field);
+        *(float **)((char *)&s + t[i].in_saved) = base ? base + (size_t)l * t[i].n : NULL;
+    }
+    return s;
 }
 
 // The gradient of a parameter, given the parameter's address.
@@ -1214,7 +1277,7 @@ static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *e
         if (N > max_batch_tokens(m)) return err_set(err, "step of over %zu tokens: prefill in parts", max_batch_tokens(m));
     }
     if (n == 0) return 0;
-    reserve(m, (int)N, (int)n);
+    reserve(m, (int)N);
     int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *rows = xmalloc(N * 4), *last = xmalloc(n * 4);
     rl_attn_seq *as = xmalloc(n * sizeof *as);
     size_t q0 = 0;

@@ -1,4 +1,4 @@
-// model.h — the Llama-family policy model (DESIGN §3, §6): weights from a
+// model.h — the Llama-family policy model (doc/design.md §3, §6): weights from a
 // Hugging Face directory or random, the scoring forward (log-probabilities of
 // given tokens at a temperature) and incremental decoding with a KV cache laid
 // out for continuous batching. Computation goes through a backend (ops.h).
@@ -60,7 +60,7 @@ typedef struct {
 // or a sliding window, or dynamic RoPE's original length), temperature <= 0.
 int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err);
 
-// ---- Training (f32 models): exact gradients and the AdamW step (DESIGN §4).
+// ---- Training (f32 models): exact gradients and the AdamW step (doc/design.md §4).
 // The gradient, optimizer moments and step live in the model's backend.
 
 // Allocates the gradient (zero) and the AdamW moments (zero) of every parameter.

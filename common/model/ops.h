@@ -1,6 +1,6 @@
 // ops.h — the backend interface: the few operations the model is made of.
 // The model (model.c) says *what* to compute and calls these through a table;
-// a backend (common/cpu/, common/cuda/) says *where*. All pointers given to an
+// a backend (common/model/cpu/, common/model/cuda/) says *where*. All pointers given to an
 // op are in the backend's memory (alloc/upload; rl_attn_seq arrays too), but
 // for structs of scalars (rl_mat, smp_params, rl_adamw), which are host memory
 // (an rl_mat's data and scales are the backend's); shapes are row-major. A backend may run ops
@@ -118,7 +118,7 @@ typedef struct rl_ops {
 } rl_ops;
 
 const rl_ops *ops_cpu(void);
-// The CUDA backend (common/cuda/): NULL, with *why saying why, when this build
+// The CUDA backend (common/model/cuda/): NULL, with *why saying why, when this build
 // has none (made with CUDA=0 or without nvcc) or no GPU can be used. Set
 // RLPIPE_TF32=1 to let its f32 products use TF32 tensor cores.
 const rl_ops *ops_cuda(const char **why);

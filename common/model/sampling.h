@@ -1,6 +1,6 @@
 // sampling.h — drawing the next token from a row of logits, and the exact
 // log-probability of the token drawn under the distribution it was drawn
-// from (DESIGN §2 `logp`).
+// from (doc/design.md §2 `logp`).
 //
 // The distribution, in the order Hugging Face's generate applies it:
 // z = logits / temperature; top-k keeps the k largest z (ties: the lower id

@@ -1,5 +1,5 @@
 // mismatch.h — how far the sampler's distribution is from the learner's,
-// and how stale the sampled tokens are (DESIGN §4 "Mismatch metrics").
+// and how stale the sampled tokens are (doc/design.md §4 "Mismatch metrics").
 //
 // Per token t: rho_t = exp(logp_learner_t - logp_t) = pi_old / mu.
 //   k1 = mean(logp - logp_learner)          (KL(mu||pi_old) estimate)

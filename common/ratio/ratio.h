@@ -1,5 +1,5 @@
 // ratio.h — importance weights that correct for the sampler/learner mismatch
-// (DESIGN §4), and what a rollout record must hold to be weighted.
+// (doc/design.md §4), and what a rollout record must hold to be weighted.
 //
 // Per completion token t, in double precision:
 //   d_t = logp_learner_t - logp_t,   rho_t = exp(d_t) = pi_old(a_t) / mu(a_t)

@@ -40,7 +40,7 @@ scorer_t *scr_new(const scr_opts *o);
 void scr_free(scorer_t *s);
 
 // Loads the learner model from dir, which is a model directory or a
-// checkpoint root (DESIGN §3) whose file "latest" names the version directory
+// checkpoint root (doc/design.md §3) whose file "latest" names the version directory
 // to load. *version is the integer "version" of the loaded directory's
 // state.json, or else the number of a "latest" name v<digits>, or else 0;
 // path (size bytes) receives the directory loaded. NULL with err on failure.

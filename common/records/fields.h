@@ -1,7 +1,7 @@
-// fields.h — the record fields DESIGN §2 defines, and their types.
+// fields.h — the record fields doc/design.md §2 defines, and their types.
 //
 // Used where a type must be chosen or checked: JSON lines carry no float32
-// or unsigned types, so --pack encodes known fields as DESIGN says; --check
+// or unsigned types, so --pack encodes known fields as rlpipe-records(5) says; --check
 // verifies that known fields have their types and per-token arrays agree.
 #ifndef RLPIPE_FIELDS_H
 #define RLPIPE_FIELDS_H

@@ -3,7 +3,7 @@
 // A hand-written parser rather than cJSON because cJSON keeps every number
 // as a double: it cannot tell 1 from 1.0 and loses integers above 2^53.
 // Here an integer literal stays an integer (int64/uint64 range), and known
-// fields get their DESIGN types (fields.h): float32 fields are parsed with
+// fields get their types of rlpipe-records(5) (fields.h): float32 fields are parsed with
 // strtof so the shortest float32 text reads back to the same float32.
 #ifndef RLPIPE_JSON_H
 #define RLPIPE_JSON_H

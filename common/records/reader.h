@@ -1,6 +1,6 @@
 // reader.h — reads a record stream: members of header, records, trailer.
 //
-// Checks what DESIGN §2 requires of a stream: every member starts with a
+// Checks what doc/design.md §2 requires of a stream: every member starts with a
 // header {"rlpipe": 1, ...} and ends with a trailer {"rlpipe_end": 1,
 // "count": N} whose count matches; records are maps with string keys, within
 // the limits. Every complete record before a truncation or corruption is

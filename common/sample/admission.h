@@ -1,5 +1,5 @@
 // admission.h — when the next prompt may start generating: at once, or, with
-// a lag bound (rl-sample --max-lag K, DESIGN §5), only once the weights held
+// a lag bound (rl-sample --max-lag K, doc/design.md §5), only once the weights held
 // are recent enough that no token of its group will be more than K versions
 // behind the learner that trains on it.
 #ifndef RLPIPE_ADMISSION_H

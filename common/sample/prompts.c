@@ -7,7 +7,7 @@
 
 #include "records/source.h"
 
-// Rollout fields that rl-sample sets (DESIGN §2) or that later tools own: a
+// Rollout fields that rl-sample sets (doc/design.md §2) or that later tools own: a
 // prompt carrying one would have it overwritten or misread downstream.
 static const char *const RESERVED[] = {"id",   "group", "ids",          "text",        "logp", "ver",
                                        "finish", "reward", "temperature", "top_p",      "top_k", "dtype",

@@ -1,4 +1,4 @@
-// rollout.h — finished groups become rollout records (DESIGN §2): decoded
+// rollout.h — finished groups become rollout records (doc/design.md §2): decoded
 // text, a reward from the built-in verifier or from the external one, the
 // sampling parameters, and every other key of the prompt. Groups wait here
 // until the external verifier has answered for each of their samples, and

@@ -1,4 +1,4 @@
-// net.h — the stream sockets weights travel over (DESIGN §5): addresses
+// net.h — the stream sockets weights travel over (doc/design.md §5): addresses
 // unix:PATH (the default transport; a bare path is one) and tcp:HOST:PORT,
 // listening, connecting, and whole-buffer transfers that give up after a
 // timeout without progress or as soon as the caller asks them to stop.

@@ -1,4 +1,4 @@
-// push.h — the weight-push protocol (DESIGN §5) both ends speak: rl-sync
+// push.h — the weight-push protocol (doc/design.md §5) both ends speak: rl-sync
 // sends a version, a receiver (rl-sample --listen, rl-ratio --listen) takes
 // it. One push per connection; all integers little-endian. A *message* is a
 // u32 length L (1 <= L <= PUSH_MSG_MAX, checked before anything is allocated)

@@ -1,4 +1,4 @@
-// receiver.h — the receiving end of weight pushes (push.h, DESIGN §5), for a
+// receiver.h — the receiving end of weight pushes (push.h, doc/design.md §5), for a
 // tool that keeps using its model while new weights arrive (rl-sample,
 // rl-ratio with --listen). A thread accepts one push at a time, receives it
 // into a standby copy of the weights (converted to the model's dtype) while

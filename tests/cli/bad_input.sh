@@ -2,7 +2,7 @@
 # rl-cat on bad input and bad usage: every data error is one clear line
 # "rl-cat: error: <what>: <file> record <N>" with exit status 1, after the
 # complete records before the damage have been written; usage errors exit 2.
-# (Contract: /tmp/spec/rl-cat.md "Errors"; DESIGN §2 and §7.)
+# (Contract: man/rl-cat.1 "Errors"; doc/design.md §2 and §7.)
 # also-asan
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1

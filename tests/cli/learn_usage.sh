@@ -1,7 +1,7 @@
 #!/bin/bash
 # rl-learn's help and version, its usage errors (exit 2, nothing written), and
 # a short training run with resume and a bad record under the sanitizers.
-# (man/rl-learn.1; DESIGN §7.)
+# (man/rl-learn.1; doc/design.md §7.)
 # also-asan
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1

@@ -1,7 +1,7 @@
 #!/bin/bash
 # rl-cat's modes: concatenate (default), --check, --stats, --json, --pack, --head,
 # -o; what the output member holds; records flow through a pipe without delay.
-# (Contract: /tmp/spec/rl-cat.md; DESIGN §2 and §7.)
+# (Contract: man/rl-cat.1; doc/design.md §2 and §7.)
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py

@@ -2,7 +2,7 @@
 # rl-ratio on bad records, bad models and bad usage: a bad record is one line
 # "rl-ratio: error: <what>: <file> record <N>", exit 1, after the records before
 # it have been weighted and written; usage errors exit 2; binary records are
-# not written to a terminal. (DESIGN §2, §4, §7; man/rl-ratio.1.)
+# not written to a terminal. (doc/design.md §2, §4, §7; man/rl-ratio.1.)
 # also-asan
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1

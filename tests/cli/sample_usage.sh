@@ -1,7 +1,7 @@
 #!/bin/bash
 # rl-sample's usage errors (exit 2), model and prompt errors (exit 1), help,
 # version, and one generation with every option under the sanitizers.
-# (man/rl-sample.1; DESIGN §7.)
+# (man/rl-sample.1; doc/design.md §7.)
 # also-asan
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1

@@ -4,7 +4,7 @@
 # directory, an unsafe token file), and one push of each conversion to the
 # Python receiver of tests/py/pushproto.py under the sanitizers, and one from
 # shards as transformers writes them.
-# (man/rl-sync.1; DESIGN §5, §7.)
+# (man/rl-sync.1; doc/design.md §5, §7.)
 # also-asan
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1

@@ -2,7 +2,7 @@
 # rl-cat and where its output goes: binary records are never written to a
 # terminal (exit 2, clear message) unless --force, -o FILE or a text mode;
 # a reader that goes away (SIGPIPE/EPIPE) ends rl-cat quietly.
-# (Contract: /tmp/spec/rl-cat.md "Errors"; DESIGN §7.)
+# (Contract: man/rl-cat.1 "Errors"; doc/design.md §7.)
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py

@@ -2,7 +2,7 @@
 LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM and Qwen3's
 Qwen3ForCausalLM), written in PyTorch from the architecture's definition, not
 imported from transformers. It reads a model
-directory (config.json + model.safetensors, DESIGN §3) with Hugging Face's
+directory (config.json + model.safetensors, doc/design.md §3) with Hugging Face's
 `safetensors` library and computes in float64 for the tests (the values in the
 file, bf16-rounded ones included, are exact in float64) or float32 for the
 benchmark. It also writes random model directories whose log-probabilities

@@ -14,7 +14,7 @@ import zstandard
 
 ROOT = os.environ.get("RLPIPE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN = os.environ.get("RLPIPE_BIN", os.path.join(ROOT, "bin"))
-F32_KEYS = ("logp", "logp_learner", "w")   # float32 arrays by DESIGN §2
+F32_KEYS = ("logp", "logp_learner", "w")   # float32 arrays by rlpipe-records(5)
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 _failed = 0
@@ -54,7 +54,7 @@ def pack_value(key, v):
 
 
 def pack_record(d):
-    """msgpack map with float32 arrays for the DESIGN's float32 fields."""
+    """msgpack map with float32 arrays for the float32 fields of rlpipe-records(5)."""
     n = len(d)
     out = bytes([0x80 | n]) if n < 16 else b"\xde" + struct.pack(">H", n)
     for k, v in d.items():

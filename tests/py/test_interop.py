@@ -1,7 +1,7 @@
 """rl-cat interoperates with an independent implementation of the record stream.
 
 The reference is tests/py/rltest.py (Debian's python3-msgpack and
-python3-zstandard only). Contract: /tmp/spec/rl-cat.md, DESIGN §2 and §7.
+python3-zstandard only). Contract: man/rl-cat.1, doc/design.md §2 and §7.
 
   - JSON lines -> records -> JSON lines is the identity on values and types;
   - streams written by Python are read by rl-cat, records byte for byte;
@@ -86,7 +86,7 @@ def f64_bits(x):
 def assert_same(got, exp, path="record", f32ctx=False):
     """Equal values AND equal JSON types (int stays int, float stays float, key order kept).
     Floats compare bit for bit (NaN equals NaN, -0.0 differs from 0.0); inside the
-    DESIGN's float32 fields, as float32."""
+    float32 fields of rlpipe-records(5), as float32."""
     if isinstance(exp, dict):
         assert isinstance(got, dict), f"{path}: got {type(got).__name__}, expected an object"
         assert list(got) == list(exp), f"{path}: keys {list(got)}, expected {list(exp)} (in this order)"
@@ -367,7 +367,7 @@ def odd_record_bytes():
     b += b"\xd9\x05group" + b"\xd3" + (25).to_bytes(8, "big")     # key as str8; group: 25 as int64
     b += b"\xa4text" + b"\xd9\x02hi"                             # "hi" as str8
     b += b"\xa3ids" + b"\xdc\x00\x02" + b"\x01\xcc\x02"          # [1, 2] as array16, 2 as uint8
-    b += b"\xa3odd" + b"\xca" + struct.pack(">f", 0.25)          # float32 outside the DESIGN's fields
+    b += b"\xa3odd" + b"\xca" + struct.pack(">f", 0.25)          # float32 outside the fields of rlpipe-records(5)
     return b
 
 

@@ -1,10 +1,10 @@
 """rl-learn computes the gradients, optimizer steps and checkpoints of
-DESIGN §3-§4, checked against an independent PyTorch reference.
+doc/design.md §3-§4, checked against an independent PyTorch reference.
 
 Gradients: tests/tools/grad_probe runs the first half of an rl-learn step
 (advantages, loss, forward and backward over micro-batches) and writes the
 gradient of every parameter tensor; the reference is tests/py/llama_ref.py's
-float64 model with autograd, and the loss written here from DESIGN §4:
+float64 model with autograd, and the loss written here from doc/design.md §4:
   pg:  L = −Σ w·mask·Â·log π(a_t) / Z
   ppo: L = −Σ w·mask·min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â) / Z,  ρ = π/π_old
   sft: L = −Σ mask·log π(a_t) / Z

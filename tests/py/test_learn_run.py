@@ -1,4 +1,4 @@
-"""rl-learn as a tool (man/rl-learn.1, DESIGN §3-§4): the checkpoint
+"""rl-learn as a tool (man/rl-learn.1, doc/design.md §3-§4): the checkpoint
 directory it writes, resuming bit for bit, stopping on SIGINT/SIGTERM
 (kill -9 and full disks are test_faults.py's), batches of whole groups, errors that name the bad record, SFT
 on text examples, and random initialisation from a config.
@@ -103,7 +103,7 @@ def check_all_versions_complete(ckpt):
 
 
 def ref_pg_loss(model_dir, recs):
-    """DESIGN §4's pg loss with grpo advantages, --norm seqs, in float64."""
+    """doc/design.md §4's pg loss with grpo advantages, --norm seqs, in float64."""
     ref = llama_ref.Llama(model_dir)
     by = {}
     for i, r in enumerate(recs):

@@ -1,4 +1,4 @@
-"""rl-ratio computes the importance weights and mismatch metrics of DESIGN §4,
+"""rl-ratio computes the importance weights and mismatch metrics of doc/design.md §4,
 and passes every other byte of a record on unchanged.
 
 References are recomputed here with numpy in float64 from the float32 values

@@ -1,8 +1,8 @@
-"""common/safetensors.c and common/config.c interoperate with Hugging Face.
+"""common/checkpoint/safetensors.c and common/checkpoint/config.c interoperate with Hugging Face.
 
 The reference is Hugging Face's own safetensors library (safetensors.numpy,
 safetensors.torch for bfloat16), driven against tests/tools/st_tool
-(built by `make aux` into $BUILD/tests/tools/st_tool). Contract: DESIGN §3.
+(built by `make aux` into $BUILD/tests/tools/st_tool). Contract: doc/design.md §3.
 
   - files the reference writes, in F32, F16 and BF16, are read with exact values;
   - files st_tool writes (F32, scalars and empty tensors included) are read by

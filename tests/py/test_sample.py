@@ -1,4 +1,4 @@
-"""rl-sample generates what DESIGN §2 says: groups complete and contiguous
+"""rl-sample generates what doc/design.md §2 says: groups complete and contiguous
 under continuous batching, per-token log-probabilities of exactly the
 distribution each token was drawn from, verifier rewards, and clear errors
 for bad prompt files.

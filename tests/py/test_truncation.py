@@ -1,6 +1,6 @@
 """A cut or damaged stream is always reported, and never costs a good record.
 
-DESIGN §2 / rl-cat contract: a stream cut anywhere (mid zstd frame, between
+doc/design.md §2 / rl-cat contract: a stream cut anywhere (mid zstd frame, between
 frames, mid object, member without trailer) is a "truncated stream": rl-cat
 writes every complete record before the cut, then reports the error and exits 1.
 A zstd checksum or format error is a "corrupt stream": nothing of the corrupt

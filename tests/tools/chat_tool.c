@@ -1,4 +1,4 @@
-// chat_tool — drives common/chat.c for tests/py/test_chat.py, which compares
+// chat_tool — drives common/text/chat.c for tests/py/test_chat.py, which compares
 // it with transformers' apply_chat_template.
 //
 //   chat_tool [--gen] [--mask] [--arg NAME=VALUE]... MODEL_DIR

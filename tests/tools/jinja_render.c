@@ -1,4 +1,4 @@
-// jinja_render — drives common/jinja.c for tests/py/test_jinja.py, which
+// jinja_render — drives common/text/jinja*.c for tests/py/test_jinja.py, which
 // compares it with transformers' own chat-template renderer (jinja2).
 //
 //   jinja_render [--spans] TEMPLATE VARS.json

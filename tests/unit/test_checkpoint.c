@@ -1,4 +1,4 @@
-// test_checkpoint.c — checkpoint versions (DESIGN §3): a written version holds
+// test_checkpoint.c — checkpoint versions (doc/design.md §3): a written version holds
 // the model, the AdamW moments and state.json, and reloads bit for bit; latest
 // names the newest; --keep removes only the oldest; a written version is never
 // replaced; errors name the path; and a writer killed (SIGKILL) at any moment

@@ -1,5 +1,5 @@
 // test_net.c — the sockets weights travel over and the push protocol's shared
-// pieces (net.h, push.h, DESIGN §5): addresses parse and print back; a unix
+// pieces (net.h, push.h, doc/design.md §5): addresses parse and print back; a unix
 // socket is created 0600, a stale one replaced, a live one refused; tcp port 0
 // resolves; whole-buffer transfers arrive intact, tell a clean end from a
 // broken one, give up after the timeout and when told to stop; messages

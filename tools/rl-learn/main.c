@@ -55,7 +55,7 @@ static const char USAGE[] =
     "      --keep-last        at the end of input, train on a last partial batch too\n"
     "      --max-steps N      stop after N steps (counted from --init, across --resume)\n"
     "\n"
-    "Loss (DESIGN 4; rl-ratio's w and mask apply to pg and ppo, mask to sft):\n"
+    "Loss (rl-ratio's w and mask apply to pg and ppo, mask to sft):\n"
     "      --loss L           pg (default), ppo or sft\n"
     "      --adv A            grpo (default), drgrpo or rloo; a record's adv is used as given\n"
     "      --norm N           seqs (default), tokens or const:N\n"

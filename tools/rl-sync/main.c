@@ -1,5 +1,5 @@
 // rl-sync — pushes a checkpoint's weights into running receivers
-// (rl-sample --listen, rl-ratio --listen; DESIGN §5): once, or, with --watch,
+// (rl-sample --listen, rl-ratio --listen; doc/design.md §5): once, or, with --watch,
 // every new version a checkpoint root gets. The pushes are syncer.h's (one
 // thread per receiver), the root is followed by watch.h.
 #include <errno.h>

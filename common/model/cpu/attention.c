@@ -14,6 +14,7 @@
 
 #include "model/cpu/cpu.h"
 #include "model/cpu/pool.h"
+#include "util.h"
 
 #define BQ 64          // query rows per score block
 #define BLOCK_ROWS 16  // sequences with at least this many new rows go in blocks
@@ -39,8 +40,8 @@ static int longer_first(const void *x, const void *y) {
 // The sequences' indices by decreasing length, so the longest tasks start
 // first and the short ones fill in at the end.
 static int *longest_first(const rl_attn_seq *seqs, int nseq) {
-    seq_len *l = cpu_scratch((size_t)nseq * sizeof *l);
-    int *order = cpu_scratch((size_t)nseq * sizeof *order);
+    seq_len *l = xmalloc((size_t)nseq * sizeof *l);
+    int *order = xmalloc((size_t)nseq * sizeof *order);
     for (int s = 0; s < nseq; s++) l[s] = (seq_len){seqs[s].pos0 + seqs[s].n, s};
     qsort(l, (size_t)nseq, sizeof *l, longer_first);
     for (int s = 0; s < nseq; s++) order[s] = l[s].s;
@@ -61,7 +62,7 @@ static void scores(float *S, const attn_args *a, rl_attn_seq sq, int h, int j0, 
 static void attend_rows(const attn_args *a, rl_attn_seq sq, int h) {
     int NH = a->NH, HS = a->HS, qs = NH * HS, ks = a->NKV * HS, hk = h / (NH / a->NKV);
     float scale = 1.0f / sqrtf((float)HS);
-    float *sc = cpu_scratch((size_t)(sq.pos0 + sq.n) * sizeof(float));
+    float *sc = xmalloc((size_t)(sq.pos0 + sq.n) * sizeof(float));
     for (int j = 0; j < sq.n; j++) {
         const float *qr = a->q + (size_t)(sq.q0 + j) * qs + (size_t)h * HS;
         float *o = a->out + (size_t)(sq.q0 + j) * qs + (size_t)h * HS;
@@ -93,7 +94,7 @@ static void attend_rows(const attn_args *a, rl_attn_seq sq, int h) {
 // then each output row divided by its sum.
 static void attend_blocks(const attn_args *a, rl_attn_seq sq, int h) {
     int NH = a->NH, HS = a->HS, qs = NH * HS, ks = a->NKV * HS, hk = h / (NH / a->NKV);
-    float *S = cpu_scratch((size_t)BQ * (sq.pos0 + sq.n + 1) * sizeof(float)), *inv = S + (size_t)BQ * (sq.pos0 + sq.n);
+    float *S = xmalloc((size_t)BQ * (sq.pos0 + sq.n + 1) * sizeof(float)), *inv = S + (size_t)BQ * (sq.pos0 + sq.n);
     for (int j0 = 0; j0 < sq.n; j0 += BQ) {
         int bn = sq.n - j0 < BQ ? sq.n - j0 : BQ, T = sq.pos0 + j0 + bn;
         scores(S, a, sq, h, j0, bn, T);
@@ -149,7 +150,7 @@ static void attention_backward_task(void *ctx, int task, int end) {
         memset(dK + (size_t)t * ld, 0, (size_t)HS * sizeof(float));
         memset(dV + (size_t)t * ld, 0, (size_t)HS * sizeof(float));
     }
-    float *P = cpu_scratch((size_t)2 * BQ * Tmax * sizeof(float)), *dP = P + (size_t)BQ * Tmax;
+    float *P = xmalloc((size_t)2 * BQ * Tmax * sizeof(float)), *dP = P + (size_t)BQ * Tmax;
     for (int j0 = 0; j0 < sq.n; j0 += BQ) {
         int bn = sq.n - j0 < BQ ? sq.n - j0 : BQ, T = sq.pos0 + j0 + bn;
         size_t row0 = (size_t)(sq.q0 + j0) * qs + (size_t)h * HS;
@@ -212,7 +213,7 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
                             const float *v, const float *out, const float *lse, const rl_attn_seq *seqs,
                             int nseq, int N, int NH, int NKV, int HS) {
     int group = NH / NKV;
-    float *buf = group > 1 ? cpu_scratch((size_t)2 * N * NH * HS * sizeof(float)) : NULL;
+    float *buf = group > 1 ? xmalloc((size_t)2 * N * NH * HS * sizeof(float)) : NULL;
     int *order = longest_first(seqs, nseq);
     attn_args a = {.dq = dq, .dk = buf ? buf : dk, .dv = buf ? buf + (size_t)N * NH * HS : dv, .dout = dout,
                    .q = q, .k = k, .v = v, .o = out, .lse_in = lse, .seqs = seqs, .order = order,

@@ -12,10 +12,9 @@
 
 #include "model/cpu/cpu.h"
 #include "model/cpu/pool.h"
+#include "util.h"
 
 void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
-
-const cpu_kernels *cpu_K;
 
 // Products with at most this many rows use the row kernels (the weights are
 // read once from memory, converted on the fly); more rows go to sgemm.
@@ -30,15 +29,6 @@ static void *cpu_alloc(size_t bytes) {
         abort();
     }
     memset(p, 0, bytes);
-    return p;
-}
-
-void *cpu_scratch(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "rlpipe: out of memory (%zu bytes of CPU scratch)\n", bytes);
-        abort();
-    }
     return p;
 }
 
@@ -105,7 +95,7 @@ static void matmul_few_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     const rl_mat *W = a->W;
     int M = W->rows, Kd = W->cols, N = a->N;
-    float *row = N > 1 && W->dtype != DT_F32 ? cpu_scratch((size_t)Kd * sizeof(float)) : NULL;
+    float *row = N > 1 && W->dtype != DT_F32 ? xmalloc((size_t)Kd * sizeof(float)) : NULL;
     for (int m = lo; m < hi; m++) {
         const void *w = mat_row(W, m);
         const float *s = mat_scales(W, m);
@@ -128,7 +118,7 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
                     (const float *)W->data + (size_t)lo * Kd, Kd, 0.0f, a->out + lo, M);
         return;
     }
-    float *tile = cpu_scratch((size_t)TILE_ROWS * Kd * sizeof(float));
+    float *tile = xmalloc((size_t)TILE_ROWS * Kd * sizeof(float));
     for (int m0 = lo; m0 < hi; m0 += TILE_ROWS) {
         int rows = hi - m0 < TILE_ROWS ? hi - m0 : TILE_ROWS;
         for (int r = 0; r < rows; r++)
@@ -221,7 +211,7 @@ static void cpu_add(float *x, const float *y, size_t n) {
 static void logprob_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     int V = a->V;
-    float *e = a->out2 ? cpu_scratch((size_t)V * sizeof(float)) : NULL;
+    float *e = a->out2 ? xmalloc((size_t)V * sizeof(float)) : NULL;
     for (int i = lo; i < hi; i++) {
         const float *l = a->x + (size_t)i * V;
         float it = a->vec[i], mx = cpu_row_max(l, V);
@@ -324,8 +314,7 @@ const rl_ops *ops_cpu(void) {
         .adamw = cpu_adamw,
     };
     if (!cpu_K) {
-        const cpu_kernels *k = getenv("RLPIPE_CPU_PORTABLE") ? NULL : cpu_kernels_avx2();
-        cpu_K = k ? k : cpu_kernels_portable();
+        cpu_kernels_choose();
         openblas_set_num_threads(1);
         pool_threads();
     }

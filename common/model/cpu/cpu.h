@@ -1,7 +1,7 @@
-// cpu/cpu.h — what the files of the CPU backend share: the kernels chosen at
-// start, scratch memory, the work sizes that decide threading, and the
-// operations defined outside cpu.c (attention.c, train.c) for the table of
-// ops_cpu(). Not a public interface: callers use ops.h.
+// cpu/cpu.h — what the files of the CPU backend share: the kernels in use
+// (kernels.h), the work sizes that decide threading, and the operations
+// defined outside cpu.c (attention.c, train.c) for the table of ops_cpu().
+// Not a public interface: callers use ops.h.
 #ifndef RLPIPE_CPU_CPU_H
 #define RLPIPE_CPU_CPU_H
 
@@ -12,15 +12,10 @@
 #include "model/cpu/kernels.h"
 #include "model/ops.h"
 
-extern const cpu_kernels *cpu_K;   // chosen once by ops_cpu()
-
 // Work below this many elements stays on the calling thread: waking the
 // others costs more (a decoding step of one token is all small operations).
 #define PAR_MIN 32768
 #define CHUNK 4096   // elements per part of elementwise loops
-
-// malloc that aborts with a message when out of memory
-void *cpu_scratch(size_t bytes);
 
 // max_j x[j] (the order of a max does not matter, so the loop vectorises)
 static inline float cpu_row_max(const float *x, int n) {

@@ -5,6 +5,7 @@
 #include "model/cpu/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtype.h"
@@ -91,7 +92,7 @@ static void adamw_portable(float *p, const float *g, float *m, float *v, int n, 
     for (int i = 0; i < n; i++) adamw_one(p + i, g[i], m + i, v + i, h);
 }
 
-const cpu_kernels *cpu_kernels_portable(void) {
+static const cpu_kernels *cpu_kernels_portable(void) {
     static const cpu_kernels k = {dot_portable,     row_to_f32_portable,      sum_exp_portable,
                                   swiglu_portable,  exp_row_portable,         swiglu_backward_portable,
                                   adamw_portable};
@@ -298,7 +299,7 @@ AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int n,
     adamw_portable(p + i, g + i, m + i, v + i, n - i, h);
 }
 
-const cpu_kernels *cpu_kernels_avx2(void) {
+static const cpu_kernels *cpu_kernels_avx2(void) {
     static const cpu_kernels k = {dot_avx2,    row_to_f32_avx2,      sum_exp_avx2,
                                   swiglu_avx2, exp_row_avx2,         swiglu_backward_avx2,
                                   adamw_avx2};
@@ -308,5 +309,14 @@ const cpu_kernels *cpu_kernels_avx2(void) {
     return &k;
 }
 #else
-const cpu_kernels *cpu_kernels_avx2(void) { return NULL; }
+static const cpu_kernels *cpu_kernels_avx2(void) { return NULL; }
 #endif
+
+// ---- The choice -------------------------------------------------------------
+
+const cpu_kernels *cpu_K;
+
+void cpu_kernels_choose(void) {
+    const cpu_kernels *k = getenv("RLPIPE_CPU_PORTABLE") ? NULL : cpu_kernels_avx2();
+    cpu_K = k ? k : cpu_kernels_portable();
+}

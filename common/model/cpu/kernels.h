@@ -29,7 +29,10 @@ typedef struct {
     void (*adamw)(float *p, const float *g, float *m, float *v, int n, const rl_adamw_f32 *h);
 } cpu_kernels;
 
-const cpu_kernels *cpu_kernels_portable(void);
-const cpu_kernels *cpu_kernels_avx2(void);     // NULL when the processor lacks AVX2/FMA/F16C
+// The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
+// calls it) to the AVX2 build where the processor has it and the environment
+// does not set RLPIPE_CPU_PORTABLE, else to the portable one.
+extern const cpu_kernels *cpu_K;
+void cpu_kernels_choose(void);
 
 #endif

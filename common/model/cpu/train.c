@@ -10,6 +10,7 @@
 
 #include "model/cpu/cpu.h"
 #include "model/cpu/pool.h"
+#include "util.h"
 
 typedef struct {
     float *out, *out2;          // dx / dW / dg / dtable / dgate;  dup
@@ -67,7 +68,7 @@ static void dw_cols_part(void *ctx, int lo, int hi) {
 // Σ over rows of the columns [lo, hi) of a (N, M) matrix, added to out2.
 static void colsum_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
-    float *acc = cpu_scratch((size_t)(hi - lo) * sizeof(float));
+    float *acc = xmalloc((size_t)(hi - lo) * sizeof(float));
     memset(acc, 0, (size_t)(hi - lo) * sizeof(float));
     for (int n = 0; n < a->N; n++) {
         const float *d = a->dout + (size_t)n * a->M + lo;
@@ -115,7 +116,7 @@ static void rmsnorm_dx_part(void *ctx, int lo, int hi) {
 static void rmsnorm_dg_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
     int C = a->K;
-    float *acc = cpu_scratch((size_t)(hi - lo) * sizeof(float));
+    float *acc = xmalloc((size_t)(hi - lo) * sizeof(float));
     memset(acc, 0, (size_t)(hi - lo) * sizeof(float));
     for (int n = 0; n < a->N; n++) {
         const float *xn = a->x + (size_t)n * C + lo, *dn = a->dout + (size_t)n * C + lo;
@@ -130,7 +131,7 @@ static void rmsnorm_dg_part(void *ctx, int lo, int hi) {
 void cpu_rmsnorm_backward(float *dx, float *dg, const float *dout, const float *x, const float *g, int N, int C,
                           float eps) {
     if (N <= 0) return;
-    float *r = cpu_scratch((size_t)N * sizeof(float));
+    float *r = xmalloc((size_t)N * sizeof(float));
     targs a = {.out = dx, .out2 = dg, .dout = dout, .x = x, .w = g, .r = r, .N = N, .K = C, .eps = eps};
     pool_for(N, 1, PAR_MIN / C, rmsnorm_dx_part, &a);
     pool_for(C, 16, PAR_MIN / N, rmsnorm_dg_part, &a);
@@ -216,7 +217,7 @@ static void sumsq_part(void *ctx, int lo, int hi) {
 // Summed per chunk, then the chunks in order: the same result on any number of threads.
 double cpu_sumsq(const float *x, size_t n) {
     int nc = chunks(n);
-    flat f = {.g = x, .n = n, .part = cpu_scratch((size_t)nc * sizeof(double))};
+    flat f = {.g = x, .n = n, .part = xmalloc((size_t)nc * sizeof(double))};
     pool_for(nc, 1, PAR_MIN / CHUNK, sumsq_part, &f);
     double s = 0;
     for (int c = 0; c < nc; c++) s += f.part[c];
