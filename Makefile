@@ -58,7 +58,7 @@ ifeq ($(filter clean,$(MAKECMDGOALS)),)
 endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
 PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
-LIBS = $(PKG_LIBS) $(CUDA_LIBS) -pthread -lm
+LIBS = -Wl,--as-needed $(PKG_LIBS) $(CUDA_LIBS) -pthread -lm
 
 CFLAGS ?=
 LDFLAGS ?=

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ratio/mismatch.h"
+#include "records/mismatch.h"
 #include "records/record.h"
 
 typedef enum { RATIO_TOKEN = 0, RATIO_SEQ, RATIO_GEO, RATIO_NONE } ratio_mode;

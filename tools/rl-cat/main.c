@@ -10,10 +10,10 @@
 
 #include "cli/cli.h"
 #include "clock.h"
-#include "ratio/stats.h"
 #include "records/fields.h"
 #include "records/json.h"
 #include "records/source.h"
+#include "records/stats.h"
 #include "records/writer.h"
 
 static const char USAGE[] =

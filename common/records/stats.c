@@ -1,4 +1,4 @@
-#include "ratio/stats.h"
+#include "records/stats.h"
 
 #include <math.h>
 #include <stdio.h>

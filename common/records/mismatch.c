@@ -1,4 +1,4 @@
-#include "ratio/mismatch.h"
+#include "records/mismatch.h"
 
 #include <math.h>
 #include <string.h>

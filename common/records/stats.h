@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "ratio/mismatch.h"
+#include "records/mismatch.h"
 #include "records/record.h"
 
 #define STATS_MAX_FINISH 16
