@@ -15,12 +15,31 @@
 #include "model/ops.h"
 #include "rng.h"
 
+// Under AddressSanitizer the buffers that share a block keep guards between
+// them (WBUF_GUARD below), so that an overrun of one is still reported.
+#if defined(__SANITIZE_ADDRESS__)
+#define MODEL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MODEL_ASAN 1
+#endif
+#endif
+#ifdef MODEL_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 // Rows of the output layer computed at once: (rows, V) logits of at most
 // 32 MiB (about what the last-level cache holds), and at most 256 rows.
 static int logit_rows(int V) {
     int r = (8 << 20) / V;
     return r < 16 ? 16 : r > 256 ? 256 : r;
 }
+
+// A group of workspace buffers: one block of the backend for up to cap tokens.
+typedef struct {
+    void *block;
+    int cap;
+} wgroup;
 
 typedef struct {
     char name[96];
@@ -66,10 +85,9 @@ struct model {
     weights w;                            // the weights in use
     float *cos_sin;                       // (max_pos, HS/2, 2)
 
-    // Workspace for up to cap tokens: pointers into one block of the backend
-    // (work), shapes in work_table.
-    int cap, lrows;
-    void *work;
+    // Workspace: pointers into one block of the backend (work), shapes in work_table.
+    int lrows;
+    wgroup work;
     float *x, *xb, *xm, *q, *k, *v, *att, *hb, *hb2;
     int32_t *ids, *pos, *rows;
     rl_attn_seq *seqs;
@@ -82,10 +100,9 @@ struct model {
     // Training (model_train_init): gradient and AdamW moments, (nparams) each,
     // in the order of params.
     float *grads, *exp_avg, *exp_avg_sq;
-    // Saved activations of the forward and gradients of activations for up
-    // to tcap tokens: pointers into one block (twork), shapes in train_table.
-    int tcap;
-    void *twork;
+    // Saved activations of the forward and gradients of activations:
+    // pointers into one block (train), shapes in train_table.
+    wgroup train;
     float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
     float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
     float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3 only, else NULL
@@ -572,20 +589,28 @@ typedef struct {
 #define WBUF_SAVED(f, sets, n, member) \
     ((wbuf){offsetof(struct model, f), sizeof *((model_t *)0)->f, (sets), (n), offsetof(saved, member)})
 
-// Every buffer starts at a multiple of WBUF_ALIGN bytes of its block:
-// cudaMalloc's alignment and a multiple of the CPU backend's (64), so that
-// the kernels see the alignment that separate allocations had.
+// Each buffer's offset in its block is a multiple of WBUF_ALIGN bytes, the
+// alignment of cudaMalloc (the CPU backend's is 64): every buffer is aligned
+// as its block, as when each was an allocation of its own.
 enum { WBUF_ALIGN = 256, WT_MAX = 32 };   // WT_MAX: buffers in a group's table
+#ifdef MODEL_ASAN
+enum { WBUF_GUARD = WBUF_ALIGN };   // poisoned bytes after each buffer (host memory only)
+#else
+enum { WBUF_GUARD = 0 };
+#endif
+
+// A group's table for N tokens into t; returns its length.
+typedef size_t wbuf_table_fn(const model_t *m, size_t N, wbuf t[WT_MAX]);
 
 // Bytes of buffer b and its padding up to the next buffer.
 static size_t wbuf_bytes(const wbuf *b) {
     size_t bytes = b->sets * b->n * b->size;
-    return (bytes + WBUF_ALIGN - 1) / WBUF_ALIGN * WBUF_ALIGN;
+    return (bytes + WBUF_ALIGN - 1) / WBUF_ALIGN * WBUF_ALIGN + WBUF_GUARD;
 }
 
 // The workspace for N tokens: one layer's activations, which forward reuses
 // for every layer, and the batch's inputs and outputs.
-static size_t work_table(const model_t *m, size_t N, wbuf *t) {
+static size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
     const model_config *c = &m->c;
     size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim,
            F = (size_t)c->inter, R = (size_t)m->lrows;
@@ -623,14 +648,14 @@ static size_t work_table(const model_t *m, size_t N, wbuf *t) {
 // What training adds for N tokens: the activations of every layer saved by
 // forward_train for the backward, (L, N, width); the gradients of the
 // activations of one layer at a time, (N, width); the output layer's rows.
-static size_t train_table(const model_t *m, size_t N, wbuf *t) {
+static size_t train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
     const model_config *c = &m->c;
     size_t L = (size_t)c->layers, C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
            KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, NH = (size_t)c->heads,
            R = (size_t)m->lrows;
     size_t qk = c->qk_norm ? 1 : 0;   // q and k before qwen3's per-head norm; other models have none
     const wbuf b[] = {
-        WBUF_SAVED(s_x, L + 1, N * C, x),       // (L+1, N, C) the residual stream entering each layer, and after the last
+        WBUF_SAVED(s_x, L + 1, N * C, x),       // (L+1, N, C) the residual stream into each layer, and out of the last
         WBUF_SAVED(s_n1, L, N * C, n1),         // (L, N, C) its rmsnorm
         WBUF_SAVED(s_q, L, N * QD, q),          // (L, N, NH, HS) after RoPE
         WBUF_SAVED(s_k, L, N * KVD, k),         // (L, N, NKV, HS) after RoPE
@@ -668,54 +693,37 @@ static void group_point(model_t *m, const wbuf *t, size_t nt, char *block) {
     for (size_t i = 0; i < nt; i++) {
         void *p = block && t[i].n ? block + off : NULL;
         memcpy((char *)m + t[i].field, &p, sizeof p);   // a float *, int32_t *, ... field
+#ifdef MODEL_ASAN
+        size_t used = t[i].sets * t[i].n * t[i].size;
+        if (block && m->ops == ops_cpu()) ASAN_POISON_MEMORY_REGION(block + off + used, wbuf_bytes(&t[i]) - used);
+#endif
         off += wbuf_bytes(&t[i]);
     }
 }
 
-// One block of the backend (zero-filled) for table t, the pointers set into it.
-static void *group_alloc(model_t *m, const wbuf *t, size_t nt) {
-    size_t bytes = 0;
+// Frees group g and clears the pointers of its table.
+static void group_free(model_t *m, wgroup *g, wbuf_table_fn *table) {
+    wbuf t[WT_MAX];
+    if (g->block) m->ops->free(g->block);
+    *g = (wgroup){0};
+    group_point(m, t, table(m, 0, t), NULL);
+}
+
+// Group g for N tokens: one zero-filled block of the backend for its table,
+// kept while later batches fit.
+static void group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N) {
+    if (N <= g->cap) return;
+    group_free(m, g, table);
+    wbuf t[WT_MAX];
+    size_t nt = table(m, (size_t)N, t), bytes = 0;
     for (size_t i = 0; i < nt; i++) bytes += wbuf_bytes(&t[i]);
-    char *block = m->ops->alloc(bytes);
-    group_point(m, t, nt, block);
-    return block;
+    g->block = m->ops->alloc(bytes);
+    g->cap = N;
+    group_point(m, t, nt, g->block);
 }
 
-static void group_free(model_t *m, void **block, const wbuf *t, size_t nt) {
-    if (*block) m->ops->free(*block);
-    *block = NULL;
-    group_point(m, t, nt, NULL);
-}
-
-static void free_workspace(model_t *m) {
-    wbuf t[WT_MAX];
-    group_free(m, &m->work, t, work_table(m, 0, t));
-    m->cap = 0;
-}
-
-static void free_train(model_t *m) {
-    wbuf t[WT_MAX];
-    group_free(m, &m->twork, t, train_table(m, 0, t));
-    m->tcap = 0;
-}
-
-// The workspace for N tokens (in at most N sequences), for at least 64.
-static void reserve(model_t *m, int N) {
-    if (m->cap && N <= m->cap) return;
-    free_workspace(m);
-    m->cap = N < 64 ? 64 : N;
-    wbuf t[WT_MAX];
-    m->work = group_alloc(m, t, work_table(m, (size_t)m->cap, t));
-}
-
-// Saved activations and activation gradients for N tokens.
-static void reserve_train(model_t *m, int N) {
-    if (N <= m->tcap) return;
-    free_train(m);
-    wbuf t[WT_MAX];
-    m->twork = group_alloc(m, t, train_table(m, (size_t)N, t));
-    m->tcap = N;
-}
+// The workspace for N tokens in at most N sequences, for no fewer than 64.
+static void reserve(model_t *m, int N) { group_reserve(m, &m->work, work_table, N < 64 ? 64 : N); }
 
 static void free_cache(model_t *m) {
     if (m->kc) m->ops->free(m->kc);
@@ -730,9 +738,9 @@ static void free_cache(model_t *m) {
 
 void model_free(model_t *m) {
     if (!m) return;
-    free_workspace(m);
+    group_free(m, &m->work, work_table);
+    group_free(m, &m->train, train_table);
     free_cache(m);
-    free_train(m);
     float *train[] = {m->grads, m->exp_avg, m->exp_avg_sq};
     for (size_t i = 0; i < 3; i++)
         if (train[i]) m->ops->free(train[i]);
@@ -1084,7 +1092,7 @@ int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, 
     size_t N, R, nseq;
     if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
     if (nseq == 0) return 0;
-    reserve_train(m, (int)N);
+    group_reserve(m, &m->train, train_table, (int)N);
     forward_train(m, (int)N, (int)nseq);
     head_train(m, (int)N, R, want_entropy(seqs, n), dlogp, ctx);
     layers_backward(m, (int)N, (int)nseq);

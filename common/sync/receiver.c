@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,13 +99,7 @@ int64_t rcv_wait(rcv_t *r, uint64_t v, const volatile sig_atomic_t *stop, int ou
     while (r->st.version < v && !r->stopping && !*stop && !(gone = out_fd >= 0 && net_hung_up(out_fd))) {
         // A signal handler cannot signal the condition, nor a reader going
         // away: look at *stop and out_fd every 50 ms.
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = clock_timespec(clock_now() + 0.05);
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
     }
     if (r->ready) install(r, 1);
@@ -233,114 +228,146 @@ out:
     return rc;
 }
 
+// One push being served (serve): its messages and what its push message says.
+typedef struct {
+    rec_t *msg;              // each message of the exchange in turn
+    uint64_t have;           // the version held when the hello was sent
+    uint64_t version, bytes;
+    push_tensor *t;          // (n) the tensors of the push, in the sender's order
+    size_t *order;           // (n) the model's index of each
+    size_t n;
+    char why[1200];          // why the push is refused
+} incoming;
+
+// The refusal of a push: in->why, formatted. Returns -1.
+static int refusal(incoming *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refusal(incoming *in, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(in->why, sizeof in->why, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+// Step 3: the hello, naming the version held (read under r->mu) and the
+// tensors wanted. 0, or -1 when the sender went away.
+static int send_hello(rcv_t *r, int fd, incoming *in) {
+    pthread_mutex_lock(&r->mu);
+    in->have = r->st.version;
+    pthread_mutex_unlock(&r->mu);
+    rec_set_bool(in->msg, "ok", 1);
+    rec_set_cstr(in->msg, "receiver", r->name);
+    rec_set_cstr(in->msg, "dtype", dt_name(model_dtype(r->m)));
+    rec_set_uint(in->msg, "version", in->have);
+    push_set_tensors(in->msg, "tensors", r->want, r->nt);
+    rl_err e;
+    return push_send_msg(fd, in->msg, r->stop_pipe[0], timeout_of(r), &e) ? -1 : 0;
+}
+
+// Step 4, the push message: a version newer than the one held, the xxh3-64
+// checksum, and the tensors of the model, each once with its shape, whose data
+// is `bytes` long. 0; 1 when the sender closed instead (it only wanted the
+// hello: rl-sync finds we hold its version); -1 with in->why.
+static int read_push(rcv_t *r, int fd, incoming *in) {
+    rl_err e;
+    int got = push_recv_msg(fd, in->msg, r->stop_pipe[0], timeout_of(r), &e);
+    if (got > 0) return 1;
+    if (got < 0) return refusal(in, "reading the push message: %s", e.msg);
+    const char *ck;
+    size_t ck_len;
+    uint64_t want_bytes = 0;
+    if (rec_get_uint(in->msg, "version", &in->version) || rec_get_uint(in->msg, "bytes", &in->bytes))
+        return refusal(in, "the push message lacks an unsigned 'version' or 'bytes'");
+    if (rec_get_str(in->msg, "checksum", &ck, &ck_len) || ck_len != 7 || memcmp(ck, "xxh3-64", 7))
+        return refusal(in, "the push message's 'checksum' is not \"xxh3-64\"");
+    if (in->version <= in->have)
+        return refusal(in, "version %llu is not newer than the weights held (v%llu)",
+                       (unsigned long long)in->version, (unsigned long long)in->have);
+    if (push_get_tensors(in->msg, "tensors", &in->t, &in->n, &e)) return refusal(in, "the push message: %s", e.msg);
+    in->order = xmalloc((in->n ? in->n : 1) * sizeof *in->order);
+    if (match_tensors(r, in->t, in->n, in->order, &want_bytes, &e)) return refusal(in, "%s", e.msg);
+    if (in->bytes != want_bytes)
+        return refusal(in, "'bytes' is %llu, the tensors listed hold %llu", (unsigned long long)in->bytes,
+                       (unsigned long long)want_bytes);
+    return 0;
+}
+
+// Step 5: the push accepted. 0, or -1 with in->why.
+static int send_accept(rcv_t *r, int fd, incoming *in) {
+    rl_err e;
+    rec_clear(in->msg);
+    rec_set_bool(in->msg, "ok", 1);
+    if (push_send_msg(fd, in->msg, r->stop_pipe[0], timeout_of(r), &e)) return refusal(in, "%s", e.msg);
+    return 0;
+}
+
+// The standby weights, verified, installed at the holder's next boundary, or
+// now if it is released; takes r->mu. 1 when installed (*stall: seconds the
+// holder was blocked by the swap), 0 when the receiver is stopping.
+static int install_when_free(rcv_t *r, const incoming *in, double *stall) {
+    pthread_mutex_lock(&r->mu);
+    r->ready = 1;
+    r->ready_version = in->version;
+    while (r->ready && r->held && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->ready && !r->stopping) install(r, 0);
+    int installed = !r->ready;
+    r->ready = 0;
+    *stall = r->last_stall;
+    if (installed) r->st.bytes += in->bytes;
+    pthread_mutex_unlock(&r->mu);
+    return installed;
+}
+
+// Step 7: the result to the sender (even while stopping: the weights are
+// installed, whether or not the sender hears it), and a line on stderr. t0, t1,
+// t2 (clock_now() seconds): the data began, was verified, was installed.
+static void answer(rcv_t *r, int fd, incoming *in, double t0, double t1, double t2, double stall) {
+    rl_err e;
+    rec_clear(in->msg);
+    rec_set_bool(in->msg, "ok", 1);
+    rec_set_uint(in->msg, "version", in->version);
+    rec_set_uint(in->msg, "bytes", in->bytes);
+    set_us(in->msg, "recv_us", t1 - t0);
+    set_us(in->msg, "wait_us", t2 - t1);
+    set_us(in->msg, "stall_us", stall);
+    push_send_msg(fd, in->msg, -1, 5, &e);
+    if (r->o.quiet) return;
+    char b[32];
+    fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
+                    "stall %.0f us\n", r->o.tool, (unsigned long long)in->version, fmt_bytes(in->bytes, b, sizeof b),
+            t1 - t0, t1 > t0 ? (double)in->bytes / (t1 - t0) / 1e9 : 0.0, (t2 - t1) * 1e6, stall * 1e6);
+}
+
 // Steps 3-7 of push.h after the greeting; messages go to stderr.
 static void serve(rcv_t *r, int fd) {
     rl_err e;
-    int stop_fd = r->stop_pipe[0];
-    double to = timeout_of(r);
-    int g = push_greet(fd, r->has_token ? &r->token : NULL, stop_fd, to, &e);
+    int g = push_greet(fd, r->has_token ? &r->token : NULL, r->stop_pipe[0], timeout_of(r), &e);
     if (g > 0) return;   // a probe: connected and left
     if (g < 0) {
         if (!stopping(r)) refuse(r, -1, e.msg);
         return;
     }
-    rec_t *msg = rec_new();
-    push_tensor *t = NULL;
-    size_t *order = NULL, n = 0;
-    pthread_mutex_lock(&r->mu);
-    uint64_t have = r->st.version;
-    pthread_mutex_unlock(&r->mu);
-    rec_set_bool(msg, "ok", 1);
-    rec_set_cstr(msg, "receiver", r->name);
-    rec_set_cstr(msg, "dtype", dt_name(model_dtype(r->m)));
-    rec_set_uint(msg, "version", have);
-    push_set_tensors(msg, "tensors", r->want, r->nt);
-    if (push_send_msg(fd, msg, stop_fd, to, &e)) goto out;   // the sender went away: nothing to report
-
-    int got = push_recv_msg(fd, msg, stop_fd, to, &e);
-    if (got > 0) goto out;   // it only wanted the hello (rl-sync finds we hold its version)
-    uint64_t version, bytes, want_bytes = 0;
-    const char *ck;
-    size_t ck_len;
-    char why[1200];
-    if (got < 0) {
-        snprintf(why, sizeof why, "reading the push message: %s", e.msg);
-        goto refused;
-    }
-    if (rec_get_uint(msg, "version", &version) || rec_get_uint(msg, "bytes", &bytes)) {
-        snprintf(why, sizeof why, "the push message lacks an unsigned 'version' or 'bytes'");
-        goto refused;
-    }
-    if (rec_get_str(msg, "checksum", &ck, &ck_len) || ck_len != 7 || memcmp(ck, "xxh3-64", 7)) {
-        snprintf(why, sizeof why, "the push message's 'checksum' is not \"xxh3-64\"");
-        goto refused;
-    }
-    if (version <= have) {
-        snprintf(why, sizeof why, "version %llu is not newer than the weights held (v%llu)",
-                 (unsigned long long)version, (unsigned long long)have);
-        goto refused;
-    }
-    if (push_get_tensors(msg, "tensors", &t, &n, &e)) {
-        snprintf(why, sizeof why, "the push message: %s", e.msg);
-        goto refused;
-    }
-    order = xmalloc((n ? n : 1) * sizeof *order);
-    if (match_tensors(r, t, n, order, &want_bytes, &e)) {
-        snprintf(why, sizeof why, "%s", e.msg);
-        goto refused;
-    }
-    if (bytes != want_bytes) {
-        snprintf(why, sizeof why, "'bytes' is %llu, the tensors listed hold %llu", (unsigned long long)bytes,
-                 (unsigned long long)want_bytes);
-        goto refused;
-    }
-    rec_clear(msg);
-    rec_set_bool(msg, "ok", 1);
-    if (push_send_msg(fd, msg, stop_fd, to, &e)) {
-        snprintf(why, sizeof why, "%s", e.msg);
-        goto refused;
-    }
+    incoming in = {.msg = rec_new()};
+    if (send_hello(r, fd, &in)) goto out;   // the sender went away: nothing to report
+    int got = read_push(r, fd, &in);
+    if (got > 0) goto out;   // it only wanted the hello
+    if (got < 0) goto refused;
+    if (send_accept(r, fd, &in)) goto refused;
     double t0 = clock_now();
-    if (receive_data(r, fd, t, order, n, &e)) {
-        snprintf(why, sizeof why, "%s", e.msg);
+    if (receive_data(r, fd, in.t, in.order, in.n, &e)) {   // step 6
+        refusal(&in, "%s", e.msg);
         goto refused;
     }
-    double t1 = clock_now();
-
-    // Verified: installed at the holder's next boundary, or now if it is released.
-    pthread_mutex_lock(&r->mu);
-    r->ready = 1;
-    r->ready_version = version;
-    while (r->ready && r->held && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
-    if (r->ready && !r->stopping) install(r, 0);
-    int installed = !r->ready;
-    r->ready = 0;
-    double stall = r->last_stall;
-    if (installed) r->st.bytes += bytes;
-    pthread_mutex_unlock(&r->mu);
-    if (!installed) goto out;   // stopping
-    double t2 = clock_now();
-    rec_clear(msg);
-    rec_set_bool(msg, "ok", 1);
-    rec_set_uint(msg, "version", version);
-    rec_set_uint(msg, "bytes", bytes);
-    set_us(msg, "recv_us", t1 - t0);
-    set_us(msg, "wait_us", t2 - t1);
-    set_us(msg, "stall_us", stall);
-    push_send_msg(fd, msg, -1, 5, &e);   // even while stopping: it is installed, whether or not the sender hears it
-    if (!r->o.quiet) {
-        char b[32];
-        fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
-                        "stall %.0f us\n", r->o.tool, (unsigned long long)version, fmt_bytes(bytes, b, sizeof b),
-                t1 - t0, t1 > t0 ? (double)bytes / (t1 - t0) / 1e9 : 0.0, (t2 - t1) * 1e6, stall * 1e6);
-    }
+    double t1 = clock_now(), stall;
+    if (!install_when_free(r, &in, &stall)) goto out;   // stopping
+    answer(r, fd, &in, t0, t1, clock_now(), stall);
     goto out;
 refused:
-    if (!stopping(r)) refuse(r, fd, why);   // else: the tool is ending, and cut the push off itself
+    if (!stopping(r)) refuse(r, fd, in.why);   // else: the tool is ending, and cut the push off itself
 out:
-    free(order);
-    free(t);
-    rec_free(msg);
+    free(in.order);
+    free(in.t);
+    rec_free(in.msg);
 }
 
 static void *thread_main(void *arg) {
@@ -419,7 +446,11 @@ rcv_t *rcv_start(model_t *m, uint64_t version, const rcv_opts *o, rl_err *err) {
     if ((r->lfd = net_listen(&r->addr, err)) < 0) goto fail;
     net_format(&r->addr, r->addr_text, sizeof r->addr_text);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    pthread_condattr_t ca;   // rcv_wait's deadlines are clock_now()'s
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
     int e = pthread_create(&r->thread, NULL, thread_main, r);
     if (e) {
         err_set(err, "cannot start the receiving thread: %s", strerror(e));
