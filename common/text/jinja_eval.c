@@ -1,7 +1,7 @@
 // jinja_eval.c — renders a parsed template: scopes, statements, expressions
 // and the operators with Python's semantics, macros, and the globals
 // (range, namespace, dict, raise_exception, strftime_now). Filters, tests and
-// methods are in jinja_builtins.c.
+// methods are in jinja_builtins.c; errors and limits in jinja_runtime.c.
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -16,52 +16,7 @@ struct jx_scope {
     jinja_val *vars;     // a dict
 };
 
-struct jx_ctx {
-    jinja_arena *a;
-    const char *name;
-    const jinja_val *globals;   // the caller's variables
-    sbuf *main_out;
-    sbuf *out;                  // where output goes now (main_out, or a capture)
-    jinja_spans *gen;
-    rl_err *err;
-    long long steps;
-    int call_depth;
-    int failed;
-};
-
 enum { FLOW_NONE = 0, FLOW_BREAK = 1, FLOW_CONTINUE = 2, FLOW_ERR = -1 };
-
-int jx_fail(jx_ctx *c, int line, const char *fmt, ...) {
-    if (c->failed) return -1;
-    char what[900];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    c->failed = 1;
-    return err_set(c->err, "%s line %d: %s", c->name, line, what);
-}
-
-jinja_arena *jx_arena(jx_ctx *c) { return c->a; }
-
-int jx_step(jx_ctx *c, int line) {
-    if (++c->steps > JX_MAX_STEPS) return jx_fail(c, line, "the evaluation step limit (%lld) was exceeded", JX_MAX_STEPS);
-    if (c->a->used > JX_MAX_MEMORY) return jx_fail(c, line, "the memory limit (%zu MiB) was exceeded", JX_MAX_MEMORY >> 20);
-    return 0;
-}
-
-int jx_check_size(jx_ctx *c, int line, size_t n) {
-    if (n > JX_MAX_OUTPUT) return jx_fail(c, line, "a string longer than the output limit (%zu MiB)", JX_MAX_OUTPUT >> 20);
-    return 0;
-}
-
-jinja_val *jx_mkstr(jx_ctx *c, const char *s, size_t n) { return jinja_str(c->a, s, n); }
-
-jinja_val *jx_sbuf_str(jx_ctx *c, sbuf *b) {
-    jinja_val *v = jinja_str(c->a, b->data ? (const char *)b->data : "", b->len);
-    sbuf_free(b);
-    return v;
-}
 
 static int emit(jx_ctx *c, int line, const void *p, size_t n) {
     if (c->out->len + n > JX_MAX_OUTPUT) return jx_fail(c, line, "the output limit (%zu MiB) was exceeded", JX_MAX_OUTPUT >> 20);
@@ -734,30 +689,6 @@ static int unpack(jx_ctx *c, jx_scope *s, const jx_node *target, jinja_val *v, i
     for (size_t i = 0; i < want; i++)
         if (assign_target(c, s, target->args.v[i], items->u.l.v[i], line)) return -1;
     return 0;
-}
-
-jinja_val *jx_iter_items(jx_ctx *c, int line, jinja_val *v) {
-    jinja_val *items;
-    switch (v->kind) {
-    case JV_LIST: return v;
-    case JV_UNDEF: return jinja_list(c->a);
-    case JV_DICT:
-        if (v->ns) break;
-        items = jinja_list(c->a);
-        for (size_t i = 0; i < v->u.d.n; i++) jinja_list_push(items, v->u.d.k[i]);
-        return items;
-    case JV_STR:
-        items = jinja_list(c->a);
-        for (size_t i = 0; i < v->u.s.n;) {
-            size_t j = jx_utf8_next(v->u.s.p, v->u.s.n, i, NULL);
-            jinja_list_push(items, jx_mkstr(c, v->u.s.p + i, j - i));
-            i = j;
-        }
-        return items;
-    default: break;
-    }
-    jx_fail(c, line, "'%s' object is not iterable", jx_type_name(v));
-    return NULL;
 }
 
 static int exec_for(jx_ctx *c, jx_scope *s, const jx_node *n) {

@@ -1,6 +1,7 @@
 // jinja_internal.h — what the parts of the Jinja interpreter share: the value
 // layout and arena (jinja_value.c), tokens (jinja_lex.c), the syntax tree
-// (jinja_parse.c) and the evaluator (jinja_eval.c, jinja_builtins.c).
+// (jinja_parse.c), the state of a render (jinja_runtime.c) and the evaluator
+// (jinja_eval.c, jinja_builtins.c).
 #ifndef RLPIPE_JINJA_INTERNAL_H
 #define RLPIPE_JINJA_INTERNAL_H
 
@@ -84,6 +85,7 @@ void jx_str(sbuf *b, const jinja_val *v);                    // str(v)
 void jx_repr(sbuf *b, const jinja_val *v);                   // repr(v)
 void jx_float_repr(sbuf *b, double f);                       // repr(float)
 void jx_str_repr(sbuf *b, const char *s, size_t n);          // repr(str)
+void jx_html_escape(sbuf *b, const char *s, size_t n);       // markupsafe.escape
 
 // json.dumps(v, ensure_ascii=ascii, indent=indent (NULL: none), separators, sort_keys).
 // -1 with why in err (a value JSON cannot hold: Undefined, a macro, ...).
@@ -175,11 +177,36 @@ jx_node *jx_parse_tokens(jinja_arena *a, const jx_toks *toks, const char *name, 
 int jx_filter_known(const char *name);
 int jx_test_known(const char *name);
 
-// ---- evaluation (jinja_eval.c, jinja_builtins.c) ------------------------------
+// ---- the state of one render (jinja_runtime.c) --------------------------------
+// jinja_eval.c sets it up and walks the tree with it; jinja_builtins.c uses
+// it only through the functions below.
+struct jx_ctx {
+    jinja_arena *a;
+    const char *name;
+    const jinja_val *globals;   // the caller's variables
+    sbuf *main_out;
+    sbuf *out;                  // where output goes now (main_out, or a capture)
+    jinja_spans *gen;
+    rl_err *err;
+    long long steps;
+    int call_depth;
+    int failed;
+};
 typedef struct jx_ctx jx_ctx;
+// Sets the error "NAME line L: what" (the first one only: later failures
+// while unwinding keep it); returns -1.
 int jx_fail(jx_ctx *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 jinja_arena *jx_arena(jx_ctx *c);
 int jx_step(jx_ctx *c, int line);                               // counts a step; -1 past the budget
+int jx_check_size(jx_ctx *c, int line, size_t n);   // a string of n bytes would not pass the limits: -1
+jinja_val *jx_mkstr(jx_ctx *c, const char *s, size_t n);
+jinja_val *jx_sbuf_str(jx_ctx *c, sbuf *b);   // takes b's bytes into a string value, frees b
+// The items a for-loop or a filter walks, as Python's iter(): a list's items,
+// a dict's keys, a str's characters, nothing for undefined; NULL (an error
+// naming the line) for what is not iterable.
+jinja_val *jx_iter_items(jx_ctx *c, int line, jinja_val *v);
+
+// ---- evaluation (jinja_eval.c, jinja_builtins.c) ------------------------------
 int jx_call_value(jx_ctx *c, int line, jinja_val *fn, jinja_val **args, size_t nargs,
                   const char **kwn, jinja_val **kwv, size_t nkw, jinja_val **out);
 
@@ -198,14 +225,5 @@ int jx_apply_test(jx_ctx *c, int line, const char *name, jinja_val *v, const jx_
 int jx_call_method(jx_ctx *c, int line, jinja_val *self, const char *name, const jx_args *args, jinja_val **out);
 int jx_has_method(const jinja_val *self, const char *name);    // a method the sandbox allows
 int jx_unsafe_method(const jinja_val *self, const char *name); // a mutating method (SecurityError)
-
-jinja_val *jx_mkstr(jx_ctx *c, const char *s, size_t n);
-// The items a for-loop or a filter walks, as Python's iter(): a list's items,
-// a dict's keys, a str's characters, nothing for undefined; NULL (an error
-// naming the line) for what is not iterable.
-jinja_val *jx_iter_items(jx_ctx *c, int line, jinja_val *v);
-jinja_val *jx_sbuf_str(jx_ctx *c, sbuf *b);
-void jx_html_escape(sbuf *b, const char *s, size_t n);   // markupsafe.escape   // takes b's bytes into a string value, frees b
-int jx_check_size(jx_ctx *c, int line, size_t n);   // a string of n bytes would not pass the limits: -1
 
 #endif

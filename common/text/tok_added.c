@@ -14,6 +14,7 @@
 
 #include "text/tok_bpe.h"
 #include "text/tok_json.h"
+#include "text/tok_unicode.h"
 
 typedef struct {
     uint32_t off, len;  // the pattern in the pool (the content, or its normalized form)

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "text/tok_json.h"
-#include "text/tok_normalize.h"
+#include "text/tok_unicode.h"
 
 typedef struct {
     uint64_t key;  // a << 32 | b; UINT64_MAX = empty (ids are < 2^24)

@@ -18,7 +18,7 @@
 
 #include "text/tok_bpe.h"
 #include "text/tok_json.h"
-#include "text/tok_normalize.h"
+#include "text/tok_unicode.h"
 
 enum { D_BYTELEVEL, D_METASPACE, D_REPLACE, D_BYTEFALLBACK, D_FUSE, D_STRIP };
 

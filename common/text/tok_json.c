@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "text/tok_normalize.h"
+#include "text/tok_unicode.h"
 
 int tok_json_absent(const cJSON *x) { return !x || cJSON_IsNull(x); }
 

@@ -1,7 +1,6 @@
 // tok_normalize.h — tokenizer.json normalizers (NFC, NFKC, NFD, NFKD,
 // Lowercase, Strip, Prepend, Replace and Sequences of them), as Hugging Face
-// tokenizers 0.20.3 applies them, and the Unicode predicates the other
-// tokenizer stages share.
+// tokenizers 0.20.3 applies them.
 #ifndef RLPIPE_TOK_NORMALIZE_H
 #define RLPIPE_TOK_NORMALIZE_H
 
@@ -35,17 +34,5 @@ void tok_norm_work_free(tok_norm_work *w);
 // which decides Metaspace's prepend_scheme "first" as tokenizers' offsets do.
 int tok_norm_apply(const tok_normalizer *nz, tok_norm_work *w, tok_re_scratch *sc, const uint8_t *s, size_t n,
                    sbuf *out, int *start_moved, rl_err *err);
-
-// Decodes the UTF-8 character at s[0..n) (n > 0): its length, and the code
-// point in *cp. Meant for valid UTF-8; other bytes give some code point and
-// a length within n.
-size_t tok_utf8_next(const uint8_t *s, size_t n, uint32_t *cp);
-// Writes cp as UTF-8 into out[4]; returns its length.
-size_t tok_utf8_put(uint32_t cp, uint8_t out[4]);
-// 1 if cp is in one of the sorted, disjoint ranges r[0..n) ({first, last}).
-int tok_in_ranges(uint32_t cp, const uint32_t (*r)[2], size_t n);
-// Rust's char::is_whitespace (the White_Space property), which tokenizers'
-// Strip, WhitespaceSplit and added-token stripping use.
-int tok_is_white_space(uint32_t cp);
 
 #endif

@@ -23,7 +23,7 @@
 
 #include "text/tok_bpe.h"
 #include "text/tok_json.h"
-#include "text/tok_normalize.h"
+#include "text/tok_unicode.h"
 
 enum { B_REMOVED, B_ISOLATED, B_MERGED_PREV, B_MERGED_NEXT, B_CONTIGUOUS };
 enum { P_SPLIT, P_PREFIX_SPACE, P_MAP_BYTES, P_DIGITS, P_METASPACE, P_PUNCT, P_WS_SPLIT, P_CHAR_DELIM };

@@ -13,7 +13,8 @@
 //           dropped on request) -> the decoder (tok_decode.c), or, with no
 //           decoder, the strings joined by " " (tokenizers' behaviour).
 //
-// Regular expressions are PCRE2 with Oniguruma's meaning (tok_regex.c).
+// Regular expressions are PCRE2 with Oniguruma's meaning (tok_regex.c); UTF-8
+// and the Unicode predicates the stages share are tok_unicode.c.
 //
 // As in tokenizers, a character (a byte under ByteLevel) with no token, no
 // byte_fallback token and no unk_token gives no id (SmolLM2's vocabulary
@@ -49,6 +50,7 @@
 #include "text/tok_post.h"
 #include "text/tok_pretok.h"
 #include "text/tok_regex.h"
+#include "text/tok_unicode.h"
 
 // The largest tokenizer.json read: real ones are 2 to 35 MB. Parsed, a file
 // takes about 15 times its size in memory.

@@ -1,7 +1,7 @@
-// cuda/cuda.h — what the files of the CUDA backend share: error checks, the
-// cuBLAS handle, scratch memory, launch sizes, and the operations defined
-// outside cuda.cu for the table of ops_cuda(). Not a public interface:
-// callers use ops.h.
+// cuda/cuda.h — what the files of the CUDA backend share: start-up, error
+// checks, the cuBLAS handle and scratch memory (runtime.cu), launch sizes and
+// device helpers, and the operations defined outside cuda.cu for the table of
+// ops_cuda(). Not a public interface: callers use ops.h.
 //
 // Every op runs on the legacy default stream (stream 0) in the order called,
 // so scratch buffers are reused safely in stream order, and a weight upload
@@ -21,6 +21,11 @@
 extern "C" {
 #include "model/ops.h"
 }
+
+// Starts the backend, once for the process (later calls repeat the answer):
+// device 0 (or the one CUDA_VISIBLE_DEVICES leaves first), cuBLAS opened and
+// its handle made, TF32 chosen. NULL when ready, else why not.
+const char *cu_start(void);
 
 // Checks a CUDA runtime or cuBLAS status where the call is made; on failure
 // prints "rlpipe: CUDA error at FILE:LINE: CALL: MESSAGE" and aborts (ops
