@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #define CKPT_PATH 4096
 
 int ckpt_state_uint(const char *dir, const char *key, uint64_t *value, rl_err *err) {

@@ -27,11 +27,13 @@ typedef struct {
     const char *state_json;    // text of state.json: a JSON object whose "version" equals version
     const char *copy_from;     // a model directory, or NULL: its tokenizer.json (required), and
                                // tokenizer_config.json, special_tokens_map.json,
-                               // generation_config.json when present, are copied in
+                               // generation_config.json, chat_template.jinja when
+                               // present, are copied in
     int keep;                  // > 0: afterwards, of the versions up to this one keep the newest
                                // `keep` and remove the older; 0: keep all
     uint64_t keep_every;       // > 0: with keep > 0, versions that are multiples of it stay too
-    hfw_write_opts save;       // the weights' dtype (f32 when zero) and shard size (hfweights.h)
+    hfw_write_opts save;       // the weights' dtype (f32 when zero) and shard size (hfweights.h),
+                               // for the writer of the model (learn/ckpt_model.h)
 } ckpt_write_opts;
 
 // Writes the files of one version into the empty directory dir, each fsynced: 0, or -1 with err.

@@ -28,7 +28,6 @@ int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err);
 // unchanged. 0, or -1 with err naming the file and the tensor.
 int ckpt_read_optimizer(const char *dir, model_t *m, rl_err *err);
 
-
 // The state.json of the version `version` (one JSON object and a newline,
 // appended to out): the version, the optimizer steps taken since --init and
 // the input records consumed (what --resume continues from), the producer,
