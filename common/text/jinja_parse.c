@@ -131,30 +131,22 @@ static jx_node *parse_expression(parser *P, int with_condexpr) {
     return x;
 }
 
-static jx_node *parse_not(parser *P);
-static jx_node *parse_and(parser *P) {
-    jx_node *x = parse_not(P);
-    while (x && is_name(cur(P), "and")) {
-        jx_node *n = node(P, JN_AND, cur(P)->line);
+// operand (word operand)*, left-associative: "a and b and c", "a or b".
+static jx_node *parse_chain(parser *P, const char *word, jx_node_kind kind, jx_node *(*operand)(parser *)) {
+    jx_node *x = operand(P);
+    while (x && is_name(cur(P), word)) {
+        jx_node *n = node(P, kind, cur(P)->line);
         advance(P);
         n->a = x;
-        if (!(n->b = parse_not(P))) return NULL;
+        if (!(n->b = operand(P))) return NULL;
         x = n;
     }
     return x;
 }
 
-static jx_node *parse_or(parser *P) {
-    jx_node *x = parse_and(P);
-    while (x && is_name(cur(P), "or")) {
-        jx_node *n = node(P, JN_OR, cur(P)->line);
-        advance(P);
-        n->a = x;
-        if (!(n->b = parse_and(P))) return NULL;
-        x = n;
-    }
-    return x;
-}
+static jx_node *parse_not(parser *P);
+static jx_node *parse_and(parser *P) { return parse_chain(P, "and", JN_AND, parse_not); }
+static jx_node *parse_or(parser *P) { return parse_chain(P, "or", JN_OR, parse_and); }
 
 static jx_node *binop(parser *P, int op, int line, jx_node *a, jx_node *b) {
     jx_node *n = node(P, JN_BINOP, line);
