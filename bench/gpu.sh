@@ -101,7 +101,8 @@
 # output, its figures read FAILED, and the exit status is 1.
 #
 # Environment: CONFIGS (default "110m 1b"), DEADLINE=S (default 300),
-# GRACE=S (default 60), TIMEOUT=S (one command at most, default 240), KEEP=1
+# GRACE=S (default 60), SKIP=REGEX (measurements whose key matches are
+# skipped, e.g. '^learn' when the learner's figures are in hand), TIMEOUT=S (one command at most, default 240), KEEP=1
 # (keep the models and reuse them next time), CKPT_DIR (where rl-learn's checkpoints go; default a
 # folder in /dev/shm when it has room, else in BENCH_OUT), SLOTS (default
 # "1 4 16 64 256"), BENCH_OUT=DIR (default bench/out), BUILD / BIN (build and
@@ -122,6 +123,7 @@ DEVICE=${DEVICE:-cuda}
 read -r -a CFGS <<<"${CONFIGS:-110m 1b}"
 read -r -a SLOTS <<<"${SLOTS:-1 4 16 64 256}"
 DEADLINE=${DEADLINE:-300}
+SKIP=${SKIP:-}
 TIMEOUT=${TIMEOUT:-240}
 GRACE=${GRACE:-60}
 KEEP=${KEEP:-0}
@@ -207,6 +209,7 @@ run() {
 # past the deadline KEY is marked skipped.
 due() {
     [[ -n ${FAILED[$1]:-} ]] && return 1
+    if [[ -n $SKIP && $1 =~ $SKIP ]]; then SKIPPED[$1]=1; return 1; fi
     if ((SECONDS >= DEADLINE)); then
         [[ -z ${SKIPPED[$1]:-} ]] && echo "  $1: SKIPPED (past DEADLINE=$DEADLINE s)" >&2
         SKIPPED[$1]=1

@@ -22,7 +22,7 @@ DEPS=$ROOT/.deps/gpu
 # what those need (OpenBLAS: gfortran's and quadmath's run-time libraries).
 PKGS="libzstd-dev libzstd1 libmsgpack-dev libmsgpackc2 libcjson-dev libcjson1 libopenblas-dev
       libopenblas-pthread-dev libopenblas0-pthread libopenblas0 libgfortran5 libquadmath0 libxxhash-dev
-      libxxhash0 libssl-dev libssl3 zstd"
+      libxxhash0 libssl-dev libssl3 libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 zstd"
 # Python modules the tests read records with, for the GPU machine's Python 3.12.
 WHEELS="zstandard==0.23.0"
 
@@ -55,8 +55,8 @@ run() {
     local B=build-gpu
     mkdir -p $B
     echo "PKGS :=" >$B/deps.mk
-    local cflags="-I$R/usr/include -I$R/usr/include/cjson -I$R/usr/include/x86_64-linux-gnu/openblas-pthread"
-    local libs="-L$lib -L$lib/openblas-pthread -lzstd -lmsgpackc -lcjson -lopenblas -lxxhash -lcrypto"
+    local cflags="-isystem $R/usr/include -isystem $R/usr/include/cjson -isystem $R/usr/include/x86_64-linux-gnu/openblas-pthread"
+    local libs="-L$lib -L$lib/openblas-pthread -lzstd -lmsgpackc -lcjson -lopenblas -lxxhash -lcrypto -lpcre2-8 -lutf8proc"
     local start=$SECONDS
     if ! make -j16 BUILD=$B BIN=bin-gpu PKG_CFLAGS="$cflags" PKG_LIBS="$libs" all aux $B/tests/test_cuda $B/tests/test_backward $B/tests/test_model $B/tests/test_sampling >"$out/build.log" 2>&1; then
         tail -30 "$out/build.log"
