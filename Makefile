@@ -56,13 +56,24 @@ AUX := $(patsubst %.c,$(BUILD)/%,$(AUX_SRC))
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
 -include $(BUILD)/deps.mk
 endif
+# MPI (optional: rl-learn's data-parallel ranks, common/dist/) where mpicc is;
+# MPI=0 leaves it out. NCCL with the CUDA build (opened at run time).
+MPI ?= $(if $(HAVE_MPI),1,0)
+ifeq ($(MPI),1)
+MPI_CFLAGS := -DRL_HAVE_MPI $(shell mpicc --showme:compile)
+MPI_LIBS := $(shell mpicc --showme:link)
+endif
+$(BUILD)/obj/common/dist/dist.o $(BUILD)/asan/common/dist/dist.o: TGT_CFLAGS = $(MPI_CFLAGS)
+ifeq ($(CUDA),1)
+$(BUILD)/obj/common/dist/nccl_comm.o: TGT_CFLAGS = -DRL_HAVE_NCCL -I$(CUDA_HOME)/include
+endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
 PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
-LIBS = -Wl,--as-needed $(PKG_LIBS) $(CUDA_LIBS) -pthread -lm
+LIBS = -Wl,--as-needed $(PKG_LIBS) $(MPI_LIBS) $(CUDA_LIBS) -pthread -lm
 
 CFLAGS ?=
 LDFLAGS ?=
-ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp-simd -pthread $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS = $(BASE_CFLAGS) -fopenmp-simd -pthread $(PKG_CFLAGS) $(TGT_CFLAGS) $(CFLAGS)
 
 .PHONY: all check install clean aux demo
 all: $(addprefix $(BIN)/,$(TOOLS))
@@ -73,7 +84,8 @@ $(BUILD)/deps.mk: scripts/deps.sh
 	@sh scripts/deps.sh build
 	@mkdir -p $(BUILD)
 	@pc=msgpack; pkg-config --exists msgpack-c && pc=msgpack-c; \
-	  echo "PKGS := libzstd $$pc libcjson openblas libxxhash libcrypto libpcre2-8 libutf8proc" > $@
+	  echo "PKGS := libzstd $$pc libcjson openblas libxxhash libcrypto libpcre2-8 libutf8proc" > $@; \
+	  if command -v mpicc >/dev/null 2>&1; then echo "HAVE_MPI := 1" >> $@; fi
 
 # Normal build: optimised objects, a static library, the tools. The CPU
 # kernels are written for the vectoriser, which -O3 turns fully on.

@@ -95,6 +95,14 @@ templates() {
     return $rc
 }
 
+# Open MPI, optional (rl-learn's data-parallel ranks; the build leaves MPI out
+# without it): installed as root, else named. The tests run mpirun with it.
+if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then need libopenmpi-dev; need openmpi-bin
+    else echo "rlpipe: building without MPI (optional; for mpirun rl-learn: sudo apt-get install libopenmpi-dev openmpi-bin)" >&2
+    fi
+fi
+
 if [ -z "$missing" ]; then
     [ "$what" = test ] && { pypi && templates || exit 1; }
     exit 0

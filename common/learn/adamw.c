@@ -18,7 +18,10 @@ double adamw_lr(const adamw_opts *o, uint64_t step) {
 }
 
 int adamw_step(struct model *m, const adamw_opts *o, uint64_t step, double *grad_norm, double *lr) {
-    double norm = sqrt(model_grad_sumsq(m));
+    return adamw_apply(m, o, step, sqrt(model_grad_sumsq(m)), grad_norm, lr);
+}
+
+int adamw_apply(struct model *m, const adamw_opts *o, uint64_t step, double norm, double *grad_norm, double *lr) {
     *grad_norm = norm;
     *lr = adamw_lr(o, step);
     if (!isfinite(norm)) return -1;

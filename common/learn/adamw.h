@@ -27,5 +27,8 @@ struct model;
 // clipping; *lr: the learning rate used. A gradient that is not finite is
 // not applied: returns -1 and leaves weights and moments as they were.
 int adamw_step(struct model *m, const adamw_opts *o, uint64_t step, double *grad_norm, double *lr);
+// The same given the gradient's norm (a sharded optimizer's, summed over the
+// ranks), on the parameters of the model's moments' range.
+int adamw_apply(struct model *m, const adamw_opts *o, uint64_t step, double norm, double *grad_norm, double *lr);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "checkpoint/safetensors.h"
+#include "learn/zero.h"
 #include "records/json.h"
 
 // dir/optimizer.safetensors: the AdamW moments of every parameter, F32, and
@@ -14,7 +15,15 @@
 static const int opt_which[3] = {MODEL_EXP_AVG, MODEL_EXP_AVG_SQ, MODEL_PARAM};
 static const char *const opt_suffix[3] = {".exp_avg", ".exp_avg_sq", ""};
 
-static int write_optimizer(const char *dir, const model_t *m, int params, rl_err *err) {
+typedef struct {
+    const ckpt_write_opts *o;
+    const model_t *m;
+    dist_t *dist;               // a sharded optimizer's ranks, or NULL
+    const size_t *parts;
+} fill_ctx;
+
+static int write_optimizer(const char *dir, const fill_ctx *c, int params, rl_err *err) {
+    const model_t *m = c->m;
     size_t nt = model_ntensors(m), total = 0, per = params ? 3 : 2;
     for (size_t i = 0; i < nt; i++) total += model_tensor_at(m, i).n;
     if (nt == 0) return 0;
@@ -40,6 +49,8 @@ static int write_optimizer(const char *dir, const model_t *m, int params, rl_err
         }
         off += t.n;
     }
+    // The other ranks' parts of the moments (this one's are in place).
+    if (rc == 0 && c->dist) rc = zero_gather_moments(m, c->dist, c->parts, host, host + total, err);
     char *path = path_join(dir, "optimizer.safetensors");
     if (rc == 0) rc = st_write_f32(path, out, per * nt, err);
     free(path);
@@ -49,19 +60,19 @@ static int write_optimizer(const char *dir, const model_t *m, int params, rl_err
     return rc;
 }
 
-typedef struct {
-    const ckpt_write_opts *o;
-    const model_t *m;
-} fill_ctx;
-
 static int fill(const char *dir, void *ctx, rl_err *err) {
     const fill_ctx *c = ctx;
     if (model_save_as(c->m, dir, &c->o->save, err)) return -1;
-    return write_optimizer(dir, c->m, c->o->save.dtype != DT_F32, err);
+    return write_optimizer(dir, c, c->o->save.dtype != DT_F32, err);
 }
 
 int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err) {
-    fill_ctx c = {o, m};
+    fill_ctx c = {.o = o, .m = m};
+    return ckpt_publish(o, fill, &c, err);
+}
+
+int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
+    fill_ctx c = {.o = o, .m = m, .dist = d, .parts = parts};
     return ckpt_publish(o, fill, &c, err);
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "checkpoint/checkpoint.h"
+#include "dist/dist.h"
 #include "learn/learner.h"
 #include "model/model.h"
 #include "util.h"
@@ -20,6 +21,10 @@
 // "<param>" too, so that a resume continues from them exactly), state.json
 // and the copied files. 0, or -1 with err naming the path and the reason.
 int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err);
+// The same on rank 0 of a sharded optimizer (zero.h): the moments of every
+// rank's part go into optimizer.safetensors, gathered while the others call
+// zero_gather_moments.
+int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err);
 
 // Loads dir/optimizer.safetensors (in a version directory) into the model's
 // AdamW moments, and its parameters when the file has them (model_train_init

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "learn/zero.h"
 #include "records/json.h"
 
 // One record, as training needs it. Arrays of n completion tokens.
@@ -550,6 +551,32 @@ static int micro_step(learner_t *l, lseq **mb, size_t k, loss_ctx *c, rl_err *er
     return rc;
 }
 
+// This rank's share of the trained sequences tr[0 .. ntr) (data-parallel):
+// whole groups, each group to the rank in whose 1/size of the batch's
+// forward tokens the group's middle falls; the rest are dropped from tr.
+// Returns the share's length (ntr alone).
+static size_t share_of(const learner_t *l, lseq **tr, size_t ntr) {
+    dist_t *d = l->o.dist;
+    if (!d || !dist_active(d) || dist_size(d) == 1) return ntr;
+    double total = 0, before = 0;
+    for (size_t i = 0; i < ntr; i++) total += (double)(tr[i]->np + tr[i]->n - 1);
+    int size = dist_size(d), me = dist_rank(d);
+    size_t k = 0;
+    for (size_t i = 0; i < ntr;) {
+        size_t j = i + 1;
+        while (j < ntr && tr[j]->has_group && tr[i]->has_group && tr[j]->group == tr[i]->group) j++;
+        double cost = 0;
+        for (size_t q = i; q < j; q++) cost += (double)(tr[q]->np + tr[q]->n - 1);
+        int r = (int)((double)size * (before + cost / 2) / total);
+        if (r >= size) r = size - 1;
+        if (r == me)
+            for (size_t q = i; q < j; q++) tr[k++] = tr[q];
+        before += cost;
+        i = j;
+    }
+    return k;
+}
+
 int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
     double t0 = clock_now();
     memset(m, 0, sizeof *m);
@@ -562,12 +589,13 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     batch_stats(l, version, m);
     // sequences with a gradient: all for sft, those with an advantage otherwise
     lseq **tr = xmalloc(l->bn * sizeof *tr);
-    size_t ntr = 0, fwd = 0;
+    size_t all = 0, fwd = 0;
     for (size_t i = 0; i < l->bn; i++)
         if (l->o.loss == LOSS_SFT || l->s[i].a != 0) {
-            tr[ntr++] = &l->s[i];
+            tr[all++] = &l->s[i];
             fwd += l->s[i].np + l->s[i].n - 1;
         }
+    size_t ntr = share_of(l, tr, all);
     loss_ctx c = {.l = l, .z = normaliser(l), .first_epoch = l->epoch == 0};
     model_zero_grad(l->m);
     // micro-batches: at least o->micro, of at most micro_tokens tokens (one
@@ -593,27 +621,33 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         free(tr);
         return 1;
     }
-    double ent = 0;
-    uint64_t ntok = 0;
+    // loss, entropy, tokens and PPO's clipped tokens: this rank's, then summed over the ranks
+    double sums[4] = {c.loss, 0, 0, (double)c.clipped};
     for (size_t i = 0; i < ntr; i++)
-        for (size_t t = 0; t < tr[i]->n; t++, ntok++) ent += tr[i]->ent[t];
+        for (size_t t = 0; t < tr[i]->n; t++, sums[2]++) sums[1] += tr[i]->ent[t];
     free(tr);
+    if (l->o.dist && dist_sum(l->o.dist, sums, 4, err)) return -1;
     m->step = steps + 1;
     m->version = version + 1;
     m->epoch = l->epoch + 1;
-    m->trained = ntr;
+    m->trained = all;
     m->fwd_tokens = fwd;
-    m->loss = c.loss;
-    m->entropy = ntok ? ent / (double)ntok : 0;
+    m->loss = sums[0];
+    m->entropy = sums[2] > 0 ? sums[1] / sums[2] : 0;
     m->ppo = l->o.loss == LOSS_PPO;
-    m->ppo_clipped = ntok ? (double)c.clipped / (double)ntok : 0;
+    m->ppo_clipped = sums[2] > 0 ? sums[3] / sums[2] : 0;
     m->seconds = clock_now() - t0;
     return 0;
 }
 
 int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err) {
     double t0 = clock_now();
-    if (adamw_step(l->m, &l->o.opt, m->step, &m->grad_norm, &m->lr) < 0)
+    rl_err e = {{0}};
+    int rc = l->o.dist && dist_active(l->o.dist)
+                 ? zero_step(l->m, l->o.dist, l->o.parts, &l->o.opt, m->step, &m->grad_norm, &m->lr, &e)
+                 : adamw_step(l->m, &l->o.opt, m->step, &m->grad_norm, &m->lr);
+    if (rc < 0 && e.msg[0]) return err_set(err, "step %llu: %s", (unsigned long long)m->step, e.msg);
+    if (rc < 0)
         return err_set(err, "step %llu: the gradient is not finite (norm %g): not applied",
                        (unsigned long long)m->step, m->grad_norm);
     if (++l->epoch == l->o.epochs) release_batch(l);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dist/dist.h"
 #include "learn/adamw.h"
 #include "model/model.h"
 #include "records/record.h"
@@ -41,6 +42,12 @@ typedef struct {
     const tokenizer *tok;       // for records that carry text and no ids (may be NULL)
     const chat_t *chat;         // for examples that carry "messages" (NULL: the model has no template)
     const volatile sig_atomic_t *stop;   // set (by a signal): abandon the step between micro-batches
+    // Data-parallel (dist_active): each rank computes the gradient of its
+    // share of every batch's whole groups, and the step is zero.h's over
+    // `parts` (zero_parts); every rank is given every record, and takes every
+    // step. NULL: this process alone.
+    dist_t *dist;
+    const size_t *parts;
 } lrn_opts;
 
 // Parsers of the option values ("pg", "grpo", "seqs" | "tokens" | "const:N").

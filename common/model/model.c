@@ -100,6 +100,7 @@ struct model {
     // Training (model_train_init): gradient and AdamW moments, (nparams) each,
     // in the order of params.
     float *grads, *exp_avg, *exp_avg_sq;
+    size_t mlo, mhi;                      // the moments hold parameters [mlo, mhi) of that order
     // Saved activations of the forward and gradients of activations:
     // pointers into one block (train), shapes in train_table.
     wgroup train;
@@ -962,16 +963,35 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
 
 // ---- Training -----------------------------------------------------------------
 
-int model_train_init(model_t *m, rl_err *err) {
+static float *state_of(const model_t *m, int which);
+
+int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
     if (m->o.dtype != DT_F32)
         return err_set(err, "training needs f32 weights; this model multiplies at %s", dt_name(m->o.dtype));
-    if (m->grads) return 0;
-    size_t bytes = m->nparams * sizeof(float);
-    m->grads = m->ops->alloc(bytes);
-    m->exp_avg = m->ops->alloc(bytes);
-    m->exp_avg_sq = m->ops->alloc(bytes);
+    if (lo > hi || hi > m->nparams)
+        return err_set(err, "optimizer range [%zu, %zu) outside the model's %zu parameters", lo, hi, m->nparams);
+    if (m->grads) return m->mlo == lo && m->mhi == hi ? 0 : err_set(err, "model_train_init: already another range");
+    m->grads = m->ops->alloc(m->nparams * sizeof(float));
+    size_t n = hi - lo ? hi - lo : 1;
+    m->exp_avg = m->ops->alloc(n * sizeof(float));
+    m->exp_avg_sq = m->ops->alloc(n * sizeof(float));
+    m->mlo = lo;
+    m->mhi = hi;
     return 0;
 }
+
+int model_train_init(model_t *m, rl_err *err) { return model_train_init_range(m, 0, m->nparams, err); }
+
+void model_train_range(const model_t *m, size_t *lo, size_t *hi) {
+    *lo = m->mlo;
+    *hi = m->mhi;
+}
+
+float *model_train_buffer(const model_t *m, int which) {
+    return m->grads ? state_of(m, which) : NULL;
+}
+
+const rl_ops *model_ops(const model_t *m) { return m->ops; }
 
 // The residual stream (N, C) entering layer l (l = layers: after the last).
 static float *resid_at(const model_t *m, int l, int N) {
@@ -1105,7 +1125,15 @@ void model_zero_grad(model_t *m) {
 }
 
 double model_grad_sumsq(const model_t *m) {
-    return m->grads ? m->ops->sumsq(m->grads, m->nparams) : 0;
+    return m->grads ? m->ops->sumsq(m->grads + m->mlo, m->mhi - m->mlo) : 0;
+}
+
+// Tensor t's elements that lie in the moments' range: [*a, *b) of the flat
+// order; 0 when none.
+static int in_range(const model_t *m, const mtensor *t, size_t *a, size_t *b) {
+    *a = t->off > m->mlo ? t->off : m->mlo;
+    *b = t->off + t->n < m->mhi ? t->off + t->n : m->mhi;
+    return *a < *b;
 }
 
 void model_adamw(model_t *m, const rl_adamw *h) {
@@ -1114,8 +1142,10 @@ void model_adamw(model_t *m, const rl_adamw *h) {
     nodecay.wd = 0;
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
-        m->ops->adamw(m->w.params + t->off, m->grads + t->off, m->exp_avg + t->off, m->exp_avg_sq + t->off, t->n,
-                      t->ndim == 2 ? h : &nodecay);
+        size_t a, b;
+        if (in_range(m, t, &a, &b))
+            m->ops->adamw(m->w.params + a, m->grads + a, m->exp_avg + (a - m->mlo), m->exp_avg_sq + (a - m->mlo),
+                          b - a, t->ndim == 2 ? h : &nodecay);
     }
 }
 
@@ -1143,6 +1173,11 @@ int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
     const float *base = state_of(m, which);
     if (!base || i >= m->nt) return -1;
     const mtensor *t = &m->t[i];
+    size_t a, b;
+    if (which == MODEL_EXP_AVG || which == MODEL_EXP_AVG_SQ) {
+        if (in_range(m, t, &a, &b)) m->ops->download(out + (a - t->off), base + (a - m->mlo), (b - a) * sizeof(float));
+        return 0;
+    }
     if (which != MODEL_PARAM) {
         m->ops->download(out, base + t->off, t->n * sizeof(float));
         return 0;
@@ -1171,7 +1206,13 @@ int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
 int model_tensor_set(model_t *m, int which, size_t i, const float *in) {
     float *base = state_of(m, which);
     if (!base || i >= m->nt || (which == MODEL_PARAM && m->o.dtype != DT_F32)) return -1;
-    m->ops->upload(base + m->t[i].off, in, m->t[i].n * sizeof(float));
+    const mtensor *t = &m->t[i];
+    size_t a, b;
+    if (which == MODEL_EXP_AVG || which == MODEL_EXP_AVG_SQ) {
+        if (in_range(m, t, &a, &b)) m->ops->upload(base + (a - m->mlo), in + (a - t->off), (b - a) * sizeof(float));
+        return 0;
+    }
+    m->ops->upload(base + t->off, in, t->n * sizeof(float));
     return 0;
 }
 

@@ -65,6 +65,19 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err);
 
 // Allocates the gradient (zero) and the AdamW moments (zero) of every parameter.
 int model_train_init(model_t *m, rl_err *err);
+// The same with the moments of parameters [lo, hi) of the flat order (the
+// order of the tensor table, tensor after tensor) only: a rank's part of a
+// sharded optimizer (ZeRO-1). model_grad_sumsq and model_adamw then work on
+// that range; the moments of model_tensor_get/set are those of the tensor's
+// elements in it (the others are not written, or not read).
+int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err);
+void model_train_range(const model_t *m, size_t *lo, size_t *hi);
+// The flat buffers (backend memory) of a model with training state, for
+// collectives between ranks: the parameters (MODEL_PARAM) and the gradient
+// (MODEL_GRAD), nparams floats each, and the moments (MODEL_EXP_AVG,
+// MODEL_EXP_AVG_SQ) of the range, hi − lo floats; NULL without training state.
+float *model_train_buffer(const model_t *m, int which);
+const rl_ops *model_ops(const model_t *m);
 
 // A loss L = Σ_r ℓ_r(logp_r) over the scored tokens, numbered r = 0, 1, ...
 // sequence after sequence (those with n_ids > 0), token after token. The
@@ -77,11 +90,13 @@ typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *l
 // gradient, so that calls between two model_zero_grad accumulate.
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err);
 void model_zero_grad(model_t *m);
-// Σ over every parameter of gradient², in double.
+// Σ over the parameters of the moments' range (all, but for
+// model_train_init_range) of gradient², in double.
 double model_grad_sumsq(const model_t *m);
-// One AdamW step (ops.h rl_adamw; the caller sets lr, betas, eps, gscale and
-// the bias corrections). Weight decay h->wd applies to 2-D tensors (matrices
-// and embeddings), none to norm weights and biases.
+// One AdamW step on the parameters of the moments' range (ops.h rl_adamw;
+// the caller sets lr, betas, eps, gscale and the bias corrections). Weight
+// decay h->wd applies to 2-D tensors (matrices and embeddings), none to norm
+// weights and biases.
 void model_adamw(model_t *m, const rl_adamw *h);
 // Waits until the backend has done all the work asked of it (a GPU works
 // asynchronously): for timings.

@@ -3,8 +3,8 @@ them so, from the sources and from the built objects (nm):
 
   - an include names its folder, and goes downward only: each layer includes
     from the layers the table LOWER gives it, never from a sibling or above;
-    the backends (model/cpu, model/cuda) see model/ops.h and nothing else of
-    the model;
+    the backends (model/cpu, model/cuda) and the ranks' collectives (dist)
+    see model/ops.h and nothing else of the model;
   - the objects of the library form no cycle (object A uses a symbol that B
     defines, B one that A defines, directly or around a loop);
   - each tool links only the layers it uses: rl-cat the leaves, records and
@@ -31,10 +31,11 @@ LOWER = {
     "model": {"leaves", "records", "checkpoint"},
     "model/cpu": {"leaves", "model/ops.h"},
     "model/cuda": {"leaves", "model/ops.h"},
+    "dist": {"leaves", "model/ops.h"},
     "sync": {"leaves", "records", "checkpoint", "model"},
     "sample": {"leaves", "records", "checkpoint", "text", "model", "sync"},
     "ratio": {"leaves", "records", "checkpoint", "model", "sync"},
-    "learn": {"leaves", "records", "checkpoint", "text", "model"},
+    "learn": {"leaves", "records", "checkpoint", "text", "model", "dist"},
     "cli": {"leaves", "records", "checkpoint", "text", "model", "sync"},
 }
 
@@ -46,7 +47,8 @@ LINKS = {
                   "cli"},
     "rl-ratio": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "sync", "ratio",
                  "cli"},
-    "rl-learn": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "learn", "cli"},
+    "rl-learn": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "dist", "learn",
+                 "cli"},
 }
 
 

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "learn/ckpt_model.h"
 #include "learn/learner.h"
+#include "learn/zero.h"
 #include "records/source.h"
 
 static const char USAGE[] =
@@ -76,6 +77,12 @@ static const char USAGE[] =
     "  -q, --quiet            no line per step and no summary on standard error\n"
     "      --progress         progress of reading on standard error even when not a\n"
     "                         terminal (a line per step is written either way)\n"
+    "\n"
+    "Data-parallel (under mpirun or srun: rank 0 reads the input and writes the\n"
+    "checkpoints and metrics; each rank computes the gradient of its share of\n"
+    "every batch's groups; AdamW's state is sharded over the ranks):\n"
+    "      --collective-timeout S  give up when the other ranks have not answered a\n"
+    "                         collective for S seconds (default 600; 0 = never)\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show versions and exit\n"
     "\n"
@@ -85,12 +92,13 @@ static const char USAGE[] =
     "Examples:\n"
     "  rl-sample --model m/ train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
     "  rl-learn --loss sft --init m/ --out sft/ --batch 32 examples.jsonl\n"
-    "  rl-learn --resume --out ckpt/ --max-steps 100 saved/*.rlr\n";
+    "  rl-learn --resume --out ckpt/ --max-steps 100 saved/*.rlr\n"
+    "  ... | mpirun -np 4 rl-learn --init m/ --out ckpt/ --batch 256\n";
 
 typedef struct {
     const char *init, *config, *out, *metrics;
     uint64_t seed, max_steps, keep_every;
-    double init_std;
+    double init_std, collective_timeout;
     int resume, no_skip, keep, keep_last, quiet, progress;
     rl_device device;
     hfw_write_opts save;
@@ -102,7 +110,7 @@ static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
-           O_SHARD };
+           O_SHARD, O_COLL_TIMEOUT };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
@@ -122,8 +130,9 @@ static options parse_options(int argc, char **argv) {
         {"adam-eps", required_argument, 0, O_ADAM_EPS}, {"grad-clip", required_argument, 0, O_CLIP},
         {"metrics", required_argument, 0, O_METRICS}, {"quiet", no_argument, 0, 'q'},
         {"progress", no_argument, 0, O_PROGRESS},     {"help", no_argument, 0, 'h'},
+        {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
         {"version", no_argument, 0, 'V'},             {0, 0, 0, 0}};
-    options o = {.init_std = 0.02, .keep = 5,
+    options o = {.init_std = 0.02, .keep = 5, .collective_timeout = 600,
                  .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1,
                          .micro = 1, .batch = 64, .opt = adamw_default_opts}};
     adamw_opts *a = &o.lrn.opt;
@@ -181,6 +190,7 @@ static options parse_options(int argc, char **argv) {
         case O_METRICS: o.metrics = optarg; break;
         case 'q': o.quiet = 1; break;
         case O_PROGRESS: o.progress = 1; break;
+        case O_COLL_TIMEOUT: o.collective_timeout = cli_parse_f64("--collective-timeout", optarg, 0, 1e9, 0); break;
         case 'h': fputs(USAGE, stdout); exit(0);
         case 'V': cli_print_version(); exit(0);
         default: fprintf(stderr, "Try 'rl-learn --help' for more information.\n"); exit(2);
@@ -235,25 +245,47 @@ typedef struct {
     uint64_t version, steps, skip;   // the model's version; steps taken since --init
     char from[4096];         // the model directory tokenizer files are copied from ("": none)
     double t0;               // when rl-learn started (cli_now)
+    dist_t *d;               // the ranks
+    int dp, rank;            // data-parallel (dist_active); this rank (0 writes)
+    size_t *parts;           // the optimizer's parts of the parameters over the ranks (dp)
+    sbuf events;             // rank 0: the input not yet sent to the other ranks (input events below)
 } run_t;
 
+// A failure every rank must stop at: rank 0's message (another rank's names
+// it), then the whole group ends.
+static _Noreturn void die_all(run_t *r, const char *msg) {
+    if (r->rank) fprintf(stderr, "rl-learn: rank %d: error: %s\n", r->rank, msg);
+    else fprintf(stderr, "rl-learn: error: %s\n", msg);
+    dist_abort(r->d, 1);
+}
+
 static void save(run_t *r, learner_t *l) {
+    rl_err e;
+    if (r->rank) {   // the other ranks send their parts of AdamW's moments to rank 0's checkpoint
+        if (zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
+        return;
+    }
     sbuf st = {0};
     ckpt_state_json(&st, &r->o->lrn, r->version, r->steps, r->skip + (l ? lrn_consumed(l) : 0), r->o->seed);
     sbuf_putc(&st, 0);
     ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
                          .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
                          .keep_every = r->o->keep_every, .save = r->o->save};
-    rl_err e;
-    int rc = ckpt_write(&w, r->m, &e);
+    int rc = r->dp ? ckpt_write_zero(&w, r->m, r->d, r->parts, &e) : ckpt_write(&w, r->m, &e);
     sbuf_free(&st);
-    if (rc) cli_die("%s", e.msg);
+    if (rc) die_all(r, e.msg);
     // The next version copies the tokenizer files from this one: the version
     // a --resume started from may be gone (--keep), this one stays.
     if (r->from[0] && (size_t)snprintf(r->from, sizeof r->from, "%s/v%06llu", r->o->out,
                                        (unsigned long long)r->version) >= sizeof r->from)
         cli_die("path too long: %s", r->o->out);
     set_stop_message(r->o->out, r->version);
+}
+
+// The model's training state: all of AdamW's moments, or this rank's part.
+static int train_init(run_t *r, rl_err *err) {
+    if (!r->dp) return model_train_init(r->m, err);
+    return (r->parts = zero_train_init(r->m, r->d, err)) ? 0 : -1;
 }
 
 // The model to train: CKPT/latest with its optimizer state (--resume), or
@@ -269,8 +301,8 @@ static void start(run_t *r, tokenizer **tok) {
     if (o->resume) {
         if (!have) cli_die("--resume: %s holds no checkpoint (no file 'latest')", o->out);
         // A run killed while it removed old versions leaves their temporaries and the versions after them.
-        if (ckpt_tidy(o->out, o->keep, o->keep_every, &e)) cli_die("%s", e.msg);
-        if (!(r->m = model_load(dir, &mo, &e)) || model_train_init(r->m, &e) || ckpt_read_optimizer(dir, r->m, &e))
+        if (!r->rank && ckpt_tidy(o->out, o->keep, o->keep_every, &e)) cli_die("%s", e.msg);
+        if (!(r->m = model_load(dir, &mo, &e)) || train_init(r, &e) || ckpt_read_optimizer(dir, r->m, &e))
             cli_die("%s", e.msg);
         r->version = version;
         snprintf(r->from, sizeof r->from, "%s", dir);
@@ -281,7 +313,7 @@ static void start(run_t *r, tokenizer **tok) {
         if (!found) cli_die("%s/state.json: no \"records\" or \"step\" count: not written by rl-learn", dir);
         r->skip = o->no_skip ? 0 : records;
     } else {
-        if (have)
+        if (have && !r->rank)   // (the other ranks may see rank 0's first version already)
             cli_die("%s already holds checkpoints (latest: %s): continue with --resume, or choose another --out", o->out,
                     dir);
         if (o->init) {
@@ -295,7 +327,7 @@ static void start(run_t *r, tokenizer **tok) {
             // The tokenizer beside the config file, if there is one, goes with it.
             if (path_parent(o->config, r->from, sizeof r->from)) cli_die("path too long: %s", o->config);
         }
-        if (model_train_init(r->m, &e)) cli_die("%s", e.msg);
+        if (train_init(r, &e)) cli_die("%s", e.msg);
     }
     char tpath[4200];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", r->from);
@@ -337,6 +369,35 @@ static void report(const options *o, int metrics, const lrn_metrics *m) {
     fprintf(stderr, ", %.0f tok/s, %.2f s\n", m->tokens_per_s, m->seconds);
 }
 
+// ---- The input on every rank (data-parallel): rank 0 reads it, and what it
+// gives its learner goes, as events, to the other ranks before each step and
+// at the end; they give their learners the same, and so take the same steps.
+// An event: its kind (a byte), the length (u32) and text of where the record
+// is, the length (u64) and msgpack of the header or record.
+enum { EV_HEADER = 'H', EV_RECORD = 'R', EV_END = 'E' };
+
+static void put_event(run_t *r, int kind, const rec_t *rec, const char *where) {
+    if (!r->dp || dist_size(r->d) == 1) return;
+    sbuf *b = &r->events;
+    uint32_t wn = where ? (uint32_t)strlen(where) : 0;
+    sbuf_putc(b, (uint8_t)kind);
+    sbuf_put(b, &wn, sizeof wn);
+    sbuf_put(b, where, wn);
+    uint64_t n = 0;
+    size_t at = b->len;
+    sbuf_put(b, &n, sizeof n);
+    if (rec) rec_encode(rec, b);
+    n = b->len - at - sizeof n;
+    memcpy(b->data + at, &n, sizeof n);
+}
+
+static void send_events(run_t *r) {
+    rl_err e;
+    if (!r->events.len) return;
+    if (dist_bcast(r->d, &r->events, &e)) die_all(r, e.msg);
+    r->events.len = 0;
+}
+
 // Takes every step the held records allow, each saved and reported; signals
 // wait (busy) until its checkpoint and metrics line are out. 1 once
 // --max-steps steps are taken.
@@ -344,22 +405,106 @@ static int train(run_t *r, learner_t *l, int metrics, int keep_last, uint64_t *t
     const options *o = r->o;
     while (!(o->max_steps && r->steps >= o->max_steps)) {
         if (!lrn_ready(l, keep_last)) return 0;
+        if (!r->rank) send_events(r);   // the other ranks take this step on the same records
         lrn_metrics m;
         rl_err e;
         busy = 1;
         int rc = lrn_step(l, r->version, r->steps, &m, &e);
-        if (rc < 0) cli_die("%s", e.msg);
+        if (rc < 0) die_all(r, e.msg);
         if (rc > 0) stop_now();   // abandoned: the newest checkpoint is the model before the step
         r->version = m.version;
         r->steps = m.step;
         *tokens += m.tokens;
         save(r, l);
         m.elapsed = clock_now() - r->t0;
-        report(o, metrics, &m);
+        if (!r->rank) report(o, metrics, &m);
         busy = 0;
         if (stop_requested) stop_now();
     }
     return 1;
+}
+
+// Rank 0: the inputs, read; each header and record given to the learner
+// (and queued for the other ranks), a step taken whenever a batch is full.
+// 1 once --max-steps steps are taken.
+static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, int metrics, uint64_t *tokens) {
+    const options *o = r->o;
+    uint64_t skipped = 0, nread = 0;
+    int warned_drop = 0, done = o->max_steps && r->steps >= o->max_steps;
+    cli_progress prog;
+    cli_progress_init(&prog, o->progress);
+    rec_t *rec = rec_new();
+    for (int i = 0; i < ninputs && !done; i++) {
+        rl_err e;
+        src_t *s = src_open(inputs[i], SRC_DETECT, &rec_default_limits, &e);
+        if (!s) die_all(r, e.msg);
+        const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
+        recr_event ev = RECR_END;
+        while (!done && (ev = src_next(s, rec)) != RECR_END && ev != RECR_ERROR) {
+            if (ev == RECR_HEADER && !is_training_kind(rec))
+                cli_die("member of another kind than \"rollouts\" or \"examples\": %s", name);
+            if (ev == RECR_HEADER) {
+                lrn_member(l, rec);
+                put_event(r, EV_HEADER, rec, NULL);
+            }
+            if (ev != RECR_RECORD) continue;
+            if (skipped < r->skip) {
+                skipped++;
+                continue;
+            }
+            char where[1200];
+            if (lrn_add(l, rec, src_where(s, where, sizeof where), &e)) cli_die("%s", e.msg);
+            put_event(r, EV_RECORD, rec, where);
+            const char *drop;
+            if (lrn_dropped(l, &drop) == 1 && !warned_drop++) cli_warn("%s", drop);   // the first one, at once
+            nread++;
+            if (lrn_ready(l, 0)) cli_progress_done(&prog);
+            done = train(r, l, metrics, 0, tokens);
+            if (cli_progress_due(&prog))
+                cli_progress_print(&prog, "%llu records read, %zu held for step %llu", (unsigned long long)nread,
+                                   lrn_held(l), (unsigned long long)r->version + 1);
+        }
+        if (!done && ev == RECR_ERROR) cli_die("%s", src_error(s));
+        src_close(s);
+    }
+    cli_progress_done(&prog);
+    rec_free(rec);
+    put_event(r, EV_END, NULL, NULL);
+    send_events(r);
+    return done;
+}
+
+// The other ranks: rank 0's events, given to the learner as rank 0 gave them.
+static int follow_inputs(run_t *r, learner_t *l, uint64_t *tokens) {
+    sbuf in = {0};
+    size_t at = 0;
+    int done = r->o->max_steps && r->steps >= r->o->max_steps;
+    rec_t *rec = rec_new();
+    rl_err e;
+    for (;;) {
+        if (at == in.len) {
+            if (dist_bcast(r->d, &in, &e)) die_all(r, e.msg);
+            at = 0;
+        }
+        uint32_t wn;
+        uint64_t n;
+        int kind = in.data[at++];
+        memcpy(&wn, in.data + at, sizeof wn);
+        char where[1200];
+        snprintf(where, sizeof where, "%.*s", (int)wn, (const char *)in.data + at + sizeof wn);
+        at += sizeof wn + wn;
+        memcpy(&n, in.data + at, sizeof n);
+        at += sizeof n;
+        if (kind == EV_END) break;
+        if (rec_parse(rec, in.data + at, n, &rec_default_limits, &e)) die_all(r, e.msg);
+        at += n;
+        if (kind == EV_HEADER) lrn_member(l, rec);
+        else if (lrn_add(l, rec, where, &e)) die_all(r, e.msg);
+        else if (!done) done = train(r, l, -1, 0, tokens);
+    }
+    rec_free(rec);
+    sbuf_free(&in);
+    return done;
 }
 
 int main(int argc, char **argv) {
@@ -378,6 +523,12 @@ int main(int argc, char **argv) {
 
     double t0 = clock_now();
     run_t run = {.o = &o, .t0 = t0};
+    rl_err e;
+    const char *force = getenv("RLPIPE_DIST");
+    if (!(run.d = dist_open(force && !strcmp(force, "1"), o.collective_timeout, &e))) cli_die("%s", e.msg);
+    run.dp = dist_active(run.d);
+    run.rank = dist_rank(run.d);
+    if (run.rank) o.quiet = 1, o.progress = 0, o.metrics = NULL;   // rank 0 speaks for all
     tokenizer *tok = NULL;
     start(&run, &tok);
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
@@ -392,63 +543,44 @@ int main(int argc, char **argv) {
     if (run.skip && !o.quiet)
         fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
                 (unsigned long long)run.version, (unsigned long long)run.skip);
+    if (run.dp && !o.quiet) {
+        size_t lo, hi;
+        model_train_range(run.m, &lo, &hi);
+        char b[32];
+        fprintf(stderr, "rl-learn: %d ranks (%s); AdamW's moments of %zu of %zu parameters on each (%s on rank 0)\n",
+                dist_size(run.d), dist_transport(run.d, model_ops(run.m)), hi - lo, model_nparams(run.m),
+                fmt_bytes(2 * (hi - lo) * sizeof(float), b, sizeof b));
+    }
     o.lrn.tok = tok;
     chat_t *chat = tok ? cli_chat_load(run.from, tok, &o.chat) : NULL;
     if (!tok && o.chat.n) cli_usage_error("--chat-arg: the model has no tokenizer.json, hence no chat template");
     o.lrn.chat = chat;
-    o.lrn.stop = &stop_requested;
+    // Every rank takes every step: none abandons one alone (a signal ends them after it).
+    o.lrn.stop = dist_size(run.d) > 1 ? NULL : &stop_requested;
+    o.lrn.dist = run.dp ? run.d : NULL;
+    o.lrn.parts = run.parts;
     learner_t *l = lrn_new(run.m, &o.lrn);
-    uint64_t first = run.version, skipped = 0, tokens = 0, nread = 0;
-    int warned_drop = 0;
-    cli_progress prog;
-    cli_progress_init(&prog, o.progress);
-    int done = o.max_steps && run.steps >= o.max_steps;
-    rec_t *rec = rec_new();
-    for (int i = 0; i < ninputs && !done; i++) {
-        rl_err e;
-        src_t *s = src_open(inputs[i], SRC_DETECT, &rec_default_limits, &e);
-        if (!s) cli_die("%s", e.msg);
-        const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
-        recr_event ev = RECR_END;
-        while (!done && (ev = src_next(s, rec)) != RECR_END && ev != RECR_ERROR) {
-            if (ev == RECR_HEADER && !is_training_kind(rec))
-                cli_die("member of another kind than \"rollouts\" or \"examples\": %s", name);
-            if (ev == RECR_HEADER) lrn_member(l, rec);
-            if (ev != RECR_RECORD) continue;
-            if (skipped < run.skip) {
-                skipped++;
-                continue;
-            }
-            char where[1200];
-            if (lrn_add(l, rec, src_where(s, where, sizeof where), &e)) cli_die("%s", e.msg);
-            const char *drop;
-            if (lrn_dropped(l, &drop) == 1 && !warned_drop++) cli_warn("%s", drop);   // the first one, at once
-            nread++;
-            if (lrn_ready(l, 0)) cli_progress_done(&prog);
-            done = train(&run, l, metrics, 0, &tokens);
-            if (cli_progress_due(&prog))
-                cli_progress_print(&prog, "%llu records read, %zu held for step %llu", (unsigned long long)nread,
-                                   lrn_held(l), (unsigned long long)run.version + 1);
-        }
-        if (!done && ev == RECR_ERROR) cli_die("%s", src_error(s));
-        src_close(s);
-    }
-    cli_progress_done(&prog);
-    if (lrn_dropped(l, NULL) > 1)
+    uint64_t first = run.version, tokens = 0;
+    int done = run.rank ? follow_inputs(&run, l, &tokens) : read_inputs(&run, l, inputs, ninputs, metrics, &tokens);
+    if (lrn_dropped(l, NULL) > 1 && !run.rank)
         cli_warn("%zu texts in all had characters with no token, dropped as Hugging Face's tokenizers drops them",
                  lrn_dropped(l, NULL));
     lrn_end(l);
     if (!done) train(&run, l, metrics, o.keep_last, &tokens);
     if (metrics_file && close(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
+    char ranks[32] = "";
+    if (dist_size(run.d) > 1) snprintf(ranks, sizeof ranks, ", %d ranks", dist_size(run.d));
     if (!o.quiet)
-        fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s on %s\n",
+        fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s on %s%s\n",
                 (unsigned long long)(run.version - first), (unsigned long long)first, (unsigned long long)run.version,
                 (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, clock_now() - t0,
-                model_device(run.m));
+                model_device(run.m), ranks);
     lrn_free(l);
-    rec_free(rec);
     chat_free(chat);
     tok_free(tok);
     model_free(run.m);
+    free(run.parts);
+    sbuf_free(&run.events);
+    dist_close(run.d);
     return 0;
 }
