@@ -65,7 +65,8 @@ MPI_LIBS := $(shell mpicc --showme:link)
 endif
 $(BUILD)/obj/common/dist/dist.o $(BUILD)/asan/common/dist/dist.o: TGT_CFLAGS = $(MPI_CFLAGS)
 ifeq ($(CUDA),1)
-$(BUILD)/obj/common/dist/nccl_comm.o: TGT_CFLAGS = -DRL_HAVE_NCCL -I$(CUDA_HOME)/include
+NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+$(BUILD)/obj/common/dist/nccl_comm.o: TGT_CFLAGS = $(if $(NCCL_H),-DRL_HAVE_NCCL -isystem $(dir $(NCCL_H))) -isystem $(CUDA_HOME)/include
 endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
 PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))

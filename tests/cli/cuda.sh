@@ -161,6 +161,21 @@ for k in ("loss", "grad_norm", "entropy"):
 EOF
 fi
 
+name="rl-learn --device cuda as one data-parallel rank (RLPIPE_DIST=1): NCCL's reduce-scatter and all-gather, the same checkpoint as without"
+if on_gpu "$name"; then
+    for v in 0 1; do
+        RLPIPE_DIST=$v rl-learn "${tiny[@]}" --device cuda --out ck_dist$v --loss sft --batch 32 --max-steps 1 \
+            --metrics m_dist$v.jsonl cpu.rlr 2>err_dist$v || fail "$name" "RLPIPE_DIST=$v: $(head -c 400 err_dist$v)"
+    done
+    check "$name: the start-up line names NCCL" "stderr: $(head -c 400 err_dist1)" grep -q '1 ranks (nccl)' err_dist1
+    check "$name: the same weights, moments and metrics (but the timings), bit for bit" \
+        "latest: $(cat ck_dist0/latest) $(cat ck_dist1/latest); $(cmp ck_dist0/v000001/model.safetensors ck_dist1/v000001/model.safetensors 2>&1)" \
+        eval '[ "$(cat ck_dist0/latest)" = v000001 ] && [ "$(cat ck_dist1/latest)" = v000001 ] &&
+              cmp -s ck_dist0/v000001/model.safetensors ck_dist1/v000001/model.safetensors &&
+              cmp -s ck_dist0/v000001/optimizer.safetensors ck_dist1/v000001/optimizer.safetensors &&
+              [ "$(sed "s/,\"tokens_per_s.*//" m_dist0.jsonl)" = "$(sed "s/,\"tokens_per_s.*//" m_dist1.jsonl)" ]'
+fi
+
 name="rl-learn --device auto with a GPU: computes on the GPU"
 if on_gpu "$name"; then
     expect "$name" 0 ' s on cuda$' -- rl-learn --init m --device auto --out ck_gauto --loss sft --batch 4 --max-steps 1 cpu.rlr
