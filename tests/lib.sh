@@ -54,4 +54,18 @@ help_matches_man() {
     check "every documented option is accepted by getopt" "unrecognized:$unknown" [ -z "$unknown" ]
 }
 
+# pycheck NAME [ARG...] <<'EOF' ... EOF: passes if the Python script on stdin
+# exits 0 (ARGs are sys.argv[1:]; its "# " lines are shown); a failure shows
+# the script's last lines.
+pycheck() {
+    local name=$1 msg
+    shift
+    if msg=$("$PY" - "$@" 2>&1); then
+        printf '%s\n' "$msg" | grep '^# '
+        pass "$name"
+    else
+        fail "$name" "$(printf '%s' "$msg" | tail -n 2 | tr '\n' ' ')"
+    fi
+}
+
 finish() { exit "$_failed"; }

@@ -13,18 +13,6 @@
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1
 
-# pycheck NAME [ARG...] <<'EOF' ... EOF: passes if the Python script on stdin
-# exits 0 (its "# " lines are shown); a failure shows the script's last lines.
-pycheck() {
-    local name=$1 msg
-    shift
-    if msg=$("$PY" - "$@" 2>&1); then
-        printf '%s\n' "$msg" | grep '^# '
-        pass "$name"
-    else
-        fail "$name" "$(printf '%s' "$msg" | tail -n 2 | tr '\n' ' ')"
-    fi
-}
 
 # The tiny model (models/tiny: config and tokenizer) with random weights
 # large enough that log-probs spread over several nats; arithmetic prompts;

@@ -8,13 +8,7 @@ export PYTHONPATH=$RLPIPE_ROOT/tests/py
 cat_bin="$RLPIPE_BIN/rl-cat"
 
 # check NAME WHY TEST...: passes if TEST succeeds.
-# pycheck NAME [ARG...] <<'EOF' ... EOF: passes if the Python script on stdin exits 0
-# (rltest is importable; ARGs are sys.argv[1:]); a failure shows the script's last lines.
-pycheck() {
-    local name=$1 msg
-    shift
-    if msg=$("$PY" - "$@" 2>&1); then pass "$name"; else fail "$name" "$(printf '%s' "$msg" | tail -n 2 | tr '\n' ' ')"; fi
-}
+# pycheck (lib.sh): rltest is importable.
 # member FILE N: FILE is one member of N records whose trailer says N (reference reader).
 member() {
     "$PY" -c 'import sys; from rltest import read_stream

@@ -1,0 +1,154 @@
+#!/bin/bash
+# rl-learn as data-parallel ranks (man/rl-learn.1 DATA-PARALLEL RANKS): under
+# mpirun -np 2 and 3 it takes the steps one process takes on the same global
+# batches (the weights within 1e-5 of each tensor's largest, the losses within
+# 1e-5 relative: the order of the gradient's sums is all that differs), its
+# checkpoints are one process's, --resume continues it, and a rank that dies
+# or hangs ends the job with a clear message instead of hanging it.
+# The single-rank path (RLPIPE_DIST=1) runs everywhere, also under the
+# sanitizers; the multi-rank cases need mpirun and a build with MPI.
+# also-asan
+. "$(dirname "$0")/../lib.sh"
+cd "$T" || exit 1
+export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
+# Open MPI refuses root without these; -np 3 on fewer cores needs --oversubscribe.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# One thread per rank: the ranks share this machine's cores.
+export RLPIPE_THREADS=1 OMPI_MCA_btl=self,vader,tcp
+
+"$PY" - <<'EOF' || { fail setup "could not write the model and records"; finish; }
+import random, rltest, llama_ref
+llama_ref.random_model("m", hidden=64, inter=96, layers=2, heads=4, kv_heads=2, vocab=128, seed=3)
+random.seed(1)
+recs = []
+for g in range(24):   # groups of 4, of different lengths, so that the shares differ in size
+    for k in range(4):
+        recs.append({"group": g, "prompt_ids": [random.randrange(128) for _ in range(random.randint(1, 6))],
+                     "ids": [random.randrange(128) for _ in range(random.randint(2, 9))],
+                     "reward": float(random.random() < 0.5)})
+open("r.rlr", "wb").write(rltest.write_stream(recs))
+open("long.rlr", "wb").write(rltest.write_stream([dict(r, group=r["group"] + 24 * i) for i in range(8) for r in recs]))
+EOF
+learn=(--init m --batch 32 --lr 1e-4 --max-steps 3 r.rlr)
+
+# same_run NAME A B TOL: checkpoints A and B hold the same versions and files;
+# every version's config.json and state.json are equal, its weights and AdamW
+# moments within TOL of each tensor's largest value (0: bit for bit); the
+# metrics A.jsonl and B.jsonl have the same steps with losses and gradient
+# norms within TOL relative.
+same_run() {
+    pycheck "$1" "$2" "$3" "$4" <<'EOF'
+import json, os, sys
+import numpy as np
+from safetensors.numpy import load_file
+a, b, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+va, vb = sorted(os.listdir(a)), sorted(os.listdir(b))
+assert va == vb, f"{a} holds {va}, {b} holds {vb}"
+worst = 0.0
+for v in va:
+    if not v.startswith("v"):   # latest, and the writers' lock
+        assert open(f"{a}/{v}").read() == open(f"{b}/{v}").read(), f"{v} differs"
+        continue
+    fa, fb = sorted(os.listdir(f"{a}/{v}")), sorted(os.listdir(f"{b}/{v}"))
+    assert fa == fb, f"{v}: files {fa} and {fb}"
+    for f in ("config.json", "state.json"):
+        assert open(f"{a}/{v}/{f}").read() == open(f"{b}/{v}/{f}").read(), f"{v}/{f} differs"
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        ta, tb = load_file(f"{a}/{v}/{f}"), load_file(f"{b}/{v}/{f}")
+        assert ta.keys() == tb.keys(), f"{v}/{f}: not the same tensors"
+        for k in ta:
+            d = float(np.abs(ta[k] - tb[k]).max()) / max(float(np.abs(ta[k]).max()), 1e-30)
+            assert d <= tol, f"{v}/{f} {k}: max difference {d:.3g} of its largest value, bound {tol}"
+            worst = max(worst, d)
+ma, mb = ([json.loads(l) for l in open(p + ".jsonl")] for p in (a, b))
+assert [m["step"] for m in ma] == [m["step"] for m in mb] and len(ma) == 3, f"steps {len(ma)} and {len(mb)}"
+for x, y in zip(ma, mb):
+    for k in ("samples", "groups", "trained", "tokens", "fwd_tokens"):
+        assert x[k] == y[k], f"step {x['step']}: {k} {x[k]} and {y[k]}"
+    for k in ("loss", "grad_norm", "entropy", "reward_mean", "adv_std"):
+        d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-30)
+        assert d <= max(tol, 1e-12) or (tol == 0 and x[k] == y[k]), f"step {x['step']}: {k} {x[k]!r} and {y[k]!r}"
+print(f"# {b} against {a}: {sum(v.startswith('v') for v in va)} versions, largest difference {worst:.2e} of a tensor's largest value")
+EOF
+}
+
+rl-learn -q "${learn[@]}" --out one --metrics one.jsonl 2>err || fail "one process" "$(head -c 300 err)"
+
+# ---- one rank without MPI (RLPIPE_DIST=1): the data-parallel path, bit for bit one process's
+RLPIPE_DIST=1 rl-learn "${learn[@]}" --out self --metrics self.jsonl 2>err ||
+    fail "RLPIPE_DIST=1" "$(head -c 300 err)"
+check "RLPIPE_DIST=1: one rank, its collectives 'self', AdamW's moments of all parameters" "stderr: $(head -c 300 err)" \
+    grep -q '^rl-learn: 1 ranks (self); AdamW.s moments of 78144 of 78144 parameters' err
+same_run "RLPIPE_DIST=1: the checkpoints and metrics of one process, bit for bit" one self 0
+
+# ---- several ranks
+if ! command -v mpirun >/dev/null 2>&1; then
+    skip "mpirun -np 2 and 3" "no mpirun (Open MPI: apt-get install openmpi-bin libopenmpi-dev)"
+    finish
+fi
+if [ "${RLPIPE_SANITIZED:-0}" = 1 ]; then
+    # Open MPI's start-up leaves allocations LeakSanitizer reports, not ours.
+    skip "mpirun -np 2 and 3" "under the sanitizers (the single-rank path above ran)"
+    finish
+fi
+if ! grep -q 'MPI_Init' <(nm -D "$(command -v rl-learn)" 2>/dev/null); then
+    skip "mpirun -np 2 and 3" "this rl-learn was built without MPI"
+    finish
+fi
+mpi() { timeout 120 mpirun -np "$@"; }
+
+for n in 2 3; do
+    mpi $n rl-learn "${learn[@]}" --out np$n --metrics np$n.jsonl 2>err_$n ||
+        fail "mpirun -np $n" "$(head -c 400 err_$n)"
+    check "mpirun -np $n: rank 0 names the ranks and its part of AdamW's moments" "stderr: $(head -c 300 err_$n)" \
+        grep -q "^rl-learn: $n ranks (mpi); AdamW.s moments of [0-9]* of 78144" err_$n
+    check "mpirun -np $n: one line per step and one summary, from rank 0 alone" "stderr: $(head -c 600 err_$n)" \
+        eval '[ "$(grep -c "^rl-learn: step " err_'$n')" = 3 ] && [ "$(grep -c "^rl-learn: 3 steps " err_'$n')" = 1 ] &&
+              grep -q ", $n ranks$" err_'$n
+    same_run "mpirun -np $n: the checkpoints and metrics of one process, within 1e-5" one np$n 1e-5
+done
+
+# ---- --resume under MPI: two steps, then the third, as the run that took three at once
+mpi 2 rl-learn --init m --batch 32 --lr 1e-4 --max-steps 2 r.rlr --out res --metrics res.jsonl 2>err || fail "--resume: the first two steps" "$(head -c 300 err)"
+mpi 2 rl-learn --resume --out res --batch 32 --lr 1e-4 --max-steps 3 --metrics res.jsonl r.rlr 2>err ||
+    fail "--resume under mpirun -np 2" "$(head -c 300 err)"
+check "--resume under mpirun -np 2: skips the 64 records its steps consumed" "stderr: $(head -c 300 err)" \
+    grep -q 'skipping the 64 records' err
+same_run "--resume under mpirun -np 2: the checkpoints and metrics of the run without a stop, bit for bit" np2 res 0
+
+# ---- a rank that dies or hangs: the job ends, non-zero, saying so
+# The input (768 records) stops after its first 1500 bytes until go_HOW
+# exists: the signal reaches rank 1 between steps, and the rest of the input
+# needs it for the next ones.
+feed() { head -c 1500 long.rlr; while [ ! -e go_$1 ]; do sleep 0.1; done; tail -c +1501 long.rlr; }
+# the rank-1 process of the job whose --out is $1
+rank1() {
+    local p
+    for p in $(pgrep -f "rl-learn .*--out $1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$p"
+    done
+}
+for how in KILL STOP; do
+    out=dies_$how
+    start=$SECONDS
+    feed $how | mpi 2 rl-learn --init m --batch 8 --lr 1e-4 --collective-timeout 3 --out $out >/dev/null 2>err_$how &
+    job=$!
+    for _ in $(seq 300); do [ -e $out/latest ] && [ -n "$(rank1 $out)" ] && break; sleep 0.1; done
+    pid=$(rank1 $out)
+    [ -n "$pid" ] && kill -$how "$pid"
+    touch go_$how
+    wait $job
+    rc=$?
+    took=$((SECONDS - start))
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+    case $how in
+    KILL) what="rank 1 killed (SIGKILL)"; says='exited on signal 9' ;;
+    STOP) what="rank 1 stopped (SIGSTOP), --collective-timeout 3"
+          says='rl-learn: error: step [0-9]+: rank 0 of 2: reduce-scatter of the gradient: no answer from the other ranks for [0-9]+ s \(a rank has died or hangs\)|rl-learn: error: rank 0 of 2: broadcast of the input: no answer' ;;
+    esac
+    check "$what: the job ends with a non-zero status within 60 s" \
+        "status $rc after $took s, rank 1 pid '${pid}'; stderr: $(head -c 400 err_$how)" \
+        eval '[ -n "$pid" ] && [ '$rc' -ne 0 ] && [ '$took' -lt 60 ]'
+    check "$what: the message says what happened" "stderr: $(head -c 600 err_$how)" grep -Eq "$says" err_$how
+done
+finish
