@@ -254,8 +254,7 @@ typedef struct {
 // A failure every rank must stop at: rank 0's message (another rank's names
 // it), then the whole group ends.
 static _Noreturn void die_all(run_t *r, const char *msg) {
-    if (r->rank) fprintf(stderr, "rl-learn: rank %d: error: %s\n", r->rank, msg);
-    else fprintf(stderr, "rl-learn: error: %s\n", msg);
+    fprintf(stderr, "%s: error: %s\n", cli_tool(), msg);
     dist_abort(r->d, 1);
 }
 
@@ -528,7 +527,12 @@ int main(int argc, char **argv) {
     if (!(run.d = dist_open(force && !strcmp(force, "1"), o.collective_timeout, &e))) cli_die("%s", e.msg);
     run.dp = dist_active(run.d);
     run.rank = dist_rank(run.d);
-    if (run.rank) o.quiet = 1, o.progress = 0, o.metrics = NULL;   // rank 0 speaks for all
+    static char tool[40];
+    if (run.rank) {   // rank 0 speaks for all; the others only say their errors, naming themselves
+        snprintf(tool, sizeof tool, "rl-learn (rank %d)", run.rank);
+        cli_init(tool);
+        o.quiet = 1, o.progress = 0, o.metrics = NULL;
+    }
     tokenizer *tok = NULL;
     start(&run, &tok);
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
