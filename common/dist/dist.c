@@ -1,14 +1,19 @@
 // dist.c — the group of ranks and its collectives (dist.h): MPI when this
 // build has it (RL_HAVE_MPI) and a launcher started the process, else one
-// process alone.
+// process alone. MPI's collectives are its blocking ones (their algorithms
+// are the tuned ones: rings and trees, where Open MPI's nonblocking
+// reduce-scatter goes through rank 0); the timeout is a watchdog thread's,
+// armed around each.
 #include "dist/dist.h"
 
+#include <errno.h>
 #include <limits.h>
-#include <sched.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "dist/nccl_comm.h"
@@ -20,12 +25,92 @@
 struct dist {
     int rank, size, force, mpi;
     double timeout;
+    // The watchdog (with MPI, more than one rank and a timeout): `what` is
+    // the collective under way (NULL: none), which must end by `deadline`.
+    pthread_t watchdog;
+    int watching, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const char *what;
+    double deadline;
     int nccl_tried;
     nccl_comm *nccl;             // the GPUs' communicator, once opened
     char nccl_why[256];          // why there is none
     float *host;                 // MPI on host copies of device buffers
     size_t host_n;
 };
+
+#ifdef RL_HAVE_MPI
+static int mpi_fail(int rc, const char *what, rl_err *err) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+    return err_set(err, "%s: %s", what, s);
+}
+
+// The watchdog: once a collective has waited past its deadline, it says so
+// and ends this process (exit status 1; the launcher then ends the others).
+// MPI is not called from it: rl-learn's MPI is the main thread's alone.
+static void *watch(void *arg) {
+    dist_t *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->what && !d->quit) pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit) break;
+        struct timespec ts = clock_timespec(d->deadline);
+        int rc = pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+        if (rc == ETIMEDOUT && d->what && clock_now() >= d->deadline) {
+            fprintf(stderr, "%s: error: rank %d of %d: %s: no answer from the other ranks for %.0f s (a rank has died "
+                            "or hangs)\n", program_invocation_short_name, d->rank, d->size, d->what, d->timeout);
+            _exit(1);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static void watch_start(dist_t *d) {
+    if (d->size == 1 || d->timeout <= 0) return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&d->mu, NULL);
+    sigset_t all, old;   // signals stay the main thread's
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    d->watching = pthread_create(&d->watchdog, NULL, watch, d) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+static void watch_stop(dist_t *d) {
+    if (!d->watching) return;
+    pthread_mutex_lock(&d->mu);
+    d->quit = 1;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->watchdog, NULL);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+}
+
+// Arms the watchdog for collective `what` (NULL: disarms it).
+static void watch_arm(dist_t *d, const char *what) {
+    if (!d->watching) return;
+    pthread_mutex_lock(&d->mu);
+    d->what = what;
+    d->deadline = clock_now() + d->timeout;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+// A blocking collective's return code, the watchdog disarmed.
+static int mpi_done(dist_t *d, int rc, const char *what, rl_err *err) {
+    watch_arm(d, NULL);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, what, err);
+}
+#endif
 
 static int launched_by_mpi(void) {
     const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
@@ -53,6 +138,7 @@ dist_t *dist_open(int force, double timeout, rl_err *err) {
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
     d->mpi = 1;
+    watch_start(d);
     return d;
 #else
     const char *n = getenv("OMPI_COMM_WORLD_SIZE");
@@ -70,6 +156,7 @@ void dist_close(dist_t *d) {
     if (!d) return;
     nccl_comm_close(d->nccl);
 #ifdef RL_HAVE_MPI
+    watch_stop(d);
     if (d->mpi) MPI_Finalize();
 #endif
     free(d->host);
@@ -88,44 +175,15 @@ int dist_rank(const dist_t *d) { return d->rank; }
 int dist_size(const dist_t *d) { return d->size; }
 int dist_active(const dist_t *d) { return d->size > 1 || d->force; }
 
-#ifdef RL_HAVE_MPI
-static int mpi_fail(int rc, const char *what, rl_err *err) {
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
-    return err_set(err, "%s: %s", what, s);
-}
-
-// Waits for a nonblocking collective, testing it (which also drives its
-// progress): yielding at first, then sleeping 50 µs between tests. Gives up
-// after the timeout when limited.
-static int mpi_wait(dist_t *d, MPI_Request *rq, const char *what, int limited, rl_err *err) {
-    double t0 = clock_now();
-    for (long k = 0;; k++) {
-        int done = 0, rc = MPI_Test(rq, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, what, err);
-        if (done) return 0;
-        if (k < 1000) {
-            sched_yield();
-            continue;
-        }
-        double waited = clock_now() - t0;
-        if (limited && d->timeout > 0 && waited > d->timeout)
-            return err_set(err, "rank %d of %d: %s: no answer from the other ranks for %.0f s (a rank has died or "
-                                "hangs)", d->rank, d->size, what, waited);
-        nanosleep(&(struct timespec){0, 50000}, NULL);
-    }
-}
-#endif
 
 int dist_bcast(dist_t *d, sbuf *b, rl_err *err) {
     if (d->size == 1) return 0;
 #ifdef RL_HAVE_MPI
+    const char *what = "broadcast of the input";
     unsigned long long n = b->len;
-    MPI_Request rq;
-    int rc = MPI_Ibcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD, &rq);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "broadcast of the input", err);
-    if (mpi_wait(d, &rq, "broadcast of the input", 0, err)) return -1;
+    // the length: the ranks wait in it while rank 0 waits for its input
+    int rc = MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) return mpi_fail(rc, what, err);
     if (d->rank) {
         b->len = 0;
         sbuf_reserve(b, n);
@@ -133,9 +191,8 @@ int dist_bcast(dist_t *d, sbuf *b, rl_err *err) {
     }
     for (unsigned long long off = 0; off < n;) {   // in pieces MPI's int counts can say
         int piece = n - off > (unsigned long long)INT_MAX ? INT_MAX : (int)(n - off);
-        rc = MPI_Ibcast(b->data + off, piece, MPI_BYTE, 0, MPI_COMM_WORLD, &rq);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "broadcast of the input", err);
-        if (mpi_wait(d, &rq, "broadcast of the input", 1, err)) return -1;
+        watch_arm(d, what);
+        if (mpi_done(d, MPI_Bcast(b->data + off, piece, MPI_BYTE, 0, MPI_COMM_WORLD), what, err)) return -1;
         off += (unsigned long long)piece;
     }
     return 0;
@@ -150,10 +207,9 @@ static int reduce_f64(dist_t *d, double *v, size_t n, int max, rl_err *err) {
 #ifdef RL_HAVE_MPI
     const char *what = max ? "maximum of the step's statistics" : "sum of the step's statistics";
     if (n > INT_MAX) return err_set(err, "%s: %zu values", what, n);
-    MPI_Request rq;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD, &rq);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, what, err);
-    return mpi_wait(d, &rq, what, 1, err);
+    watch_arm(d, what);
+    return mpi_done(d, MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD),
+                    what, err);
 #else
     (void)v, (void)max;
     return err_set(err, "no MPI in this build");
@@ -165,6 +221,7 @@ int dist_max(dist_t *d, double *v, size_t n, rl_err *err) { return reduce_f64(d,
 
 // ---- Parts of flat buffers ------------------------------------------------------------
 
+#ifdef RL_HAVE_MPI
 static size_t total_of(const dist_t *d, const size_t *counts, size_t *off_of_rank) {
     size_t t = 0;
     for (int r = 0; r < d->size; r++) {
@@ -174,7 +231,6 @@ static size_t total_of(const dist_t *d, const size_t *counts, size_t *off_of_ran
     return t;
 }
 
-#ifdef RL_HAVE_MPI
 static int int_counts(const dist_t *d, const size_t *counts, int *c, int *displs, const char *what, rl_err *err) {
     size_t off = 0;
     for (int r = 0; r < d->size; r++) {
@@ -193,14 +249,10 @@ static int mpi_parts(dist_t *d, float *h, const size_t *counts, int gather, rl_e
     const char *what = gather ? "all-gather of the parameters" : "reduce-scatter of the gradient";
     int *c = xmalloc(2 * (size_t)d->size * sizeof *c), *displs = c + d->size, rc = -1;
     if (int_counts(d, counts, c, displs, what, err)) goto out;
-    MPI_Request rq;
-    int mrc = gather ? MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, c, displs, MPI_FLOAT, MPI_COMM_WORLD, &rq)
-                     : MPI_Ireduce_scatter(MPI_IN_PLACE, h, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &rq);
-    if (mrc != MPI_SUCCESS) {
-        mpi_fail(mrc, what, err);
-        goto out;
-    }
-    if (mpi_wait(d, &rq, what, 1, err)) goto out;
+    watch_arm(d, what);
+    int mrc = gather ? MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, c, displs, MPI_FLOAT, MPI_COMM_WORLD)
+                     : MPI_Reduce_scatter(MPI_IN_PLACE, h, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (mpi_done(d, mrc, what, err)) goto out;
     // In place, MPI_Reduce_scatter leaves this rank's part at the start.
     if (!gather && displs[d->rank]) memmove(h + displs[d->rank], h, counts[d->rank] * sizeof *h);
     rc = 0;
@@ -251,19 +303,15 @@ int dist_gather(dist_t *d, const float *part, float *out, const size_t *counts, 
     const char *what = "gather of the optimizer state";
     int *c = xmalloc(2 * (size_t)d->size * sizeof *c), *displs = c + d->size, rc = -1;
     if (int_counts(d, counts, c, displs, what, err)) goto out;
-    MPI_Request rq;
-    int mrc = d->rank ? MPI_Igatherv(part, c[d->rank], MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD, &rq)
-                      : MPI_Igatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, c, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &rq);
-    if (mrc != MPI_SUCCESS) {
-        mpi_fail(mrc, what, err);
-        goto out;
-    }
-    rc = mpi_wait(d, &rq, what, 1, err);
+    watch_arm(d, what);
+    int mrc = d->rank ? MPI_Gatherv(part, c[d->rank], MPI_FLOAT, NULL, NULL, NULL, MPI_FLOAT, 0, MPI_COMM_WORLD)
+                      : MPI_Gatherv(MPI_IN_PLACE, 0, MPI_FLOAT, out, c, displs, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    rc = mpi_done(d, mrc, what, err);
 out:
     free(c);
     return rc;
 #else
-    (void)part, (void)out;
+    (void)part, (void)out, (void)counts;
     return err_set(err, "no MPI in this build");
 #endif
 }
@@ -273,10 +321,9 @@ out:
 #ifdef RL_HAVE_MPI
 static int share_id(void *id, void *ctx) {
     dist_t *d = ctx;
-    MPI_Request rq;
     rl_err e;
-    if (MPI_Ibcast(id, NCCL_COMM_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD, &rq) != MPI_SUCCESS) return -1;
-    return mpi_wait(d, &rq, "broadcast of NCCL's id", 1, &e);
+    watch_arm(d, "broadcast of NCCL's id");
+    return mpi_done(d, MPI_Bcast(id, NCCL_COMM_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD), "broadcast of NCCL's id", &e);
 }
 #endif
 

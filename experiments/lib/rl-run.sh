@@ -16,10 +16,15 @@
 #   --keep-every E     versions kept for evaluation (default 25)
 #   --max-new-tokens N (default 48)
 #   --temperature T    the sampler's (default 1)
+#   --samplers K       K samplers (default 1), each with --batch N/K and its own
+#                      seed (S, S+1000, ...: its own order of the prompts), merged by
+#                      rl-cat --merge --round (N/K)/G, so that --max-lag stays exact
+#   --ranks R          the learner as R data-parallel ranks: mpirun -np R rl-learn
 #
 # RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl
 # (metrics), rollouts.rlr (the records the learner trained on, for replay and
-# lag statistics), log/{sample,ratio,learn,sync}.log, and run.json (wall
+# lag statistics), log/{sample,ratio,learn,sync}.log (with several samplers
+# log/sample1.log ... and log/merge.log), and run.json (wall
 # time, exit statuses). The run ends when rl-learn has taken --steps steps:
 # rl-ratio and rl-sample then end by SIGPIPE (status 141), and rl-sync once
 # its receivers have gone. Exit 0 when rl-learn and rl-sync exit 0 and the
@@ -27,7 +32,7 @@
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
-keep_every=25 max_new=48 temperature=1
+keep_every=25 max_new=48 temperature=1 samplers=1 ranks=1
 usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
@@ -46,30 +51,70 @@ while [ $# -gt 0 ]; do
     --keep-every) keep_every=$2; shift ;;
     --max-new-tokens) max_new=$2; shift ;;
     --temperature) temperature=$2; shift ;;
+    --samplers) samplers=$2; shift ;;
+    --ranks) ranks=$2; shift ;;
     *) usage ;;
     esac
     shift || usage
 done
 [ -n "$init" ] && [ -n "$prompts" ] && [ -n "$out" ] || usage
+share=$((batch / samplers))
+if [ "$samplers" -lt 1 ] || [ $((share * samplers)) != "$batch" ] || [ $((share % group)) != 0 ]; then
+    echo "rl-run.sh: --batch $batch must split into --samplers $samplers shares of whole groups of $group" >&2
+    exit 2
+fi
+# The learner: one process, or mpirun's ranks (one thread each; Open MPI
+# wants these to run as root, and more ranks than cores).
+learner=("$BIN/rl-learn")
+if [ "$ranks" -gt 1 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    learner=(mpirun -np "$ranks" -x RLPIPE_THREADS=1 "$BIN/rl-learn")
+fi
 
 if [ -e "$out" ]; then rm -rf "$out" || exit 1; fi
 mkdir -p "$out/log" || exit 1
 log=$out/log
-s_addr=unix:$out/sample.sock r_addr=unix:$out/ratio.sock
+r_addr=unix:$out/ratio.sock
 t0=$(date +%s.%N)
+# sample I: the sampler of share I (1 .. K), its records on standard output
+sample() {
+    local i=$1 name=sample$1
+    [ "$samplers" = 1 ] && name=sample
+    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --listen "unix:$out/$name.sock" $lag --batch "$share" \
+        --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed $((seed + 1000 * (i - 1))) "$prompts" \
+        2>"$log/$name.log"
+}
+# the records of every sampler, as one stream
+rollouts() {
+    if [ "$samplers" = 1 ]; then sample 1; return; fi
+    local i fifos=()
+    for i in $(seq "$samplers"); do
+        mkfifo "$out/sample$i.fifo" || return 1
+        fifos+=("$out/sample$i.fifo")
+        sample "$i" >"$out/sample$i.fifo" &
+    done
+    "$BIN/rl-cat" --merge --round $((share / group)) "${fifos[@]}" 2>"$log/merge.log"
+    local rc=$? src
+    for i in $(seq "$samplers"); do wait -n; src=$?; case $src in 0 | 141) ;; *) rc=$src ;; esac; done
+    return $rc
+}
 (
-    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --listen "$s_addr" $lag --batch "$batch" \
-        --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed "$seed" "$prompts" 2>"$log/sample.log" |
+    rollouts |
         "$BIN/rl-ratio" --model "$init" --listen "$r_addr" --batch "$batch" $ratio --metrics "$out/ratio.jsonl" \
             2>"$log/ratio.log" |
         tee "$out/rollouts.rlr" |
-        "$BIN/rl-learn" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
+        "${learner[@]}" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
             --keep 1 --keep-every "$keep_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
     echo "${PIPESTATUS[*]}" >"$out/pipe.status"
 ) &
 pipe=$!
+to=()
+if [ "$samplers" = 1 ]; then to+=(--to "unix:$out/sample.sock")
+else for i in $(seq "$samplers"); do to+=(--to "unix:$out/sample$i.sock"); done
+fi
+to+=(--to "$r_addr")
 # rl-sync waits (--retry) for the receivers to listen and for version 0
-"$BIN/rl-sync" --watch "$out/ckpt" --to "$s_addr" --to "$r_addr" --retry 60 2>"$log/sync.log" &
+"$BIN/rl-sync" --watch "$out/ckpt" "${to[@]}" --retry 60 2>"$log/sync.log" &
 sync=$!
 wait $pipe
 t1=$(date +%s.%N)
@@ -86,9 +131,9 @@ case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s}\n' \
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s}\n' \
     "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$group" "$batch" "$steps" \
-    "$lr" "$lag" "$ratio" "$seed" "$temperature" "$max_new" >"$out/run.json"
+    "$lr" "$lag" "$ratio" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2
     for f in "$log"/*.log; do echo "== $f" >&2; tail -n 3 "$f" >&2; done

@@ -144,7 +144,7 @@ for how in KILL STOP; do
     case $how in
     KILL) what="rank 1 killed (SIGKILL)"; says='exited on signal 9' ;;
     STOP) what="rank 1 stopped (SIGSTOP), --collective-timeout 3"
-          says='rl-learn: error: step [0-9]+: rank 0 of 2: reduce-scatter of the gradient: no answer from the other ranks for [0-9]+ s \(a rank has died or hangs\)|rl-learn: error: rank 0 of 2: broadcast of the input: no answer' ;;
+          says="rl-learn: error: rank 0 of 2: (reduce-scatter of the gradient|all-gather of the parameters|sum of the step.s statistics|broadcast of the input|gather of the optimizer state): no answer from the other ranks for 3 s \\(a rank has died or hangs\\)" ;;
     esac
     check "$what: the job ends with a non-zero status within 60 s" \
         "status $rc after $took s, rank 1 pid '${pid}'; stderr: $(head -c 400 err_$how)" \
