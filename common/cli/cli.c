@@ -29,9 +29,11 @@ const char *cli_tool(void) { return tool_name; }
 
 static void vmessage(const char *kind, const char *fmt, va_list ap) {
     fflush(stdout);
+    flockfile(stderr);   // one line, even when threads report at once
     fprintf(stderr, "%s: %s", tool_name, kind);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+    funlockfile(stderr);
 }
 
 void cli_die(const char *fmt, ...) {
@@ -49,6 +51,13 @@ void cli_usage_error(const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "Try '%s --help' for more information.\n", tool_name);
     exit(2);
+}
+
+void cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("error: ", fmt, ap);
+    va_end(ap);
 }
 
 void cli_warn(const char *fmt, ...) {

@@ -14,6 +14,8 @@ const char *cli_tool(void);
 
 void cli_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));        // exit 1
 void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)); // exit 2
+// An error that does not end the tool at once (it goes on, and exits 1 at the end).
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_print_version(void);
 

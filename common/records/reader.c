@@ -20,9 +20,7 @@ struct recr {
     rl_err err;
 };
 
-recr_t *recr_open(const char *path, const rec_limits *lim, rl_err *err) {
-    ins_t *in = ins_open(path, err);
-    if (!in) return NULL;
+static recr_t *recr_new(ins_t *in, const rec_limits *lim) {
     recr_t *r = xmalloc(sizeof *r);
     memset(r, 0, sizeof *r);
     r->in = in;
@@ -30,6 +28,13 @@ recr_t *recr_open(const char *path, const rec_limits *lim, rl_err *err) {
     r->state = EXPECT_HEADER;
     return r;
 }
+
+recr_t *recr_open(const char *path, const rec_limits *lim, rl_err *err) {
+    ins_t *in = ins_open(path, err);
+    return in ? recr_new(in, lim) : NULL;
+}
+
+recr_t *recr_fdopen(int fd, const char *name, const rec_limits *lim) { return recr_new(ins_fdopen(fd, name), lim); }
 
 void recr_close(recr_t *r) {
     if (!r) return;

@@ -24,6 +24,9 @@ typedef enum {
 
 // Opens a file ("-" is standard input). NULL if it cannot be opened (err says why).
 recr_t *recr_open(const char *path, const rec_limits *lim, rl_err *err);
+// Reads a descriptor already open (a connection), named `name` in messages;
+// recr_close does not close it.
+recr_t *recr_fdopen(int fd, const char *name, const rec_limits *lim);
 void recr_close(recr_t *r);
 
 // The next header, record or trailer, into out.

@@ -9,7 +9,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -260,6 +263,50 @@ int net_connect(const net_addr *a, int *unreachable, rl_err *err) {
 
 void net_unlink(const net_addr *a) {
     if (!a->tcp && a->path[0]) unlink(a->path);
+}
+
+// Written under exit_mu (listeners end on threads of their own); read
+// without it by the signal handler, which may take no lock.
+static char exit_unlink[NET_AT_EXIT][sizeof ((net_addr *)0)->path];
+static pthread_mutex_t exit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void unlink_at_exit(void) {
+    for (int i = 0; i < NET_AT_EXIT; i++)
+        if (exit_unlink[i][0]) unlink(exit_unlink[i]);
+}
+
+static void unlink_and_die(int sig) {
+    unlink_at_exit();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void net_unlink_at_exit(const net_addr *a) {
+    static int installed;
+    if (a->tcp) return;
+    pthread_mutex_lock(&exit_mu);
+    int i = 0;
+    while (i < NET_AT_EXIT && exit_unlink[i][0]) i++;
+    // More sockets than any tool listens on: the others are left behind (and replaced next time).
+    if (i < NET_AT_EXIT) snprintf(exit_unlink[i], sizeof exit_unlink[i], "%s", a->path);
+    int first = !installed++;
+    pthread_mutex_unlock(&exit_mu);
+    if (!first) return;
+    atexit(unlink_at_exit);
+    int sigs[] = {SIGINT, SIGTERM, SIGPIPE};
+    for (int k = 0; k < 3; k++) {
+        struct sigaction old, sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = unlink_and_die;
+        if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sigs[k], &sa, NULL);
+    }
+}
+
+void net_forget_at_exit(const net_addr *a) {
+    pthread_mutex_lock(&exit_mu);
+    for (int i = 0; i < NET_AT_EXIT; i++)
+        if (!a->tcp && !strcmp(exit_unlink[i], a->path)) exit_unlink[i][0] = 0;
+    pthread_mutex_unlock(&exit_mu);
 }
 
 void net_bulk(int fd) {

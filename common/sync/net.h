@@ -37,6 +37,15 @@ int net_listen(net_addr *a, rl_err *err);
 int net_connect(const net_addr *a, int *unreachable, rl_err *err);
 // Removes a unix socket's file (nothing for tcp).
 void net_unlink(const net_addr *a);
+// Removes a unix socket's file (nothing for tcp) when the process ends: at
+// exit, or killed by SIGINT, SIGTERM or SIGPIPE (its reader gone) while these
+// have their default action (the handler installed for it removes the file,
+// then the signal kills the process as before). Up to NET_AT_EXIT sockets per
+// process.
+#define NET_AT_EXIT 16
+void net_unlink_at_exit(const net_addr *a);
+// The socket's file has been removed (net_unlink): a later file at that path is not ours.
+void net_forget_at_exit(const net_addr *a);
 
 // The large socket buffers bulk transfers want (SO_SNDBUF/SO_RCVBUF; best effort).
 void net_bulk(int fd);

@@ -15,7 +15,14 @@
 
 #include "sync/net.h"
 
-#define PUSH_MAC_LABEL "rlpipe push 1"
+// Each channel's greeting magic, HMAC label, and what answers on it (for messages).
+static const struct {
+    const char *magic, *label, *who;
+} CHANNEL[] = {
+    [PUSH_WEIGHTS] = {PUSH_MAGIC, "rlpipe push 1", "an rlpipe weight receiver"},
+    [PUSH_RECORDS] = {PUSH_RECORDS_MAGIC, "rlpipe records 1", "an rlpipe record merge (rl-cat --merge)"},
+};
+#define PUSH_LABEL_MAX 32
 
 // Messages are small maps: a tensor list is the largest part. The scan
 // bounds what msgpack-c may later allocate for them.
@@ -120,20 +127,22 @@ void push_send_error(int fd, const char *msg) {
 
 // ---- Greeting and authentication ----------------------------------------------
 
-static void push_mac(const sbuf *token, const uint8_t *nonce, uint8_t *mac) {
-    uint8_t data[sizeof PUSH_MAC_LABEL - 1 + PUSH_NONCE];
-    memcpy(data, PUSH_MAC_LABEL, sizeof PUSH_MAC_LABEL - 1);
-    memcpy(data + sizeof PUSH_MAC_LABEL - 1, nonce, PUSH_NONCE);
+// HMAC-SHA256(token, label || nonce)
+static void push_mac(push_channel ch, const sbuf *token, const uint8_t *nonce, uint8_t *mac) {
+    uint8_t data[PUSH_LABEL_MAX + PUSH_NONCE];
+    size_t n = strlen(CHANNEL[ch].label);
+    memcpy(data, CHANNEL[ch].label, n);
+    memcpy(data + n, nonce, PUSH_NONCE);
     unsigned int len = PUSH_MAC;
-    if (!HMAC(EVP_sha256(), token->data, (int)token->len, data, sizeof data, mac, &len) || len != PUSH_MAC) {
+    if (!HMAC(EVP_sha256(), token->data, (int)token->len, data, n + PUSH_NONCE, mac, &len) || len != PUSH_MAC) {
         fprintf(stderr, "rlpipe: fatal: HMAC-SHA256 failed\n");
         abort();
     }
 }
 
-int push_greet(int fd, const sbuf *token, int stop_fd, double timeout, rl_err *err) {
+int push_greet(int fd, push_channel ch, const sbuf *token, int stop_fd, double timeout, rl_err *err) {
     uint8_t g[PUSH_GREETING];
-    memcpy(g, PUSH_MAGIC, 4);
+    memcpy(g, CHANNEL[ch].magic, 4);
     put_u32le(g + 4, PUSH_PROTOCOL);
     put_u32le(g + 8, token ? PUSH_AUTH_REQUIRED : 0);
     put_u32le(g + 12, 0);
@@ -145,7 +154,7 @@ int push_greet(int fd, const sbuf *token, int stop_fd, double timeout, rl_err *e
     double deadline = timeout < PUSH_GREET_TIMEOUT ? timeout : PUSH_GREET_TIMEOUT;
     int rc = net_recv_all(fd, got, sizeof got, stop_fd, deadline, err);
     if (rc) return rc;
-    push_mac(token, g + 16, want);
+    push_mac(ch, token, g + 16, want);
     if (CRYPTO_memcmp(got, want, PUSH_MAC)) {
         push_send_error(fd, "authentication failed: wrong token");
         return err_set(err, "authentication failed (wrong token)");
@@ -153,19 +162,23 @@ int push_greet(int fd, const sbuf *token, int stop_fd, double timeout, rl_err *e
     return 0;
 }
 
-int push_answer(int fd, const sbuf *token, double timeout, rl_err *err) {
+int push_answer(int fd, push_channel ch, const sbuf *token, double timeout, rl_err *err) {
     uint8_t g[PUSH_GREETING];
     int rc = net_recv_all(fd, g, sizeof g, -1, timeout, err);
     if (rc == 1) return err_set(err, "the receiver closed the connection before its greeting");
     if (rc) return -1;
-    if (memcmp(g, PUSH_MAGIC, 4)) return err_set(err, "not an rlpipe receiver (no \"" PUSH_MAGIC "\" greeting)");
+    push_channel other = ch == PUSH_WEIGHTS ? PUSH_RECORDS : PUSH_WEIGHTS;
+    if (!memcmp(g, CHANNEL[other].magic, 4))
+        return err_set(err, "%s answered, not %s", CHANNEL[other].who, CHANNEL[ch].who);
+    if (memcmp(g, CHANNEL[ch].magic, 4))
+        return err_set(err, "not an rlpipe receiver (no \"%s\" greeting)", CHANNEL[ch].magic);
     uint32_t protocol = get_u32le(g + 4), flags = get_u32le(g + 8);
     if (protocol != PUSH_PROTOCOL)
         return err_set(err, "the receiver speaks push protocol %u, this sender protocol %u", protocol, PUSH_PROTOCOL);
     if (!(flags & PUSH_AUTH_REQUIRED)) return 0;
     if (!token) return err_set(err, "the receiver requires authentication: give its token with --token-file");
     uint8_t mac[PUSH_MAC];
-    push_mac(token, g + 16, mac);
+    push_mac(ch, token, g + 16, mac);
     return net_send_all(fd, mac, sizeof mac, -1, timeout, err);
 }
 

@@ -28,6 +28,12 @@
 //     or {ok: false, error}.
 // A push that breaks off, makes no progress for PUSH_TIMEOUT seconds or fails
 // its checksum is dropped; the receiver keeps the weights it had.
+//
+// Steps 1-2 also open the other channel rlpipe speaks over sockets, record
+// streams (rl-cat --to into rl-cat --merge, sync/recnet.h), with a magic and
+// an HMAC label of its own, so that neither end can be taken for the other's:
+//   PUSH_WEIGHTS  "RLPW", HMAC label "rlpipe push 1" (the steps above);
+//   PUSH_RECORDS  "RLPR", HMAC label "rlpipe records 1".
 #ifndef RLPIPE_PUSH_H
 #define RLPIPE_PUSH_H
 
@@ -39,6 +45,7 @@
 #include "util.h"
 
 #define PUSH_MAGIC "RLPW"
+#define PUSH_RECORDS_MAGIC "RLPR"
 #define PUSH_PROTOCOL 1u
 #define PUSH_AUTH_REQUIRED 1u
 #define PUSH_NONCE 32
@@ -68,15 +75,18 @@ int push_recv_msg(int fd, rec_t *msg, int stop_fd, double timeout, rl_err *err);
 // {ok: false, error: msg}, best effort (the peer may be gone).
 void push_send_error(int fd, const char *msg);
 
-// Steps 1-2, receiver side: sends the greeting (flag set when token is not
-// NULL) and checks the sender's answer, awaited PUSH_GREET_TIMEOUT seconds at
-// most (timeout if shorter). 0; 1 when the peer closed before
+typedef enum { PUSH_WEIGHTS, PUSH_RECORDS } push_channel;
+
+// Steps 1-2, receiver side: sends the channel's greeting (flag set when token
+// is not NULL) and checks the sender's answer, awaited PUSH_GREET_TIMEOUT
+// seconds at most (timeout if shorter). 0; 1 when the peer closed before
 // answering; -1 with err (a wrong answer: {ok: false} has been sent).
-int push_greet(int fd, const sbuf *token, int stop_fd, double timeout, rl_err *err);
-// Steps 1-2, sender side: reads and checks the greeting, answers it. A
-// receiver that requires authentication when token is NULL is an error that
-// says so (--token-file). 0, or -1 with err.
-int push_answer(int fd, const sbuf *token, double timeout, rl_err *err);
+int push_greet(int fd, push_channel ch, const sbuf *token, int stop_fd, double timeout, rl_err *err);
+// Steps 1-2, sender side: reads and checks the greeting (the other channel's
+// is an error that says what answered), answers it. A receiver that requires
+// authentication when token is NULL is an error that says so (--token-file).
+// 0, or -1 with err.
+int push_answer(int fd, push_channel ch, const sbuf *token, double timeout, rl_err *err);
 
 // Tensor lists of the hello and push messages.
 #define PUSH_MAX_DIMS 4

@@ -220,7 +220,7 @@ int push_weights(const net_addr *to, const char *dir, uint64_t version, const pu
     net_bulk(c.fd);
     c.msg = rec_new();
     int rc = -1;
-    if (push_answer(c.fd, o->token, c.timeout, err)) {
+    if (push_answer(c.fd, PUSH_WEIGHTS, o->token, c.timeout, err)) {
         fail(&c, NULL, 1);
         goto out;
     }

@@ -341,7 +341,7 @@ static void answer(rcv_t *r, int fd, incoming *in, double t0, double t1, double 
 // Steps 3-7 of push.h after the greeting; messages go to stderr.
 static void serve(rcv_t *r, int fd) {
     rl_err e;
-    int g = push_greet(fd, r->has_token ? &r->token : NULL, r->stop_pipe[0], timeout_of(r), &e);
+    int g = push_greet(fd, PUSH_WEIGHTS, r->has_token ? &r->token : NULL, r->stop_pipe[0], timeout_of(r), &e);
     if (g > 0) return;   // a probe: connected and left
     if (g < 0) {
         if (!stopping(r)) refuse(r, -1, e.msg);
@@ -474,30 +474,7 @@ fail:
     return NULL;
 }
 
-static char exit_unlink[sizeof ((net_addr *)0)->path];
-
-static void unlink_at_exit(void) {
-    if (exit_unlink[0]) unlink(exit_unlink);
-}
-
-static void unlink_and_die(int sig) {
-    unlink_at_exit();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void rcv_remove_at_exit(const rcv_t *r) {
-    if (r->addr.tcp) return;
-    snprintf(exit_unlink, sizeof exit_unlink, "%s", r->addr.path);
-    atexit(unlink_at_exit);
-    int sigs[] = {SIGINT, SIGTERM, SIGPIPE};   // SIGPIPE: the reader of the output has gone
-    for (int i = 0; i < 3; i++) {
-        struct sigaction old, sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = unlink_and_die;
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL) sigaction(sigs[i], &sa, NULL);
-    }
-}
+void rcv_remove_at_exit(const rcv_t *r) { net_unlink_at_exit(&r->addr); }
 
 void rcv_stop(rcv_t *r) {
     if (!r) return;
@@ -509,7 +486,7 @@ void rcv_stop(rcv_t *r) {
     pthread_join(r->thread, NULL);
     close(r->lfd);
     net_unlink(&r->addr);
-    if (!strcmp(exit_unlink, r->addr.path)) exit_unlink[0] = 0;   // gone: a later socket there is not ours
+    net_forget_at_exit(&r->addr);   // gone: a later socket there is not ours
     close(r->stop_pipe[0]);
     close(r->stop_pipe[1]);
     pthread_mutex_destroy(&r->mu);

@@ -110,8 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     peer_sent(sv, p, m % 4 == 2 && (m & 4) ? 0 : n);
     rl_err err;
     if (m % 4 == 0) messages(sv[0]);
-    if (m % 4 == 1) (void)push_answer(sv[0], m & 4 ? &token : NULL, TIMEOUT, &err);
-    if (m % 4 == 2) (void)push_greet(sv[0], &token, -1, TIMEOUT, &err);
+    if (m % 4 == 1) (void)push_answer(sv[0], PUSH_WEIGHTS, m & 4 ? &token : NULL, TIMEOUT, &err);
+    if (m % 4 == 2) (void)push_greet(sv[0], PUSH_WEIGHTS, &token, -1, TIMEOUT, &err);
     close(sv[0]);
     close(sv[1]);
     return 0;

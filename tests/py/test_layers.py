@@ -7,8 +7,9 @@ them so, from the sources and from the built objects (nm):
     see model/ops.h and nothing else of the model;
   - the objects of the library form no cycle (object A uses a symbol that B
     defines, B one that A defines, directly or around a loop);
-  - each tool links only the layers it uses: rl-cat the leaves, records and
-    cli, with no model, no backend and no OpenBLAS; rl-sync the leaves,
+  - each tool links only the layers it uses: rl-cat the leaves, records,
+    sync (sockets, the token and the record-stream connections of --merge and
+    --to) and cli, with no model, no backend and no OpenBLAS; rl-sync the leaves,
     records, checkpoint files, sync and cli, with no arithmetic of the model;
     the stages link no other stage.
 """
@@ -41,7 +42,7 @@ LOWER = {
 
 # The layers each tool's binary may hold code of.
 LINKS = {
-    "rl-cat": {"leaves", "records", "cli"},
+    "rl-cat": {"leaves", "records", "sync", "cli"},
     "rl-sync": {"leaves", "records", "checkpoint", "sync", "cli"},
     "rl-sample": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "sync", "sample",
                   "cli"},

@@ -5,6 +5,9 @@
 // broken one, give up after the timeout and when told to stop; messages
 // round-trip and over-long ones are refused before reading; the greeting
 // authenticates the right token only; token files and tensor lists are checked.
+// Record streams over sockets (recnet.h, rl-cat --to and --merge): the two
+// channels refuse each other's greeting and answer; a connection is
+// authenticated, handed over, and answered with the records the merge read.
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -23,6 +26,7 @@
 #include "check.h"
 #include "sync/net.h"
 #include "sync/push.h"
+#include "sync/recnet.h"
 #include "tmpdir.h"
 
 // ---- Helpers ------------------------------------------------------------------
@@ -71,6 +75,7 @@ typedef struct {
     size_t n;
     double timeout, delay;
     const sbuf *token;
+    push_channel ch;          // greet_job's: PUSH_WEIGHTS unless set
     int rc;
     rl_err err;
 } job;
@@ -83,7 +88,7 @@ static void *send_job(void *arg) {
 
 static void *greet_job(void *arg) {
     job *j = arg;
-    j->rc = push_greet(j->fd, j->token, j->stop_fd, j->timeout, &j->err);
+    j->rc = push_greet(j->fd, j->ch, j->token, j->stop_fd, j->timeout, &j->err);
     return NULL;
 }
 
@@ -545,7 +550,7 @@ static void greet_answer(const sbuf *rt, const sbuf *st, job *g, int *answer_rc,
     *g = (job){.fd = sv[0], .stop_fd = -1, .timeout = 5, .token = rt};
     pthread_t th;
     pthread_create(&th, NULL, greet_job, g);
-    *answer_rc = push_answer(sv[1], st, 5, answer_err);
+    *answer_rc = push_answer(sv[1], PUSH_WEIGHTS, st, 5, answer_err);
     if (*answer_rc) close(sv[1]);                // a sender that gives up hangs up
     pthread_join(th, NULL);
 }
@@ -632,7 +637,7 @@ static void a_probe_connection_is_a_silent_clean_end(void) {
     // Connected and closed at once (net_listen's test for a live socket).
     CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
     close(sv[1]);
-    int rc = push_greet(sv[0], &a, -1, 5, &err);
+    int rc = push_greet(sv[0], PUSH_WEIGHTS, &a, -1, 5, &err);
     CHECK(rc == 1, "greet %d: %s", rc, err.msg);
     close(sv[0]);
     // Closed after the greeting arrived, unread.
@@ -656,7 +661,7 @@ static void a_probe_connection_is_a_silent_clean_end(void) {
     CHECK(net_listen(&na, &err) == -1, "second listener");
     int sfd = accept(lfd, NULL, NULL);
     CHECK(sfd >= 0, "accept: %s", strerror(errno));
-    rc = push_greet(sfd, &a, -1, 5, &err);
+    rc = push_greet(sfd, PUSH_WEIGHTS, &a, -1, 5, &err);
     CHECK(rc == 1, "greet %d: %s", rc, err.msg);
     close(sfd), close(lfd);
     net_unlink(&na);
@@ -670,19 +675,157 @@ static void answer_refuses_a_non_receiver_and_another_protocol(void) {
     uint8_t g[PUSH_GREETING] = "HTTP/1.1 200 OK\r\n";
     CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
     CHECK(write(sv[0], g, sizeof g) == (ssize_t)sizeof g, "write");
-    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "not an rlpipe receiver"), "%s", err.msg);
+    CHECK(push_answer(sv[1], PUSH_WEIGHTS, NULL, 5, &err) == -1 && has(err.msg, "not an rlpipe receiver"), "%s",
+          err.msg);
     memset(g, 0, sizeof g);
     memcpy(g, "RLPW", 4);
     g[4] = 2;                                    // protocol 2
     CHECK(write(sv[0], g, sizeof g) == (ssize_t)sizeof g, "write");
-    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "protocol 2"), "%s", err.msg);
+    CHECK(push_answer(sv[1], PUSH_WEIGHTS, NULL, 5, &err) == -1 && has(err.msg, "protocol 2"), "%s", err.msg);
     CHECK(write(sv[0], g, 10) == 10, "write");
     close(sv[0]);
-    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "after 10 of 48 bytes"), "%s", err.msg);
+    CHECK(push_answer(sv[1], PUSH_WEIGHTS, NULL, 5, &err) == -1 && has(err.msg, "after 10 of 48 bytes"), "%s", err.msg);
     close(sv[1]);
     CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
     close(sv[0]);
-    CHECK(push_answer(sv[1], NULL, 5, &err) == -1 && has(err.msg, "before its greeting"), "%s", err.msg);
+    CHECK(push_answer(sv[1], PUSH_WEIGHTS, NULL, 5, &err) == -1 && has(err.msg, "before its greeting"), "%s", err.msg);
+    close(sv[1]);
+}
+
+// ---- Record streams over sockets (recnet.h) ------------------------------------
+
+static void the_weights_and_records_channels_refuse_each_others_greeting(void) {
+    push_channel chs[2] = {PUSH_WEIGHTS, PUSH_RECORDS};
+    const char *want[2] = {"an rlpipe weight receiver answered, not an rlpipe record merge",
+                           "an rlpipe record merge (rl-cat --merge) answered, not an rlpipe weight receiver"};
+    for (int i = 0; i < 2; i++) {
+        int sv[2];
+        rl_err err = {{0}};
+        CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+        job g = {.fd = sv[0], .stop_fd = -1, .timeout = 5, .ch = chs[i]};
+        pthread_t th;
+        pthread_create(&th, NULL, greet_job, &g);
+        int rc = push_answer(sv[1], chs[1 - i], NULL, 5, &err);
+        pthread_join(th, NULL);
+        CHECK(rc == -1 && has(err.msg, want[i]), "answer %d: %s", rc, err.msg);
+        close(sv[0]), close(sv[1]);
+    }
+}
+
+static void a_weights_answer_does_not_authenticate_a_record_stream(void) {
+    // The records greeting, shown to a weights sender as its own: its HMAC
+    // (label "rlpipe push 1") must not pass for the records one.
+    sbuf a = token_of(TOKEN_A);
+    int sv[2], tv[2];
+    rl_err err = {{0}};
+    CHECK(pair(sv) == 0 && pair(tv) == 0, "socketpair: %s", strerror(errno));
+    job g = {.fd = sv[0], .stop_fd = -1, .timeout = 5, .token = &a, .ch = PUSH_RECORDS};
+    pthread_t th;
+    pthread_create(&th, NULL, greet_job, &g);
+    uint8_t greeting[PUSH_GREETING], mac[PUSH_MAC];
+    CHECK(net_recv_all(sv[1], greeting, sizeof greeting, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(!memcmp(greeting, "RLPR", 4), "the records greeting starts %.4s", (const char *)greeting);
+    memcpy(greeting, "RLPW", 4);
+    CHECK(net_send_all(tv[0], greeting, sizeof greeting, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(push_answer(tv[1], PUSH_WEIGHTS, &a, 5, &err) == 0, "%s", err.msg);
+    CHECK(net_recv_all(tv[0], mac, sizeof mac, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(net_send_all(sv[1], mac, sizeof mac, -1, 5, &err) == 0, "%s", err.msg);
+    pthread_join(th, NULL);
+    CHECK(g.rc == -1 && has(g.err.msg, "authentication failed (wrong token)"), "greet %d: %s", g.rc, g.err.msg);
+    close(sv[0]), close(sv[1]), close(tv[0]), close(tv[1]);
+    sbuf_free(&a);
+}
+
+// What a listener's callbacks saw (set on its thread).
+typedef struct {
+    pthread_mutex_t mu;
+    int fd, refused;
+    char name[600], why[2100];
+} seen_t;
+
+static void seen_source(void *ctx, int fd, const char *name) {
+    seen_t *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    s->fd = fd;
+    snprintf(s->name, sizeof s->name, "%s", name);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void seen_refused(void *ctx, const char *msg) {
+    seen_t *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    s->refused++;
+    snprintf(s->why, sizeof s->why, "%s", msg);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void seen_failed(void *ctx, int missing, const char *msg) { seen_refused(ctx, msg), (void)missing; }
+
+// Waits (5 s at most) until *p, read under s->mu, is not `not`; its value.
+static int seen_wait(seen_t *s, const int *p, int not) {
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&s->mu);
+        int v = *p;
+        pthread_mutex_unlock(&s->mu);
+        if (v != not) return v;
+        struct timespec ts = {.tv_nsec = 10 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return not;
+}
+
+static void a_record_stream_is_authenticated_handed_over_and_answered(void) {
+    char dir[256], addr[512];
+    net_addr na;
+    rl_err err = {{0}};
+    CHECK(unix_addr_in_tmp(dir, sizeof dir, addr, sizeof addr, &na, &err) == 0, "%s", err.msg);
+    sbuf a = token_of(TOKEN_A), b = token_of(TOKEN_B);
+    seen_t seen = {.fd = -1};
+    pthread_mutex_init(&seen.mu, NULL);
+    rnet_opts o = {.token = &a, .expect = 1, .tool = "test", .source = seen_source, .refused = seen_refused,
+                   .failed = seen_failed, .ctx = &seen};
+    rnet_t *l = rnet_listen(&na, &o, &err);
+    CHECK(l, "%s", err.msg);
+    // The wrong token: the sender is told, the listener names the peer, and goes on.
+    CHECK(rnet_connect(&na, &b, 0, &err) == -1 && has(err.msg, "refused the connection: authentication failed: wrong token"),
+          "%s", err.msg);
+    CHECK(seen_wait(&seen, &seen.refused, 0) == 1 && has(seen.why, ": refused pid ") &&
+          has(seen.why, "authentication failed (wrong token)"), "refusals %d: %s", seen.refused, seen.why);
+    int fd = rnet_connect(&na, &a, 0, &err);
+    CHECK(fd >= 0, "%s", err.msg);
+    int lfd = seen_wait(&seen, &seen.fd, -1);
+    CHECK(lfd >= 0 && has(seen.name, " from pid "), "no connection handed over: %s", seen.name);
+    CHECK(net_send_all(fd, "records", 7, -1, 5, &err) == 0, "%s", err.msg);
+    char got[8] = "";
+    CHECK(net_recv_all(lfd, got, 7, -1, 5, &err) == 0 && !memcmp(got, "records", 7), "%s", err.msg);
+    rnet_source_end(NULL, lfd, NULL, 12);   // the merge read it to its end: 12 records
+    uint64_t n = 0;
+    CHECK(rnet_finish(fd, &n, &err) == 0 && n == 12, "finish: %s (%llu records)", err.msg, (unsigned long long)n);
+    close(fd);
+    rnet_join(l);   // it took the one connection expected: the socket file is gone
+    struct stat st;
+    CHECK(stat(na.path, &st) == -1 && errno == ENOENT, "the socket file is still there");
+    rm_rf(dir);
+    pthread_mutex_destroy(&seen.mu);
+    sbuf_free(&a), sbuf_free(&b);
+}
+
+static void the_merges_error_reaches_the_sender(void) {
+    int sv[2];
+    rl_err err = {{0}};
+    uint64_t n = 0;
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    rnet_source_end(NULL, sv[0], "truncated stream: member 1 has no trailer: s2 record 3", 3);   // closes sv[0]
+    CHECK(rnet_finish(sv[1], &n, &err) == -1 &&
+          has(err.msg, "the merge refused the stream: truncated stream: member 1 has no trailer: s2 record 3"), "%s",
+          err.msg);
+    close(sv[1]);
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    push_send_error(sv[0], "a member of kind \"examples\" cannot join the merge");
+    char why[200] = "";
+    CHECK(rnet_refusal(sv[1], 1, why, sizeof why) == 1 && has(why, "cannot join the merge"), "%s", why);
+    close(sv[0]);
+    CHECK(rnet_refusal(sv[1], 1, why, sizeof why) == 0, "a refusal read from a closed connection");
     close(sv[1]);
 }
 
@@ -925,6 +1068,10 @@ int main(void) {
     RUN(greeting_without_authentication);
     RUN(a_probe_connection_is_a_silent_clean_end);
     RUN(answer_refuses_a_non_receiver_and_another_protocol);
+    RUN(the_weights_and_records_channels_refuse_each_others_greeting);
+    RUN(a_weights_answer_does_not_authenticate_a_record_stream);
+    RUN(a_record_stream_is_authenticated_handed_over_and_answered);
+    RUN(the_merges_error_reaches_the_sender);
     RUN(token_file_drops_one_trailing_newline);
     RUN(token_file_others_may_read_is_refused);
     RUN(token_of_the_wrong_length_is_refused);

@@ -1,8 +1,12 @@
-// rl-cat — inspect, check, convert, concatenate and summarise record streams.
-// Reads every input (records or JSON lines) and sends each record to one
-// sink: a record stream (one member), JSON lines, a summary, or nothing.
+// rl-cat — inspect, check, convert, concatenate, merge and summarise record
+// streams. Reads every input (records or JSON lines) one after the other, or
+// with --merge all at once, whole groups at a time (records/merge.h), and
+// sends each record to one sink: a record stream (one member, on standard
+// output, a file, or with --to a socket: sync/recnet.h), JSON lines, a
+// summary, or nothing.
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,13 +16,18 @@
 #include "clock.h"
 #include "records/fields.h"
 #include "records/json.h"
+#include "records/merge.h"
 #include "records/source.h"
 #include "records/stats.h"
 #include "records/writer.h"
+#include "sync/push.h"
+#include "sync/net.h"
+#include "sync/recnet.h"
 
 static const char USAGE[] =
     "Usage: rl-cat [OPTION]... [FILE]...\n"
-    "Validate, concatenate, convert and summarise rlpipe record streams.\n"
+    "  or:  rl-cat --merge [--round N] [OPTION]... SOURCE...\n"
+    "Validate, concatenate, merge, convert and summarise rlpipe record streams.\n"
     "With no FILE, or when FILE is -, read standard input.\n"
     "\n"
     "Modes (default: concatenate every input into one member on standard output):\n"
@@ -28,6 +37,20 @@ static const char USAGE[] =
     "      --check            read everything, write nothing; exit 0 if valid\n"
     "      --stats            print a summary table (with --json: one JSON object)\n"
     "      --head N           stop after N records\n"
+    "\n"
+    "Merging live streams (several samplers, one learner):\n"
+    "      --merge            read every SOURCE at once and write whole groups as\n"
+    "                         they complete; a SOURCE is a file, a named pipe, -,\n"
+    "                         or tcp:HOST:PORT or unix:PATH to listen at\n"
+    "      --round N          N groups of each live source in turn: with K samplers\n"
+    "                         of rl-sample --batch B/K, rl-learn --batch B trains\n"
+    "                         round b as batch b, and --max-lag is exact\n"
+    "      --senders N        connections each listening SOURCE takes (default 1)\n"
+    "      --token-file FILE  the shared secret of tcp: (and unix:) connections\n"
+    "      --to ADDR          send the output to rl-cat --merge listening at\n"
+    "                         tcp:HOST:PORT or unix:PATH instead of standard output\n"
+    "      --retry S          with --to: try for S seconds while nobody listens\n"
+    "                         there (default 60; 0: once)\n"
     "\n"
     "Output:\n"
     "  -o, --output FILE      write to FILE instead of standard output\n"
@@ -50,14 +73,16 @@ static const char USAGE[] =
     "  -V, --version          show versions and exit\n"
     "\n"
     "Exit status: 0 ok, 1 invalid or truncated input (the records before the\n"
-    "damage are still written), 2 usage error.\n"
+    "damage are still written; with --merge, every other source's groups), 2 usage error.\n"
     "\n"
     "Examples:\n"
     "  rl-cat --stats rollouts.rlr\n"
     "  rl-cat --pack --kind prompts train.jsonl -o train.rlr\n"
     "  rl-cat --json --head 3 rollouts.rlr\n"
     "  rl-cat --check day1.rlr day2.rlr && rl-cat day1.rlr day2.rlr -o all.rlr\n"
-    "  rl-cat --pack theirs.jsonl | rl-ratio --model m/ | rl-cat --stats\n";
+    "  rl-cat --pack theirs.jsonl | rl-ratio --model m/ | rl-cat --stats\n"
+    "  rl-cat --merge --round 8 --senders 2 --token-file tok tcp:0.0.0.0:7000 | rl-learn ...\n"
+    "  rl-sample ... | rl-cat --to tcp:learnhost:7000 --token-file tok\n";
 
 enum { SINK_RECORDS, SINK_JSON, SINK_STATS, SINK_CHECK };
 
@@ -67,10 +92,19 @@ typedef struct {
     const char *kind;
     cli_out_opts out;
     rec_limits lim;
+    int merge, senders, senders_set, round_set;
+    uint64_t round;
+    const char *token_file, *to;
+    double retry;
+    net_addr to_addr;
 } options;
 
+// A SOURCE of --merge that is an address to listen at, not a file.
+static int is_address(const char *s) { return !strncmp(s, "tcp:", 4) || !strncmp(s, "unix:", 5); }
+
 static options parse_options(int argc, char **argv) {
-    enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_MAXREC, O_MAXARR, O_MAXSTR };
+    enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_MAXREC, O_MAXARR, O_MAXSTR,
+           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY };
     static const struct option longopts[] = {
         {"pack", no_argument, 0, O_PACK},       {"json", no_argument, 0, O_JSON},
         {"header", no_argument, 0, O_HEADER},   {"check", no_argument, 0, O_CHECK},
@@ -78,9 +112,12 @@ static options parse_options(int argc, char **argv) {
         {"kind", required_argument, 0, 'k'},    {"level", required_argument, 0, 'l'},
         {"frame", required_argument, 0, O_FRAME}, {"max-record", required_argument, 0, O_MAXREC},
         {"max-array", required_argument, 0, O_MAXARR}, {"max-string", required_argument, 0, O_MAXSTR},
+        {"merge", no_argument, 0, O_MERGE},     {"round", required_argument, 0, O_ROUND},
+        {"senders", required_argument, 0, O_SENDERS}, {"token-file", required_argument, 0, O_TOKEN},
+        {"to", required_argument, 0, O_TO},     {"retry", required_argument, 0, O_RETRY},
         CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
-    options o = {.sink = SINK_RECORDS, .level = 3, .head = UINT64_MAX,
-                 .frame = recw_default_opts.frame_records, .kind = NULL, .lim = rec_default_limits};
+    options o = {.sink = SINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
+                 .kind = NULL, .lim = rec_default_limits, .senders = 1, .retry = -1};
     int check = 0, stats = 0, c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "k:l:", longopts, NULL)) != -1) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
@@ -97,6 +134,18 @@ static options parse_options(int argc, char **argv) {
         case O_MAXREC: o.lim.max_record = cli_parse_uint("--max-record", optarg, UINT32_MAX, 1); break;
         case O_MAXARR: o.lim.max_array = cli_parse_uint("--max-array", optarg, UINT32_MAX, 1); break;
         case O_MAXSTR: o.lim.max_string = cli_parse_uint("--max-string", optarg, UINT32_MAX, 1); break;
+        case O_MERGE: o.merge = 1; break;
+        case O_ROUND:
+            o.round = cli_parse_uint("--round", optarg, UINT32_MAX, 0);
+            o.round_set = 1;
+            break;
+        case O_SENDERS:
+            o.senders = (int)cli_parse_uint("--senders", optarg, 65536, 0);
+            o.senders_set = 1;
+            break;
+        case O_TOKEN: o.token_file = optarg; break;
+        case O_TO: o.to = optarg; break;
+        case O_RETRY: o.retry = cli_parse_f64("--retry", optarg, 0, 86400, 0); break;
         }
     }
     if (check + stats > 1) cli_usage_error("--check and --stats are different modes; choose one");
@@ -108,13 +157,46 @@ static options parse_options(int argc, char **argv) {
     if (o.kind && strcmp(o.kind, "rollouts") && strcmp(o.kind, "examples") && strcmp(o.kind, "prompts"))
         cli_usage_error("--kind: expected rollouts, examples or prompts, got '%s'", o.kind);
     o.sink = check ? SINK_CHECK : stats ? SINK_STATS : o.json ? SINK_JSON : SINK_RECORDS;
+    if (!o.merge && (o.round_set || o.senders_set)) cli_usage_error("--round and --senders apply to --merge");
+    if (o.round_set && o.round == 0) cli_usage_error("--round: a round holds at least one group of each source");
+    if (o.senders_set && o.senders == 0) cli_usage_error("--senders: a SOURCE to listen at takes one connection at least");
+    if (o.merge && o.pack) cli_usage_error("--merge reads record streams; --pack them first");
+    if (o.merge && o.head != UINT64_MAX) cli_usage_error("--merge writes whole groups; --head does not apply");
+    if (o.retry >= 0 && !o.to) cli_usage_error("--retry applies to --to");
+    if (o.to) {
+        rl_err e;
+        if (o.out.output) cli_usage_error("--to and --output both name where the records go; choose one");
+        if (o.sink != SINK_RECORDS) cli_usage_error("--to sends records: --json, --stats and --check do not apply");
+        if (net_parse(o.to, &o.to_addr, &e)) cli_usage_error("--to: %s", e.msg);
+        if (o.to_addr.tcp && !o.token_file)
+            cli_usage_error("--to %s: tcp needs --token-file (a shared secret authenticates the sender)", o.to);
+        if (o.retry < 0) o.retry = 60;
+    }
     return o;
+}
+
+// The operands of --merge that are addresses: well formed, tcp ones with a token.
+static void check_sources(const options *o, char **inputs, int n) {
+    int listening = 0;
+    for (int i = 0; o->merge && i < n; i++) {
+        if (!is_address(inputs[i])) continue;
+        net_addr a;
+        rl_err e;
+        if (net_parse(inputs[i], &a, &e)) cli_usage_error("SOURCE %s: %s", inputs[i], e.msg);
+        if (a.tcp && !o->token_file)
+            cli_usage_error("SOURCE %s: tcp needs --token-file (a shared secret authenticates every sender)", inputs[i]);
+        listening++;
+    }
+    if (o->senders_set && !listening) cli_usage_error("--senders applies to a SOURCE to listen at (tcp: or unix:)");
+    if (o->token_file && !listening && !o->to)
+        cli_usage_error("--token-file applies to --to and to a SOURCE of --merge to listen at (tcp: or unix:)");
 }
 
 // Where records go, and what has gone there.
 typedef struct {
     const options *o;
     int fd;
+    const char *name;       // of the output, for messages
     rec_t *header;          // the output member's header, from the first input
     int have_header;
     recw_t *w;              // SINK_RECORDS, once the header is known
@@ -128,16 +210,23 @@ static void sink_write_text(sink_t *k, int force) {
     size_t off = 0;
     while (off < k->line.len) {
         ssize_t n = write(k->fd, k->line.data + off, k->line.len - off);
-        if (n < 0) cli_die("write error: %s: %s", k->o->out.output ? k->o->out.output : "(stdout)", strerror(errno));
+        if (n < 0) cli_die("write error: %s: %s", k->name, strerror(errno));
         off += (size_t)n;
     }
     k->bytes_out += k->line.len;
     k->line.len = 0;
 }
 
+// A write that failed: with --to, the merge may have said why it stopped reading.
+static void sink_die(const sink_t *k, const char *msg) {
+    char why[1024];
+    if (k->o->to && rnet_refusal(k->fd, 2.0, why, sizeof why)) cli_die("%s (%s said: %s)", msg, k->name, why);
+    cli_die("%s", msg);
+}
+
 static void sink_flush(sink_t *k) {
     rl_err e;
-    if (k->w && recw_flush(k->w, &e)) cli_die("%s", e.msg);
+    if (k->w && recw_flush(k->w, &e)) sink_die(k, e.msg);
     if (k->o->sink == SINK_JSON) sink_write_text(k, 1);
 }
 
@@ -165,8 +254,7 @@ static void sink_header(sink_t *k, const rec_t *h, const char *where) {
         wo.raw = k->o->out.raw;
         wo.level = k->o->level;
         wo.frame_records = k->o->frame;
-        if (!(k->w = recw_fdopen(k->fd, k->o->out.output ? k->o->out.output : "(stdout)", &wo, k->header, &e)))
-            cli_die("%s", e.msg);
+        if (!(k->w = recw_fdopen(k->fd, k->name, &wo, k->header, &e))) sink_die(k, e.msg);
     } else if (k->o->sink == SINK_JSON && k->o->header) {
         if (json_from_rec(k->header, &k->line, &e)) cli_die("header: %s: %s", e.msg, where);
         sbuf_putc(&k->line, '\n');
@@ -211,11 +299,17 @@ static int sink_record(sink_t *k, const rec_t *r, rl_err *e) {
 static void sink_close(sink_t *k) {
     rl_err e;
     switch (k->o->sink) {
-    case SINK_RECORDS:
-        if (recw_close(k->w, &e)) cli_die("%s", e.msg);
+    case SINK_RECORDS: {
+        if (recw_close(k->w, &e)) sink_die(k, e.msg);
         k->bytes_out = recw_bytes_written(k->w);
         recw_free(k->w);
+        uint64_t got;   // --to: the merge has read every record, or says why not
+        if (k->o->to && rnet_finish(k->fd, &got, &e)) cli_die("%s: %s", k->name, e.msg);
+        if (k->o->to && got != k->count)
+            cli_die("%s: the merge read %llu of the %llu records sent", k->name, (unsigned long long)got,
+                    (unsigned long long)k->count);
         break;
+    }
     case SINK_JSON:
         if (k->o->header) sbuf_printf(&k->line, "{\"rlpipe_end\":1,\"count\":%llu}\n", (unsigned long long)k->count);
         break;
@@ -227,82 +321,214 @@ static void sink_close(sink_t *k) {
     if (k->o->sink != SINK_RECORDS && k->o->sink != SINK_CHECK) sink_write_text(k, 1);
 }
 
-int main(int argc, char **argv) {
-    cli_init("rl-cat");
-    options o = parse_options(argc, argv);
-    int ninputs;
-    char **inputs = cli_inputs(argc, argv, &ninputs);
-    cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
 
-    int binary = o.sink == SINK_RECORDS;
-    sink_t k = {.o = &o, .header = rec_new()};
-    k.fd = (o.sink == SINK_CHECK) ? -1 : cli_open_output(o.out.output, binary, o.out.force);
-    stats_init(&k.st);
+// ---- Concatenating (the default) -------------------------------------------------
+
+static void cat_inputs(sink_t *k, char **inputs, int ninputs, int argc, char **argv, cli_progress *prog, double t0) {
+    const options *o = k->o;
     rec_t *rec = rec_new();
-    cli_progress prog;
-    cli_progress_init(&prog, o.out.progress);
-    double t0 = clock_now();
     uint64_t bytes_in = 0, members = 0;
-
     // --head N stops after N records, but the output still takes its header from the input.
-#define HEAD_DONE() (k.have_header && k.count >= o.head)
+#define HEAD_DONE() (k->have_header && k->count >= o->head)
     for (int i = 0; i < ninputs && !HEAD_DONE(); i++) {
         rl_err e;
-        src_t *s = src_open(inputs[i], o.pack, &o.lim, &e);
+        src_t *s = src_open(inputs[i], o->pack, &o->lim, &e);
         if (!s) cli_die("%s", e.msg);
         const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
         recr_event ev = RECR_HEADER;
         while (!HEAD_DONE()) {
-            if (src_would_block(s)) sink_flush(&k);   // pass on what we have before waiting
+            if (src_would_block(s)) sink_flush(k);   // pass on what we have before waiting
             ev = src_next(s, rec);
             if (ev == RECR_END || ev == RECR_ERROR) break;
             if (ev == RECR_HEADER) {
                 members++;
-                sink_header(&k, rec, name);
+                sink_header(k, rec, name);
             } else if (ev == RECR_RECORD) {
-                if (!k.have_header) {  // JSON lines without a header line
-                    sink_generated_header(&k, argc, argv, name);
+                if (!k->have_header) {  // JSON lines without a header line
+                    sink_generated_header(k, argc, argv, name);
                     members++;
                 }
                 rl_err e2;
-                if (sink_record(&k, rec, &e2)) {
-                    char where[1200];
-                    cli_progress_done(&prog);
-                    sink_flush(&k);   // deliver every record before the bad one
-                    cli_die("%s: %s", e2.msg, src_where(s, where, sizeof where));
+                if (sink_record(k, rec, &e2)) {
+                    char where[1200], msg[sizeof e2.msg + sizeof where];
+                    cli_progress_done(prog);
+                    snprintf(msg, sizeof msg, "%s: %s", e2.msg, src_where(s, where, sizeof where));
+                    sink_flush(k);   // deliver every record before the bad one
+                    sink_die(k, msg);
                 }
             }
-            if (cli_progress_due(&prog)) {
+            if (cli_progress_due(prog)) {
                 char b[32];
-                cli_progress_print(&prog, "%llu records, %s read", (unsigned long long)k.count,
+                cli_progress_print(prog, "%llu records, %s read", (unsigned long long)k->count,
                                    fmt_bytes(bytes_in + src_bytes_in(s), b, sizeof b));
             }
         }
         bytes_in += src_bytes_in(s);
         if (ev == RECR_ERROR) {
-            cli_progress_done(&prog);
-            sink_flush(&k);   // deliver every complete record before the damage
+            cli_progress_done(prog);
+            sink_flush(k);   // deliver every complete record before the damage
             cli_die("%s", src_error(s));
         }
         src_close(s);
     }
-    if (!k.have_header) sink_generated_header(&k, argc, argv, inputs[0]);  // empty JSON lines
-    cli_progress_done(&prog);
-    k.st.members = members;
-    sink_close(&k);
-    char bin[32], bout[32];
-    if (!o.out.quiet && o.sink == SINK_CHECK)
-        fprintf(stderr, "rl-cat: ok: %llu records in %llu member%s, %d file%s\n", (unsigned long long)k.count,
-                (unsigned long long)members, members == 1 ? "" : "s", ninputs, ninputs == 1 ? "" : "s");
-    else if (!o.out.quiet)
-        fprintf(stderr, "rl-cat: %llu records, %llu member%s, %d file%s, %s in, %s out, %.2f s\n",
-                (unsigned long long)k.count, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
-                ninputs == 1 ? "" : "s", fmt_bytes(bytes_in, bin, sizeof bin),
-                fmt_bytes(k.bytes_out, bout, sizeof bout), clock_now() - t0);
+#undef HEAD_DONE
     rec_free(rec);
+    if (!k->have_header) sink_generated_header(k, argc, argv, inputs[0]);  // empty JSON lines
+    cli_progress_done(prog);
+    k->st.members = members;
+    sink_close(k);
+    char bin[32], bout[32];
+    if (!o->out.quiet && o->sink == SINK_CHECK)
+        fprintf(stderr, "rl-cat: ok: %llu records in %llu member%s, %d file%s\n", (unsigned long long)k->count,
+                (unsigned long long)members, members == 1 ? "" : "s", ninputs, ninputs == 1 ? "" : "s");
+    else if (!o->out.quiet)
+        fprintf(stderr, "rl-cat: %llu records, %llu member%s, %d file%s, %s in, %s out%s%s, %.2f s\n",
+                (unsigned long long)k->count, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
+                ninputs == 1 ? "" : "s", fmt_bytes(bytes_in, bin, sizeof bin),
+                fmt_bytes(k->bytes_out, bout, sizeof bout), o->to ? " to " : "", o->to ? o->to : "",
+                clock_now() - t0);
+}
+
+// ---- Merging (--merge) -------------------------------------------------------------
+
+typedef struct {
+    mrg_t *m;
+    int refused, failed;    // peers refused, listeners that failed (set on their threads)
+} merge_run;
+
+static void on_connection(void *ctx, int fd, const char *name) {
+    mrg_add_fd(((merge_run *)ctx)->m, fd, name, rnet_source_end, NULL);
+}
+
+static void on_refused(void *ctx, const char *msg) {
+    __atomic_add_fetch(&((merge_run *)ctx)->refused, 1, __ATOMIC_RELAXED);
+    cli_warn("%s", msg);
+}
+
+static void on_listen_failed(void *ctx, int missing, const char *msg) {
+    merge_run *r = ctx;
+    __atomic_store_n(&r->failed, 1, __ATOMIC_RELAXED);
+    cli_error("%s: %d connection%s expected will not come", msg, missing, missing == 1 ? "" : "s");
+    mrg_expect(r->m, -missing);
+}
+
+// Every SOURCE at once, whole groups out; 1 when a source or a listener failed.
+static int merge_sources(sink_t *k, char **inputs, int n, int argc, char **argv, const sbuf *token,
+                         cli_progress *prog, double t0) {
+    const options *o = k->o;
+    mrg_opts mo = {.round = o->round, .lim = o->lim};
+    merge_run r = {.m = mrg_new(&mo)};
+    rnet_t **ls = xmalloc((size_t)n * sizeof *ls);
+    int nl = 0;
+    // The listeners first: their socket files are in the at-exit list before any other thread runs.
+    for (int i = 0; i < n; i++) {
+        net_addr a;
+        rl_err e;
+        if (!is_address(inputs[i]) || net_parse(inputs[i], &a, &e)) continue;   // parsed by check_sources
+        rnet_opts ro = {.token = token->len ? token : NULL, .expect = o->senders, .tool = "rl-cat",
+                        .source = on_connection, .refused = on_refused, .failed = on_listen_failed, .ctx = &r};
+        mrg_expect(r.m, o->senders);
+        if (!(ls[nl] = rnet_listen(&a, &ro, &e))) cli_die("%s", e.msg);
+        if (!o->out.quiet) fprintf(stderr, "rl-cat: listening for records on %s\n", rnet_address(ls[nl]));
+        nl++;
+    }
+    for (int i = 0; i < n; i++)
+        if (!is_address(inputs[i])) mrg_add_path(r.m, inputs[i]);
+    rec_t *rec = rec_new();
+    int faults = 0;
+    for (;;) {
+        mrg_event ev = mrg_next(r.m, rec, 0);
+        if (ev == MRG_NONE) sink_flush(k);   // pass on what we have before waiting
+        // While the sources are quiet, a reader of standard output that has
+        // gone ends the merge as the next write would (SIGPIPE); then the
+        // samplers writing into it see their reader gone too.
+        while (ev == MRG_NONE && (ev = mrg_next(r.m, rec, 0.2)) == MRG_NONE)
+            if (!o->to && net_hung_up(STDOUT_FILENO)) {
+                signal(SIGPIPE, SIG_DFL);
+                raise(SIGPIPE);
+            }
+        if (ev == MRG_END) break;
+        if (ev == MRG_FAULT) {
+            cli_progress_done(prog);
+            cli_error("%s", mrg_fault(r.m));
+            faults++;
+        } else if (ev == MRG_HEADER) {
+            sink_header(k, rec, "(merge)");
+        } else {
+            rl_err e;
+            if (sink_record(k, rec, &e)) {
+                uint64_t src = 0;
+                mrg_source_stats st = {.name = "?"};
+                if (rec_get_uint(rec, "merge_source", &src) == REC_OK && src < mrg_nsources(r.m)) mrg_source(r.m, src, &st);
+                char msg[sizeof e.msg + sizeof st.name + 100];
+                snprintf(msg, sizeof msg, "%s: merged record %llu (from %s)", e.msg, (unsigned long long)k->count,
+                         st.name);
+                cli_progress_done(prog);
+                sink_flush(k);   // deliver every record before the bad one
+                sink_die(k, msg);
+            }
+            if (cli_progress_due(prog))
+                cli_progress_print(prog, "%llu records out, %zu sources", (unsigned long long)k->count,
+                                   mrg_nsources(r.m));
+        }
+    }
+    rec_free(rec);
+    if (!k->have_header) sink_generated_header(k, argc, argv, "(merge)");   // no source gave a header
+    cli_progress_done(prog);
+    for (size_t i = 0; i < mrg_nsources(r.m); i++) {
+        mrg_source_stats st;
+        mrg_source(r.m, i, &st);
+        k->st.members += st.members;
+    }
+    sink_close(k);
+    if (!o->out.quiet) {
+        sbuf line = {0};
+        char bout[32];
+        int refused = __atomic_load_n(&r.refused, __ATOMIC_RELAXED);
+        mrg_summary(r.m, &line);
+        sbuf_printf(&line, ", %s out%s%s", fmt_bytes(k->bytes_out, bout, sizeof bout), o->to ? " to " : "",
+                    o->to ? o->to : "");
+        if (refused) sbuf_printf(&line, ", %d peer%s refused", refused, refused == 1 ? "" : "s");
+        fprintf(stderr, "rl-cat: %.*s, %.2f s\n", (int)line.len, (char *)line.data, clock_now() - t0);
+        sbuf_free(&line);
+    }
+    mrg_free(r.m);
+    for (int i = 0; i < nl; i++) rnet_join(ls[i]);
+    free(ls);
+    return faults || r.failed;
+}
+
+int main(int argc, char **argv) {
+    cli_init("rl-cat");
+    options o = parse_options(argc, argv);
+    int ninputs;
+    char **inputs = cli_inputs(argc, argv, &ninputs);
+    check_sources(&o, inputs, ninputs);
+    cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
+
+    sink_t k = {.o = &o, .header = rec_new(), .name = o.to ? o.to : o.out.output ? o.out.output : "(stdout)"};
+    sbuf token = {0};
+    rl_err e;
+    if (o.token_file && push_read_token(o.token_file, &token, &e)) cli_die("%s", e.msg);
+    if (o.to) {
+        // A merge that stops reading: a write error, and its reason, rather than a silent SIGPIPE.
+        signal(SIGPIPE, SIG_IGN);
+        if ((k.fd = rnet_connect(&o.to_addr, token.len ? &token : NULL, o.retry, &e)) < 0) cli_die("%s", e.msg);
+    } else {
+        k.fd = o.sink == SINK_CHECK ? -1 : cli_open_output(o.out.output, o.sink == SINK_RECORDS, o.out.force);
+    }
+    stats_init(&k.st);
+    cli_progress prog;
+    cli_progress_init(&prog, o.out.progress);
+    double t0 = clock_now();
+    int rc = 0;
+    if (o.merge) rc = merge_sources(&k, inputs, ninputs, argc, argv, &token, &prog, t0);
+    else cat_inputs(&k, inputs, ninputs, argc, argv, &prog, t0);
     rec_free(k.header);
     stats_free(&k.st);
     sbuf_free(&k.line);
-    if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", o.out.output, strerror(errno));
-    return 0;
+    if (token.data) memset(token.data, 0, token.cap);
+    sbuf_free(&token);
+    if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", k.name, strerror(errno));
+    return rc;
 }
