@@ -77,12 +77,21 @@ class Run:
             out[s["step"]] = n
         return out
 
+    def records(self):
+        """The records the scorer passed to the learner (rollouts.rlr), as dicts."""
+        if not hasattr(self, "_recs"):
+            p = subprocess.run([os.path.join(BIN, "rl-cat"), "-q", "--json", os.path.join(self.dir, "rollouts.rlr")],
+                               stdout=subprocess.PIPE, check=False)
+            self._recs = [json.loads(x) for x in p.stdout.decode().splitlines() if x.strip()]
+        return self._recs
+
+    def rollouts(self):
+        return len(self.records())
+
     def token_lags(self):
         """Per-token lag of the records trained on: the learner's version when
         it took the step that used the record, minus the record's ver[t]."""
-        p = subprocess.run([os.path.join(BIN, "rl-cat"), "-q", "--json", os.path.join(self.dir, "rollouts.rlr")],
-                           stdout=subprocess.PIPE, check=False)
-        recs = [json.loads(x) for x in p.stdout.decode().splitlines() if x.strip()]
+        recs = self.records()
         lags, i = [], 0
         for s in self.steps:   # step s consumed the next s["samples"] records, at version s["version"] - 1
             for r in recs[i:i + s["samples"]]:
@@ -427,15 +436,40 @@ def smollm2(out, exp):
     return base["accuracy"], [r.final_acc() for r in runs]
 
 
+def scale(out, exp):
+    runs = [Run(os.path.join(out, "runs", n)) for n in ("one", "scale")]
+    lag = runs[0].meta["lag"]
+    text = header("Scale-out: samplers merged, a data-parallel learner", str(runs[0].meta["seed"]))
+    text += ("\nThe same RL run from the same SFT model and sample budget, as one sampler and one learner process "
+             "(`one`), and as samplers of `--batch B/K` each merged by `rl-cat --merge --round` into one scorer "
+             "and `mpirun -np R rl-learn` (`scale`), every process on this machine's cores. Records: those the "
+             "learner trained on (its metrics) against those the scorer passed (`rollouts.rlr`); lag is per token, "
+             f"the learner's version at its step minus the version that sampled it, bounded by `{lag}`.\n\n")
+    rows = []
+    for r in runs:
+        lags = r.token_lags()
+        rows.append((r.name, r.meta.get("samplers", 1), r.meta.get("ranks", 1), len(r.steps), r.samples,
+                     r.rollouts(), fmt(r.wall, 1), fmt(r.samples / r.wall, 1), fmt(r.first_acc()),
+                     fmt(r.final_acc()), fmt(mean(lags), 2), max(lags) if lags else "–"))
+    text += table(["run", "samplers", "learner ranks", "steps", "records trained on", "records passed",
+                   "wall s", "samples/s", "held-out acc before", "held-out acc after", "lag mean", "lag max"], rows)
+    text += "\nHeld-out accuracy at the kept versions:\n\n"
+    evsteps = sorted(set.intersection(*[{s for s, _ in r.evals} for r in runs]))
+    text += table(["step"] + [r.name for r in runs], [(s,) + tuple(fmt(r.acc_at(s)) for r in runs) for s in evsteps])
+    open(os.path.join(exp, "RESULTS.md"), "w").write(text)
+
+
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2"):
-        raise SystemExit("usage: report.py demo|inflight|tis|smollm2 OUT EXPDIR")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale"):
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale OUT EXPDIR")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)
         print(f"{before} {after} {n}")
     elif what == "inflight":
         inflight(out, exp)
+    elif what == "scale":
+        scale(out, exp)
     elif what == "smollm2":
         before, after = smollm2(out, exp)
         print(f"held-out accuracy: before RL {before}, after RL " + ", ".join(fmt(a) for a in after) + " (per seed)")

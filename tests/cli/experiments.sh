@@ -45,6 +45,30 @@ expect "make again: exit 0" 0 '' -- demo
 check "make again: no stage rerun, the same last line" "stderr: $(head -c 300 err); stdout: $(tail -n 1 out)" \
     eval '! grep -q "\.\.\. done" err && [ "$(tail -n 1 out)" = "$last" ]'
 
+# experiments/scale on the same budget, from the demo's SFT model: one sampler
+# and one learner, then 2 samplers merged and a learner of 2 ranks under mpirun.
+if command -v mpirun >/dev/null 2>&1 && [ "${RLPIPE_SANITIZED:-0}" != 1 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    expect "experiments/scale: exit 0" 0 '' -- make --no-print-directory -C "$RLPIPE_ROOT/experiments/scale" \
+        BIN="$RLPIPE_BIN" PYTHON="$PY" OUT="$T/d" RESULTS="$T/res_scale" TEST=20 SFT_STEPS=4 RL_STEPS=4 BATCH=32 \
+        KEEP_EVERY=1 LAG=1
+    check "experiments/scale: 2 samplers and 2 ranks, every process ending cleanly, 4 steps each, lag <= 1" \
+        "$(cat d/runs/scale/run.json 2>&1); $(tail -n 2 d/runs/scale/log/learn.log 2>&1)" "$PY" -c '
+import json, subprocess, sys
+for run, samplers, ranks in (("one", 1, 1), ("scale", 2, 2)):
+    j = json.load(open(f"d/runs/{run}/run.json"))
+    e = j["exit"]
+    assert (j["samplers"], j["ranks"]) == (samplers, ranks), j
+    assert e["rl-learn"] == 0 and e["rl-sync"] == 0 and e["rl-sample"] in (0, 141) and e["rl-ratio"] in (0, 141), e
+    m = [json.loads(x) for x in open(f"d/runs/{run}/learn.jsonl")]
+    assert [x["step"] for x in m] == [1, 2, 3, 4] and all(x["lag_max"] <= 1 for x in m), m
+assert ", 2 ranks" in open("d/runs/scale/log/learn.log").read()'
+    check "experiments/scale: RESULTS.md has both runs" "$(head -c 600 res_scale/RESULTS.md 2>&1)" \
+        eval 'grep -q "^| one | 1 | 1 |" res_scale/RESULTS.md && grep -q "^| scale | 2 | 2 |" res_scale/RESULTS.md'
+else
+    skip "experiments/scale" "no mpirun, or under the sanitizers"
+fi
+
 rm -f d/.rl d/.rl-eval d/.report
 expect "a failing stage: make fails, saying which stage and where its log is" 2 '4-rl +\.\.\. FAILED \(exit 1\).*d/log/4-rl.log' \
     -- demo LR=-1
