@@ -92,7 +92,6 @@ declare -A C_HID=([tiny]=128 [15m]=288 [110m]=768) C_FF=([tiny]=352 [15m]=768 [1
 declare -A C_V=([tiny]=448 [15m]=32000 [110m]=32000)
 declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=()
 
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 # add KEY FIELD LINE: one round's RESULT line; the values of its FIELD
 # (times: the timed steps; median_s: the round's median) join KEY's.
@@ -103,16 +102,6 @@ add() {
     TIMES[$1]+="$(field "$2" "$3" | tr ',' ' ') "
 }
 
-# measure KEY FIELD CMD...: CMD prints a RESULT line.
-measure() {
-    local key=$1 fld=$2 out; shift 2
-    [[ -n ${FAILED[$key]:-} ]] && return
-    if out=$("$@" 2>"$ERR" | grep '^RESULT' | tail -n1) && [[ -n $out ]]; then
-        add "$key" "$fld" "$out"
-    else
-        fail "$key"
-    fi
-}
 
 # The RESULT line of an rl-learn metrics file (argv: FILE WARMUP STEPS FLOP):
 # times are the "seconds" of the STEPS steps after the first WARMUP.
@@ -167,10 +156,10 @@ for cfg in "${CFGS[@]}"; do
     FLOP[$cfg]=$(awk -v f="$f" -v n="$N" 'BEGIN{printf "%.6g", f * n}')
     for ((r = 1; r <= reps; r++)); do
         echo "$cfg: round $r of $reps" >&2
-        measure "$cfg sgemm mlp" gflop_s "$SGEMM" sgemm --m $((N * (P + T - 1))) --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
-        measure "$cfg sgemm head" gflop_s "$SGEMM" sgemm --m $((N * T)) --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
+        measure_result "$cfg sgemm mlp" gflop_s "$SGEMM" sgemm --m $((N * (P + T - 1))) --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
+        measure_result "$cfg sgemm head" gflop_s "$SGEMM" sgemm --m $((N * T)) --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
         ours "$cfg" "$m" "$recs" "$K"
-        measure "$cfg torch" times env OMP_WAIT_POLICY=PASSIVE "$PY" "$REF" train "$m" "$recs" \
+        measure_result "$cfg torch" times env OMP_WAIT_POLICY=PASSIVE "$PY" "$REF" train "$m" "$recs" \
             --batch "$N" --steps "$K" --warmup "$WARMUP" --lr 1e-5
     done
 done

@@ -1,5 +1,5 @@
 # bench/lib.sh — what the benchmark scripts (forward.sh, sample.sh,
-# learn.sh, tokenize.sh) share, sourced once the script has set NAME (forward, ...):
+# learn.sh, tokenize.sh, mpi.sh) share, sourced once the script has set NAME (forward, ...):
 #   here root BUILD BIN PY W   this folder, the project, the build and tool
 #                              folders (BUILD, BIN as the Makefile), Python
 #                              (PYTHON, default .deps/venv/bin/python), the output
@@ -13,6 +13,10 @@
 #                              RES=$W/NAME.results, ERR=$W/NAME.err, LOAD0
 #   fail KEY [WHY]             marks KEY failed (FAILED[KEY], NFAIL) and shows
 #                              the end of $ERR
+#   field NAME LINE            the value of NAME=VALUE in a RESULT line
+#   measure_result KEY FLD CMD runs CMD, which prints a RESULT line, and gives
+#                              it to the script's `add KEY FLD LINE`; a
+#                              failure (or no line) marks KEY failed
 #   median                     the median of the numbers on stdin
 #   loadavg                    the 1, 5 and 15 minute load averages now
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,6 +55,18 @@ bench_start() {
 fail() {
     NFAIL=$((NFAIL + 1)); FAILED[$1]=1
     echo "  $1: FAILED${2:+ ($2)}" >&2; tail -n 5 "$ERR" | sed 's/^/    /' >&2
+}
+
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+measure_result() {
+    local key=$1 fld=$2 out; shift 2
+    [[ -n ${FAILED[$key]:-} ]] && return
+    if out=$("$@" 2>"$ERR" | grep '^RESULT' | tail -n1) && [[ -n $out ]]; then
+        add "$key" "$fld" "$out"
+    else
+        fail "$key"
+    fi
 }
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }

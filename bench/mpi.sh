@@ -126,7 +126,6 @@ declare -A CMD=([np1]="RLPIPE_THREADS=2 rl-learn" [mpi1]="RLPIPE_THREADS=2 mpiru
                 [np2]="RLPIPE_THREADS=1 mpirun -np 2 rl-learn" [half]="RLPIPE_THREADS=1 mpirun -np 1 rl-learn")
 declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=() MOM=() RSS0=() RSS1=() BATCH=() BYTES=()
 
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
 # add KEY FIELD LINE: one round's RESULT line; the values of its FIELD
 # (times: the timed steps; gflop_s: sgemm's rate) join KEY's.
@@ -139,16 +138,6 @@ add() {
     TIMES[$1]+="$(field "$2" "$3" | tr ',' ' ') "
 }
 
-# measure KEY FIELD CMD...: CMD prints a RESULT line.
-measure() {
-    local key=$1 fld=$2 out; shift 2
-    [[ -n ${FAILED[$key]:-} ]] && return
-    if out=$("$@" 2>"$ERR" | grep '^RESULT' | tail -n1) && [[ -n $out ]]; then
-        add "$key" "$fld" "$out"
-    else
-        fail "$key"
-    fi
-}
 
 # The RESULT line of an rl-learn metrics file (argv: FILE WARMUP STEPS, then
 # key=value words to carry): times are the "seconds" of the STEPS steps after
@@ -267,8 +256,8 @@ for cfg in "${CFGS[@]}"; do
     FLOP[$cfg]=$(awk -v f="$f" -v n="$N" 'BEGIN{printf "%.6g", f * n}')
     for ((r = 1; r <= ROUNDS; r++)); do
         echo "$cfg: round $r of $ROUNDS" >&2
-        measure "$cfg sgemm mlp" gflop_s "$SGEMM" sgemm --m $((N * (P + T - 1))) --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
-        measure "$cfg sgemm head" gflop_s "$SGEMM" sgemm --m $((N * T)) --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
+        measure_result "$cfg sgemm mlp" gflop_s "$SGEMM" sgemm --m $((N * (P + T - 1))) --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
+        measure_result "$cfg sgemm head" gflop_s "$SGEMM" sgemm --m $((N * T)) --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
         for what in "${RUNS[@]}"; do run "$cfg" "$what"; done
     done
     echo "$cfg: bytes between the ranks" >&2

@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "learn/zero.h"
+#include "records/fields.h"
 #include "records/json.h"
 
 // One record, as training needs it. Arrays of n completion tokens.
@@ -348,16 +349,7 @@ void lrn_end(learner_t *l) {
 
 void lrn_member(learner_t *l, const rec_t *header) {
     l->complete = l->n;
-    l->group_size = 0;
-    long i = rec_find(header, "sampling");
-    if (i < 0) return;
-    size_t n;
-    const uint8_t *v = rec_value(header, (size_t)i, &n);
-    rec_t *sampling = rec_new();
-    rl_err e;
-    if (rec_parse(sampling, v, n, &rec_default_limits, &e) || rec_get_uint(sampling, "group", &l->group_size) != REC_OK)
-        l->group_size = 0;
-    rec_free(sampling);
+    fld_group_size(header, &l->group_size);
 }
 
 // Records in the next batch: the fewest whole groups holding >= batch

@@ -77,3 +77,17 @@ int fld_check(const rec_t *r, rl_err *err) {
     }
     return 0;
 }
+
+int fld_group_size(const rec_t *h, uint64_t *group) {
+    long i = rec_find(h, "sampling");
+    *group = 0;
+    if (i < 0) return 0;
+    size_t n;
+    const uint8_t *v = rec_value(h, (size_t)i, &n);
+    rec_t *sampling = rec_new();
+    rl_err e;
+    int ok = !rec_parse(sampling, v, n, &rec_default_limits, &e) && rec_get_uint(sampling, "group", group) == REC_OK;
+    rec_free(sampling);
+    if (!ok) *group = 0;
+    return ok;
+}

@@ -7,6 +7,7 @@
 #define RLPIPE_FIELDS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "records/record.h"
 
@@ -26,5 +27,10 @@ const char *fld_type_name(fld_type t);   // "an array of float32", ...
 // Known fields of r have their types, and the per-token arrays (ids, logp,
 // ver, logp_learner, w, mask) have equal lengths. 0, or -1 with err.
 int fld_check(const rec_t *r, rl_err *err);
+
+// A member header's "sampling"."group", the records of each of its groups
+// (rl-sample writes it): 1, or 0 with *group 0 when it has none (or not an
+// unsigned integer).
+int fld_group_size(const rec_t *h, uint64_t *group);
 
 #endif

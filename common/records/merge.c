@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "records/fields.h"
 #include "records/reader.h"
 
 // Complete groups a source may hold before its reader waits for the writer
@@ -65,20 +66,6 @@ struct mrg {
     msrc *cur_src;
     uint64_t groups_out;
 };
-
-int mrg_header_group(const rec_t *h, uint64_t *group) {
-    long i = rec_find(h, "sampling");
-    *group = 0;
-    if (i < 0) return 0;
-    size_t n;
-    const uint8_t *v = rec_value(h, (size_t)i, &n);
-    rec_t *sampling = rec_new();
-    rl_err e;
-    int ok = !rec_parse(sampling, v, n, &rec_default_limits, &e) && rec_get_uint(sampling, "group", group) == REC_OK;
-    rec_free(sampling);
-    if (!ok) *group = 0;
-    return ok;
-}
 
 // ---- Groups ---------------------------------------------------------------------
 
@@ -153,7 +140,7 @@ static int check_header(mrg_t *m, const rec_t *h, rl_err *err) {
         kind_of(h, &k1, &n1);
         kind_of(m->header, &k2, &n2);
         uint64_t g1, g2;
-        int has1 = mrg_header_group(h, &g1), has2 = mrg_header_group(m->header, &g2);
+        int has1 = fld_group_size(h, &g1), has2 = fld_group_size(m->header, &g2);
         if (n1 != n2 || memcmp(k1, k2, n1)) {
             rc = err_set(err, "a member of kind \"%.*s\" cannot join the merge of kind \"%.*s\"", (int)n1, k1,
                          (int)n2, k2);
@@ -206,7 +193,7 @@ static void *reader_main(void *arg) {
             if (check_header(m, rec, &e))
                 snprintf(why, sizeof why, "%s: %s record %llu", e.msg, s->st.name,
                          (unsigned long long)recr_records(r));
-            mrg_header_group(rec, &size);
+            fld_group_size(rec, &size);
         } else if (ev == RECR_TRAILER) {
             complete(s, &g);
         } else if (ev == RECR_END) {

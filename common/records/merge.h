@@ -101,8 +101,4 @@ void mrg_summary(mrg_t *m, sbuf *out);
 // Waits for the sources' threads (all have ended after MRG_END) and frees.
 void mrg_free(mrg_t *m);
 
-// A header's "sampling"."group", the records of each of its groups: 1, or 0
-// when it has none (or not an unsigned integer).
-int mrg_header_group(const rec_t *h, uint64_t *group);
-
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "records/fields.h"
 #include "records/merge.h"
 #include "records/writer.h"
 
@@ -121,7 +122,7 @@ static void a_group_of_the_header_size_goes_out_before_the_next_record_comes(voi
     rec_t *r = rec_new();
     CHECK(mrg_next(m, r, -1) == MRG_HEADER, "no header first");
     uint64_t g;
-    CHECK(mrg_header_group(r, &g) == 1 && g == 2, "the header's group size: %llu", (unsigned long long)g);
+    CHECK(fld_group_size(r, &g) == 1 && g == 2, "the header's group size: %llu", (unsigned long long)g);
     for (uint64_t i = 0; i < 2; i++) {
         CHECK(mrg_next(m, r, -1) == MRG_RECORD, "record %llu of the first group", (unsigned long long)i);
         out_rec x = out_of(r);
