@@ -75,11 +75,25 @@ void *cu_scratch(cu_scratch_use use, size_t bytes) {
     return scratch[use].p;
 }
 
+// The GPU of this process: its local rank on the node, modulo the GPUs
+// there, when a launcher says it (Open MPI's mpirun, Slurm's srun, MPICH's
+// hydra: one GPU per data-parallel rank); else the first.
+static int pick_device(int n) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long r = v ? strtol(v, &end, 10) : -1;
+        if (v && *v && !*end && r >= 0) return (int)(r % n);
+    }
+    return 0;
+}
+
 const char *cu_start(void) {
     static int state;            // 0 not tried, 1 ready, -1 unusable
     static char reason[256];
     if (state == 0) {
-        int n = 0;
+        int n = 0, dev = 0;
         cudaError_t e = cudaGetDeviceCount(&n);
         cublasStatus_t s;
         const char *msg;
@@ -92,8 +106,8 @@ const char *cu_start(void) {
         } else if (n == 0) {
             snprintf(reason, sizeof reason, "no CUDA device found");
             state = -1;
-        } else if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess) {
-            snprintf(reason, sizeof reason, "CUDA device 0 cannot be used (%s)", cudaGetErrorString(e));
+        } else if ((e = cudaSetDevice(dev = pick_device(n))) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess) {
+            snprintf(reason, sizeof reason, "CUDA device %d cannot be used (%s)", dev, cudaGetErrorString(e));
             state = -1;
         } else if ((msg = open_blas())) {
             snprintf(reason, sizeof reason, "cuBLAS cannot be opened (%s)", msg);
