@@ -52,10 +52,12 @@ for t in "$BUILD"/asan/tests/test_*; do
 done
 for t in tests/cli/*.sh; do
     run "cli: ${t##*/}" "$PWD/$BIN" bash "$t"
-    # Tests marked "also-asan" run again with the sanitizer build of the tools.
+    # Tests marked "also-asan" run again with the sanitizer build of the tools
+    # (RLPIPE_SANITIZED=1 says so, as make check-san does).
     if [ "$san_passes" = 1 ] && grep -q '^# also-asan' "$t"; then
         run "asan+ubsan cli: ${t##*/}" "$PWD/$BUILD/asan/bin" \
-            env ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 bash "$t"
+            env RLPIPE_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+            bash "$t"
     fi
 done
 for t in tests/py/test_*.py; do
