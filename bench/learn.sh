@@ -92,7 +92,6 @@ declare -A C_HID=([tiny]=128 [15m]=288 [110m]=768) C_FF=([tiny]=352 [15m]=768 [1
 declare -A C_V=([tiny]=448 [15m]=32000 [110m]=32000)
 declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=()
 
-
 # add KEY FIELD LINE: one round's RESULT line; the values of its FIELD
 # (times: the timed steps; median_s: the round's median) join KEY's.
 add() {
@@ -101,23 +100,6 @@ add() {
     [[ -n $(field loss1 "$3") ]] && LOSS1[$1]+="$(field loss1 "$3") "
     TIMES[$1]+="$(field "$2" "$3" | tr ',' ' ') "
 }
-
-
-# The RESULT line of an rl-learn metrics file (argv: FILE WARMUP STEPS FLOP):
-# times are the "seconds" of the STEPS steps after the first WARMUP.
-METRICS_PY='
-import json, statistics, sys
-steps = [json.loads(l) for l in open(sys.argv[1])]
-W, K, flop = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-assert len(steps) == W + K, f"{len(steps)} metrics lines, {W + K} steps asked for"
-toks = {s["fwd_tokens"] for s in steps}
-assert len(toks) == 1, f"steps of different sizes: {toks}"
-t = [s["seconds"] for s in steps[W:]]
-med, n, loss1 = statistics.median(t), toks.pop(), steps[0]["loss"]
-warm, times = (",".join(f"{x:.4f}" for x in v) for v in ([s["seconds"] for s in steps[:W]], t))
-print(f"RESULT what=rl-learn tokens={n} flop={flop:.6g} median_s={med:.6f} tok_s={n / med:.2f}"
-      f" loss1={loss1:.6g} warmup_s={warm} times={times}")
-'
 
 # ours CFG MODEL RECORDS STEPS: one rl-learn process of WARMUP + STEPS steps.
 ours() {
@@ -128,7 +110,7 @@ ours() {
         --max-steps $((WARMUP + K)) --metrics "$W/learn-metrics.jsonl" -q "$recs" 2>"$ERR"; then
         fail "$key"; return
     fi
-    line=$("$PY" -c "$METRICS_PY" "$W/learn-metrics.jsonl" "$WARMUP" "$K" "${FLOP[$cfg]}" 2>"$ERR") || { fail "$key" metrics; return; }
+    line=$("$PY" -c "$LEARN_METRICS_PY" "$W/learn-metrics.jsonl" "$WARMUP" "$K" "flop=${FLOP[$cfg]}" 2>"$ERR") || { fail "$key" metrics; return; }
     add "$key" times "$line"
 }
 

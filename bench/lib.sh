@@ -17,6 +17,7 @@
 #   measure_result KEY FLD CMD runs CMD, which prints a RESULT line, and gives
 #                              it to the script's `add KEY FLD LINE`; a
 #                              failure (or no line) marks KEY failed
+#   LEARN_METRICS_PY           Python: the RESULT line of an rl-learn metrics file
 #   median                     the median of the numbers on stdin
 #   loadavg                    the 1, 5 and 15 minute load averages now
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,3 +71,22 @@ measure_result() {
 }
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
+
+# The RESULT line of an rl-learn metrics file (python3 -c "$LEARN_METRICS_PY"
+# FILE WARMUP STEPS [key=value]...): the "seconds" of the STEPS steps after
+# the first WARMUP (times=, their median median_s=), the tokens of a step,
+# the first step's loss; the key=value words are carried into the line.
+LEARN_METRICS_PY='
+import json, statistics, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+W, K = int(sys.argv[2]), int(sys.argv[3])
+assert len(steps) == W + K, f"{len(steps)} metrics lines, {W + K} steps asked for"
+toks = {s["fwd_tokens"] for s in steps}
+assert len(toks) == 1, f"steps of different sizes: {toks}"
+t = [s["seconds"] for s in steps[W:]]
+med, n, loss1 = statistics.median(t), toks.pop(), steps[0]["loss"]
+carry = " ".join(sys.argv[4:])
+warm, times = (",".join(f"{x:.4f}" for x in v) for v in ([s["seconds"] for s in steps[:W]], t))
+print(f"RESULT what=rl-learn {carry} tokens={n} median_s={med:.6f} tok_s={n / med:.2f} loss1={loss1:.8g}"
+      f" warmup_s={warm} times={times}")
+'

@@ -126,7 +126,6 @@ declare -A CMD=([np1]="RLPIPE_THREADS=2 rl-learn" [mpi1]="RLPIPE_THREADS=2 mpiru
                 [np2]="RLPIPE_THREADS=1 mpirun -np 2 rl-learn" [half]="RLPIPE_THREADS=1 mpirun -np 1 rl-learn")
 declare -A TIMES=() MED=() FLOP=() PARAMS=() TOKS=() LOSS1=() MOM=() RSS0=() RSS1=() BATCH=() BYTES=()
 
-
 # add KEY FIELD LINE: one round's RESULT line; the values of its FIELD
 # (times: the timed steps; gflop_s: sgemm's rate) join KEY's.
 add() {
@@ -137,23 +136,6 @@ add() {
     [[ -n $rss ]] && RSS0[$1]+="${rss%%,*} " && [[ $rss == *,* ]] && RSS1[$1]+="${rss#*,} "
     TIMES[$1]+="$(field "$2" "$3" | tr ',' ' ') "
 }
-
-
-# The RESULT line of an rl-learn metrics file (argv: FILE WARMUP STEPS, then
-# key=value words to carry): times are the "seconds" of the STEPS steps after
-# the first WARMUP.
-METRICS_PY='
-import json, statistics, sys
-steps = [json.loads(l) for l in open(sys.argv[1])]
-W, K = int(sys.argv[2]), int(sys.argv[3])
-assert len(steps) == W + K, f"{len(steps)} metrics lines, {W + K} steps asked for"
-toks = {s["fwd_tokens"] for s in steps}
-assert len(toks) == 1, f"steps of different sizes: {toks}"
-t = [s["seconds"] for s in steps[W:]]
-med, n, loss1 = statistics.median(t), toks.pop(), steps[0]["loss"]
-carry, times = " ".join(sys.argv[4:]), ",".join(f"{x:.4f}" for x in t)
-print(f"RESULT what=rl-learn {carry} tokens={n} median_s={med:.6f} tok_s={n / med:.2f} loss1={loss1:.8g} times={times}")
-'
 
 # learn CFG RANKS THREADS BATCH STEPS [MPIRUN OPTION...]: rl-learn under
 # /usr/bin/time (RANKS 0: without mpirun), its checkpoints in $W/mpi-ckpt,
@@ -188,7 +170,7 @@ run() {
     rss=$(cat "$W/mpi-rss.0" 2>/dev/null)
     ((np == 2)) && rss+=,$(cat "$W/mpi-rss.1" 2>/dev/null)
     [[ $rss =~ ^[0-9]+(,[0-9]+)?$ ]] || { fail "$key" "no peak size from /usr/bin/time: $rss"; return; }
-    line=$("$PY" -c "$METRICS_PY" "$W/mpi-metrics.jsonl" "$WARMUP" "$STEPS" "config=$cfg" "run=$what" \
+    line=$("$PY" -c "$LEARN_METRICS_PY" "$W/mpi-metrics.jsonl" "$WARMUP" "$STEPS" "config=$cfg" "run=$what" \
         "ranks=$((np ? np : 1))" "threads=$threads" "batch=$batch" "params=${PARAMS[$cfg]}" "moments=$k" "rss_kb=$rss" \
         2>"$ERR") || { fail "$key" metrics; return; }
     add "$key" times "$line"
