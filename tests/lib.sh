@@ -68,4 +68,19 @@ pycheck() {
     fi
 }
 
+# mpi_ready: 0 when rl-learn can run here under mpirun: there is mpirun,
+# the tools are not the sanitizer build (LeakSanitizer reports Open MPI's
+# own allocations at exit), and rl-learn was built with MPI; else 1, and
+# $no_mpi says why. Exports what Open MPI wants on these machines: running
+# as root, more ranks than cores.
+mpi_ready() {
+    no_mpi=
+    if ! command -v mpirun >/dev/null 2>&1; then no_mpi="no mpirun (Open MPI: apt-get install openmpi-bin libopenmpi-dev)"
+    elif [ "${RLPIPE_SANITIZED:-0}" = 1 ]; then no_mpi="under the sanitizers (LeakSanitizer reports Open MPI's own allocations)"
+    elif ! grep -q MPI_Init <(nm -D "$(command -v rl-learn)" 2>/dev/null); then no_mpi="this rl-learn was built without MPI"
+    fi
+    [ -z "$no_mpi" ] || return 1
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+}
+
 finish() { exit "$_failed"; }

@@ -47,8 +47,7 @@ check "make again: no stage rerun, the same last line" "stderr: $(head -c 300 er
 
 # experiments/scale on the same budget, from the demo's SFT model: one sampler
 # and one learner, then 2 samplers merged and a learner of 2 ranks under mpirun.
-if command -v mpirun >/dev/null 2>&1 && [ "${RLPIPE_SANITIZED:-0}" != 1 ]; then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if mpi_ready; then
     expect "experiments/scale: exit 0" 0 '' -- make --no-print-directory -C "$RLPIPE_ROOT/experiments/scale" \
         BIN="$RLPIPE_BIN" PYTHON="$PY" OUT="$T/d" RESULTS="$T/res_scale" TEST=20 SFT_STEPS=4 RL_STEPS=4 BATCH=32 \
         KEEP_EVERY=1 LAG=1
@@ -66,7 +65,7 @@ assert ", 2 ranks" in open("d/runs/scale/log/learn.log").read()'
     check "experiments/scale: RESULTS.md has both runs" "$(head -c 600 res_scale/RESULTS.md 2>&1)" \
         eval 'grep -q "^| one | 1 | 1 |" res_scale/RESULTS.md && grep -q "^| scale | 2 | 2 |" res_scale/RESULTS.md'
 else
-    skip "experiments/scale" "no mpirun, or under the sanitizers"
+    skip "experiments/scale" "$no_mpi"
 fi
 
 rm -f d/.rl d/.rl-eval d/.report

@@ -13,14 +13,10 @@ cd "$T" || exit 1
 trap 'kill $(jobs -p) 2>/dev/null; wait; rm -rf "$T"' EXIT
 export PYTHONPATH=$RLPIPE_ROOT/tests/py
 
-# The learner: mpirun -np 2 rl-learn, or one process (without mpirun, an MPI
-# build, or under the sanitizers, which Open MPI's start-up upsets).
+# The learner: mpirun -np 2 rl-learn, or one process where mpi_ready (lib.sh)
+# says it cannot run.
 learner=(rl-learn)
-if command -v mpirun >/dev/null 2>&1 && [ "${RLPIPE_SANITIZED:-0}" != 1 ] &&
-    grep -q MPI_Init <(nm -D "$(command -v rl-learn)" 2>/dev/null); then
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    learner=(mpirun -np 2 -x RLPIPE_THREADS=1 rl-learn)
-fi
+mpi_ready && learner=(mpirun -np 2 -x RLPIPE_THREADS=1 rl-learn)
 echo "# the learner: ${learner[*]}"
 
 K=1          # --max-lag

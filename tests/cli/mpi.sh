@@ -11,8 +11,6 @@
 . "$(dirname "$0")/../lib.sh"
 cd "$T" || exit 1
 export PYTHONPATH=$RLPIPE_ROOT/tests/py${PYTHONPATH:+:$PYTHONPATH}
-# Open MPI refuses root without these; -np 3 on fewer cores needs --oversubscribe.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 # One thread per rank: the ranks share this machine's cores.
 export RLPIPE_THREADS=1 OMPI_MCA_btl=self,vader,tcp
 
@@ -82,17 +80,8 @@ check "RLPIPE_DIST=1: one rank, its collectives 'self', AdamW's moments of all p
 same_run "RLPIPE_DIST=1: the checkpoints and metrics of one process, bit for bit" one self 0
 
 # ---- several ranks
-if ! command -v mpirun >/dev/null 2>&1; then
-    skip "mpirun -np 2 and 3" "no mpirun (Open MPI: apt-get install openmpi-bin libopenmpi-dev)"
-    finish
-fi
-if [ "${RLPIPE_SANITIZED:-0}" = 1 ]; then
-    # Open MPI's start-up leaves allocations LeakSanitizer reports, not ours.
-    skip "mpirun -np 2 and 3" "under the sanitizers (the single-rank path above ran)"
-    finish
-fi
-if ! grep -q 'MPI_Init' <(nm -D "$(command -v rl-learn)" 2>/dev/null); then
-    skip "mpirun -np 2 and 3" "this rl-learn was built without MPI"
+if ! mpi_ready; then   # (the single-rank path above ran)
+    skip "mpirun -np 2 and 3" "$no_mpi"
     finish
 fi
 mpi() { timeout 120 mpirun -np "$@"; }
