@@ -74,7 +74,7 @@ static void flop_per_token(const model_config *c, double *body, double *head) {
 typedef struct {
     const char *model, *config;
     model_opts mo;
-    int records, prompt, completion, steps, reps, warmup, sample;
+    int records, prompt, completion, steps, reps, warmup, sample, prefill_only;
     int slots[MAX_SLOT_COUNTS], nslots;
     int m, n, k;
     uint64_t seed;
@@ -171,15 +171,20 @@ static void cmd_score(const args *a) {
 }
 
 // Bytes of the weight matrices one decode step reads (whatever the number of
-// sequences): every layer matrix and the output layer at the model's dtype
-// (int8: 1 byte and a 4-byte scale per group of inputs).
+// sequences): every layer matrix and the output layer at their dtype (int8:
+// 1 byte and a 4-byte scale per group of inputs; W8A8 int8 and fp8 keep the
+// output layer bf16).
 static double weight_bytes(const model_config *c, const model_opts *mo) {
     double C = c->hidden, F = c->inter, Q = (double)c->heads * c->head_dim, KV = (double)c->kv_heads * c->head_dim;
-    double n = c->layers * (C * Q + 2 * C * KV + Q * C + 3 * C * F) + (double)c->vocab * C;
+    double layers = c->layers * (C * Q + 2 * C * KV + Q * C + 3 * C * F), head = (double)c->vocab * C;
+    int w8a8 = mo->act == DT_BF16 && (mo->dtype == DT_I8 || mo->dtype == DT_FP8);
     switch (mo->dtype) {
-    case DT_F32: return 4 * n;
-    case DT_I8: return n * (1.0 + 4.0 / (mo->group ? mo->group : 32));
-    default: return 2 * n;
+    case DT_F32: return 4 * (layers + head);
+    case DT_I8:
+        if (!w8a8) return (layers + head) * (1.0 + 4.0 / (mo->group ? mo->group : 32));
+        /* fall through */
+    case DT_FP8: return layers + 2 * head;   // and a scale per row
+    default: return 2 * (layers + head);
     }
 }
 
@@ -230,6 +235,16 @@ static void decode_slots(model_t *m, const args *a, int S, rl_rng *r) {
         CHECK(model_step(m, steps, (size_t)S, logits, &err), err);
     }
     double prefill = bench_now() - t0;
+    if (a->prefill_only) {   // the S prompts' tokens, the output layer for the last of each
+        double body, head;
+        flop_per_token(c, &body, &head);
+        char what[64];
+        snprintf(what, sizeof what, "prefill_%s_%d", model_precision_name(&a->mo), S);
+        result_more(what, (double)S * P, body * S * P + head * S, "", &prefill, 1);
+        for (int s = 0; s < S; s++) model_slot_release(m, steps[s].slot);
+        free(prompts), free(next), free(drawn), free(u), free(lp), free(logits), free(steps);
+        return;
+    }
     for (int k = 0; k < a->warmup; k++) decode_step(m, a, steps, S, next, drawn, u, lp, logits, r);
     double t[MAX_REPS], ctx = 0;
     int len = a->prompt + a->warmup;   // tokens in every slot before the timed steps
@@ -246,7 +261,7 @@ static void decode_slots(model_t *m, const args *a, int S, rl_rng *r) {
     flop_per_token(c, &body, &head);
     double kv = (double)c->layers * 2.0 * c->kv_heads * c->head_dim * 4.0 * ctx;
     char what[64], more[128];
-    snprintf(what, sizeof what, "%s_%s_%d", a->sample ? "sample" : "decode", dt_name(a->mo.dtype), S);
+    snprintf(what, sizeof what, "%s_%s_%d", a->sample ? "sample" : "decode", model_precision_name(&a->mo), S);
     snprintf(more, sizeof more, "slots=%d wbytes=%.0f kvbytes=%.0f", S, weight_bytes(c, &a->mo), kv);
     fprintf(stderr, "forward: %s on %s: prefill of %d x %zu tokens %.3f s\n", what, model_device(m), S, P, prefill);
     result_more(what, (double)S * a->steps, (body + head) * S * a->steps, more, t, a->reps);
@@ -300,8 +315,9 @@ int main(int argc, char **argv) {
         {"m", required_argument, 0, '1'},      {"n", required_argument, 0, '2'},
         {"k", required_argument, 0, '3'},      {"seed", required_argument, 0, 'S'},
         {"device", required_argument, 0, 'D'}, {"warmup", required_argument, 0, 'w'},
-        {"sample", no_argument, 0, 'x'},       {0, 0, 0, 0}};
-    args a = {.mo = {DT_F32, 0}, .records = 64, .prompt = 32, .completion = 96, .slots = {1}, .nslots = 1,
+        {"sample", no_argument, 0, 'x'},       {"prefill-only", no_argument, 0, 'P'},
+        {0, 0, 0, 0}};
+    args a = {.mo = {.dtype = DT_F32, .act = DT_F32}, .records = 64, .prompt = 32, .completion = 96, .slots = {1}, .nslots = 1,
               .steps = 32, .reps = 3, .m = 1024, .n = 1024, .k = 1024, .seed = 1, .config = "15m"};
     int c;
     optind = 2;
@@ -310,7 +326,10 @@ int main(int argc, char **argv) {
         case 'M': a.model = optarg; break;
         case 'c': a.config = optarg; break;
         case 'd':
-            if (dt_parse(optarg, &a.mo.dtype) != 0) { fprintf(stderr, "forward: error: bad --dtype\n"); return 2; }
+            if (model_precision_parse(optarg, &a.mo) != 0) {
+                fprintf(stderr, "forward: error: --dtype: expected one of %s\n", model_precision_names);
+                return 2;
+            }
             break;
         case 'g': a.mo.group = bench_int_arg("forward", optarg, "group", 0, 64); break;
         case 'r': a.records = bench_int_arg("forward", optarg, "records", 1, 1 << 20); break;
@@ -325,6 +344,7 @@ int main(int argc, char **argv) {
             break;
         case 'w': a.warmup = bench_int_arg("forward", optarg, "warmup", 0, 1 << 16); break;
         case 'x': a.sample = 1; break;
+        case 'P': a.prefill_only = 1; break;
         case 'n': a.steps = bench_int_arg("forward", optarg, "steps", 1, 1 << 16); break;
         case 'R': a.reps = bench_int_arg("forward", optarg, "reps", 1, MAX_REPS); break;
         case '1': a.m = bench_int_arg("forward", optarg, "m", 1, 1 << 16); break;

@@ -133,7 +133,7 @@ for cfg in "${CFGS[@]}"; do
             steps=${C_D1[$cfg]}; ((S == 64)) && steps=${C_D64[$cfg]}
             measure "$cfg decode torch $S" "${TORCH[@]}" decode "$m" --slots $S --prompt $P --steps "$steps" --reps 1
             for dt in f32 bf16 int8; do
-                measure "$cfg decode $dt $S" "$FWD" decode --model "$m" --dtype $dt --group 32 --slots $S \
+                measure "$cfg decode $dt $S" "$FWD" decode --model "$m" --dtype $dt --slots $S \
                     --prompt $P --steps "$steps" --reps 1
             done
         done

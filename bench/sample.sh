@@ -27,7 +27,7 @@
 #   - memory read bandwidth (bench/membw: 2 threads summing a 1 GiB buffer).
 #     The bound at 1 slot is bandwidth / weight bytes read per token: every
 #     layer matrix and the tied output layer once (f32 4 B per parameter, bf16
-#     2, int8 1 + 4/32 for the f32 scale of each group of 32), not the one
+#     2, int8 (W8A8) 1 and its output layer bf16), not the one
 #     embedding row gathered nor the f32 KV cache (at most 2% of the bytes
 #     of f32 weights here, 7% of int8's).
 #     Weights smaller than the last-level cache can beat it (15m int8, bf16).
@@ -142,8 +142,9 @@ printf '%s\n' "${!VALS[@]}" | sort -k1,1 -k2,2 -k3,3n | while read -r key; do pr
 wbytes() {
     local cfg=$1 dt=$2 C=${C_HID[$1]} F=${C_FF[$1]} L=${C_L[$1]}
     awk -v C="$C" -v F="$F" -v L="$L" -v dt="$dt" 'BEGIN{
-        b = (dt == "f32") ? 4 : (dt == "bf16") ? 2 : 1 + 4 / 32
-        printf "%.0f", (L * (4 * C * C + 3 * C * F) + 32000 * C) * b }'
+        b = (dt == "f32") ? 4 : (dt == "bf16" || dt == "bf16w") ? 2 : (dt == "int8w") ? 1 + 4 / 32 : 1
+        h = (dt == "int8" || dt == "fp8") ? 2 : b   # W8A8 keeps the output layer bf16
+        printf "%.0f", L * (4 * C * C + 3 * C * F) * b + 32000 * C * h }'
 }
 f1() { [[ -n $1 ]] && printf '%.1f' "$1" || printf '%s' "$2"; }
 ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN{ if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }'; }

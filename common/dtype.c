@@ -9,12 +9,13 @@ const char *dt_name(rl_dtype t) {
     case DT_BF16: return "bf16";
     case DT_F16: return "f16";
     case DT_I8: return "int8";
+    case DT_FP8: return "fp8";
     }
     return "?";
 }
 
 int dt_parse(const char *s, rl_dtype *out) {
-    for (int t = DT_F32; t <= DT_I8; t++)
+    for (int t = DT_F32; t <= DT_FP8; t++)
         if (strcmp(s, dt_name((rl_dtype)t)) == 0) {
             *out = (rl_dtype)t;
             return 0;
@@ -23,15 +24,9 @@ int dt_parse(const char *s, rl_dtype *out) {
 }
 
 size_t dt_size(rl_dtype t) {
-    return t == DT_F32 ? 4 : t == DT_I8 ? 1 : 2;
+    return t == DT_F32 ? 4 : t == DT_I8 || t == DT_FP8 ? 1 : 2;
 }
 
-uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t nearest_even = (u + 0x7fffu + ((u >> 16) & 1)) >> 16, quiet_nan = (u >> 16) | 0x40;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest_even);   // a select: loops vectorise
-}
 
 float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
@@ -100,4 +95,34 @@ void dt_dequantize_i8(float *x, const int8_t *q, const float *scales, size_t row
     for (size_t r = 0; r < rows; r++)
         for (size_t c = 0; c < cols; c++)
             x[r * cols + c] = (float)q[r * cols + c] * scales[r * ng + c / (size_t)group];
+}
+
+uint8_t f32_to_e4m3(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    float a = fabsf(f);
+    if (a != a) return sign | 0x7f;                              // NaN
+    if (a >= 448.0f) return sign | 0x7e;                         // saturated to 448
+    if (a < 0x1p-6f) return sign | (uint8_t)nearbyintf(a * 512.0f);   // subnormal: units of 2^-9 (8 is 2^-6)
+    memcpy(&u, &a, 4);
+    uint32_t r = u + 0x7ffffu + ((u >> 20) & 1);                 // round the mantissa to 3 bits
+    uint32_t code = (((r >> 23) - 120) << 3) | ((r >> 20) & 7);
+    return sign | (uint8_t)(code > 0x7e ? 0x7e : code);
+}
+
+void dt_quantize_fp8(uint8_t *q, float *scales, const float *x, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        float amax = 0;
+        for (size_t c = 0; c < cols; c++) amax = fmaxf(amax, fabsf(xr[c]));
+        float s = amax / 448.0f, inv = s > 0 ? 1.0f / s : 0;
+        scales[r] = s;
+        for (size_t c = 0; c < cols; c++) q[r * cols + c] = f32_to_e4m3(xr[c] * inv);
+    }
+}
+
+void dt_dequantize_fp8(float *x, const uint8_t *q, const float *scales, size_t rows, size_t cols) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < cols; c++) x[r * cols + c] = e4m3_to_f32(q[r * cols + c]) * scales[r];
 }

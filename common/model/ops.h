@@ -17,15 +17,31 @@
 #include "model/adamw_kernel.h"
 #include "model/sampling.h"
 
+// How a product's input rows are rounded before the product, as engines
+// that quantize activations do (W8A8):
+//   ACT_F32  as they are (the weights alone are at a lower precision);
+//   ACT_I8   each row n to int8 with its own scale: s[n] = max_k |x[n][k]| / 127,
+//            q[n][k] = rint(x[n][k] · (1/s[n])) (f32, nearest even); W is int8
+//            with one scale per row; the product sums q·w exactly in int32;
+//   ACT_FP8  each row to fp8 e4m3 (dtype.h) with its own scale
+//            s[n] = max_k |x[n][k]| / 448, q = e4m3(x · (1/s)), saturated; W is
+//            fp8; the product sums q·w (each exact in f32) in f32.
+// Then out[n][m] = (Σ_k q[n][k]·w[m][k]) · sw[m] · s[n] (f32, in that order).
+typedef enum { ACT_F32 = 0, ACT_I8, ACT_FP8 } rl_act;
+
 // A weight matrix W (M, K) at a storage precision; matmul computes x · Wᵀ.
 // DT_I8: data is int8 (M, K), scales (M, ceil(K / group)) f32, one per group
-// of consecutive inputs (the last group of a row may be shorter). Other dtypes: scales NULL, group 0.
+// of consecutive inputs (the last group of a row may be shorter); group = K
+// is one scale per output channel. DT_FP8: data e4m3 (M, K), scales (M), group
+// = K. Other dtypes: scales NULL, group 0. act: ACT_I8 needs DT_I8 and
+// ACT_FP8 DT_FP8, each with group = K.
 typedef struct {
     rl_dtype dtype;
     int rows, cols;           // M, K
     int group;
     void *data;
     float *scales;
+    rl_act act;
 } rl_mat;
 
 // One sequence of a batch for attention. Its query rows are [q0, q0+n) of q
@@ -69,6 +85,8 @@ typedef struct rl_ops {
     void (*swiglu)(float *out, const float *gate, const float *up, int N, int F);
     // x (n) += y (n)
     void (*add)(float *x, const float *y, size_t n);
+    // x (n) rounded to bf16 (nearest even) in place: the activations of bf16 inference
+    void (*round_bf16)(float *x, size_t n);
     // out[i] = log_softmax(logits[i] * inv_temp[i])[target[i]], logits (N, V);
     // ent[i], when not NULL: the entropy −Σ p log p of that distribution (nats)
     void (*logprob)(float *out, float *ent, const float *logits, const int32_t *target,

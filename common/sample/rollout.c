@@ -177,14 +177,14 @@ int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
 }
 
 void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,
-                    const model_t *m, rl_dtype dtype, const gen_opts *g, const char *verifier) {
+                    const model_t *m, const char *precision, const gen_opts *g, const char *verifier) {
     rec_make_header(h, "rollouts", "rl-sample", argc, argv, no_provenance);
     rec_set_uint(h, "seed", g->seed);
     rec_t *sub = rec_new();
     sbuf enc = {0};
     rec_set_cstr(sub, "path", dir);
     rec_set_uint(sub, "version", version);
-    rec_set_cstr(sub, "dtype", dt_name(dtype));
+    rec_set_cstr(sub, "dtype", precision);
     rec_set_cstr(sub, "device", model_device(m));
     rec_set_uint(sub, "params", model_nparams(m));
     // generation_config.json's sampling defaults, shown and never applied:

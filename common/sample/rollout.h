@@ -51,6 +51,6 @@ const ro_totals *ro_total(const ro_t *r);
 // generation_config.json's sampling defaults, shown and never applied) and
 // the sampling options (g, the verifier's name).
 void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,
-                    const model_t *m, rl_dtype dtype, const gen_opts *g, const char *verifier);
+                    const model_t *m, const char *precision, const gen_opts *g, const char *verifier);
 
 #endif

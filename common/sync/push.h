@@ -10,7 +10,7 @@
 //     HMAC-SHA256(token, "rlpipe push 1" || nonce). The receiver compares in
 //     constant time; on a mismatch it sends {ok: false, error} and closes.
 //  3. receiver -> sender, message *hello*: {ok: true, receiver: "rl-sample
-//     0.1.0", dtype: "bf16", version: V (installed, or verified and about to
+//     0.1.0", dtype: "bf16" (its precision), version: V (installed, or verified and about to
 //     be), tensors: [[name, dtype, [d0, d1...]], ...]}: every tensor it needs,
 //     each with the dtype it prefers to receive ("f32", or the receiver's
 //     "bf16"/"f16" for the matrices it stores so).

@@ -19,7 +19,7 @@ typedef struct {
 typedef struct {
     int connected;            // somebody accepted the connection (even if it said nothing)
     char receiver[64];        // the receiver's name from its hello ("rl-sample 0.1.0")
-    char dtype[8];            // its dtype
+    char dtype[16];           // its precision (rl-sample --dtype)
     uint64_t had;             // the version it held when it said hello
     uint64_t version, bytes;  // pushed (bytes: tensor data)
     int skipped;              // 1: it already held this version or a newer one; nothing was sent

@@ -257,7 +257,8 @@ static int send_hello(rcv_t *r, int fd, incoming *in) {
     pthread_mutex_unlock(&r->mu);
     rec_set_bool(in->msg, "ok", 1);
     rec_set_cstr(in->msg, "receiver", r->name);
-    rec_set_cstr(in->msg, "dtype", dt_name(model_dtype(r->m)));
+    const char *prec = model_precision_name(model_options(r->m));
+    rec_set_cstr(in->msg, "dtype", prec ? prec : dt_name(model_dtype(r->m)));
     rec_set_uint(in->msg, "version", in->have);
     push_set_tensors(in->msg, "tensors", r->want, r->nt);
     rl_err e;

@@ -324,20 +324,27 @@ def inflight(out, exp):
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
 
 
+# rl-ratio's options in the TIS study (experiments/tis/Makefile) and their names
+CORRECTIONS = {"--mode none": ("no correction", "none"), "--clip 2": ("TIS C=2", "tis"),
+               "--mode seq --mask 0.5,2": ("MIS [0.5,2]", "mis"), "--mode token --mask 0.5,2": ("IcePop [0.5,2]", "icepop")}
+PRECISIONS = ["f32", "bf16", "int8", "fp8", "bf16w", "f16", "int8w"]
+
+
 def tis(out, exp):
     names = sorted(os.listdir(os.path.join(out, "runs")))
     runs = [Run(os.path.join(out, "runs", n)) for n in names]
     configs = {}
     for r in runs:
         configs.setdefault((r.meta["dtype"], r.meta["ratio"]), []).append(r)
-    order = sorted(configs, key=lambda k: (["f32", "bf16", "f16", "int8"].index(k[0]), k[1]))
+    corr = list(CORRECTIONS)
+    order = sorted(configs, key=lambda k: (PRECISIONS.index(k[0]), corr.index(k[1]) if k[1] in corr else 99, k[1]))
     data = os.path.join(exp, "data")
     os.makedirs(data, exist_ok=True)
     series, rows = [], []
     for dt, ratio in order:
         rs = configs[(dt, ratio)]
-        label = f"{dt} {'no correction' if 'none' in ratio else ratio.replace('--', '')}"
-        tag = f"{dt}-{'none' if 'none' in ratio else 'tis'}"
+        name, short = CORRECTIONS.get(ratio, (ratio.replace("--", ""), ratio.replace("--", "").replace(" ", "")))
+        label, tag = f"{dt} {name}", f"{dt}-{short}"
         st, ev = mean_series(rs, tag, data)
         series.append((label, "data/" + st, "data/" + ev))
         fin = [r.final_acc() for r in rs]
@@ -347,23 +354,30 @@ def tis(out, exp):
                      fmt(sd), fmt(mean(gain)),
                      fmt(mean(mean(s["reward_mean"] for s in r.steps[-20:]) for r in rs)),
                      f"{mean(mean(s['k3'] for s in r.steps) for r in rs):.2e}",
+                     f"{mean(r.ratio[0]['k3'] for r in rs if r.ratio):.2e}",
+                     fmt(max((b.get("max_abs_p_diff", 0) for r in rs for b in r.ratio), default=None)),
                      fmt(min(b["ratio_min"] for r in rs for b in r.ratio)),
                      fmt(max(b["ratio_max"] for r in rs for b in r.ratio)),
+                     fmt(mean(mean(b.get("masked_frac", 0) for b in r.ratio) for r in rs)),
                      fmt(mean(mean(s["entropy"] for s in r.steps[-20:]) for r in rs))))
     curves_plot(os.path.join(exp, "tis.png"), series, fourth=ENTROPY_PANEL,
                 title="sampler precision and truncated importance sampling (mean over seeds)")
     seeds = sorted({r.meta["seed"] for r in runs})
     text = header("Truncated importance sampling: sampler precision x correction", ", ".join(map(str, seeds)))
-    text += ("\nEach configuration is run once per seed from the same SFT model, with the same steps, batch and "
-             "learning rate; the learner is always f32. `--clip 2` is rl-ratio's token-level TIS (w = min(rho, 2)); "
-             "`no correction` is `rl-ratio --mode none` (w = 1, the mismatch still measured). Held-out accuracy "
-             "is greedy decoding in f32 (the learner's policy). The reward is what the sampler logged: "
-             "the reward of the sampler's policy, at its precision. k3 and rho (= pi_old / mu per token; its "
-             "extremes over all batches and seeds) compare the sampler's log-probs with the scorer's, which holds "
-             "the newest weights pushed: they include the staleness of in-flight tokens (up to --max-lag versions), "
-             "not the precision alone; the f32 row is that part.\n\n")
+    text += ("\nEach configuration is run once per seed from the same starting model, with the same steps, batch "
+             "and learning rate; the learner is always f32. Samplers (rl-sample(1) Precision): bf16 rounds every "
+             "activation to bf16, int8 and fp8 are W8A8. Corrections (rl-ratio): `no correction` is `--mode none` "
+             "(w = 1, the mismatch still measured); TIS is `--clip 2` (w = min(rho, 2) per token); MIS is "
+             "`--mode seq --mask 0.5,2` (w = the sequence's ratio, 0 outside [0.5, 2]); IcePop is `--mode token "
+             "--mask 0.5,2` (w = rho, 0 outside [0.5, 2] per token). Held-out accuracy is greedy decoding in f32 "
+             "(the learner's policy). The reward is what the sampler logged: the reward of the sampler's policy, at "
+             "its precision. k3, |p_sampler - p_learner| and rho (= pi_old / mu per token; its extremes over all "
+             "batches and seeds) compare the sampler's log-probs with the scorer's, which holds the newest weights "
+             "pushed: they include the staleness of in-flight tokens (up to --max-lag versions), not the precision "
+             "alone; the f32 row is that part, and the first batch (no token lags yet) is the precision alone.\n\n")
     text += table(["sampler, correction", "seeds", "held-out acc before", "held-out acc after (mean)", "sd over seeds",
-                   "gain", "logged reward, last 20 steps", "k3 mean", "rho min", "rho max", "entropy, last 20 steps"],
+                   "gain", "logged reward, last 20 steps", "k3 mean", "k3, first batch", "max abs p diff", "rho min",
+                   "rho max", "masked frac", "entropy, last 20 steps"],
                   rows)
     text += ("\nThe logged-reward effect: the reward the sampler logs is that of its own policy (its precision), "
              "not the learner's. The final policy sampled at temperature 1, 4 samples per held-out problem, at the "
@@ -381,6 +395,17 @@ def tis(out, exp):
     text += table(["sampler, correction"] + [f"seed {s}" for s in allseeds],
                   [(row[0],) + tuple(fmt(next((r.final_acc() for r in configs[k] if r.meta["seed"] == s), None))
                                      for s in allseeds) for row, k in zip(rows, order)])
+    text += ("\nHeld-out accuracy against samples and against wall time (the evaluation steps; mean over seeds, "
+             "the mean minute of rl-learn's `elapsed` in brackets):\n\n")
+    evsteps = sorted(set.intersection(*[{s for s, _ in r.evals} for r in runs]))
+    cum = runs[0].cum_samples()
+    def minute(r, s):
+        return next((x.get("elapsed") / 60 for x in r.steps if x["step"] == s and x.get("elapsed") is not None),
+                    0.0 if s == 0 else None)
+    text += table(["step", "samples"] + [row[0] for row in rows],
+                  [(s, cum.get(s, 0)) + tuple(f"{fmt(mean(r.acc_at(s) for r in configs[k]))} "
+                                              f"({fmt(mean(minute(r, s) for r in configs[k]), 1)})" for k in order)
+                   for s in evsteps])
     text += "\n![reward, held-out accuracy, k3 and entropy against steps, mean over seeds](tis.png)\n"
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
 

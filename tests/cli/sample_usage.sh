@@ -50,7 +50,7 @@ expect "a verifier command that is not found: exit 1" 1 'verifier' -- \
 # ---- usage errors (exit 2), help and version
 expect "no --model: usage error" 2 '^rl-sample: error: --model DIR is required' -- rl-sample p.jsonl
 check "no --model: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]
-expect "--dtype f64: usage error" 2 '^rl-sample: error: --dtype: expected f32, bf16, f16 or int8' -- rl-sample --model m --dtype f64 p.jsonl
+expect "--dtype f64: usage error" 2 '^rl-sample: error: --dtype: expected one of f32, bf16, int8, fp8, bf16w, f16, int8w' -- rl-sample --model m --dtype f64 p.jsonl
 expect "--group 0: usage error" 2 '^rl-sample: error: --group' -- rl-sample --model m -n 0 p.jsonl
 expect "--slots 0: usage error" 2 '^rl-sample: error: --slots' -- rl-sample --model m --slots 0 p.jsonl
 expect "--temperature -1: usage error" 2 '^rl-sample: error: --temperature' -- rl-sample --model m --temperature -1 p.jsonl

@@ -15,11 +15,19 @@ spread widely, so that a test against it is not passed by a near-uniform model.
     size head_dim) before rope, as Qwen3Attention does.
     logits = rmsnorm(x) · lm_headᵀ        (lm_head = embed when tied)
     logp   = log_softmax(logits / temperature)
+
+It also emulates the sampler's precisions (rl-sample --dtype, model.h): the
+weight-only ones (bf16w, f16, int8w: matrices rounded, all else as at f32)
+and those that round the activations too (bf16, and the W8A8 int8 and fp8,
+whose decoder-layer products quantize their inputs per token), exactly as
+common/model/model.c and ops.h define them; see PRECISIONS.
 """
 import json
 import math
 import os
 
+import ml_dtypes
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -87,26 +95,84 @@ def tensor_names(cfg):
     return t
 
 
+# ---- the sampler's precisions ---------------------------------------------------------
+
+# rl-sample --dtype NAME: (storage of the decoder layers' matrices, storage of
+# the embedding and lm_head, activations). Storage: f32, bf16, f16 (rounded to
+# nearest even), int8 (one scale per `group` inputs of a row), int8row and fp8
+# (W8A8: one scale per output channel, the product's input quantized per
+# token). Activations: f32 (only the weights are rounded) or bf16 (every
+# activation rounded to bf16 where model.c's act_round does: Llama._act).
+PRECISIONS = {
+    "f32": ("f32", "f32", "f32"),
+    "bf16": ("bf16", "bf16", "bf16"),
+    "int8": ("int8row", "bf16", "bf16"),
+    "fp8": ("fp8", "bf16", "bf16"),
+    "bf16w": ("bf16", "bf16", "f32"),
+    "f16": ("f16", "f16", "f32"),
+    "int8w": ("int8", "int8", "f32"),
+}
+
+F32 = torch.float32
+
+
+def row_scale(x, top):
+    """Per row of x (..., K), f32 as dtype.h and ops.h compute them: s = max|x| / top
+    and inv = 1/s (0 where s is 0); both (..., 1)."""
+    s = x.abs().amax(dim=-1, keepdim=True) / torch.tensor(top, dtype=F32)
+    inv = torch.where(s > 0, torch.tensor(1.0, dtype=F32) / s, torch.zeros_like(s))
+    return s, inv
+
+
+def quantize_i8(x):
+    """x (..., K) f32 to int8 with one scale per row (dt_quantize_i8 with group = K,
+    and ops.h ACT_I8): q = round-half-even(x * (1/s)) clamped to ±127, s =
+    max|x| / 127, all in f32. Returns q (float64 integers) and s (..., 1) f32."""
+    s, inv = row_scale(x, 127.0)
+    return torch.round(x * inv).clamp(-127, 127).to(torch.float64), s
+
+
+def e4m3(y):
+    """f32 values rounded to fp8 e4m3 (OCP E4M3FN; nearest, ties to even),
+    saturated to ±448 as dtype.h's f32_to_e4m3 is: clipped first, since
+    ml_dtypes's float8_e4m3fn takes what rounds past 448 to NaN. As f32."""
+    a = y.to(F32).clamp(-448.0, 448.0).numpy().astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    return torch.from_numpy(a)
+
+
+def quantize_fp8(x):
+    """x (..., K) f32 to e4m3 with one scale per row (dt_quantize_fp8, ops.h
+    ACT_FP8): q = e4m3(x * (1/s)), s = max|x| / 448, in f32. Returns q (the
+    e4m3 values, float64) and s (..., 1) f32."""
+    s, inv = row_scale(x, 448.0)
+    return e4m3(x * inv).to(torch.float64), s
+
+
 def round_weight(w, store, group=32):
     """A weight matrix (M, K) as the sampler stores it, returned in float64:
     bf16 / f16 rounded to nearest even from f32; int8 as dtype.h defines it:
     per row and group of `group` consecutive inputs (the last group may be
     shorter), s = max|x| / 127 in f32, q = round-half-even(x * (1/s)) clamped
-    to ±127, value q * s."""
-    x = w.to(torch.float32)
+    to ±127, value q * s; int8row the same with one group per row; fp8 e4m3
+    per row (quantize_fp8), value q * s."""
+    x = w.to(F32)
+    if store == "f32":
+        return x.to(torch.float64)
     if store == "bf16":
         return x.to(torch.bfloat16).to(torch.float64)
     if store == "f16":
         return x.to(torch.float16).to(torch.float64)
-    assert store == "int8", f"unknown storage {store!r}"
+    if store == "fp8":
+        q, s = quantize_fp8(x)
+        return q * s.to(torch.float64)
+    if store == "int8row":
+        group = x.shape[1]
+    assert store in ("int8", "int8row"), f"unknown storage {store!r}"
     M, K = x.shape
     out = torch.empty(M, K, dtype=torch.float64)
     for c0 in range(0, K, group):
-        g = x[:, c0:c0 + group]
-        s = g.abs().amax(dim=1, keepdim=True) / torch.tensor(127.0, dtype=torch.float32)
-        inv = torch.where(s > 0, torch.tensor(1.0, dtype=torch.float32) / s, torch.zeros_like(s))
-        q = torch.round(g * inv).clamp(-127, 127)
-        out[:, c0:c0 + group] = q.to(torch.float64) * s.to(torch.float64)
+        q, s = quantize_i8(x[:, c0:c0 + group])
+        out[:, c0:c0 + group] = q * s.to(torch.float64)
     return out
 
 
@@ -116,19 +182,40 @@ class Llama:
     """The decoder at one float dtype. forward() takes a batch of equal-length
     token rows and, optionally, a KV cache (for step-by-step decoding)."""
 
-    def __init__(self, model_dir, dtype=torch.float64, store="f32", group=32):
-        """store: the precision the weight matrices and embeddings are kept at
-        before computing (f32 = as in the file, bf16, f16, int8 with one scale
-        per `group` inputs), emulating the sampler's --dtype; norm weights and
-        biases stay as in the file."""
+    def __init__(self, model_dir, dtype=torch.float64, precision="f32", group=32):
+        """precision: the sampler's (PRECISIONS; int8w with one scale per
+        `group` inputs). Norm weights and biases stay as in the file.
+
+        What is computed in which float: the file's values, bf16-rounded ones
+        included, are exact in float64. Where the precision's definition
+        fixes the arithmetic it is done as defined, in f32: the quantizers'
+        scales, x * (1/s) and its rounding, and the int8 product's
+        ((float)Σ q·w) · s_w · s_x. Everything else (norms, attention, RoPE,
+        SwiGLU, sums, the fp8 product's sum, whose order the definition
+        leaves open) is computed in `dtype`, so that the reference is the
+        definition with exact arithmetic between its rounding points, and a
+        value at bf16 activations is first rounded to f32 (what the sampler
+        holds), then to bf16."""
         self.cfg = cfg = read_config(model_dir)
         raw = load_file(os.path.join(model_dir, "model.safetensors"))
         want = tensor_names(cfg)
         assert set(raw) == set(want), f"tensors differ from the config: {sorted(set(raw) ^ set(want))[:5]}"
         for k, shape in want.items():
             assert tuple(raw[k].shape) == shape, f"{k}: shape {tuple(raw[k].shape)}, config implies {shape}"
-        if store != "f32":
-            raw = {k: round_weight(v, store, group) if v.dim() == 2 else v for k, v in raw.items()}
+        assert precision in PRECISIONS, f"unknown precision {precision!r}: one of {', '.join(PRECISIONS)}"
+        self.precision = precision
+        inner, outer, act = PRECISIONS[precision]
+        self.act_bf16 = act == "bf16"
+        # W8A8 matrices: their integer or e4m3 values (float64) and per-row scales (M,) f32
+        self.wq = {}
+        for k, v in raw.items():
+            if v.dim() != 2:
+                continue
+            store = outer if k in ("model.embed_tokens.weight", "lm_head.weight") else inner
+            if store in ("int8row", "fp8"):
+                q, sc = (quantize_i8 if store == "int8row" else quantize_fp8)(v.to(F32))
+                self.wq[k] = (q, sc[:, 0])
+            raw[k] = round_weight(v, store, group)
         # bf16/f16 -> float64 is exact, so the reference sees exactly the file's values
         self.w = {k: v.to(dtype).contiguous() for k, v in raw.items()}
         self.dtype = dtype
@@ -137,13 +224,32 @@ class Llama:
         # HF rotary: inv_freq[i] = 1 / theta^(2i / HS), angles computed in float64
         self.inv_freq = 1.0 / cfg["theta"] ** (torch.arange(0, HS, 2, dtype=torch.float64) / HS)
 
+    def _act(self, x):
+        """An activation as the precision keeps it: at bf16 rounded (through
+        f32, as the sampler's values are f32) to nearest even."""
+        return x.to(F32).to(torch.bfloat16).to(self.dtype) if self.act_bf16 else x
+
     def _rmsnorm(self, x, name):
         var = x.pow(2).mean(-1, keepdim=True)
         return x * torch.rsqrt(var + self.cfg["eps"]) * self.w[name]
 
+    def _w8a8(self, x, name):
+        """x (..., K) · Wᵀ of a W8A8 matrix (ops.h ACT_I8, ACT_FP8): each row of x
+        quantized with its own scale s_x, the products of integers (or of e4m3
+        values) summed exactly in float64, then scaled by s_w[m] and s_x[n]:
+        int8 in f32 as ops.h fixes it ((float)Σ, · s_w, · s_x), fp8 in `dtype`."""
+        q_w, s_w = self.wq[name]
+        xf = x.to(F32)                     # exact: every product's input is bf16-rounded
+        if self.precision == "int8":
+            q_x, s_x = quantize_i8(xf)
+            return ((q_x @ q_w.t()).to(F32) * s_w * s_x).to(self.dtype)   # |Σ| <= 127² K: exact in float64
+        q_x, s_x = quantize_fp8(xf)
+        return (q_x @ q_w.t()).to(self.dtype) * s_w.to(self.dtype) * s_x.to(self.dtype)
+
     def _linear(self, x, name, bias):
-        y = x @ self.w[name + ".weight"].t()
-        return y + self.w[name + ".bias"] if bias else y
+        """x · Wᵀ (+ bias), the output kept as an activation (self._act)."""
+        y = self._w8a8(x, name + ".weight") if name + ".weight" in self.wq else x @ self.w[name + ".weight"].t()
+        return self._act(y + self.w[name + ".bias"] if bias else y)
 
     def _rope_table(self, pos):
         """cos, sin (T, HS) of the angles pos * inv_freq, each repeated over both halves."""
@@ -173,20 +279,24 @@ class Llama:
         NH, NKV, HS = c["NH"], c["NKV"], c["HS"]
         pos = torch.arange(pos0, pos0 + T)
         cos, sin = self._rope_table(pos)
-        x = self.w["model.embed_tokens.weight"][ids]                       # (B, T, C)
+        # At bf16 activations every value below is rounded where model.c rounds
+        # it (self._act; products' outputs in _linear), so the KV cache holds
+        # the rounded k (after RoPE) and v.
+        x = self._act(self.w["model.embed_tokens.weight"][ids])            # (B, T, C)
         # causal mask: query at pos0+i sees keys 0 .. pos0+i
         mask = torch.arange(pos0 + T)[None, :] > pos[:, None]              # (T, pos0+T)
+        A = self._act
         for i in range(c["L"]):
             p = f"model.layers.{i}."
-            h = self._rmsnorm(x, p + "input_layernorm.weight")
+            h = A(self._rmsnorm(x, p + "input_layernorm.weight"))
             q = self._linear(h, p + "self_attn.q_proj", c["qkv_bias"]).view(B, T, NH, HS)
             k = self._linear(h, p + "self_attn.k_proj", c["qkv_bias"]).view(B, T, NKV, HS)
             if c["qk_norm"]:   # Qwen3: each head's (HS) vector, before rope
-                q = self._rmsnorm(q, p + "self_attn.q_norm.weight")
-                k = self._rmsnorm(k, p + "self_attn.k_norm.weight")
+                q = A(self._rmsnorm(q, p + "self_attn.q_norm.weight"))
+                k = A(self._rmsnorm(k, p + "self_attn.k_norm.weight"))
             q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = self._linear(h, p + "self_attn.v_proj", c["qkv_bias"]).view(B, T, NKV, HS).transpose(1, 2)
-            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            q, k = A(self._rope(q, cos, sin)), A(self._rope(k, cos, sin))
             if cache is not None:
                 kc, vc = cache[i]
                 kc[:, :, pos0:pos0 + T] = k
@@ -201,17 +311,17 @@ class Llama:
             s = (q @ k.transpose(-1, -2)) / math.sqrt(HS)                  # (B, NH, T, S)
             if T > 1:
                 s = s.masked_fill(mask, float("-inf"))
-            a = torch.softmax(s, dim=-1) @ v                               # (B, NH, T, HS)
+            a = A(torch.softmax(s, dim=-1) @ v)                            # (B, NH, T, HS)
             a = a.transpose(1, 2).reshape(B, T, NH * HS)
-            x = x + self._linear(a, p + "self_attn.o_proj", c["o_bias"])
-            h = self._rmsnorm(x, p + "post_attention_layernorm.weight")
+            x = A(x + self._linear(a, p + "self_attn.o_proj", c["o_bias"]))
+            h = A(self._rmsnorm(x, p + "post_attention_layernorm.weight"))
             g = self._linear(h, p + "mlp.gate_proj", c["mlp_bias"])
             u = self._linear(h, p + "mlp.up_proj", c["mlp_bias"])
-            x = x + self._linear(torch.nn.functional.silu(g) * u, p + "mlp.down_proj", c["mlp_bias"])
-        return self._rmsnorm(x, "model.norm.weight")
+            x = A(x + self._linear(A(torch.nn.functional.silu(g) * u), p + "mlp.down_proj", c["mlp_bias"]))
+        return A(self._rmsnorm(x, "model.norm.weight"))
 
     def logits(self, hidden):
-        return hidden @ self.lm_head.t()
+        return self._act(hidden @ self.lm_head.t())
 
     def logprobs(self, prompt, ids, temperature):
         """log_softmax(logits / temperature)[ids[t]] of each completion token

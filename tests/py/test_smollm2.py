@@ -7,8 +7,9 @@ and one plain text, given as prompt_ids from transformers' tokenizer; the
 text-prompt case checks that our tokenizer gives the same ids.
 
   - greedy (temperature 0): f32 completions equal transformers' greedy ones
-    token for token; bf16 and int8 may leave them, but only where the f32
-    model is nearly tied (see NEAR_TIE);
+    token for token; at the other precisions (bf16w, int8w, bf16, int8,
+    fp8) they may leave them, but only where the f32 model is nearly tied
+    (see NEAR_TIE);
   - sampled (temperature 1): rl-sample's logp (f32) and rl-ratio's
     logp_learner are within 1e-4 of transformers' log_softmax on the same
     tokens;
@@ -48,20 +49,27 @@ SAMPLED_NEW = 16      # sampled completion tokens per rollout
 GROUP = 2             # rollouts per prompt
 TOL_F32 = 1e-4        # f32 against f32: a different order of summation only
 
-# Greedy decoding at bf16 or int8 weights may take another token than f32
-# where the f32 model's two best tokens are close. On f32 greedy completions
-# of four chats (160 tokens), model_probe's log-probs at bf16 weights were
-# within 0.03 of transformers' f32 ones, at int8 within 0.13; two tokens can
-# swap only where their f32 gap is below about twice that. So the assertion
-# is not "the same first k tokens" (a near-tie can come at any position) but:
-# up to the first difference the tokens are the same, and there the f32
-# model rates the token taken at most NEAR_TIE below its best one (at least
-# twice the 0.06 and 0.26 that the measured changes allow). What follows a
-# difference continues another text and is not compared. At f32 the same
-# reasoning allows a swap only below a 2e-4 gap, which these prompts do not
-# have: there the completions must be equal. The "#" lines give the
-# positions and gaps.
-NEAR_TIE = {"bf16": 0.2, "int8": 0.5}
+# Greedy decoding at a lower precision may take another token than f32
+# where the f32 model's two best tokens are close: two tokens can swap only
+# where their f32 gap is below the sum of the two log-prob errors, at most
+# twice the precision's largest error. Measured: model_probe's log-probs at
+# each precision against transformers' f32 ones, on that precision's own
+# greedy completions of the four prompts (113 to 115 tokens), differ by at
+# most 0.029 (bf16w), 0.13 (int8w), 0.20 (bf16), 0.72 (int8), 1.06 (fp8).
+# So at every position of a completion, the f32 model given the same
+# prefix must rate the token taken at most NEAR_TIE below its best one (at
+# least twice the 0.06, 0.25, 0.40, 1.44 and 2.1 those errors allow);
+# checked at every position, not only up to the first difference, since
+# after one the f32 model still rates each next token of the new text.
+# Measured: largest such gap 0 / 0.029 / 0.079 / 0.68 / 1.58, at 0 / 1 / 6
+# / 12 / 10 positions the token taken is not f32's best. The W8A8 bounds
+# are wide (as their errors are), so every precision is held as well to
+# taking f32's best token at TOP1 of the positions (measured 1.0, 0.99,
+# 0.95, 0.89, 0.91). At f32 the reasoning allows a swap only below a 2e-4
+# gap, which these prompts do not have: there the completions must be
+# equal. The "#" lines give the positions and gaps.
+NEAR_TIE = {"bf16w": 0.2, "int8w": 0.5, "bf16": 0.8, "int8": 3.0, "fp8": 4.5}
+TOP1 = {"bf16w": 0.85, "int8w": 0.85, "bf16": 0.85, "int8": 0.75, "fp8": 0.75}
 
 transformers.logging.set_verbosity_error()
 torch.manual_seed(0)
@@ -213,24 +221,31 @@ def messages_render_as_apply_chat_template_and_end_at_im_end():
 
 
 @sampler_case
-def greedy_bf16_and_int8_leave_f32_greedy_only_at_near_ties():
+def greedy_at_every_lower_precision_leaves_f32_greedy_only_at_near_ties():
     for dtype, limit in NEAR_TIE.items():
         rc, recs = sample("--temperature", "0", "--max-new-tokens", str(MAX_NEW), "--dtype", dtype)
         assert rc == 0, recs
-        report = []
+        report, gaps = [], []
         for p, r, want in zip(PROMPTS, recs, HF_GREEDY):
             got = r["ids"]
             k = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
             if k is None:
                 assert len(got) == len(want), f"{dtype}: {got} is a prefix of or extends {want}"
-                report.append("same")
-                continue
-            with torch.no_grad():
-                lp = torch.log_softmax(HF(torch.tensor([p["prompt_ids"] + want[:k]])).logits[0, -1], dim=-1)
-            gap = (lp[want[k]] - lp[got[k]]).item()
-            report.append(f"first difference at token {k}, f32 gap {gap:.3f}")
-            assert gap <= limit, f"{dtype}: token {k} is {got[k]}, f32 greedy {want[k]}: f32 gap {gap:.3f} (limit {limit})"
-        print(f"# {dtype} greedy against f32: " + "; ".join(report), flush=True)
+            n = len(p["prompt_ids"])
+            with torch.no_grad():   # f32's log-probs at each position of the completion taken
+                lp = torch.log_softmax(HF(torch.tensor([p["prompt_ids"] + got[:-1]])).logits[0, n - 1:], dim=-1)
+            gap = (lp.max(dim=-1).values - lp.gather(1, torch.tensor(got)[:, None])[:, 0]).tolist()
+            gaps += gap
+            t = max(range(len(gap)), key=gap.__getitem__)
+            report.append("same" if k is None else f"first difference at token {k}, f32 gap {gap[k]:.3f}; "
+                          f"largest gap {gap[t]:.3f} at token {t}")
+            assert gap[t] <= limit, \
+                f"{dtype}: token {t} is {got[t]}, rated {gap[t]:.3f} below f32's best (limit {limit})"
+        top1 = sum(g == 0 for g in gaps) / len(gaps)
+        print(f"# {dtype} greedy against f32: " + "; ".join(report) + f"; f32's best token at {top1:.2f} of "
+              f"{len(gaps)} positions", flush=True)
+        assert top1 >= TOP1[dtype], \
+            f"{dtype}: f32's best token at only {top1:.2f} of the positions (at least {TOP1[dtype]})"
 
 
 # Besides the prompts, texts where the pre-tokenizer's regex matters (a

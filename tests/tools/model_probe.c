@@ -158,7 +158,7 @@ static void run_decode(model_t *m, job *jobs, size_t n, int slots) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: model_probe --model DIR [--dtype f32|bf16|f16|int8] [--group 32|64]\n"
+    fprintf(f, "usage: model_probe --model DIR [--dtype PRECISION] [--group 32|64 (int8w)]\n"
                "                   [--slots N] [--score] < jobs.tsv\n"
                "  input lines: TEMP<TAB>PROMPT IDS<TAB>COMPLETION IDS; output: one line of log-probs each\n");
 }
@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
         switch (c) {
         case 'm': dir = optarg; break;
         case 'd':
-            if (dt_parse(optarg, &mo.dtype) != 0) { usage(stderr); return 2; }
+            if (model_precision_parse(optarg, &mo) != 0) { usage(stderr); return 2; }
             break;
         case 'g': mo.group = atoi(optarg); break;
         case 's': slots = atoi(optarg); break;

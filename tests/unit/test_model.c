@@ -209,12 +209,16 @@ static void saved_weights_load_back_identically(void) {
 
 // The sampler's precisions against f32 on the same weights: the largest error
 // of the decoded log-probs. These random weights (log-probs down to -22) are
-// sensitive; measured: f16 0.046, bf16 0.27, int8/32 0.76, int8/64 0.56. The
-// bounds are about twice that: bf16 keeps 8 bits of mantissa, f16 11, int8 a
-// scale per group, so the order f16 < bf16 <= int8 is expected too.
+// sensitive; measured: f16 0.046, bf16w 0.27, int8w/32 0.76, int8w/64 0.56,
+// bf16 0.31, int8 1.33, fp8 4.93. The bounds are about twice that (fp8 1.6x). Weight-only bf16 keeps
+// 8 bits of mantissa, f16 11, int8w a scale per group; rounding every
+// activation to bf16 adds to bf16w's error, and W8A8 (per-token int8 or e4m3
+// inputs of every layer product) adds more; e4m3's 3 mantissa bits (steps of
+// 1/16 relative) lose more than int8's 1/127 of a row's largest value here.
 static void sampler_precisions_stay_close_to_f32(void) {
-    const struct { rl_dtype dt; int group; double bound; } cases[] = {
-        {DT_F16, 0, 0.1}, {DT_BF16, 0, 0.5}, {DT_I8, 32, 1.5}, {DT_I8, 64, 1.5},
+    const struct { const char *name; int group; double bound; } cases[] = {
+        {"f16", 0, 0.1}, {"bf16w", 0, 0.5}, {"int8w", 32, 1.5}, {"int8w", 64, 1.5},
+        {"bf16", 0, 0.6}, {"int8", 0, 2.7}, {"fp8", 0, 8.0},
     };
     model_config c = cfg_llama();
     rl_err err;
@@ -224,15 +228,18 @@ static void sampler_precisions_stay_close_to_f32(void) {
     make_seqs(s, c.vocab, 8);
     CHECK(score_all(ref, s, &err) == 0, "%s", err.msg);
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        model_opts o = {.dtype = cases[k].dt, .group = cases[k].group};
+        model_opts o = {.group = cases[k].group};
+        CHECK(model_precision_parse(cases[k].name, &o) == 0, "%s: not a precision", cases[k].name);
         model_t *m = model_random(&c, 21, 0.3f, &o, &err);
         CHECK(m, "%s", err.msg);
-        CHECK(model_dtype(m) == cases[k].dt, "dtype");
+        const char *name = model_precision_name(model_options(m));
+        CHECK(name && !strncmp(name, cases[k].name, strlen(cases[k].name)), "%s reads back as %s", cases[k].name,
+              name ? name : "none");
         double worst = decode_vs_full(m, s, NULL);
-        printf("# %s%s: decode max |logp - logp_f32| = %.4f (bound %.2f)\n", dt_name(cases[k].dt),
+        printf("# %s%s: decode max |logp - logp_f32| = %.4f (bound %.2f)\n", cases[k].name,
                cases[k].group == 64 ? "/64" : cases[k].group == 32 ? "/32" : "", worst, cases[k].bound);
-        CHECK(worst < cases[k].bound, "%s error %g over its bound %g", dt_name(cases[k].dt), worst, cases[k].bound);
-        CHECK(worst > 0, "%s gave exactly the f32 log-probs: weights were not converted", dt_name(cases[k].dt));
+        CHECK(worst < cases[k].bound, "%s error %g over its bound %g", cases[k].name, worst, cases[k].bound);
+        CHECK(worst > 0, "%s gave exactly the f32 log-probs: weights were not converted", cases[k].name);
         model_free(m);
     }
     model_free(ref);
@@ -249,11 +256,12 @@ static int step_logits(model_t *m, const uint32_t *prompt, size_t n, float *logi
 
 // Weights pushed in flight: a standby set filled tensor by tensor, in chunks
 // of 7 rows, with each tensor at the dtype a receiver asks for (matrices at
-// the model's bf16/f16, the rest f32), then swapped in, computes bit for bit
-// as a model built from those weights; the standby then holds the old ones.
+// their bf16/f16, the rest f32), then swapped in, computes bit for bit as a
+// model built from those weights; the standby then holds the old ones.
 static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) {
-    const struct { rl_dtype dt; int wire_native; } cases[] = {
-        {DT_F32, 0}, {DT_BF16, 0}, {DT_BF16, 1}, {DT_F16, 1}, {DT_I8, 0},
+    const struct { const char *prec; int wire_native; } cases[] = {
+        {"f32", 0}, {"bf16w", 0}, {"bf16w", 1}, {"f16", 1}, {"int8w", 0},
+        {"bf16", 1}, {"int8", 0}, {"int8", 1}, {"fp8", 1},
     };
     model_config c = cfg_qwen2();
     const uint32_t prompt[] = {5, 77, 3, 250, 9, 41};
@@ -261,7 +269,8 @@ static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) 
     float *old = malloc((size_t)c.vocab * sizeof(float));
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         rl_err err;
-        model_opts o = {.dtype = cases[k].dt};
+        model_opts o = {0};
+        CHECK(model_precision_parse(cases[k].prec, &o) == 0, "%s", cases[k].prec);
         model_t *a = model_random(&c, 5, 0.3f, &o, &err), *b = model_random(&c, 6, 0.3f, &o, &err);
         model_t *values = model_random(&c, 6, 0.3f, NULL, &err);   // b's weights in f32, as a checkpoint has them
         CHECK(a && b && values, "%s", err.msg);
@@ -273,7 +282,8 @@ static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) 
             float *x = malloc(t.n * sizeof(float));
             uint16_t *h = malloc(t.n * sizeof(uint16_t));
             CHECK(model_tensor_get(values, MODEL_PARAM, i, x) == 0, "tensor %zu", i);
-            rl_dtype wire = cases[k].wire_native && t.stored != DT_F32 ? t.stored : DT_F32;
+            int half = t.stored == DT_BF16 || t.stored == DT_F16;   // int8 and fp8 never travel: f32 is sent
+            rl_dtype wire = cases[k].wire_native && half ? t.stored : DT_F32;
             if (wire == DT_BF16) dt_f32_to_bf16(h, x, t.n);
             if (wire == DT_F16) dt_f32_to_f16(h, x, t.n);
             size_t step = 7 * (t.ndim == 2 ? (size_t)t.shape[1] : 1);
@@ -288,11 +298,11 @@ static void standby_weights_swapped_in_compute_as_a_model_built_with_them(void) 
         model_weights_swap(a, w);
         CHECK(step_logits(a, prompt, 6, got, &err) == 0, "%s", err.msg);
         CHECK(memcmp(got, want, (size_t)c.vocab * sizeof(float)) == 0, "%s%s: swapped-in weights compute otherwise",
-              dt_name(cases[k].dt), cases[k].wire_native ? " (sent at its dtype)" : "");
+              cases[k].prec, cases[k].wire_native ? " (sent at its dtype)" : "");
         model_weights_swap(a, w);
         CHECK(step_logits(a, prompt, 6, got, &err) == 0, "%s", err.msg);
         CHECK(memcmp(got, old, (size_t)c.vocab * sizeof(float)) == 0, "%s: swapping back does not restore",
-              dt_name(cases[k].dt));
+              cases[k].prec);
         model_weights_free(a, w);
         model_free(a);
         model_free(b);
@@ -346,6 +356,7 @@ static void standby_puts_out_of_bounds_are_refused(void) {
     CHECK(model_weights_put(m, w, 0, 1, (size_t)e.shape[1], DT_F32, x) == -1, "int8 rows must start on a row");
     CHECK(model_weights_put(m, w, 0, 0, (size_t)e.shape[1] + 1, DT_F32, x) == -1, "int8 chunks must be whole rows");
     CHECK(model_weights_put(m, w, 1, 0, 1, DT_I8, x) == -1, "int8 never travels");
+    CHECK(model_weights_put(m, w, 1, 0, 1, DT_FP8, x) == -1, "fp8 never travels");
     CHECK(model_weights_put(m, w, 0, (size_t)e.shape[1], (size_t)e.shape[1], DT_F32, x) == 0, "one whole row");
     free(x);
     model_weights_free(m, w);
@@ -447,6 +458,13 @@ static void bad_input_is_refused_with_a_reason(void) {
     CHECK(model_slot_len(m, a) == 0, "a refused step appends nothing");
     model_opts o = {.dtype = DT_I8, .group = 48};
     CHECK(!model_random(&c, 1, 0.1f, &o, &err) && strstr(err.msg, "32 or 64"), "%s", err.msg);
+    o = (model_opts){.dtype = DT_I8, .act = DT_BF16, .group = 32};
+    CHECK(!model_random(&c, 1, 0.1f, &o, &err) && strstr(err.msg, "weight-only int8"), "%s", err.msg);
+    o = (model_opts){.dtype = DT_FP8};
+    CHECK(!model_random(&c, 1, 0.1f, &o, &err) && strstr(err.msg, "W8A8"), "%s", err.msg);
+    o = (model_opts){.act = DT_F16};
+    CHECK(!model_random(&c, 1, 0.1f, &o, &err) && strstr(err.msg, "f32 or bf16 only"), "%s", err.msg);
+    CHECK(model_precision_parse("int4", &o) == -1, "int4 is no precision");
     free(logits);
     free(longp);
     model_free(m);

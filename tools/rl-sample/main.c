@@ -31,7 +31,10 @@ static const char USAGE[] =
     "\n"
     "Model:\n"
     "      --model DIR        model directory, or checkpoint directory with a file 'latest'\n"
-    "      --dtype T          weight precision of the sampler: f32 (default), bf16, f16, int8\n"
+    "      --dtype T          the sampler's precision: f32 (default); bf16 (bf16 weights,\n"
+    "                         activations and KV cache); int8 (W8A8: int8 weights per output\n"
+    "                         channel, int8 activations per token); fp8 (W8A8 e4m3); or with\n"
+    "                         f32 activations, bf16w, f16 and int8w (int8 weights per 32 inputs)\n"
     CLI_DEVICE_HELP
     CLI_CHAT_HELP
     "\n"
@@ -91,7 +94,8 @@ typedef struct {
     const char *model, *verifier_cmd, *listen, *token_file;
     uint64_t batch;
     int64_t max_lag;              // -1: no bound
-    rl_dtype dtype;
+    model_opts prec;          // --dtype: the precision's dtype and activations
+    const char *dtype;        // its name
     rl_device device;
     gen_opts gen;
     char **stop;
@@ -134,7 +138,8 @@ static options parse_options(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
         {"chat-arg", required_argument, 0, O_CHATARG},     CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
-    options o = {.dtype = DT_F32, .epochs = 1, .verifier = -1, .max_lag = -1, .verifier_timeout = 60,
+    options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .dtype = "f32", .epochs = 1, .verifier = -1,
+                 .max_lag = -1, .verifier_timeout = 60,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
     int c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "n:", longopts, NULL)) != -1) {
@@ -143,7 +148,9 @@ static options parse_options(int argc, char **argv) {
         case O_MODEL: o.model = optarg; break;
         case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
         case O_DTYPE:
-            if (dt_parse(optarg, &o.dtype)) cli_usage_error("--dtype: expected f32, bf16, f16 or int8, got '%s'", optarg);
+            if (model_precision_parse(optarg, &o.prec))
+                cli_usage_error("--dtype: expected one of %s, got '%s'", model_precision_names, optarg);
+            o.dtype = optarg;
             break;
         case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case 'n': o.gen.group = (int)cli_parse_uint("--group", optarg, 65536, 0); break;
@@ -230,7 +237,7 @@ int main(int argc, char **argv) {
     char dir[4096], path[4200];
     uint64_t version;
     if (ckpt_resolve(o.model, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
-    model_t *m = model_load(dir, &(model_opts){.dtype = o.dtype, .device = o.device}, &e);
+    model_t *m = model_load(dir, &(model_opts){.dtype = o.prec.dtype, .act = o.prec.act, .device = o.device}, &e);
     if (!m) cli_die("cannot load the model: %s", e.msg);
     const model_config *cfg = model_cfg(m);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -310,7 +317,7 @@ int main(int argc, char **argv) {
     if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, o.verifier_timeout, &e))) cli_die("%s", e.msg);
     const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
-                                 .sp = o.gen.sp, .dtype = dt_name(o.dtype)});
+                                 .sp = o.gen.sp, .dtype = o.dtype});
     rec_t *h = rec_new();
     ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, o.dtype, &o.gen, vname);
     recw_opts wo = recw_default_opts;
@@ -379,7 +386,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
                 stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
                 (unsigned long long)t->samples, (unsigned long long)t->tokens,
-                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, dt_name(o.dtype), model_device(m), o.gen.slots, tend - t0,
+                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, o.dtype, model_device(m), o.gen.slots, tend - t0,
                 pushes);
     }
     recw_free(w);

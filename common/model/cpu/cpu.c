@@ -42,7 +42,7 @@ static const void *mat_row(const rl_mat *W, int r) {
 }
 
 static const float *mat_scales(const rl_mat *W, int r) {
-    if (W->dtype != DT_I8) return NULL;
+    if (W->dtype != DT_I8 && W->dtype != DT_FP8) return NULL;
     return W->scales + (size_t)r * ((W->cols + W->group - 1) / W->group);
 }
 
@@ -54,6 +54,10 @@ typedef struct {
     const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
+    // A product's input quantized (ops.h rl_act), and each row's scale:
+    // ACT_I8 rows in xq8 (N, K), ACT_FP8 rows in x (their e4m3 values).
+    const int8_t *xq8;
+    const float *xscale;
     int N, C, H, HS, V;
     float eps;
     float dir;               // rope: 1 turns by +angle, -1 by -angle
@@ -100,9 +104,11 @@ static void matmul_few_part(void *ctx, int lo, int hi) {
         const void *w = mat_row(W, m);
         const float *s = mat_scales(W, m);
         if (row) cpu_K->row_to_f32(row, w, s, Kd, W->group, W->dtype);
-        for (int n = 0; n < N; n++)
-            a->out[(size_t)n * M + m] = row ? cpu_K->dot(a->x + (size_t)n * Kd, row, NULL, Kd, 0, DT_F32)
-                                            : cpu_K->dot(a->x + (size_t)n * Kd, w, s, Kd, W->group, W->dtype);
+        for (int n = 0; n < N; n++) {
+            float v = row ? cpu_K->dot(a->x + (size_t)n * Kd, row, NULL, Kd, 0, DT_F32)
+                          : cpu_K->dot(a->x + (size_t)n * Kd, w, s, Kd, W->group, W->dtype);
+            a->out[(size_t)n * M + m] = a->xscale ? v * a->xscale[n] : v;
+        }
     }
     free(row);
 }
@@ -126,8 +132,55 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
                            W->dtype);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, Kd, 1.0f, a->x, Kd, tile, Kd, 0.0f,
                     a->out + m0, M);
+        for (int n = 0; a->xscale && n < N; n++) {   // fp8: each input row's scale
+            float *o = a->out + (size_t)n * M + m0, sx = a->xscale[n];
+            for (int r = 0; r < rows; r++) o[r] *= sx;
+        }
     }
     free(tile);
+}
+
+// ACT_I8: out[n][m] = (Σ_k q[n][k] w[m][k]) · sw[m] · s[n], in tiles of 4
+// input rows by 4 weight rows (the weights read once from memory).
+static void matmul_i8_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    const rl_mat *W = a->W;
+    int M = W->rows, K = W->cols, N = a->N;
+    int32_t acc[16];
+    if (N > FEW_ROWS && cpu_K->gemm_i8) {
+        cpu_K->gemm_i8(a->out + lo, (size_t)M, a->xq8, a->xscale, N, (const int8_t *)W->data + (size_t)lo * K,
+                       W->scales + lo, hi - lo, K);
+        return;
+    }
+    for (int m0 = lo; m0 < hi; m0 += 4) {
+        int nw = hi - m0 < 4 ? hi - m0 : 4;
+        for (int n0 = 0; n0 < N; n0 += 4) {
+            int nx = N - n0 < 4 ? N - n0 : 4;
+            cpu_K->dots_i8(acc, a->xq8 + (size_t)n0 * K, (size_t)K, nx, (const int8_t *)W->data + (size_t)m0 * K,
+                           (size_t)K, nw, K);
+            for (int j = 0; j < nx; j++)
+                for (int i = 0; i < nw; i++)
+                    a->out[(size_t)(n0 + j) * M + m0 + i] = (float)acc[j * nw + i] * W->scales[m0 + i] * a->xscale[n0 + j];
+        }
+    }
+}
+
+// The input rows [lo, hi) quantized as the product's act asks (ops.h rl_act).
+typedef struct {
+    const float *x;
+    int8_t *q8;
+    float *qf, *scale;
+    int K;
+    rl_act act;
+} quant_args;
+
+static void quant_part(void *ctx, int lo, int hi) {
+    const quant_args *q = ctx;
+    for (int n = lo; n < hi; n++) {
+        const float *x = q->x + (size_t)n * q->K;
+        q->scale[n] = q->act == ACT_I8 ? cpu_K->quant_i8(q->q8 + (size_t)n * q->K, x, q->K)
+                                       : cpu_K->quant_fp8(q->qf + (size_t)n * q->K, x, q->K);
+    }
 }
 
 static void bias_part(void *ctx, int lo, int hi) {
@@ -140,8 +193,23 @@ static void bias_part(void *ctx, int lo, int hi) {
 static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
     args a = {.out = out, .x = x, .W = W, .vec = bias, .N = N};
     pool_fn part = N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
+    int K = W->cols;
+    quant_args q = {.x = x, .K = K, .act = W->act};
+    if (W->act != ACT_F32) {   // the input's rows quantized once, before the weight rows are shared out
+        q.scale = xmalloc((size_t)N * sizeof(float));
+        if (W->act == ACT_I8) q.q8 = xmalloc((size_t)N * K);
+        else q.qf = xmalloc((size_t)N * K * sizeof(float));
+        pool_for(N, 1, PAR_MIN / K, quant_part, &q);
+        a.xscale = q.scale;
+        a.xq8 = q.q8;
+        if (q.qf) a.x = q.qf;
+        if (W->act == ACT_I8) part = matmul_i8_part;
+    }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
     else pool_for(W->rows, 16, 0, part, &a);
+    free(q.scale);
+    free(q.q8);
+    free(q.qf);
     if (bias) pool_for(N, 1, PAR_MIN / W->rows, bias_part, &a);
 }
 
@@ -204,6 +272,18 @@ static void add_part(void *ctx, int lo, int hi) {
 static void cpu_add(float *x, const float *y, size_t n) {
     args a = {.out = x, .x = y, .N = (int)n};
     pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, add_part, &a);
+}
+
+static void round_bf16_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    size_t n = (size_t)a->N, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
+#pragma omp simd
+    for (size_t i = (size_t)lo * CHUNK; i < i1; i++) a->out[i] = bf16_to_f32(f32_to_bf16(a->out[i]));
+}
+
+static void cpu_round_bf16(float *x, size_t n) {
+    args a = {.out = x, .N = (int)n};
+    pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, round_bf16_part, &a);
 }
 
 // With z = (l − max)·s, whose largest is exactly 0: logp = z[target] − lse,
@@ -299,6 +379,7 @@ const rl_ops *ops_cpu(void) {
         .attention = cpu_attention,
         .swiglu = cpu_swiglu,
         .add = cpu_add,
+        .round_bf16 = cpu_round_bf16,
         .logprob = cpu_logprob,
         .sample = cpu_sample,
         .logprob_backward = cpu_logprob_backward,

@@ -1,7 +1,8 @@
 // cpu/kernels.c — row kernels of the CPU backend (see kernels.h): a portable
-// version, and one for x86-64 processors with AVX2, FMA and F16C, whose
-// functions carry their own target attribute so that the rest of the build
-// stays portable. All accumulate in f32.
+// version, one for x86-64 processors with AVX2, FMA and F16C, and int8
+// products with AVX-512 VNNI; their functions carry their own target
+// attribute so that the rest of the build stays portable. Floating-point
+// kernels accumulate in f32, int8 products exactly in int32.
 #include "model/cpu/kernels.h"
 
 #include <math.h>
@@ -18,13 +19,28 @@ static float elem(const void *w, const float *scales, int k, int group, rl_dtype
     case DT_BF16: return bf16_to_f32(((const uint16_t *)w)[k]);
     case DT_F16: return f16_to_f32(((const uint16_t *)w)[k]);
     case DT_I8: return (float)((const int8_t *)w)[k] * scales[k / group];
+    case DT_FP8: return e4m3_to_f32(((const uint8_t *)w)[k]) * scales[k / group];
     }
     return 0;
+}
+
+// Element k of an int8 or fp8 row, its scale not applied
+static inline float unscaled(const void *w, int k, rl_dtype dt) {
+    return dt == DT_I8 ? (float)((const int8_t *)w)[k] : e4m3_to_f32(((const uint8_t *)w)[k]);
 }
 
 static float dot_portable(const float *x, const void *w, const float *scales, int K, int group,
                          rl_dtype dt) {
     float s = 0;
+    if (dt == DT_I8 || dt == DT_FP8) {   // each group's sum times its scale
+        for (int g = 0, k0 = 0; k0 < K; g++, k0 += group) {
+            int k1 = k0 + group < K ? k0 + group : K;
+            float gs = 0;
+            for (int k = k0; k < k1; k++) gs += x[k] * unscaled(w, k, dt);
+            s += gs * scales[g];
+        }
+        return s;
+    }
     if (dt == DT_F32) {
         const float *wf = w;
         for (int k = 0; k < K; k++) s += x[k] * wf[k];
@@ -92,10 +108,47 @@ static void adamw_portable(float *p, const float *g, float *m, float *v, int n, 
     for (int i = 0; i < n; i++) adamw_one(p + i, g[i], m + i, v + i, h);
 }
 
+static float quant_i8_portable(int8_t *q, const float *x, int K) {
+    float amax = 0;
+    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[k]));
+    float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0;
+    for (int k = 0; k < K; k++) {
+        long v = lrintf(x[k] * inv);
+        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+    return s;
+}
+
+static float quant_fp8_portable(float *q, const float *x, int K) {
+    float amax = 0;
+    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[k]));
+    float s = amax / 448.0f, inv = s > 0 ? 1.0f / s : 0;
+    for (int k = 0; k < K; k++) q[k] = e4m3_to_f32(f32_to_e4m3(x[k] * inv));
+    return s;
+}
+
+static void dots_i8_portable(int32_t *out, const int8_t *x, size_t ldx, int nx, const int8_t *w, size_t ldw, int nw,
+                             int K) {
+    for (int j = 0; j < nx; j++)
+        for (int i = 0; i < nw; i++) {
+            int32_t s = 0;
+            for (int k = 0; k < K; k++) s += (int32_t)x[j * ldx + k] * w[i * ldw + k];
+            out[j * nw + i] = s;
+        }
+}
+
 static const cpu_kernels *cpu_kernels_portable(void) {
-    static const cpu_kernels k = {dot_portable,     row_to_f32_portable,      sum_exp_portable,
-                                  swiglu_portable,  exp_row_portable,         swiglu_backward_portable,
-                                  adamw_portable};
+    static const cpu_kernels k = {.name = "portable",
+                                  .dot = dot_portable,
+                                  .row_to_f32 = row_to_f32_portable,
+                                  .sum_exp = sum_exp_portable,
+                                  .swiglu = swiglu_portable,
+                                  .exp_row = exp_row_portable,
+                                  .swiglu_backward = swiglu_backward_portable,
+                                  .adamw = adamw_portable,
+                                  .quant_i8 = quant_i8_portable,
+                                  .quant_fp8 = quant_fp8_portable,
+                                  .dots_i8 = dots_i8_portable};
     return &k;
 }
 
@@ -125,6 +178,12 @@ AVX2 static inline __attribute__((always_inline)) __m256 load8(const void *w, in
         __m128i b = _mm_loadl_epi64((const __m128i *)((const int8_t *)w + k));
         return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
     }
+    case DT_FP8: {   // e4m3_to_f32's bits, 8 at a time
+        __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)((const uint8_t *)w + k)));
+        __m256i mag = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7f)), 20);
+        __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+        return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_or_si256(mag, sign)), _mm256_set1_ps(0x1p120f));
+    }
     case DT_F32: break;
     }
     return _mm256_loadu_ps((const float *)w + k);
@@ -148,22 +207,26 @@ AVX2 static inline __attribute__((always_inline)) float dot_run(const float *x, 
     return s;
 }
 
-// int8: the sum of each group is scaled into a vector accumulator, so no
-// horizontal sum is paid per group; two groups at a time, on independent
-// chains, keep the FMA units busy (group sizes are multiples of 16).
-AVX2 static float dot_i8_avx2(const float *x, const int8_t *w, const float *scales, int K, int group) {
+// int8 or fp8 (dt): the sum of each group is scaled into a vector
+// accumulator, so no horizontal sum is paid per group; two groups at a time,
+// on independent chains, keep the FMA units busy (group sizes are multiples
+// of 16; fp8's group is the row).
+AVX2 static inline __attribute__((always_inline)) float dot_grouped(const float *x, const void *wv,
+                                                                   const float *scales, int K, int group,
+                                                                   rl_dtype dt) {
+    const char *w = wv;   // one byte per element
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     float tail = 0;
     int g = 0, k0 = 0;
     for (; group % 16 == 0 && k0 + 2 * group <= K; g += 2, k0 += 2 * group) {
         const float *xa = x + k0, *xb = x + k0 + group;
-        const int8_t *wa = w + k0, *wb = w + k0 + group;
+        const char *wa = w + k0, *wb = w + k0 + group;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
         for (int i = 0; i < group; i += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + i), load8(wa, i, DT_I8), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + i + 8), load8(wa, i + 8, DT_I8), a1);
-            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i), load8(wb, i, DT_I8), b0);
-            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i + 8), load8(wb, i + 8, DT_I8), b1);
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + i), load8(wa, i, dt), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xa + i + 8), load8(wa, i + 8, dt), a1);
+            b0 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i), load8(wb, i, dt), b0);
+            b1 = _mm256_fmadd_ps(_mm256_loadu_ps(xb + i + 8), load8(wb, i + 8, dt), b1);
         }
         acc0 = _mm256_fmadd_ps(_mm256_add_ps(a0, a1), _mm256_set1_ps(scales[g]), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_add_ps(b0, b1), _mm256_set1_ps(scales[g + 1]), acc1);
@@ -171,9 +234,11 @@ AVX2 static float dot_i8_avx2(const float *x, const int8_t *w, const float *scal
     for (; k0 < K; g++, k0 += group) {   // the last groups, the last one maybe short
         int k1 = k0 + group < K ? k0 + group : K, k = k0;
         __m256 s0 = _mm256_setzero_ps();
-        for (; k + 8 <= k1; k += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load8(w, k, DT_I8), s0);
+        float t = 0;
+        for (; k + 8 <= k1; k += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), load8(w, k, dt), s0);
         acc0 = _mm256_fmadd_ps(s0, _mm256_set1_ps(scales[g]), acc0);
-        for (; k < k1; k++) tail += x[k] * (float)w[k] * scales[g];
+        for (; k < k1; k++) t += x[k] * unscaled(w, k, dt);
+        tail += t * scales[g];
     }
     return hsum8(_mm256_add_ps(acc0, acc1)) + tail;
 }
@@ -184,19 +249,23 @@ AVX2 static float dot_avx2(const float *x, const void *w, const float *scales, i
     case DT_F32: return dot_run(x, w, 0, K, DT_F32);
     case DT_BF16: return dot_run(x, w, 0, K, DT_BF16);
     case DT_F16: return dot_run(x, w, 0, K, DT_F16);
-    case DT_I8: break;
+    case DT_I8: return dot_grouped(x, w, scales, K, group, DT_I8);
+    case DT_FP8: break;
     }
-    return dot_i8_avx2(x, w, scales, K, group);
+    return dot_grouped(x, w, scales, K, group, DT_FP8);
 }
 
 AVX2 static void row_to_f32_avx2(float *out, const void *w, const float *scales, int K, int group,
                                  rl_dtype dt) {
-    if (dt == DT_I8) {
+    if (dt == DT_I8 || dt == DT_FP8) {
         for (int g = 0, k0 = 0; k0 < K; g++, k0 += group) {
             int k1 = k0 + group < K ? k0 + group : K, k = k0;
             __m256 s = _mm256_set1_ps(scales[g]);
-            for (; k + 8 <= k1; k += 8) _mm256_storeu_ps(out + k, _mm256_mul_ps(load8(w, k, dt), s));
-            for (; k < k1; k++) out[k] = (float)((const int8_t *)w)[k] * scales[g];
+            if (dt == DT_I8)
+                for (; k + 8 <= k1; k += 8) _mm256_storeu_ps(out + k, _mm256_mul_ps(load8(w, k, DT_I8), s));
+            else
+                for (; k + 8 <= k1; k += 8) _mm256_storeu_ps(out + k, _mm256_mul_ps(load8(w, k, DT_FP8), s));
+            for (; k < k1; k++) out[k] = unscaled(w, k, dt) * scales[g];
         }
         return;
     }
@@ -299,17 +368,260 @@ AVX2 static void adamw_avx2(float *p, const float *g, float *m, float *v, int n,
     adamw_portable(p + i, g + i, m + i, v + i, n - i, h);
 }
 
+AVX2 static inline float absmax_avx2(const float *x, int K) {
+    __m256 m = _mm256_setzero_ps(), nosign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int k = 0;
+    for (; k + 8 <= K; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), nosign));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float a = _mm_cvtss_f32(h);
+    for (; k < K; k++) a = fmaxf(a, fabsf(x[k]));
+    return a;
+}
+
+// As quant_i8_portable: x · (1/s) rounded by cvtps (the default mode: nearest
+// even, as lrintf), packed with saturation (|x · (1/s)| <= 127 already).
+AVX2 static float quant_i8_avx2(int8_t *q, const float *x, int K) {
+    float s = absmax_avx2(x, K) / 127.0f, inv = s > 0 ? 1.0f / s : 0;
+    __m256 iv = _mm256_set1_ps(inv);
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv));
+        __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), iv));
+        __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);   // 16 int16 in order
+        __m128i p = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        _mm_storeu_si128((__m128i *)(q + k), p);
+    }
+    for (; k < K; k++) {
+        long v = lrintf(x[k] * inv);
+        q[k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+    return s;
+}
+
+// x rounded to the nearest e4m3 value (nearest even), saturated to ±448, as f32
+AVX2 static inline __m256 e4m3_round8(__m256 x) {
+    __m256 signbit = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
+    __m256 a = _mm256_min_ps(_mm256_andnot_ps(signbit, x), _mm256_set1_ps(448.0f));
+    __m256i u = _mm256_castps_si256(a);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 20), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7ffff)), odd);
+    __m256 normal = _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xfff00000u)));
+    __m256 sub = _mm256_mul_ps(_mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(512.0f)),
+                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                               _mm256_set1_ps(1.0f / 512));
+    __m256 v = _mm256_blendv_ps(normal, sub, _mm256_cmp_ps(a, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ));
+    return _mm256_or_ps(v, _mm256_and_ps(x, signbit));
+}
+
+AVX2 static float quant_fp8_avx2(float *q, const float *x, int K) {
+    float s = absmax_avx2(x, K) / 448.0f, inv = s > 0 ? 1.0f / s : 0;
+    __m256 iv = _mm256_set1_ps(inv);
+    int k = 0;
+    for (; k + 8 <= K; k += 8) _mm256_storeu_ps(q + k, e4m3_round8(_mm256_mul_ps(_mm256_loadu_ps(x + k), iv)));
+    for (; k < K; k++) q[k] = e4m3_to_f32(f32_to_e4m3(x[k] * inv));
+    return s;
+}
+
+AVX2 static inline int32_t hsum8i(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// AVX2 has no int8 product with int32 sums: vpmaddubsw multiplies unsigned
+// by signed bytes into pairs summed in int16, so it is given |x| and w with
+// x's sign (|x|, |w| <= 127: a pair sums to at most 32258, no saturation),
+// and vpmaddwd by ones widens the pairs to int32. One weight row against up
+// to 4 input rows at a time (the weights are read once per tile).
+AVX2 static void dots_i8_avx2(int32_t *out, const int8_t *x, size_t ldx, int nx, const int8_t *w, size_t ldw,
+                              int nw, int K) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    int K32 = K & ~31;
+    for (int i = 0; i < nw; i++) {
+        const int8_t *wi = w + i * ldw;
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()};
+        for (int k = 0; k < K32; k += 32) {
+            __m256i wv = _mm256_loadu_si256((const __m256i *)(wi + k));
+            for (int j = 0; j < nx; j++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x + j * ldx + k));
+                __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
+                acc[j] = _mm256_add_epi32(acc[j], _mm256_madd_epi16(p, ones));
+            }
+        }
+        for (int j = 0; j < nx; j++) {
+            int32_t t = hsum8i(acc[j]);
+            for (int k = K32; k < K; k++) t += (int32_t)x[j * ldx + k] * wi[k];
+            out[j * nw + i] = t;
+        }
+    }
+}
+
 static const cpu_kernels *cpu_kernels_avx2(void) {
-    static const cpu_kernels k = {dot_avx2,    row_to_f32_avx2,      sum_exp_avx2,
-                                  swiglu_avx2, exp_row_avx2,         swiglu_backward_avx2,
-                                  adamw_avx2};
+    static const cpu_kernels k = {.name = "avx2",
+                                  .dot = dot_avx2,
+                                  .row_to_f32 = row_to_f32_avx2,
+                                  .sum_exp = sum_exp_avx2,
+                                  .swiglu = swiglu_avx2,
+                                  .exp_row = exp_row_avx2,
+                                  .swiglu_backward = swiglu_backward_avx2,
+                                  .adamw = adamw_avx2,
+                                  .quant_i8 = quant_i8_avx2,
+                                  .quant_fp8 = quant_fp8_avx2,
+                                  .dots_i8 = dots_i8_avx2};
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return NULL;
     // F16C has no __builtin_cpu_supports name in every GCC; AVX2 processors all have it.
     return &k;
 }
+
+// ---- x86-64 with AVX-512 VNNI: int8 products ----------------------------------
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+// vpdpbusd multiplies unsigned by signed bytes, summing groups of 4 into
+// int32 without saturation. The input is made unsigned by adding 128 (x ^
+// 0x80), and 128 · Σ w taken off after: Σ (x + 128) w − 128 Σ w = Σ x w, with
+// Σ w from vpdpbusd of ones. A tile of NX input rows by NW weight rows shares
+// each load; the last bytes of a row are loaded under a mask.
+VNNI static inline __attribute__((always_inline)) void vnni_tile(int32_t *out, const int8_t *x, size_t ldx,
+                                                                const int8_t *w, size_t ldw, int K, const int NX,
+                                                                const int NW) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80), one = _mm512_set1_epi8(1);
+    __m512i acc[4][4], wsum[4];
+    for (int i = 0; i < NW; i++) {
+        wsum[i] = _mm512_setzero_si512();
+        for (int j = 0; j < NX; j++) acc[j][i] = _mm512_setzero_si512();
+    }
+    for (int k = 0; k < K; k += 64) {
+        __mmask64 m = K - k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (K - k)) - 1);
+        __m512i wv[4];
+        for (int i = 0; i < NW; i++) {
+            wv[i] = _mm512_maskz_loadu_epi8(m, w + i * ldw + k);
+            wsum[i] = _mm512_dpbusd_epi32(wsum[i], one, wv[i]);
+        }
+        for (int j = 0; j < NX; j++) {
+            __m512i xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + j * ldx + k), flip);
+            for (int i = 0; i < NW; i++) acc[j][i] = _mm512_dpbusd_epi32(acc[j][i], xv, wv[i]);
+        }
+    }
+    for (int i = 0; i < NW; i++) {
+        int32_t ws = _mm512_reduce_add_epi32(wsum[i]);
+        for (int j = 0; j < NX; j++) out[j * NW + i] = _mm512_reduce_add_epi32(acc[j][i]) - 128 * ws;
+    }
+}
+
+VNNI static void dots_i8_vnni(int32_t *out, const int8_t *x, size_t ldx, int nx, const int8_t *w, size_t ldw,
+                              int nw, int K) {
+    if (nw == 4 && nx == 1) vnni_tile(out, x, ldx, w, ldw, K, 1, 4);
+    else if (nw == 4 && nx == 4) vnni_tile(out, x, ldx, w, ldw, K, 4, 4);
+    else
+        for (int j = 0; j < nx; j++)
+            for (int i = 0; i < nw; i++) vnni_tile(out + j * nw + i, x + j * ldx, ldx, w + i * ldw, ldw, K, 1, 1);
+}
+
+// Many input rows: weight rows 16 at a time are packed so that one vector
+// holds 4 consecutive inputs of each of the 16 rows (K rounded up to 4, zeros
+// after); each input row's 4 bytes are broadcast and vpdpbusd adds to the 16
+// rows' sums in the lanes, with no horizontal sums. 32 weight rows by 6
+// input rows per tile: 12 accumulators, 2 weight loads and 6 broadcasts per
+// 4 inputs. The packing reads the weights once per call, against N times as
+// many products.
+enum { GEMM_NX = 6 };
+
+// Rows [0, rows) of w packed (the rest zero), 4 bytes at a time; rowsum (16)
+// their sums, from vpdpbusd of ones over the packed vectors.
+VNNI static void vnni_pack16(int8_t *p, int32_t *rowsum, const int8_t *w, size_t ldw, int rows, int K) {
+    int K4 = (K + 3) & ~3, whole = K >> 2;
+    memset(p, 0, (size_t)K4 * 16);
+    for (int r = 0; r < rows; r++) {
+        const int8_t *wr = w + r * ldw;
+        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * 64 + r * 4, wr + 4 * k4, 4);
+        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * 64 + r * 4 + (k & 3)] = wr[k];
+    }
+    __m512i s = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
+    for (int k4 = 0; k4 < K4 / 4; k4++) s = _mm512_dpbusd_epi32(s, one, _mm512_load_si512(p + (size_t)k4 * 64));
+    _mm512_storeu_si512(rowsum, s);
+}
+
+// The sums of NX input rows (x + 128, rows of K4 bytes) by the 32 packed rows
+// of p0 and p1, less 128 · their row sums c0, c1, times sw (s0, s1) and sx,
+// stored under the masks of the rows there are.
+VNNI static inline __attribute__((always_inline)) void vnni_gemm_tile(float *out, size_t ldo, const uint8_t *xr,
+                                                                     int K4, const int8_t *p0, const int8_t *p1,
+                                                                     __m512i c0, __m512i c1, __m512 s0, __m512 s1,
+                                                                     __mmask16 k0, __mmask16 k1, const float *sx,
+                                                                     const int NX) {
+    __m512i a0[GEMM_NX], a1[GEMM_NX];
+    for (int j = 0; j < NX; j++) a0[j] = a1[j] = _mm512_setzero_si512();
+    for (int k = 0; k < K4; k += 4) {
+        __m512i w0 = _mm512_load_si512(p0 + (size_t)k * 16), w1 = _mm512_load_si512(p1 + (size_t)k * 16);
+        for (int j = 0; j < NX; j++) {
+            int32_t b;
+            memcpy(&b, xr + (size_t)j * K4 + k, 4);
+            __m512i xb = _mm512_set1_epi32(b);
+            a0[j] = _mm512_dpbusd_epi32(a0[j], xb, w0);
+            a1[j] = _mm512_dpbusd_epi32(a1[j], xb, w1);
+        }
+    }
+    for (int j = 0; j < NX; j++) {   // (Σ x w) · sw · sx: the exact int32 to f32, then the two scales
+        __m512 sxj = _mm512_set1_ps(sx[j]);
+        __m512 v0 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a0[j], c0)), s0), sxj);
+        __m512 v1 = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a1[j], c1)), s1), sxj);
+        _mm512_mask_storeu_ps(out + (size_t)j * ldo, k0, v0);
+        _mm512_mask_storeu_ps(out + (size_t)j * ldo + 16, k1, v1);
+    }
+}
+
+VNNI static void gemm_i8_vnni(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
+                              const float *sw, int M, int K) {
+    int K4 = (K + 3) & ~3;
+    uint8_t *xu = malloc((size_t)N * K4);           // x + 128, zeros (128) after K
+    int8_t *pk = aligned_alloc(64, (size_t)K4 * 32); // two packed blocks of 16 rows
+    if (!xu || !pk) abort();
+    for (int n = 0; n < N; n++) {
+        for (int k = 0; k < K; k++) xu[(size_t)n * K4 + k] = (uint8_t)(x[(size_t)n * K + k] ^ 0x80);
+        for (int k = K; k < K4; k++) xu[(size_t)n * K4 + k] = 0x80;
+    }
+    int32_t rs[32];
+    for (int m0 = 0; m0 < M; m0 += 32) {
+        int rows = M - m0 < 32 ? M - m0 : 32, r0 = rows < 16 ? rows : 16;
+        vnni_pack16(pk, rs, w + (size_t)m0 * K, (size_t)K, r0, K);
+        vnni_pack16(pk + (size_t)K4 * 16, rs + 16, w + (size_t)(m0 + 16) * K, (size_t)K, rows - r0, K);
+        __m512i c0 = _mm512_slli_epi32(_mm512_loadu_si512(rs), 7), c1 = _mm512_slli_epi32(_mm512_loadu_si512(rs + 16), 7);
+        __mmask16 k0 = (__mmask16)((1u << r0) - 1), k1 = (__mmask16)((1u << (rows - r0)) - 1);
+        __m512 s0 = _mm512_maskz_loadu_ps(k0, sw + m0), s1 = _mm512_maskz_loadu_ps(k1, sw + m0 + 16);
+        const int8_t *p1 = pk + (size_t)K4 * 16;
+        int n0 = 0;
+        for (; n0 + GEMM_NX <= N; n0 += GEMM_NX)
+            vnni_gemm_tile(out + (size_t)n0 * ldo + m0, ldo, xu + (size_t)n0 * K4, K4, pk, p1, c0, c1, s0, s1, k0, k1,
+                           sx + n0, GEMM_NX);
+        for (; n0 < N; n0++)
+            vnni_gemm_tile(out + (size_t)n0 * ldo + m0, ldo, xu + (size_t)n0 * K4, K4, pk, p1, c0, c1, s0, s1, k0, k1,
+                           sx + n0, 1);
+    }
+    free(xu);
+    free(pk);
+}
+
+static const cpu_kernels *cpu_kernels_vnni(void) {
+    static cpu_kernels k;
+    const cpu_kernels *a = cpu_kernels_avx2();
+    if (!a || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+        !__builtin_cpu_supports("avx512vnni"))
+        return NULL;
+    k = *a;
+    k.name = "avx512-vnni";
+    k.dots_i8 = dots_i8_vnni;
+    k.gemm_i8 = gemm_i8_vnni;
+    return &k;
+}
 #else
 static const cpu_kernels *cpu_kernels_avx2(void) { return NULL; }
+static const cpu_kernels *cpu_kernels_vnni(void) { return NULL; }
 #endif
 
 // ---- The choice -------------------------------------------------------------
@@ -317,6 +629,11 @@ static const cpu_kernels *cpu_kernels_avx2(void) { return NULL; }
 const cpu_kernels *cpu_K;
 
 void cpu_kernels_choose(void) {
-    const cpu_kernels *k = getenv("RLPIPE_CPU_PORTABLE") ? NULL : cpu_kernels_avx2();
+    const char *want = getenv("RLPIPE_CPU");
+    const cpu_kernels *k = NULL;
+    if (!getenv("RLPIPE_CPU_PORTABLE")) {
+        if (!want || strcmp(want, "avx2")) k = cpu_kernels_vnni();
+        if (!k) k = cpu_kernels_avx2();
+    }
     cpu_K = k ? k : cpu_kernels_portable();
 }

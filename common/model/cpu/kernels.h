@@ -1,5 +1,6 @@
-// cpu/kernels.h — the inner loops of the CPU backend, in two builds: AVX2 +
-// FMA + F16C (chosen at run time when the processor has them) and portable C.
+// cpu/kernels.h — the inner loops of the CPU backend, in three builds:
+// AVX-512 with VNNI (for int8 products; the rest as AVX2), AVX2 + FMA + F16C,
+// and portable C, the first the processor has chosen at run time.
 // Each works on one row or one contiguous run; cpu.c, attention.c and train.c
 // spread them over threads.
 #ifndef RLPIPE_CPU_KERNELS_H
@@ -10,8 +11,10 @@
 #include "model/ops.h"
 
 typedef struct {
+    const char *name;   // "avx512-vnni", "avx2" or "portable"
     // Σ_k x[k] · w[k] for one weight row w of K elements stored as W->dtype;
-    // scales: that row's int8 scales (NULL otherwise).
+    // scales: that row's int8 or fp8 scales (NULL otherwise), each applied to
+    // the sum over its group.
     float (*dot)(const float *x, const void *w, const float *scales, int K, int group, rl_dtype dt);
     // out[k] = w[k] as f32 (one row of K elements)
     void (*row_to_f32)(float *out, const void *w, const float *scales, int K, int group, rl_dtype dt);
@@ -27,11 +30,25 @@ typedef struct {
     void (*swiglu_backward)(float *dg, float *du, const float *d, const float *g, const float *u, int n);
     // AdamW on n parameters, its scalars already in float (rl_adamw_f32)
     void (*adamw)(float *p, const float *g, float *m, float *v, int n, const rl_adamw_f32 *h);
+    // One row x (K) of a product's input to int8 (ops.h ACT_I8): q (K); returns its scale.
+    float (*quant_i8)(int8_t *q, const float *x, int K);
+    // One row x (K) to fp8 e4m3 (ops.h ACT_FP8), the values kept as f32: q (K); returns its scale.
+    float (*quant_fp8)(float *q, const float *x, int K);
+    // out[j·nw + i] = Σ_k x[j·ldx + k] · w[i·ldw + k], exact in int32, for
+    // j < nx and i < nw (each 1 to 4): int8 input rows against int8 weight
+    // rows, all values in [-127, 127] as quantization gives them.
+    void (*dots_i8)(int32_t *out, const int8_t *x, size_t ldx, int nx, const int8_t *w, size_t ldw, int nw, int K);
+    // Many input rows (NULL where a build has no faster way than dots_i8):
+    // out[n·ldo + m] = (float)(Σ_k x[n·K + k] w[m·K + k]) · sw[m] · sx[n] for
+    // n < N, m < M (ops.h ACT_I8's product; the sum exact in int32).
+    void (*gemm_i8)(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
+                    const float *sw, int M, int K);
 } cpu_kernels;
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
-// calls it) to the AVX2 build where the processor has it and the environment
-// does not set RLPIPE_CPU_PORTABLE, else to the portable one.
+// calls it) to the best build the processor has, else to the portable one.
+// The environment can ask for less: RLPIPE_CPU_PORTABLE=1 the portable
+// build, RLPIPE_CPU=avx2 no AVX-512 (tests run each path on one machine).
 extern const cpu_kernels *cpu_K;
 void cpu_kernels_choose(void);
 

@@ -1,7 +1,7 @@
 // cuda/cuda.cu — the CUDA backend of ops.h: memory, and the table of
 // operations, whose kernels live in kernels.cu, train.cu, matmul.cu,
-// attention.cu and sample.cu. Start-up, cuBLAS, scratch buffers and error
-// checks are runtime.cu.
+// quant.cu, attention.cu and sample.cu. Start-up, cuBLAS and cuBLASLt,
+// scratch buffers and error checks are runtime.cu.
 #include "model/cuda/cuda.h"
 
 static void *cu_alloc(size_t bytes) {
@@ -39,6 +39,7 @@ static const rl_ops cuda_ops = {
     .attention = cu_attention,
     .swiglu = cu_swiglu,
     .add = cu_add,
+    .round_bf16 = cu_round_bf16,
     .logprob = cu_logprob,
     .sample = cu_sample,
     .logprob_backward = cu_logprob_backward,

@@ -9,10 +9,10 @@
 #define THREADS 256          // rows and elementwise kernels
 #define ROW_THREADS 512      // logprob: rows as long as the vocabulary
 
-// table (V, C) at dtype dt (int8: scales (V, ng)), ids (N) in; out (N, C); one block per row
+// table (V, C) at dtype dt (int8, fp8: scales (V, ng)), ids (N) in; out (N, C); one block per row
 static __global__ void embed_kernel(float *out, const void *data, const float *scales, int group, rl_dtype dt,
                                     const int32_t *ids, int N, int C) {
-    int ng = dt == DT_I8 ? (C + group - 1) / group : 0;
+    int ng = dt == DT_I8 || dt == DT_FP8 ? (C + group - 1) / group : 0;
     for (size_t i = blockIdx.x; i < (size_t)N; i += gridDim.x) {
         size_t r = (size_t)ids[i];
         float *o = out + i * C;
@@ -131,6 +131,22 @@ static __global__ void add_kernel(float *x, const float *y, size_t n) {
 void cu_add(float *x, const float *y, size_t n) {
     if (n == 0) return;
     add_kernel<<<cu_blocks(n, THREADS), THREADS>>>(x, y, n);
+    CU_LAUNCHED();
+}
+
+// x (n) rounded to bf16 and back in place, as dtype.h's f32_to_bf16 rounds
+// (nearest even; a NaN kept, made quiet); grid-stride over elements
+static __global__ void round_bf16_kernel(float *x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned u = __float_as_uint(x[i]);
+        unsigned h = (u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        x[i] = __uint_as_float(h << 16);
+    }
+}
+
+void cu_round_bf16(float *x, size_t n) {
+    if (n == 0) return;
+    round_bf16_kernel<<<cu_blocks(n, THREADS), THREADS>>>(x, n);
     CU_LAUNCHED();
 }
 

@@ -1,6 +1,7 @@
 // cuda/runtime.cu — what every file of the CUDA backend calls: start-up (is
 // there a GPU?), error checks, the cuBLAS handle (cuBLAS opened with dlopen)
-// and its GemmEx, and the scratch buffers on the device.
+// and its GemmEx, cuBLASLt's handle and functions (opened the same way), and
+// the scratch buffers on the device.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,8 @@ static struct {
     const char *(*status)(cublasStatus_t);
 } blasf;
 static cublasHandle_t blas;
-static int tf32;
+static cu_lt_api lt;
+static int tf32, sm;
 
 void cu_check_blas(cublasStatus_t s, const char *call, const char *file, int line) {
     if (s == CUBLAS_STATUS_SUCCESS) return;
@@ -42,6 +44,10 @@ cublasStatus_t cu_gemm_ex(cublasOperation_t ta, cublasOperation_t tb, int m, int
 
 int cu_tf32(void) { return tf32; }
 
+int cu_sm(void) { return sm; }
+
+const cu_lt_api *cu_lt(void) { return &lt; }
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -55,6 +61,44 @@ static const char *open_blas(void) {
     *(void **)&blasf.gemm_ex = dlsym(h, "cublasGemmEx");
     *(void **)&blasf.status = dlsym(h, "cublasGetStatusString");
     if (!blasf.create || !blasf.gemm_ex || !blasf.status) return "libcublas lacks cublasCreate_v2, cublasGemmEx or cublasGetStatusString";
+    return NULL;
+}
+
+// Opens cuBLASLt (which cuBLAS itself loads) and finds its functions, as
+// open_blas; NULL, or what went wrong.
+static const char *open_blas_lt(void) {
+    void *h = dlopen("libcublasLt.so." STR(CUBLAS_VER_MAJOR), RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) return dlerror();
+    const struct {
+        void **fn;
+        const char *name;
+    } want[] = {
+        {(void **)&lt.desc_create, "cublasLtMatmulDescCreate"},
+        {(void **)&lt.desc_destroy, "cublasLtMatmulDescDestroy"},
+        {(void **)&lt.desc_set, "cublasLtMatmulDescSetAttribute"},
+        {(void **)&lt.layout_create, "cublasLtMatrixLayoutCreate"},
+        {(void **)&lt.layout_destroy, "cublasLtMatrixLayoutDestroy"},
+        {(void **)&lt.pref_create, "cublasLtMatmulPreferenceCreate"},
+        {(void **)&lt.pref_destroy, "cublasLtMatmulPreferenceDestroy"},
+        {(void **)&lt.pref_set, "cublasLtMatmulPreferenceSetAttribute"},
+        {(void **)&lt.heuristic, "cublasLtMatmulAlgoGetHeuristic"},
+        {(void **)&lt.matmul, "cublasLtMatmul"},
+    };
+    static char why[96];
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!(*want[i].fn = dlsym(h, want[i].name))) {
+            snprintf(why, sizeof why, "libcublasLt lacks %s", want[i].name);
+            return why;
+        }
+    cublasStatus_t (*create)(cublasLtHandle_t *);
+    *(void **)&create = dlsym(h, "cublasLtCreate");
+    if (!create) return "libcublasLt lacks cublasLtCreate";
+    cublasStatus_t s = create(&lt.handle);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(why, sizeof why, "cublasLtCreate: %s", blasf.status(s));
+        return why;
+    }
     return NULL;
 }
 
@@ -93,7 +137,7 @@ const char *cu_start(void) {
     static int state;            // 0 not tried, 1 ready, -1 unusable
     static char reason[256];
     if (state == 0) {
-        int n = 0, dev = 0;
+        int n = 0, dev = 0, major = 0, minor = 0;
         cudaError_t e = cudaGetDeviceCount(&n);
         cublasStatus_t s;
         const char *msg;
@@ -115,9 +159,18 @@ const char *cu_start(void) {
         } else if ((s = blasf.create(&blas)) != CUBLAS_STATUS_SUCCESS) {
             snprintf(reason, sizeof reason, "cuBLAS cannot start (%s)", blasf.status(s));
             state = -1;
+        } else if ((msg = open_blas_lt())) {
+            snprintf(reason, sizeof reason, "cuBLASLt cannot be opened (%s)", msg);
+            state = -1;
+        } else if ((e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)) != cudaSuccess ||
+                   (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)) != cudaSuccess) {
+            snprintf(reason, sizeof reason, "CUDA device %d has no compute capability (%s)", dev,
+                     cudaGetErrorString(e));
+            state = -1;
         } else {
             const char *t = getenv("RLPIPE_TF32");
             tf32 = t && strcmp(t, "1") == 0;
+            sm = major * 10 + minor;
             state = 1;
         }
     }

@@ -1,0 +1,280 @@
+"""The arithmetic of the sampler's precisions (model.h, ops.h, dtype.h)
+against independent definitions:
+
+  - fp8 e4m3 (dtype.h): the value of every code is ml_dtypes' float8_e4m3fn's,
+    and f32 -> e4m3 (nearest, ties to even, subnormals, saturation at ±448,
+    signs, zero) is ml_dtypes' conversion after clipping to ±448;
+  - the products of the CPU backend (tests/tools/precision_tool product, through
+    ops_cpu()->matmul) on each of its kernel builds (RLPIPE_CPU_PORTABLE=1,
+    RLPIPE_CPU=avx2, and the default, AVX-512 VNNI where the processor has
+    it): the W8A8 int8 product equals ops.h's definition bit for bit (the
+    quantizers are f32 arithmetic and the sums exact int32, so every build
+    must give the same bits), the fp8 and bf16 products agree with a float64
+    sum within f32 summation error;
+  - the model: log-probs at --dtype int8 (and fp8, bf16) are the same bits
+    with the VNNI and the AVX2 kernels, which differ only in their int8 products.
+
+ml_dtypes is installed into .deps/venv by scripts/deps.sh test; llama_ref.py
+holds the quantizers' definitions in PyTorch (quantize_i8, quantize_fp8, e4m3).
+"""
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_ref  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
+import rltest  # noqa: E402
+import torch  # noqa: E402
+from rltest import case  # noqa: E402
+
+BUILD = os.path.join(rltest.ROOT, os.environ.get("BUILD", "build"))
+TOOL = os.path.join(BUILD, "tests", "tools", "precision_tool")
+PROBE = os.path.join(BUILD, "tests", "tools", "model_probe")
+WORK = tempfile.mkdtemp(prefix="rlpipe-precision.", dir=os.environ.get("TMPDIR"))
+E4M3 = ml_dtypes.float8_e4m3fn
+U = 2.0 ** -24                      # f32 unit roundoff
+# The kernel builds, as the environment selects them (kernels.h)
+KERNELS = {"default": {}, "avx2": {"RLPIPE_CPU": "avx2"}, "portable": {"RLPIPE_CPU_PORTABLE": "1"}}
+# e4m3's values from 0 to 448 (codes 0x00 .. 0x7e), and the midpoints between neighbours
+E4M3_VALUES = np.arange(127, dtype=np.uint8).view(E4M3).astype(np.float64)
+E4M3_MIDS = (E4M3_VALUES[:-1] + E4M3_VALUES[1:]) / 2
+
+
+def kernel_env(build):
+    """The environment with the kernel choice of KERNELS[build] alone."""
+    e = {k: v for k, v in os.environ.items() if k not in ("RLPIPE_CPU", "RLPIPE_CPU_PORTABLE")}
+    return dict(e, **KERNELS[build])
+
+
+def tool(*args, data=b"", build="default"):
+    """precision_tool's stdout bytes, and its stderr."""
+    assert os.access(TOOL, os.X_OK), f"{TOOL} not built (make aux)"
+    r = subprocess.run([TOOL, *args], input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       env=kernel_env(build))
+    assert r.returncode == 0, f"precision_tool {' '.join(args)} exited {r.returncode}: {r.stderr.decode()}"
+    return r.stdout, r.stderr.decode()
+
+
+def e4m3_codes(x):
+    """The e4m3 code of each f32 as defined: clipped to ±448 (rlpipe saturates;
+    ml_dtypes' float8_e4m3fn would give NaN), then ml_dtypes' rounding."""
+    return np.clip(x.astype(np.float32), -448, 448).astype(E4M3).view(np.uint8)
+
+
+# ---- fp8 e4m3 conversions ------------------------------------------------------------
+
+@case
+def every_e4m3_code_decodes_as_ml_dtypes_and_the_nan_codes_as_plus_minus_480():
+    out, _ = tool("codes")
+    lines = out.decode().split()
+    got = np.array([int(b, 16) for b in lines[1::2]], dtype=np.uint32).view(np.float32)
+    assert [int(c, 16) for c in lines[0::2]] == list(range(256)), "codes 0..255 in order"
+    want = np.arange(256, dtype=np.uint8).view(E4M3).astype(np.float32)
+    finite = [c for c in range(256) if c & 0x7f != 0x7f]
+    bad = [c for c in finite if got[c].view(np.uint32) != want[c].view(np.uint32)]   # -0 (0x80) included
+    assert not bad, f"codes decoded unlike ml_dtypes: {[(hex(c), got[c], want[c]) for c in bad[:8]]}"
+    # 0x7f and 0xff are NaN in E4M3FN; dtype.h's e4m3_to_f32 reads them as the
+    # next step past 448 (±480): no quantizer writes them (it saturates at 0x7e)
+    assert np.isnan(want[0x7f]) and np.isnan(want[0xff])
+    assert (got[0x7f], got[0xff]) == (480.0, -480.0), f"NaN codes read as {got[0x7f]}, {got[0xff]}; dtype.h says ±480"
+    print(f"  254 finite codes as ml_dtypes (largest {got[0x7e]}, smallest subnormal {got[1]:.6g}); "
+          f"0x7f, 0xff read as {got[0x7f]}, {got[0xff]}")
+
+
+def rounding_inputs():
+    """f32 values that test each rule: every finite e4m3 value, every midpoint
+    between neighbours (ties: to the even code), one f32 step either side of
+    each, the range's end (448, the midpoint 464 towards the NaN code, 480,
+    huge, infinite), f32 subnormals, and 2²¹ random bit patterns (every
+    exponent) and 2²⁰ random values within e4m3's range; both signs of each."""
+    base = np.concatenate([E4M3_VALUES, E4M3_MIDS]).astype(np.float32)
+    step = np.concatenate([np.nextafter(base, np.float32(np.inf)), np.nextafter(base, np.float32(0))])
+    ends = np.array([448, 456, 463.99997, 464, 464.00003, 465, 479, 480, 481, 1e6, 3.4e38, np.inf, 1e-45, 1e-40,
+                     2.0 ** -126, 2.0 ** -10, 2.0 ** -11, 3 * 2.0 ** -11], dtype=np.float32)
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 2 ** 32, 1 << 21, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    bits = bits[~np.isnan(bits)]
+    inrange = (rng.uniform(0, 1, 1 << 20) * 2.0 ** rng.uniform(-12, 9, 1 << 20)).astype(np.float32)
+    x = np.concatenate([base, step, ends, bits, inrange])
+    return np.concatenate([x, -x]).astype(np.float32)
+
+
+@case
+def f32_to_e4m3_rounds_to_nearest_even_and_saturates_at_448_as_ml_dtypes_after_clipping():
+    x = rounding_inputs()
+    out, _ = tool("round", data=x.tobytes())
+    got = np.frombuffer(out, dtype=np.uint8)
+    assert len(got) == len(x), f"{len(got)} codes back for {len(x)} values"
+    want = e4m3_codes(x)
+    bad = np.nonzero(got != want)[0]
+    assert len(bad) == 0, f"{len(bad)} of {len(x)} values round unlike ml_dtypes, e.g. " + ", ".join(
+        f"{x[i]!r} -> {got[i]:#04x} (ml_dtypes {want[i]:#04x})" for i in bad[:6])
+    # NaN: dtype.h keeps it NaN as the code 0x7f with the input's sign
+    nan = np.array([0x7fc00000, 0xffc00000], dtype=np.uint32).view(np.float32)
+    out, _ = tool("round", data=nan.tobytes())
+    assert list(out) == [0x7f, 0xff], f"NaN, -NaN -> {[hex(b) for b in out]}, expected 0x7f, 0xff"
+    ties = np.count_nonzero(np.isin(np.abs(x), E4M3_MIDS.astype(np.float32)))
+    print(f"  {len(x)} values ({ties} of them midpoints) as ml_dtypes; NaN -> 0x7f with its sign")
+
+
+# ---- the products on each kernel build -----------------------------------------------------
+
+def product(kind, x, w, build):
+    """precision_tool product on a kernel build: out (N, M) f32 and the kernels' name."""
+    N, K = x.shape
+    M = w.shape[0]
+    out, err = tool("product", kind, str(N), str(M), str(K),
+                    data=x.astype(np.float32).tobytes() + w.astype(np.float32).tobytes(), build=build)
+    name = next(line.split()[1] for line in err.splitlines() if line.startswith("kernels "))
+    return np.frombuffer(out, dtype=np.float32).reshape(N, M), name
+
+
+def tie_rows(n, K, top, grid, rng):
+    """n rows whose quantization is all ties: max |x| = top · 2^e, so the scale
+    is 2^e exactly (top · 2^e / top) and x · (1/s) = x / 2^e falls on `grid`,
+    midpoints of the target's values (int8: k + 1/2; e4m3: between codes)."""
+    rows = []
+    for _ in range(n):
+        e = float(rng.integers(-8, 8))
+        r = rng.choice(grid, K) * rng.choice([-1.0, 1.0], K)
+        r[rng.integers(K)] = top
+        rows.append(r * 2.0 ** e)
+    return np.array(rows, dtype=np.float32)
+
+
+def inputs(kind, N, K, rng):
+    """x (N, K): random f32 rows at several scales, bf16-rounded ones (what a
+    model's products get), one row of zeros (scale 0), and rows of ties."""
+    x = rng.standard_normal((N, K)) * 10.0 ** rng.uniform(-3, 3, (N, 1))
+    x[N // 2::2] = torch.tensor(x[N // 2::2], dtype=torch.float32).to(torch.bfloat16).float().numpy()
+    x[0] = 0.0 if N > 2 else x[0]
+    if N > 1:
+        grid = np.arange(127) + 0.5 if kind == "int8" else E4M3_MIDS
+        x[-1:] = tie_rows(1, K, 127.0 if kind == "int8" else 448.0, grid, rng)
+    return x.astype(np.float32)
+
+
+def int8_reference(x, w):
+    """ops.h ACT_I8: (float)(Σ q_x q_w) · s_w · s_x, in f32 (llama_ref's quantizers)."""
+    qx, sx = llama_ref.quantize_i8(torch.from_numpy(x))
+    qw, sw = llama_ref.quantize_i8(torch.from_numpy(w))
+    return ((qx @ qw.t()).to(torch.float32) * sw[:, 0] * sx).numpy()
+
+
+def float_reference(kind, x, w):
+    """fp8 (ACT_FP8) or bf16 (ACT_F32) product summed in float64, and the f32
+    summation error bound (K + 4) · u · Σ_k |terms| of each output."""
+    if kind == "fp8":
+        qx, sx = llama_ref.quantize_fp8(torch.from_numpy(x))
+        qw, sw = llama_ref.quantize_fp8(torch.from_numpy(w))
+        scale = sx.double() * sw[:, 0].double()
+        return ((qx @ qw.t()) * scale).numpy(), ((qx.abs() @ qw.abs().t()) * scale).numpy() * (x.shape[1] + 4) * U
+    xb = torch.from_numpy(x).double()
+    wb = torch.from_numpy(w).to(torch.bfloat16).double()
+    return (xb @ wb.t()).numpy(), (xb.abs() @ wb.abs().t()).numpy() * (x.shape[1] + 4) * U
+
+
+# (N, M, K): N <= 4 takes the few-rows kernels (dots_i8, dot), larger N the
+# tiled ones (gemm_i8 with VNNI, sgemm); K not a multiple of 4, 16, 32 or 64
+# reaches each kernel's tail; M = K with W = identity makes each output one
+# quantized input (every tie visible on its own).
+SHAPES = [(1, 7, 64), (3, 33, 100), (4, 16, 257), (5, 40, 96), (17, 33, 1000), (64, 96, 352), (6, 64, "eye"),
+          (3, 48, "eye")]
+
+
+def product_cases(kind, seed):
+    rng = np.random.default_rng(seed)
+    for N, M, K in SHAPES:
+        if K == "eye":
+            K = M
+            w = np.eye(M, dtype=np.float32) * rng.uniform(0.5, 2.0, (M, 1)).astype(np.float32)
+        else:
+            w = (rng.standard_normal((M, K)) * rng.uniform(0.01, 1.0, (M, 1))).astype(np.float32)
+        yield (N, M, K), inputs(kind, N, K, rng), w
+
+
+@case
+def the_w8a8_int8_product_is_ops_h_definition_bit_for_bit_on_every_kernel_build():
+    names = {}
+    for (N, M, K), x, w in product_cases("int8", 1):
+        want = int8_reference(x, w)
+        for build in KERNELS:
+            got, names[build] = product("int8", x, w, build)
+            diff = np.nonzero(got.view(np.uint32) != want.view(np.uint32))
+            assert len(diff[0]) == 0, (
+                f"{build} ({names[build]}) N {N} M {M} K {K}: {len(diff[0])} of {N * M} outputs differ from the "
+                f"definition, e.g. [{diff[0][0]}][{diff[1][0]}] {got[diff][0]!r} != {want[diff][0]!r}")
+    assert names["portable"] == "portable", f"RLPIPE_CPU_PORTABLE=1 ran the {names['portable']} kernels"
+    assert names["avx2"] in ("avx2", "portable"), f"RLPIPE_CPU=avx2 ran the {names['avx2']} kernels"
+    print(f"  kernels: default {names['default']}, RLPIPE_CPU=avx2 {names['avx2']}, portable; "
+          f"{len(SHAPES)} shapes, identical bits" + ("" if names["default"] == "avx512-vnni" else
+                                                   " (no AVX-512 VNNI here: its kernels untested)"))
+
+
+def check_float_product(kind):
+    worst = {}
+    for (N, M, K), x, w in product_cases(kind, 2):
+        want, bound = float_reference(kind, x, w)
+        bound = bound + 1e-30      # the row of zeros: exactly 0
+        for build in KERNELS:
+            got, name = product(kind, x, w, build)
+            excess = np.abs(got - want) / bound
+            i = np.unravel_index(np.argmax(excess), excess.shape)
+            worst[build] = max(worst.get(build, 0.0), float(excess[i]))
+            assert excess[i] <= 1, (f"{kind} {build} ({name}) N {N} M {M} K {K}: out[{i[0]}][{i[1]}] {got[i]!r}, "
+                                    f"float64 {want[i]!r}: off by {abs(got[i] - want[i]):.3g} > the f32 bound "
+                                    f"{bound[i]:.3g}")
+    print(f"  {kind}: largest error / f32 summation bound: " + ", ".join(f"{b} {v:.3g}" for b, v in worst.items()))
+
+
+@case
+def the_fp8_product_agrees_with_a_float64_sum_within_f32_summation_error_on_every_kernel_build():
+    check_float_product("fp8")
+
+
+@case
+def the_bf16_weights_product_agrees_with_a_float64_sum_within_f32_summation_error_on_every_kernel_build():
+    check_float_product("bf16")
+
+
+# ---- the model on each kernel build ------------------------------------------------------------
+
+def model_logps(d, jobs, dtype, mode, build):
+    inp = "".join(f"{t!r}\t{' '.join(map(str, p))}\t{' '.join(map(str, ids))}\n" for p, ids, t in jobs)
+    r = subprocess.run([PROBE, "--model", d, "--dtype", dtype, *mode], input=inp.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=kernel_env(build))
+    assert r.returncode == 0, f"model_probe --dtype {dtype} exited {r.returncode}: {r.stderr.decode()}"
+    return r.stdout   # %.9g: the same text is the same f32
+
+
+@case
+def log_probs_at_int8_fp8_and_bf16_are_the_same_bits_with_the_vnni_and_the_avx2_kernels():
+    """The VNNI build is the AVX2 one with other int8 products (kernels.c),
+    whose sums are exact: every log-prob must be the same f32, in decoding
+    (few-row products, 8 slots) and scoring (tiled products). fp8 and bf16,
+    which take no int8 product, check that premise: should they differ, the
+    builds differ elsewhere too and this case must be restated. The portable
+    build sums f32 (attention, SwiGLU, dots) in other orders, so with bf16
+    activations its values may round the other way at a bf16 boundary: it is
+    held to the products above instead."""
+    d = os.path.join(WORK, "model")
+    llama_ref.random_model(d, hidden=128, inter=352, layers=2, heads=4, kv_heads=2, vocab=300, seed=3)
+    rnd = random.Random(5)
+    jobs = [([rnd.randrange(300) for _ in range(rnd.randint(1, 20))],
+             [rnd.randrange(300) for _ in range(rnd.randint(1, 30))], (1.0, 0.7)[i % 2]) for i in range(24)]
+    for dtype in ("int8", "fp8", "bf16"):
+        for mode in (("--slots", "8"), ("--score",)):
+            a = model_logps(d, jobs, dtype, mode, "default")
+            b = model_logps(d, jobs, dtype, mode, "avx2")
+            assert a == b, f"--dtype {dtype} {' '.join(mode)}: log-probs differ between the default and avx2 kernels"
+    _, name = product("int8", np.ones((1, 4), np.float32), np.ones((1, 4), np.float32), "default")
+    print(f"  default kernels {name}: int8, fp8, bf16 log-probs identical to avx2's, decoding and scoring")
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+rltest.finish()

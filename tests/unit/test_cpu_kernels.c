@@ -1,0 +1,227 @@
+// test_cpu_kernels.c — the CPU backend's builds of its inner loops agree: the
+// int8 products (AVX-512 VNNI, AVX2, portable) give the exact int32 sums, the
+// per-token quantization of a product's input gives the same bits on every
+// build and follows its definition (model/ops.h rl_act), and fp8 rows read
+// back as dtype.h's e4m3 values. The builds the processor runs are tested
+// (and listed first); one without AVX-512 VNNI tests two.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dtype.h"
+#include "model/cpu/kernels.h"
+#include "rng.h"
+
+// The builds this processor runs, chosen as RLPIPE_CPU_PORTABLE and RLPIPE_CPU ask.
+static const cpu_kernels *builds[3];
+static int nbuilds;
+
+static void find_builds(void) {
+    const char *env[3][2] = {{"RLPIPE_CPU_PORTABLE", "1"}, {"RLPIPE_CPU", "avx2"}, {"RLPIPE_CPU", "best"}};
+    for (int i = 0; i < 3; i++) {
+        unsetenv("RLPIPE_CPU_PORTABLE");
+        unsetenv("RLPIPE_CPU");
+        setenv(env[i][0], env[i][1], 1);
+        cpu_kernels_choose();
+        int seen = 0;
+        for (int j = 0; j < nbuilds; j++) seen |= builds[j] == cpu_K;
+        if (!seen) builds[nbuilds++] = cpu_K;
+    }
+    unsetenv("RLPIPE_CPU_PORTABLE");
+    unsetenv("RLPIPE_CPU");
+    for (int j = 0; j < nbuilds; j++) printf("# build: %s\n", builds[j]->name);
+}
+
+// Row lengths with and without SIMD tails: a product's K in the models is
+// any multiple of a head size (24, 40, 48, 64) or an MLP width.
+static const int KS[] = {1, 7, 31, 32, 33, 63, 64, 65, 96, 100, 200, 576, 1536};
+
+static void fill_i8(int8_t *v, size_t n, rl_rng *r, int lo) {
+    for (size_t i = 0; i < n; i++) v[i] = (int8_t)(lo + (int)(rng_u64(r) % (uint64_t)(128 - lo)));
+}
+
+// Every build: out[j][i] = Σ_k x[j][k] w[i][k] exactly, for every tile of up
+// to 4 by 4 rows, strides longer than K, values over all of [-127, 127] (the
+// range quantization gives: AVX2's sign trick cannot take -128).
+static void int8_products_are_exact_on_every_build(void) {
+    rl_rng r;
+    rng_seed(&r, 3);
+    for (size_t t = 0; t < sizeof KS / sizeof *KS; t++) {
+        int K = KS[t];
+        size_t ld = (size_t)K + 5;
+        int8_t *x = malloc(4 * ld), *w = malloc(4 * ld);
+        fill_i8(x, 4 * ld, &r, -127);
+        fill_i8(w, 4 * ld, &r, -127);
+        if (K > 3) x[2] = w[1] = 127, w[2] = x[3] = -127;
+        for (int nx = 1; nx <= 4; nx++)
+            for (int nw = 1; nw <= 4; nw++) {
+                int64_t want[16];
+                for (int j = 0; j < nx; j++)
+                    for (int i = 0; i < nw; i++) {
+                        int64_t s = 0;
+                        for (int k = 0; k < K; k++) s += (int64_t)x[j * ld + k] * w[i * ld + k];
+                        want[j * nw + i] = s;
+                    }
+                for (int b = 0; b < nbuilds; b++) {
+                    int32_t got[16];
+                    builds[b]->dots_i8(got, x, ld, nx, w, ld, nw, K);
+                    for (int e = 0; e < nx * nw; e++)
+                        CHECK(got[e] == want[e], "%s: K %d, tile %dx%d, entry %d: %d, want %lld", builds[b]->name, K,
+                              nx, nw, e, got[e], (long long)want[e]);
+                }
+            }
+        free(x);
+        free(w);
+    }
+}
+
+// Builds with a many-row int8 product give the bits of the definition:
+// (float)(exact sum) · sw[m] · sx[n], for shapes with partial blocks of
+// weight rows (16, 32) and of input rows (6), and K not a multiple of 4.
+static void many_row_int8_products_give_the_defined_bits(void) {
+    rl_rng r;
+    rng_seed(&r, 6);
+    const int shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {6, 16, 64}, {13, 33, 100}, {64, 96, 576}, {7, 50, 1536}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2];
+        int8_t *x = malloc((size_t)N * K), *w = malloc((size_t)M * K);
+        float *sx = malloc((size_t)N * sizeof(float)), *sw = malloc((size_t)M * sizeof(float));
+        float *out = malloc((size_t)N * (M + 3) * sizeof(float));
+        fill_i8(x, (size_t)N * K, &r, -127);
+        fill_i8(w, (size_t)M * K, &r, -127);
+        for (int n = 0; n < N; n++) sx[n] = (float)rng_uniform(&r) * 0.1f + 1e-3f;
+        for (int m = 0; m < M; m++) sw[m] = (float)rng_uniform(&r) * 0.01f + 1e-4f;
+        for (int b = 0; b < nbuilds; b++) {
+            if (!builds[b]->gemm_i8) continue;
+            builds[b]->gemm_i8(out, (size_t)M + 3, x, sx, N, w, sw, M, K);
+            for (int n = 0; n < N; n++)
+                for (int m = 0; m < M; m++) {
+                    int64_t acc = 0;
+                    for (int k = 0; k < K; k++) acc += (int64_t)x[(size_t)n * K + k] * w[(size_t)m * K + k];
+                    float want = (float)acc * sw[m] * sx[n], got = out[(size_t)n * (M + 3) + m];
+                    CHECK(memcmp(&got, &want, 4) == 0, "%s: %dx%dx%d, out[%d][%d] %.9g, want %.9g", builds[b]->name,
+                          N, M, K, n, m, got, want);
+                }
+        }
+        free(x), free(w), free(sx), free(sw), free(out);
+    }
+}
+
+// The definition (ops.h ACT_I8): s = max|x| / 127, q = rint(x · (1/s)) in f32.
+static float quant_i8_def(int8_t *q, const float *x, int K) {
+    float amax = 0;
+    for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[k]));
+    float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0;
+    for (int k = 0; k < K; k++) q[k] = (int8_t)lrintf(x[k] * inv);
+    return s;
+}
+
+// Rows of every length, a zero row, rows whose values sit on halves of a
+// step (ties go to even), and one of mixed magnitudes.
+static void fill_row(float *x, int K, int kind, rl_rng *r) {
+    for (int k = 0; k < K; k++) {
+        switch (kind) {
+        case 0: x[k] = (float)(rng_normal(r) * 3.0); break;
+        case 1: x[k] = 0; break;
+        case 2: x[k] = (float)((int)(rng_u64(r) % 255) - 127) + 0.5f; break;
+        default: x[k] = (float)(rng_normal(r) * pow(10, (double)(k % 7) - 3)); break;
+        }
+    }
+    if (kind == 2 && K > 1) x[0] = 127.0f;   // the scale is exactly 1, so the halves are ties
+}
+
+static void input_rows_quantize_alike_on_every_build(void) {
+    rl_rng r;
+    rng_seed(&r, 4);
+    for (size_t t = 0; t < sizeof KS / sizeof *KS; t++)
+        for (int kind = 0; kind < 4; kind++) {
+            int K = KS[t];
+            float *x = malloc((size_t)K * sizeof(float)), *qf = malloc((size_t)K * sizeof(float));
+            int8_t *want = malloc((size_t)K), *got = malloc((size_t)K);
+            fill_row(x, K, kind, &r);
+            float s = quant_i8_def(want, x, K);
+            for (int b = 0; b < nbuilds; b++) {
+                float gs = builds[b]->quant_i8(got, x, K);
+                CHECK(gs == s && memcmp(got, want, (size_t)K) == 0, "%s int8: K %d, row kind %d: scale %g (want %g)%s",
+                      builds[b]->name, K, kind, gs, s, memcmp(got, want, (size_t)K) ? ", values differ" : "");
+                // fp8: s = max|x| / 448, q = e4m3(x · (1/s)), each an e4m3 value
+                float amax = 0;
+                for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[k]));
+                float s8 = amax / 448.0f, inv = s8 > 0 ? 1.0f / s8 : 0;
+                gs = builds[b]->quant_fp8(qf, x, K);
+                CHECK(gs == s8, "%s fp8: K %d, kind %d: scale %g, want %g", builds[b]->name, K, kind, gs, s8);
+                for (int k = 0; k < K; k++) {
+                    float v = e4m3_to_f32(f32_to_e4m3(x[k] * inv));
+                    CHECK(memcmp(&qf[k], &v, 4) == 0, "%s fp8: K %d, kind %d, element %d: %.9g, want %.9g",
+                          builds[b]->name, K, kind, k, qf[k], v);
+                }
+            }
+            free(x);
+            free(qf);
+            free(want);
+            free(got);
+        }
+}
+
+// fp8 weight rows: row_to_f32 gives each e4m3 value times the row's scale
+// exactly, and dot the scaled sum to f32 rounding, on every build.
+static void fp8_rows_read_back_as_their_e4m3_values(void) {
+    rl_rng r;
+    rng_seed(&r, 5);
+    for (size_t t = 0; t < sizeof KS / sizeof *KS; t++) {
+        int K = KS[t];
+        uint8_t *w = malloc((size_t)K);
+        float *x = malloc((size_t)K * sizeof(float)), *out = malloc((size_t)K * sizeof(float)), scale = 0.0173f;
+        for (int k = 0; k < K; k++) {
+            w[k] = (uint8_t)(rng_u64(&r) % 256);
+            if ((w[k] & 0x7f) == 0x7f) w[k] ^= 1;   // not NaN
+            x[k] = (float)rng_normal(&r);
+        }
+        double want = 0, mag = 0;
+        for (int k = 0; k < K; k++) {
+            want += (double)x[k] * e4m3_to_f32(w[k]);
+            mag += fabs((double)x[k] * e4m3_to_f32(w[k]));
+        }
+        want *= scale;
+        for (int b = 0; b < nbuilds; b++) {
+            builds[b]->row_to_f32(out, w, &scale, K, K, DT_FP8);
+            for (int k = 0; k < K; k++)
+                CHECK(out[k] == e4m3_to_f32(w[k]) * scale, "%s: K %d, element %d: %.9g", builds[b]->name, K, k, out[k]);
+            double got = builds[b]->dot(x, w, &scale, K, K, DT_FP8);
+            CHECK(fabs(got - want) <= 1e-6 * mag * scale + 1e-30, "%s: K %d: dot %.9g, want %.9g", builds[b]->name, K,
+                  got, want);
+        }
+        free(w);
+        free(x);
+        free(out);
+    }
+}
+
+// Every code but NaN (0x7f, 0xff) reads back as itself; conversion saturates at 448.
+static void e4m3_codes_round_trip_and_saturate(void) {
+    for (int c = 0; c < 256; c++) {
+        if ((c & 0x7f) == 0x7f) continue;
+        float v = e4m3_to_f32((uint8_t)c);
+        CHECK(f32_to_e4m3(v) == c || (v == 0 && (f32_to_e4m3(v) & 0x7f) == 0), "code 0x%02x (%g) reads back as 0x%02x",
+              c, v, f32_to_e4m3(v));
+    }
+    CHECK(e4m3_to_f32(0x7e) == 448.0f && e4m3_to_f32(0x01) == 0x1p-9f && e4m3_to_f32(0x08) == 0x1p-6f,
+          "448, the least subnormal 2^-9 and the least normal 2^-6");
+    CHECK(f32_to_e4m3(1e9f) == 0x7e && f32_to_e4m3(-460.0f) == 0xfe && f32_to_e4m3(INFINITY) == 0x7e, "saturation");
+    CHECK((f32_to_e4m3(NAN) & 0x7f) == 0x7f, "NaN stays NaN");
+    CHECK(f32_to_e4m3(0x1p-10f) == 0x00 && f32_to_e4m3(0x1.8p-10f) == 0x01 && f32_to_e4m3(0x1.8p-9f) == 0x02,
+          "subnormal ties go to even");
+    CHECK(f32_to_e4m3(1.0625f) == 0x38 && f32_to_e4m3(1.1875f) == 0x3a, "normal ties go to even");
+}
+
+int main(void) {
+    find_builds();
+    RUN(int8_products_are_exact_on_every_build);
+    RUN(many_row_int8_products_give_the_defined_bits);
+    RUN(input_rows_quantize_alike_on_every_build);
+    RUN(fp8_rows_read_back_as_their_e4m3_values);
+    RUN(e4m3_codes_round_trip_and_saturate);
+    CHECK_DONE();
+}
