@@ -358,7 +358,7 @@ def tis(out, exp):
                      fmt(max((b.get("max_abs_p_diff", 0) for r in rs for b in r.ratio), default=None)),
                      fmt(min(b["ratio_min"] for r in rs for b in r.ratio)),
                      fmt(max(b["ratio_max"] for r in rs for b in r.ratio)),
-                     fmt(mean(mean(b.get("masked_frac", 0) for b in r.ratio) for r in rs)),
+                     f"{mean(mean(b.get('masked_frac', 0) for b in r.ratio) for r in rs):.2e}",
                      fmt(mean(mean(s["entropy"] for s in r.steps[-20:]) for r in rs))))
     curves_plot(os.path.join(exp, "tis.png"), series, fourth=ENTROPY_PANEL,
                 title="sampler precision and truncated importance sampling (mean over seeds)")
