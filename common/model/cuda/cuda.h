@@ -218,11 +218,10 @@ void cu_zero(float *x, size_t n);
 double cu_sumsq(const float *x, size_t n);
 void cu_adamw(float *p, const float *g, float *m, float *v, size_t n, const rl_adamw *h);
 
-// matmul.cu; besides the op, the products of f32 rows by stored weights with
-// a scale per input row, xs (N) or NULL: out (N, M) = (x · Wᵀ) · xs[n] (+ bias),
-// and the last step of products summed apart, in acc (N, M), which may be out:
+// matmul.cu: the products of f32 rows by stored weights with a scale per
+// input row, xs (N) or NULL: out (N, M) = (x · Wᵀ) · xs[n] (+ bias), and the
+// last step of products summed apart, in acc (N, M), which may be out:
 // out = acc · sw[m] · xs[n] (+ bias[m]), as cu_scale_out (any factor NULL).
-void cu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N);
 void cu_matmul_rows_scaled(float *out, const float *x, const rl_mat *W, const float *bias, int N, const float *xs);
 void cu_scale_product(float *out, const float *acc, const float *sw, const float *xs, const float *bias, int N, int M);
 void cu_scale_product(float *out, const int32_t *acc, const float *sw, const float *xs, const float *bias, int N,
@@ -230,8 +229,9 @@ void cu_scale_product(float *out, const int32_t *acc, const float *sw, const flo
 void cu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int accumulate);
 void cu_matmul_dw(float *dW, float *dbias, const float *dout, const float *x, int N, int M, int K);
 
-// quant.cu: matmul with quantized input rows (W->act ACT_I8 or ACT_FP8)
-void cu_matmul_w8a8(float *out, const float *x, const rl_mat *W, const float *bias, int N);
+// quant.cu: the op matmul; input rows quantized where W->act asks (ACT_I8,
+// ACT_FP8), else matmul.cu's cu_matmul_rows_scaled
+void cu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N);
 
 // attention.cu
 void cu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const rl_attn_seq *seqs,

@@ -1,6 +1,7 @@
-// cuda/matmul.cu — the matrix products of the CUDA backend: matmul (forward,
-// any weight dtype; with quantized input rows it is quant.cu's) and its
-// backward matmul_dx and matmul_dw (f32 weights).
+// cuda/matmul.cu — the matrix products of the CUDA backend: the forward of
+// any weight dtype with the input rows as they are (quant.cu's op, matmul,
+// quantizes them first where the weights ask) and the backward matmul_dx and
+// matmul_dw (f32 weights).
 //
 // Many rows go to cuBLAS (cublasGemmEx). Everything here is row-major, cuBLAS
 // is column-major: a row-major (R, C) matrix is the column-major (C, R) one
@@ -302,11 +303,6 @@ void cu_matmul_rows_scaled(float *out, const float *x, const rl_mat *W, const fl
         }
     }
     cu_scale_product(out, out, sw, xs, bias, N, M);
-}
-
-void cu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
-    if (W->act != ACT_F32) cu_matmul_w8a8(out, x, W, bias, N);
-    else cu_matmul_rows_scaled(out, x, W, bias, N, NULL);
 }
 
 void cu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int accumulate) {

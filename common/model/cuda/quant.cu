@@ -1,7 +1,8 @@
-// cuda/quant.cu — matmul with quantized input rows (ops.h rl_act): each input
-// row to int8 (ACT_I8) or fp8 e4m3 (ACT_FP8) with its own scale, bit for bit
-// as the CPU backend's quant_i8 / quant_fp8 (cpu/kernels.c), then the 8-bit
-// product, then out = Σ · sw[m] · s[n] (+ bias) as cu_scale_out rounds it.
+// cuda/quant.cu — the op matmul; with quantized input rows (ops.h rl_act)
+// its own product: each input row to int8 (ACT_I8) or fp8 e4m3 (ACT_FP8)
+// with its own scale, bit for bit as the CPU backend's quant_i8 / quant_fp8
+// (cpu/kernels.c), then the 8-bit product, then out = Σ · sw[m] · s[n]
+// (+ bias) as cu_scale_out rounds it; other products are matmul.cu's.
 //
 // int8: the sums are exact in int32 whichever way they are formed, so every
 // path gives the CPU's bits:
@@ -351,7 +352,7 @@ static void matmul_fp8(float *out, const float *x, const rl_mat *W, const float 
     cu_matmul_rows_scaled(out, xv, &Wf, bias, N, xs);
 }
 
-void cu_matmul_w8a8(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
+static void matmul_w8a8(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
     int ok = W->dtype == (W->act == ACT_I8 ? DT_I8 : DT_FP8) && W->group == W->cols;
     if (!ok) {
         fprintf(stderr, "rlpipe: a matmul with %s input rows needs %s weights with one scale per row, got %s "
@@ -366,4 +367,9 @@ void cu_matmul_w8a8(float *out, const float *x, const rl_mat *W, const float *bi
     }
     if (W->act == ACT_I8) matmul_i8(out, x, W, bias, N);
     else matmul_fp8(out, x, W, bias, N);
+}
+
+void cu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
+    if (W->act != ACT_F32) matmul_w8a8(out, x, W, bias, N);
+    else cu_matmul_rows_scaled(out, x, W, bias, N, NULL);
 }
