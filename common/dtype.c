@@ -24,7 +24,7 @@ int dt_parse(const char *s, rl_dtype *out) {
 }
 
 size_t dt_size(rl_dtype t) {
-    return t == DT_F32 ? 4 : t == DT_I8 || t == DT_FP8 ? 1 : 2;
+    return t == DT_F32 ? 4 : dt_scaled(t) ? 1 : 2;
 }
 
 

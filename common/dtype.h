@@ -15,6 +15,9 @@ typedef enum { DT_F32 = 0, DT_BF16, DT_F16, DT_I8, DT_FP8 } rl_dtype;
 const char *dt_name(rl_dtype t);                 // "f32", "bf16", "f16", "int8", "fp8"
 int dt_parse(const char *s, rl_dtype *out);      // accepts the names above; 0 ok, -1 unknown
 size_t dt_size(rl_dtype t);                      // bytes per element (int8, fp8: 1, scales apart)
+// int8 and fp8 values need their scales: they exist only in a sampler's
+// memory, never in a file or a weight push (which carry f32, bf16 or f16).
+static inline int dt_scaled(rl_dtype t) { return t == DT_I8 || t == DT_FP8; }
 
 // bf16 is the top half of an f32; rounding to nearest even, NaN kept quiet.
 static inline float bf16_to_f32(uint16_t h) {

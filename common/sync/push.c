@@ -234,7 +234,7 @@ static const char *tensor_entry(const msgpack_object *o, push_tensor *t) {
     char dt[8] = "";
     if (dtype->via.str.size < sizeof dt) memcpy(dt, dtype->via.str.ptr, dtype->via.str.size);
     if (dtype->via.str.size >= sizeof dt || memchr(dt, 0, dtype->via.str.size) || dt_parse(dt, &t->dtype) ||
-        t->dtype == DT_I8 || t->dtype == DT_FP8)
+        dt_scaled(t->dtype))
         return "a dtype other than f32, bf16 or f16";
     if (shape->via.array.size > PUSH_MAX_DIMS) return "more than 4 dimensions";
     t->ndim = (int)shape->via.array.size;

@@ -152,7 +152,7 @@ static options parse_options(int argc, char **argv) {
         case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
         case O_KEEP_EVERY: o.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
         case O_SAVE_DTYPE:
-            if (dt_parse(optarg, &o.save.dtype) || o.save.dtype == DT_I8 || o.save.dtype == DT_FP8)
+            if (dt_parse(optarg, &o.save.dtype) || dt_scaled(o.save.dtype))
                 cli_usage_error("--save-dtype: expected f32, bf16 or f16, got '%s'", optarg);
             break;
         case O_SHARD:

@@ -95,7 +95,6 @@ typedef struct {
     uint64_t batch;
     int64_t max_lag;              // -1: no bound
     model_opts prec;          // --dtype: the precision's dtype and activations
-    const char *dtype;        // its name
     rl_device device;
     gen_opts gen;
     char **stop;
@@ -138,7 +137,7 @@ static options parse_options(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
         {"chat-arg", required_argument, 0, O_CHATARG},     CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
-    options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .dtype = "f32", .epochs = 1, .verifier = -1,
+    options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
                  .max_lag = -1, .verifier_timeout = 60,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
     int c;
@@ -150,7 +149,6 @@ static options parse_options(int argc, char **argv) {
         case O_DTYPE:
             if (model_precision_parse(optarg, &o.prec))
                 cli_usage_error("--dtype: expected one of %s, got '%s'", model_precision_names, optarg);
-            o.dtype = optarg;
             break;
         case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case 'n': o.gen.group = (int)cli_parse_uint("--group", optarg, 65536, 0); break;
@@ -315,11 +313,12 @@ int main(int argc, char **argv) {
     adm_init(&adm, version, o.max_lag, o.batch, o.gen.group);
     vproc *vp = NULL;
     if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, o.verifier_timeout, &e))) cli_die("%s", e.msg);
+    const char *prec = model_precision_name(&o.prec);   // the --dtype value
     const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
-                                 .sp = o.gen.sp, .dtype = o.dtype});
+                                 .sp = o.gen.sp, .dtype = prec});
     rec_t *h = rec_new();
-    ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, o.dtype, &o.gen, vname);
+    ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, prec, &o.gen, vname);
     recw_opts wo = recw_default_opts;
     wo.raw = o.out.raw;
     recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);
@@ -386,7 +385,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
                 stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
                 (unsigned long long)t->samples, (unsigned long long)t->tokens,
-                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, o.dtype, model_device(m), o.gen.slots, tend - t0,
+                tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, prec, model_device(m), o.gen.slots, tend - t0,
                 pushes);
     }
     recw_free(w);

@@ -42,7 +42,7 @@ static const void *mat_row(const rl_mat *W, int r) {
 }
 
 static const float *mat_scales(const rl_mat *W, int r) {
-    if (W->dtype != DT_I8 && W->dtype != DT_FP8) return NULL;
+    if (!dt_scaled(W->dtype)) return NULL;
     return W->scales + (size_t)r * ((W->cols + W->group - 1) / W->group);
 }
 
