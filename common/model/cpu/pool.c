@@ -2,14 +2,21 @@
 // of work by spinning briefly, then on a condition variable.
 #include "model/cpu/pool.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
-#define SPIN 100          // polls of an idle worker before it sleeps (a few µs)
+// Polls of an idle thread before it sleeps: long (tens of µs) while the
+// machine's runnable tasks fit its processors, short (a few µs) where
+// others wait to run; looked at every LOOK_S seconds (pool.h).
+#define SPIN_SHORT 100
+#define SPIN_LONG 2000
+#define LOOK_S 0.1
 
 static struct {
     pthread_once_t once;
@@ -24,6 +31,8 @@ static struct {
     int n, align, dynamic;
 } P = {.once = PTHREAD_ONCE_INIT, .mu = PTHREAD_MUTEX_INITIALIZER, .caller = PTHREAD_MUTEX_INITIALIZER,
        .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static atomic_int spin = SPIN_SHORT;
 
 static _Thread_local int in_pool;   // a pool function calling the pool runs serially
 
@@ -56,7 +65,8 @@ static void *worker(void *arg) {
     int t = (int)(long)arg;
     unsigned seen = 0;
     for (;;) {
-        for (int i = 0; i < SPIN && atomic_load_explicit(&P.gen, memory_order_acquire) == seen; i++) relax();
+        int polls = atomic_load_explicit(&spin, memory_order_relaxed);
+        for (int i = 0; i < polls && atomic_load_explicit(&P.gen, memory_order_acquire) == seen; i++) relax();
         if (atomic_load_explicit(&P.gen, memory_order_acquire) == seen) {
             pthread_mutex_lock(&P.mu);
             while (atomic_load(&P.gen) == seen) pthread_cond_wait(&P.wake, &P.mu);
@@ -103,8 +113,38 @@ int pool_threads(void) {
     return P.nthreads;
 }
 
+// The number of runnable tasks on the machine now (the caller among them,
+// and workers that poll), from /proc/loadavg's fourth field; -1 where it
+// cannot be read (then the polls stay short).
+static int runnable_now(void) {
+    static int fd = -2;
+    if (fd == -2) fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    char buf[128];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    double l1, l5, l15;
+    int running;
+    return sscanf(buf, "%lf %lf %lf %d/", &l1, &l5, &l15, &running) == 4 ? running : -1;
+}
+
+// Every LOOK_S seconds, by the thread that posts work (under P.caller)
+static void choose_spin(void) {
+    static double next;
+    static long ncpu;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (now < next) return;
+    next = now + LOOK_S;
+    if (!ncpu) ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int r = runnable_now();
+    atomic_store_explicit(&spin, r > 0 && r <= ncpu ? SPIN_LONG : SPIN_SHORT, memory_order_relaxed);
+}
+
 static void run(int n, int align, int dynamic, pool_fn fn, void *ctx) {
     pthread_mutex_lock(&P.caller);
+    choose_spin();
     P.fn = fn;
     P.ctx = ctx;
     P.n = n;
@@ -117,7 +157,8 @@ static void run(int n, int align, int dynamic, pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&P.wake);
     pthread_mutex_unlock(&P.mu);
     run_part(0);
-    for (int i = 0; i < SPIN && atomic_load_explicit(&P.pending, memory_order_acquire) > 0; i++) relax();
+    int polls = atomic_load_explicit(&spin, memory_order_relaxed);
+    for (int i = 0; i < polls && atomic_load_explicit(&P.pending, memory_order_acquire) > 0; i++) relax();
     if (atomic_load(&P.pending) > 0) {
         pthread_mutex_lock(&P.mu);
         while (atomic_load(&P.pending) > 0) pthread_cond_wait(&P.done, &P.mu);

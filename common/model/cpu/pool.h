@@ -1,12 +1,20 @@
 // cpu/pool.h — the CPU backend's threads: one per available core (the caller
-// counts as one), or RLPIPE_THREADS. Idle threads poll for a few
-// microseconds, then sleep, so tools that share the cores (a pipeline of
-// three on two cores) do not burn each other's time. OpenMP's libgomp spins
-// far longer by default and reads its policy only from the environment, before
-// main() (a program cannot change it for itself). Measured with two other
-// processes busy on the 2 cores, one-slot decoding of a 25M-parameter model:
-// libgomp's default 4 tokens/s, OMP_WAIT_POLICY=PASSIVE 330; this pool polling
-// 20000 / 1000 / 100 / 0 times before sleeping: 20 / 199 / 316 / 330.
+// counts as one), or RLPIPE_THREADS. Idle threads poll for a while, then
+// sleep. How long they poll depends on the machine's load: tools that share
+// the cores (a pipeline of three on two cores) must not burn each other's
+// time, while a tool alone on its cores loses the most to sleeping and
+// waking between the many short operations of one decode step. So the
+// thread that posts work reads the number of runnable tasks
+// (/proc/loadavg) every 0.1 s: while it is at most the number of
+// processors, idle threads poll about 2000 times (tens of µs), otherwise
+// about 100 (a few µs). OpenMP's libgomp spins far longer by default and
+// reads its policy only from the environment, before main() (a program
+// cannot change it for itself). Measured with two other processes busy on
+// the 2 cores, one-slot decoding of a 25M-parameter model: libgomp's
+// default 4 tokens/s, OMP_WAIT_POLICY=PASSIVE 330; this pool polling 20000
+// / 1000 / 100 / 0 times before sleeping: 20 / 199 / 316 / 330. Alone on
+// the 2 cores, one-slot int8 decoding of a 110M-parameter model: 100 polls
+// ~174 tokens/s, 2000 polls ~300.
 #ifndef RLPIPE_CPU_POOL_H
 #define RLPIPE_CPU_POOL_H
 
