@@ -29,12 +29,46 @@ typedef struct {
     uint64_t sum;   // kept so that the reads are not optimised away
 } part;
 
+// Eight independent sums: one sum's chain of adds (an 8-byte add per cycle)
+// would bound a thread at about 24 GB/s at 3 GHz, below what one core reads
+// from memory; with AVX2 where the processor has it (32-byte loads).
+static uint64_t sum_portable(const uint64_t *p, size_t n) {
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s0 += p[i], s1 += p[i + 1], s2 += p[i + 2], s3 += p[i + 3];
+        s4 += p[i + 4], s5 += p[i + 5], s6 += p[i + 6], s7 += p[i + 7];
+    }
+    for (; i < n; i++) s0 += p[i];
+    return s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_add_epi64(s0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+        s2 = _mm256_add_epi64(s2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+        s3 = _mm256_add_epi64(s3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+    }
+    uint64_t v[4];
+    _mm256_storeu_si256((__m256i *)v, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    return v[0] + v[1] + v[2] + v[3] + sum_portable(p + i, n - i);
+}
+#endif
+
 static void *read_part(void *arg) {
     part *a = arg;
-    uint64_t s = 0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = 0; i < a->n; i++) s += a->p[i];
-    a->sum = s;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2")) {
+        a->sum = sum_avx2(a->p, a->n);
+        return NULL;
+    }
+#endif
+    a->sum = sum_portable(a->p, a->n);
     return NULL;
 }
 
