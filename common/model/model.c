@@ -99,6 +99,8 @@ struct model {
     int32_t *sel, *tgt;
     double *su, *slogp;
     int32_t *stok;
+    int32_t *frows;
+    float *kvs_k, *kvs_v;
 
     // Training (model_train_init): gradient and AdamW moments, (nparams) each,
     // in the order of params.
@@ -117,6 +119,17 @@ struct model {
     float *kc, *vc;
     int *slot_len;
     unsigned char *slot_used;
+    // The key/value rows that a forward with_cache stores and attends to: the
+    // KV cache (kv_stride = slots·max_len rows a layer), or for scoring
+    // shared prompts the work buffers kvs_k, kvs_v (one layer's rows at a time:
+    // kv_stride 0).
+    float *kvk, *kvv;
+    size_t kv_stride;
+    // The shared prefixes of the forward under way (model_step_seq.shared,
+    // model_score_groups): fork f copies each layer's rows frows[off .. off +
+    // n) to rows dst .. dst + n (frows is a work buffer).
+    struct fork { int32_t dst, off, n; } *forks;
+    int nforks, forks_cap;
 };
 
 // ---- The tensor table -------------------------------------------------------
@@ -662,6 +675,9 @@ static size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(hrows, R * C),                  // (lrows, C) rows of the final norm, for the output layer
         WBUF(logits, R * (size_t)c->vocab),  // (lrows, V)
         WBUF(seqs, N),                       // (nseq) sequences; nseq <= N, as each has a token
+        WBUF(frows, N),                      // (N) int32 the source rows of shared prefixes
+        WBUF(kvs_k, N * KVD),                // (N, NKV, HS) one layer's keys when scoring shares prompts
+        WBUF(kvs_v, N * KVD),                // (N, NKV, HS) and values
     };
     _Static_assert(sizeof b / sizeof *b <= WT_MAX, "work_table: raise WT_MAX");
     memcpy(t, b, sizeof b);
@@ -764,6 +780,7 @@ void model_free(model_t *m) {
     group_free(m, &m->work, work_table);
     group_free(m, &m->train, train_table);
     free_cache(m);
+    free(m->forks);
     float *train[] = {m->grads, m->exp_avg, m->exp_avg_sq};
     for (size_t i = 0; i < 3; i++)
         if (train[i]) m->ops->free(train[i]);
@@ -796,7 +813,7 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     const rl_ops *o = m->ops;
     const layer_w *L = &m->w.L[l];
     int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
-    size_t KVD = (size_t)NKV * HS, layer_rows = (size_t)m->slots * m->max_len, NC = (size_t)N * C;
+    size_t KVD = (size_t)NKV * HS, NC = (size_t)N * C;
     float eps = (float)c->rms_eps;
     o->rmsnorm(s->n1, x, L->attn_norm, N, C, eps);
     act_round(m, s->n1, NC);
@@ -818,9 +835,14 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     act_round(m, s->k, (size_t)N * KVD);   // as the KV cache holds it
     const float *kb = s->k, *vb = s->v;
     if (with_cache) {
-        float *kl = m->kc + (size_t)l * layer_rows * KVD, *vl = m->vc + (size_t)l * layer_rows * KVD;
+        float *kl = m->kvk + (size_t)l * m->kv_stride * KVD, *vl = m->kvv + (size_t)l * m->kv_stride * KVD;
         o->scatter_rows(kl, m->rows, s->k, N, (int)KVD);
         o->scatter_rows(vl, m->rows, s->v, N, (int)KVD);
+        for (int f = 0; f < m->nforks; f++) {   // shared prefixes, this layer's rows now complete
+            const struct fork *fk = &m->forks[f];
+            o->gather_rows(kl + (size_t)fk->dst * KVD, kl, m->frows + fk->off, fk->n, (int)KVD);
+            o->gather_rows(vl + (size_t)fk->dst * KVD, vl, m->frows + fk->off, fk->n, (int)KVD);
+        }
         kb = kl;
         vb = vl;
     }
@@ -898,14 +920,37 @@ static int check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
     return err_set(err, "sequence %zu: %zu tokens exceed %s %d%s", seq, len, why, max, more);
 }
 
+// A shared prefix for the forward under way: each layer's key/value rows
+// frows[off .. off + n) copied to rows dst .. dst + n.
+static void add_fork(model_t *m, int dst, size_t off, size_t n) {
+    if (m->nforks == m->forks_cap) {
+        m->forks_cap = m->forks_cap ? 2 * m->forks_cap : 64;
+        m->forks = xrealloc(m->forks, (size_t)m->forks_cap * sizeof *m->forks);
+    }
+    m->forks[m->nforks++] = (struct fork){.dst = dst, .off = (int32_t)off, .n = (int32_t)n};
+}
+
+// Whether sequence i shares the prompt of sequence `prev` (the last before it
+// with tokens to score; none: SIZE_MAX): the same tokens.
+static int same_prompt(const model_seq *seqs, size_t prev, size_t i) {
+    return prev != SIZE_MAX && seqs[prev].n_prompt == seqs[i].n_prompt &&
+           !memcmp(seqs[prev].prompt, seqs[i].prompt, seqs[i].n_prompt * sizeof *seqs[i].prompt);
+}
+
 // Checks the sequences of a scoring or training pass, reserves activations
 // and uploads the tokens (m->ids, m->pos), the scored rows and their targets
 // and temperatures (m->sel, m->tgt, m->itemp) and the sequences (m->seqs).
 // *N tokens in *nseq sequences, *R scored tokens; 0 (nothing to score is
 // *nseq == 0), or -1 with err.
-static int pack_scored(model_t *m, const model_seq *seqs, size_t n, size_t *N_, size_t *R_, size_t *nseq_,
-                       rl_err *err) {
-    size_t N = 0, R = 0, nseq = 0;
+//
+// share: a sequence whose prompt is its predecessor's computes none of it.
+// Its key/value rows (one layer's, m->kvs_k, m->kvs_v) start with a copy of
+// the prompt's rows of the sequence leading them (m->forks, m->rows), and the
+// logits after the prompt are the leader's. *shared says whether any does.
+static int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *N_, size_t *R_,
+                       size_t *nseq_, int *shared_, rl_err *err) {
+    size_t N = 0, R = 0, nseq = 0, Nown = 0, prev = SIZE_MAX;
+    int shared = 0;
     for (size_t i = 0; i < n; i++) {
         const model_seq *s = &seqs[i];
         if (s->n_ids == 0) continue;
@@ -917,47 +962,78 @@ static int pack_scored(model_t *m, const model_seq *seqs, size_t n, size_t *N_, 
             return -1;
         size_t len = s->n_prompt + s->n_ids - 1;
         if (check_len(m, i, len, err) < 0) return -1;
-        N += len;
+        int follows = share && same_prompt(seqs, prev, i);
+        shared |= follows;
+        N += len;   // with shared prompts: the key/value rows, more than the tokens computed
+        Nown += follows ? s->n_ids - 1 : len;
         R += s->n_ids;
         nseq++;
+        prev = i;
         if (N > max_batch_tokens(m)) return err_set(err, "batch of over %zu tokens: score it in parts", max_batch_tokens(m));
     }
-    *N_ = N;
+    *N_ = shared ? Nown : N;
     *R_ = R;
     *nseq_ = nseq;
+    *shared_ = shared;
     if (nseq == 0) return 0;
     reserve(m, (int)N);
-    int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *sel = xmalloc(R * 4), *tgt = xmalloc(R * 4);
+    size_t Nq = *N_;
+    int32_t *ids = xmalloc(Nq * 4), *pos = xmalloc(Nq * 4), *rows = xmalloc(Nq * 4), *sel = xmalloc(R * 4),
+            *tgt = xmalloc(R * 4), *frows = xmalloc(N * 4);
     float *itemp = xmalloc(R * 4);
     rl_attn_seq *as = xmalloc(nseq * sizeof *as);
-    size_t q0 = 0, r = 0, k = 0;
+    size_t q0 = 0, kv = 0, f0 = 0, r = 0, k = 0, lead_q0 = 0, lead_kv = 0;
+    prev = SIZE_MAX;
+    m->nforks = 0;
     for (size_t i = 0; i < n; i++) {
         const model_seq *s = &seqs[i];
         if (s->n_ids == 0) continue;
-        size_t len = s->n_prompt + s->n_ids - 1;
-        for (size_t j = 0; j < len; j++) {
-            ids[q0 + j] = (int32_t)(j < s->n_prompt ? s->prompt[j] : s->ids[j - s->n_prompt]);
-            pos[q0 + j] = (int32_t)j;
+        size_t P = s->n_prompt, len = P + s->n_ids - 1;
+        int follows = share && same_prompt(seqs, prev, i);
+        prev = i;
+        size_t j0 = follows ? P : 0;   // its first token computed: after a shared prompt, the second scored
+        if (follows) {
+            for (size_t t = 0; t < P; t++) frows[f0 + t] = (int32_t)(lead_kv + t);
+            add_fork(m, (int)kv, f0, P);
+            f0 += P;
+        } else {
+            lead_q0 = q0;
+            lead_kv = kv;
         }
-        for (size_t j = 0; j < s->n_ids; j++, r++) {
-            sel[r] = (int32_t)(q0 + s->n_prompt - 1 + j);
+        for (size_t j = j0; j < len; j++) {
+            ids[q0 + j - j0] = (int32_t)(j < P ? s->prompt[j] : s->ids[j - P]);
+            pos[q0 + j - j0] = (int32_t)j;
+            rows[q0 + j - j0] = (int32_t)(kv + j);
+        }
+        for (size_t j = 0; j < s->n_ids; j++, r++) {   // token j is predicted from position P - 1 + j
+            sel[r] = (int32_t)(follows && j == 0 ? lead_q0 + P - 1 : q0 + P - 1 + j - j0);
             tgt[r] = (int32_t)s->ids[j];
             itemp[r] = 1.0f / s->temperature;
         }
-        as[k++] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)len, .pos0 = 0, .kv0 = (int32_t)q0};
-        q0 += len;
+        if (len > j0)
+            as[k++] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)(len - j0), .pos0 = (int32_t)j0,
+                                    .kv0 = (int32_t)(shared ? kv : q0)};
+        q0 += len - j0;
+        kv += len;
     }
+    *nseq_ = k;
     const rl_ops *o = m->ops;
-    o->upload(m->ids, ids, N * 4);
-    o->upload(m->pos, pos, N * 4);
+    o->upload(m->ids, ids, Nq * 4);
+    o->upload(m->pos, pos, Nq * 4);
     o->upload(m->sel, sel, R * 4);
     o->upload(m->tgt, tgt, R * 4);
     o->upload(m->itemp, itemp, R * 4);
-    o->upload(m->seqs, as, nseq * sizeof *as);
+    o->upload(m->seqs, as, k * sizeof *as);
+    if (shared) {
+        o->upload(m->rows, rows, Nq * 4);
+        if (f0) o->upload(m->frows, frows, f0 * 4);
+    }
     free(ids);
     free(pos);
+    free(rows);
     free(sel);
     free(tgt);
+    free(frows);
     free(itemp);
     free(as);
     return 0;
@@ -992,12 +1068,19 @@ static void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
     free(v);
 }
 
-int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
+static int score(model_t *m, model_seq *seqs, size_t n, int share, rl_err *err) {
     size_t N, R, nseq;
-    if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
-    if (nseq == 0) return 0;
+    int shared;
+    if (pack_scored(m, seqs, n, share, &N, &R, &nseq, &shared, err) < 0) return -1;
+    if (R == 0) return 0;
     const rl_ops *o = m->ops;
-    forward(m, (int)N, (int)nseq, 0);
+    if (shared) {   // keys and values through rows of one layer at a time
+        m->kvk = m->kvs_k;
+        m->kvv = m->kvs_v;
+        m->kv_stride = 0;
+    }
+    forward(m, (int)N, (int)nseq, shared);
+    m->nforks = 0;
     size_t chunk = (size_t)m->lrows;
     float *ent = want_entropy(seqs, n) ? m->ent : NULL;
     for (size_t r0 = 0; r0 < R; r0 += chunk) {
@@ -1008,6 +1091,9 @@ int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) {
     download_scored(m, seqs, n, R);
     return 0;
 }
+
+int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err) { return score(m, seqs, n, 0, err); }
+int model_score_groups(model_t *m, model_seq *seqs, size_t n, rl_err *err) { return score(m, seqs, n, 1, err); }
 
 // ---- Training -----------------------------------------------------------------
 
@@ -1159,7 +1245,8 @@ static void layers_backward(model_t *m, int N, int nseq) {
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {
     if (!m->grads) return err_set(err, "model_backward before model_train_init");
     size_t N, R, nseq;
-    if (pack_scored(m, seqs, n, &N, &R, &nseq, err) < 0) return -1;
+    int shared;
+    if (pack_scored(m, seqs, n, 0, &N, &R, &nseq, &shared, err) < 0) return -1;
     if (nseq == 0) return 0;
     group_reserve(m, &m->train, train_table, (int)N);
     forward_train(m, (int)N, (int)nseq);
@@ -1354,54 +1441,111 @@ int model_slot_len(const model_t *m, int slot) {
     return slot >= 0 && slot < m->slots ? m->slot_len[slot] : -1;
 }
 
+// The entry of s (n) appending to slot sl, or -1.
+static long step_entry(const model_step_seq *s, size_t n, int sl) {
+    for (size_t j = 0; j < n; j++)
+        if (s[j].slot == sl) return (long)j;
+    return -1;
+}
+
+// Checks a shared prefix of sequence i (model_step_seq.shared): the slot is
+// empty, `from` another acquired slot that takes no prefix itself in this step
+// and holds at least `shared` tokens once its own are in; with no tokens of its
+// own, i needs `from`'s last token at position shared − 1.
+static int check_shared(const model_t *m, const model_step_seq *s, size_t n, size_t i, rl_err *err) {
+    int sl = s[i].slot, from = s[i].from;
+    if (m->slot_len[sl] != 0)
+        return err_set(err, "sequence %zu: slot %d holds %d tokens; a shared prefix needs an empty slot", i, sl,
+                       m->slot_len[sl]);
+    if (from < 0 || from >= m->slots || !m->slot_used[from] || from == sl)
+        return err_set(err, "sequence %zu: slot %d to share a prefix from is not another acquired slot", i, from);
+    long j = step_entry(s, n, from);
+    if (j >= 0 && s[j].shared)
+        return err_set(err, "sequence %zu: slot %d takes a shared prefix in the same step", i, from);
+    size_t holds = (size_t)m->slot_len[from] + (j >= 0 ? s[j].n : 0);
+    if (s[i].shared > holds)
+        return err_set(err, "sequence %zu: a prefix of %zu tokens shared from slot %d, which holds %zu", i,
+                       s[i].shared, from, holds);
+    if (s[i].replay && s[i].n != 1)
+        return err_set(err, "sequence %zu: a replay of the prefix's last token has %zu tokens, not 1", i, s[i].n);
+    if (s[i].n == 0 && (j < 0 || holds != s[i].shared))
+        return err_set(err, "sequence %zu: no tokens of its own, and slot %d's last token in this step is not at "
+                       "position %zu", i, from, s[i].shared - 1);
+    return 0;
+}
+
 // The forward of model_step: checks the sequences, appends their tokens to
-// the cache, and leaves the residual stream in m->x, the rows after each
-// sequence's last token in m->sel (n).
+// the cache (shared prefixes first), and leaves the residual stream in m->x,
+// the rows after each sequence's last token in m->sel (n).
 static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *err) {
-    size_t N = 0;
+    size_t N = 0, F = 0;
     for (size_t i = 0; i < n; i++) {
         int sl = s[i].slot;
         if (sl < 0 || sl >= m->slots || !m->slot_used[sl])
             return err_set(err, "sequence %zu: slot %d is not an acquired slot of the KV cache", i, sl);
         for (size_t j = 0; j < i; j++)
             if (s[j].slot == sl) return err_set(err, "sequences %zu and %zu share slot %d", j, i, sl);
-        if (s[i].n == 0) return err_set(err, "sequence %zu: no tokens to append", i);
+        if (s[i].shared && check_shared(m, s, n, i, err) < 0) return -1;
+        if (s[i].replay && !s[i].shared) return err_set(err, "sequence %zu: a replay with no shared prefix", i);
+        if (s[i].n == 0 && !s[i].shared) return err_set(err, "sequence %zu: no tokens to append", i);
         if (check_tokens(m, s[i].ids, s[i].n, "input", i, err) < 0) return -1;
-        if ((size_t)m->slot_len[sl] + s[i].n > (size_t)m->max_len)
-            return err_set(err, "sequence %zu: slot %d holds %d tokens; %zu more exceed its %d", i, sl,
-                           m->slot_len[sl], s[i].n, m->max_len);
-        if (check_len(m, i, (size_t)m->slot_len[sl] + s[i].n, err) < 0) return -1;
+        size_t len0 = s[i].shared ? s[i].shared - (size_t)(s[i].replay != 0) : (size_t)m->slot_len[sl];
+        if (len0 + s[i].n > (size_t)m->max_len)
+            return err_set(err, "sequence %zu: slot %d holds %zu tokens; %zu more exceed its %d", i, sl, len0,
+                           s[i].n, m->max_len);
+        if (check_len(m, i, len0 + s[i].n, err) < 0) return -1;
         N += s[i].n;
+        F += s[i].shared;
         if (N > max_batch_tokens(m)) return err_set(err, "step of over %zu tokens: prefill in parts", max_batch_tokens(m));
     }
     if (n == 0) return 0;
-    reserve(m, (int)N);
+    size_t most = N > n ? N : n;   // n rows of logits, more than N when some share their source's
+    reserve(m, (int)(most > F ? most : F));
     int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *rows = xmalloc(N * 4), *last = xmalloc(n * 4);
+    int32_t *frows = xmalloc((F ? F : 1) * 4);
     rl_attn_seq *as = xmalloc(n * sizeof *as);
-    size_t q0 = 0;
+    size_t q0 = 0, f0 = 0;
+    int nseq = 0;
+    m->nforks = 0;
     for (size_t i = 0; i < n; i++) {
-        int sl = s[i].slot, len = m->slot_len[sl];
+        int sl = s[i].slot, len = s[i].shared ? (int)s[i].shared - (s[i].replay != 0) : m->slot_len[sl];
+        if (s[i].shared) {
+            for (size_t t = 0; t < s[i].shared; t++) frows[f0 + t] = s[i].from * m->max_len + (int32_t)t;
+            add_fork(m, sl * m->max_len, f0, s[i].shared);
+            f0 += s[i].shared;
+        }
+        if (s[i].n == 0) continue;   // its logits row is its source's (below)
         for (size_t j = 0; j < s[i].n; j++) {
             ids[q0 + j] = (int32_t)s[i].ids[j];
             pos[q0 + j] = len + (int32_t)j;
             rows[q0 + j] = sl * m->max_len + len + (int32_t)j;
         }
-        as[i] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)s[i].n, .pos0 = len, .kv0 = sl * m->max_len};
+        as[nseq++] = (rl_attn_seq){.q0 = (int32_t)q0, .n = (int32_t)s[i].n, .pos0 = len, .kv0 = sl * m->max_len};
         last[i] = (int32_t)(q0 + s[i].n - 1);
         q0 += s[i].n;
     }
+    for (size_t i = 0; i < n; i++)
+        if (s[i].n == 0) last[i] = last[step_entry(s, n, s[i].from)];
     const rl_ops *o = m->ops;
     o->upload(m->ids, ids, N * 4);
     o->upload(m->pos, pos, N * 4);
     o->upload(m->rows, rows, N * 4);
     o->upload(m->sel, last, n * 4);
-    o->upload(m->seqs, as, n * sizeof *as);
-    forward(m, (int)N, (int)n, 1);
-    for (size_t i = 0; i < n; i++) m->slot_len[s[i].slot] += (int)s[i].n;
+    o->upload(m->seqs, as, (size_t)nseq * sizeof *as);
+    if (F) o->upload(m->frows, frows, F * 4);
+    m->kvk = m->kc;
+    m->kvv = m->vc;
+    m->kv_stride = (size_t)m->slots * m->max_len;
+    forward(m, (int)N, nseq, 1);
+    m->nforks = 0;
+    for (size_t i = 0; i < n; i++)   // a replayed token's row is the prefix's
+        m->slot_len[s[i].slot] = s[i].shared ? (int)(s[i].shared + s[i].n) - (s[i].replay != 0)
+                                             : m->slot_len[s[i].slot] + (int)s[i].n;
     free(ids);
     free(pos);
     free(rows);
     free(last);
+    free(frows);
     free(as);
     return 0;
 }

@@ -78,6 +78,11 @@ typedef struct {
 // empty prompt, a sequence longer than cfg_max_seq (max_position_embeddings,
 // or a sliding window, or dynamic RoPE's original length), temperature <= 0.
 int model_score(model_t *m, model_seq *seqs, size_t n, rl_err *err);
+// The same, with the prompt of consecutive sequences that share it (a
+// group's samples) computed once: the others take its keys and values, and
+// the logits after it for their first token. The values differ from
+// model_score's only by the order of f32 sums in another batch.
+int model_score_groups(model_t *m, model_seq *seqs, size_t n, rl_err *err);
 
 // ---- Training (f32 models): exact gradients and the AdamW step (doc/design.md §4).
 // The gradient, optimizer moments and step live in the model's backend.
@@ -169,6 +174,19 @@ typedef struct {
     int slot;
     const uint32_t *ids;      // tokens to append (a prompt to prefill, or one decoded token)
     size_t n;
+    // A shared prefix (shared > 0): the slot, empty, first takes the cache rows
+    // of the first `shared` tokens of slot `from` (which holds them once this
+    // step's own tokens are in: it may be another sequence of this step), then
+    // its n tokens follow at positions shared, shared + 1, ... The rows are
+    // copied layer by layer, after the step's new keys and values are stored.
+    // n may be 0 when `from` is a sequence of this step whose last token sits
+    // at position shared − 1: this sequence's logits are then that one's.
+    // replay (n = 1): ids[0] is the prefix's last token, run again at
+    // position shared − 1 for the logits after it; the cache keeps `from`'s
+    // rows for it, so the slot holds exactly `from`'s prefix.
+    int from;
+    size_t shared;
+    int replay;
 } model_step_seq;
 
 // Appends each sequence's tokens to its slot (one batched forward) and writes

@@ -165,7 +165,7 @@ static int score(scorer_t *s, size_t n, rl_err *err) {
                                        .temperature = (float)in->temperature, .logp = in->logp_learner.v};
         }
         rl_err e;
-        if (k && model_score(s->o.model, s->seqs, k, &e))
+        if (k && model_score_groups(s->o.model, s->seqs, k, &e))
             return err_set(err, "scoring with the learner model: %s: %s to %s", e.msg, s->held[i].where,
                            s->held[j - 1].where);
         i = j;

@@ -18,6 +18,7 @@ typedef struct {
     rl_rng rng;
     int slot;              // -1 while waiting
     uint32_t pending;      // the last token sampled, to be fed at the next step
+    uint32_t pver;         // the weight version its prompt's cache rows were computed with
 } seq_t;
 
 struct grp {
@@ -26,6 +27,8 @@ struct grp {
     size_t n_prompt;
     seq_t *seqs;           // (G)
     int left;              // samples not finished
+    uint64_t lead_step;    // the step (gen_t.nstep) in which lead_slot prefills the prompt
+    int lead_slot;
     grp_t *next;           // in the finished queue
 };
 
@@ -45,6 +48,7 @@ struct gen {
     uint64_t groups;
     uint64_t next_out;             // in_order: the group number gen_peek waits for
     uint32_t ver;
+    uint64_t nstep;                // steps begun, from 1
 };
 
 gen_t *gen_new(model_t *m, const tokenizer *tok, const gen_opts *o, rl_err *err) {
@@ -116,6 +120,7 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
     q->n_prompt = n;
     q->seqs = xmalloc((size_t)G * sizeof *q->seqs);
     q->left = G;
+    q->lead_slot = -1;
     if (g->tail + (size_t)G > g->cap && g->head) {   // compact, then grow
         memmove(g->waiting, g->waiting + g->head, (g->tail - g->head) * sizeof *g->waiting);
         g->tail -= g->head;
@@ -196,6 +201,37 @@ static int advance(gen_t *g, seq_t *s, uint32_t tok, double lp) {
     return 0;
 }
 
+// The slot of a sample of q that already holds the prompt in its cache,
+// computed with the weights now in use, or -1.
+static int holder(const gen_t *g, const grp_t *q) {
+    for (int j = 0; j < q->pub.n; j++) {
+        const seq_t *s = &q->seqs[j];
+        if (s->slot >= 0 && (size_t)model_slot_len(g->m, s->slot) >= q->n_prompt && s->pver == g->ver)
+            return s->slot;
+    }
+    return -1;
+}
+
+// The step entry that starts sample s in slot sl. A group's prompt is
+// prefilled once: a sample whose group-mate prefills it in this step shares
+// those cache rows and the logits after them; one that starts later shares
+// the rows of a group-mate still decoding and runs the prompt's last token
+// again for its logits (model_step_seq.replay). With no group-mate holding
+// the prompt, or only rows computed with weights since replaced, it prefills
+// it and leads the group: a sample starting after an update computes with
+// the new weights throughout.
+static model_step_seq start_entry(gen_t *g, seq_t *s, int sl) {
+    grp_t *q = s->grp;
+    model_step_seq e = {.slot = sl, .ids = q->prompt, .n = q->n_prompt};
+    int src;
+    if (q->lead_step == g->nstep && q->lead_slot >= 0)
+        e = (model_step_seq){.slot = sl, .n = 0, .from = q->lead_slot, .shared = q->n_prompt};
+    else if ((src = holder(g, q)) >= 0)
+        e = (model_step_seq){.slot = sl, .ids = q->prompt + q->n_prompt - 1, .n = 1, .from = src,
+                             .shared = q->n_prompt, .replay = 1};
+    return e;
+}
+
 // Appends a finished group to the done list; with in_order, inserts it by
 // group number (groups finish out of order when their samples differ in length).
 static void done_add(gen_t *g, grp_t *q) {
@@ -221,17 +257,25 @@ long gen_step(gen_t *g, rl_err *err) {
         g->step_seq[n++] = s;
     }
     size_t prefill = 0;
+    g->nstep++;
     while (g->head < g->tail && g->n_active < g->o.slots) {
         seq_t *s = g->waiting[g->head];
-        if (prefill && prefill + s->grp->n_prompt > PREFILL_TOKENS) break;
+        model_step_seq e = start_entry(g, s, -1);
+        if (prefill && prefill + e.n > PREFILL_TOKENS) break;
         int sl = model_slot_acquire(g->m);
         if (sl < 0) break;
+        e.slot = sl;
+        if (!e.shared) {   // it leads: the group's later samples share its rows
+            s->grp->lead_step = g->nstep;
+            s->grp->lead_slot = sl;
+        }
+        s->pver = g->ver;   // a sharer's source computed them with the weights in use too
         g->head++;
         s->slot = sl;
         g->active[sl] = s;
         g->n_active++;
-        prefill += s->grp->n_prompt;
-        g->steps[n] = (model_step_seq){.slot = sl, .ids = s->grp->prompt, .n = s->grp->n_prompt};
+        prefill += e.n;
+        g->steps[n] = e;
         g->step_seq[n++] = s;
     }
     if (n == 0) return 0;

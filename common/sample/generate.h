@@ -4,6 +4,14 @@
 // the others' decode tokens. Groups (the samples of one prompt) are handed
 // out complete, in the order their last member finished.
 //
+// A group's prompt is prefilled once: its other samples share the cache rows
+// of the first (model_step_seq.shared), and the logits after the prompt when
+// they start in the same step. One that starts later, once slots free up,
+// shares the rows of a group-mate still decoding and runs the prompt's last
+// token again for its logits, if those rows were computed with the weights
+// in use: after an in-flight update, a sample that starts computes with the
+// new weights throughout, as it did when each sample prefilled its own.
+//
 // Each sample draws from its own generator, seeded from (seed, sample
 // number), so what a sample draws does not depend on which others share its
 // steps; the logits do (batched sums differ in their last bits), which is why

@@ -182,15 +182,20 @@ def probe_score(recs, dtype):
 # error against f32, which is asserted to be at least 3 times the mean.
 # Measured at this file's seed (seed 0) and, in brackets, the worst of
 # seeds 0..5: tokens within TOL / mean / max, and the mean error against f32:
-#   bf16 0.51 (0.51) / 0.0071 (0.0071) / 0.064 (0.087), against f32 0.043
+#   bf16 0.33 (0.33) / 0.0091 (0.0091) / 0.064 (0.087), against f32 0.043
 #   int8 0.996 (0.952) / 2e-6 (0.0026) / 4e-4 (0.25),  against f32 0.13
 #   fp8  0.67 (0.67) / 0.019 (0.033) / 0.25 (0.59),    against f32 0.50
+# bf16 is the one whose sums depend on the batch (OpenBLAS's order over
+# bf16-exact inputs): since a group's samples share its prompt's rows
+# (fewer tokens in the prefill's step), its agreement over seeds 0..5 is
+# 0.33-0.54, against 0.51-0.71 when each sample prefilled its own; int8's
+# exact sums and fp8's short products give the same bits either way.
 # A path that left one rounding point out would not come close: the
 # float64 reference without the rounding of q and k after RoPE (a cache of
 # unrounded keys) agrees with the sampler on 1% of the tokens of
 # test_model_torch's streams, with mean differences of 0.06 (bf16) to 0.34
 # (fp8).
-FLIP_AGREE = 0.4
+FLIP_AGREE = 0.25
 FLIPS = {"bf16": (0.15, 0.015), "int8": (0.4, 0.01), "fp8": (0.9, 0.05)}
 
 
@@ -264,6 +269,26 @@ def temperature_0_takes_the_argmax_at_every_step():
     for i in range(0, len(recs), 2):
         assert recs[i]["ids"] == recs[i + 1]["ids"], "greedy samples of one prompt differ"
     assert checked > 100
+
+
+@case
+def a_groups_samples_share_its_prompt_and_decode_as_the_prompt_alone():
+    # A group's prompt is prefilled once: with 3 slots and 4 samples a group,
+    # two samples share the first's rows in its own step, and the fourth
+    # starts later from the rows of one still decoding (replaying the
+    # prompt's last token). Greedy, each gives what the prompt sampled alone
+    # gives, and --slots 1 (one sample at a time, sharing rows of none) too.
+    p = prompts_file("pshare.jsonl", n=5)
+    args = ("--temperature", "0", "--max-new-tokens", "20", p)
+    _, grouped, _, _ = sample("-n", "4", "--slots", "3", *args)
+    _, alone, _, _ = sample("-n", "1", "--slots", "3", *args)
+    _, serial, _, _ = sample("-n", "4", "--slots", "1", *args)
+    assert len(grouped) == 20 and len(alone) == 5 and len(serial) == 20
+    for i, r in enumerate(grouped):
+        assert r["ids"] == alone[i // 4]["ids"], \
+            f"sample {i % 4} of prompt {i // 4}: {r['ids']}, alone {alone[i // 4]['ids']}"
+        assert r["ids"] == serial[i]["ids"], f"record {i} with 3 slots differs from 1 slot"
+        assert r["logp"] == [0.0] * len(r["ids"])
 
 
 @case

@@ -117,7 +117,7 @@ static void run_decode(model_t *m, job *jobs, size_t n, int slots) {
         int ns = 0;
         for (int a = 0; a < nactive; a++) {           // one decoded token each: ids[t-1]
             job *j = active[a];
-            steps[ns] = (model_step_seq){j->slot, &j->ids[j->t - 1], 1};
+            steps[ns] = (model_step_seq){.slot = j->slot, .ids = &j->ids[j->t - 1], .n = 1};
             in_step[ns++] = j;
         }
         while (nactive < slots && next < n) {         // admit: the whole prompt
@@ -127,7 +127,7 @@ static void run_decode(model_t *m, job *jobs, size_t n, int slots) {
             if (model_slot_len(m, j->slot) != 0)
                 FAIL("acquired slot %d holds %d tokens, expected 0", j->slot, model_slot_len(m, j->slot));
             active[nactive++] = j;
-            steps[ns] = (model_step_seq){j->slot, j->prompt, j->np};
+            steps[ns] = (model_step_seq){.slot = j->slot, .ids = j->prompt, .n = j->np};
             in_step[ns++] = j;
         }
         CHECK(model_step(m, steps, (size_t)ns, logits, &err), err);

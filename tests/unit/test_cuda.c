@@ -1375,8 +1375,8 @@ static void model_greedy_decoding_with_the_cache_gives_the_cpus_tokens(void) {
     model_step_seq sc[NS], sg[NS];
     for (int i = 0; i < NS; i++) {
         for (size_t j = 0; j < plen[i]; j++) prompts[i][j] = (uint32_t)(rng_u64(&R) % (uint64_t)c.vocab);
-        sc[i] = (model_step_seq){model_slot_acquire(mc), prompts[i], plen[i]};
-        sg[i] = (model_step_seq){model_slot_acquire(mg), prompts[i], plen[i]};
+        sc[i] = (model_step_seq){.slot = model_slot_acquire(mc), .ids = prompts[i], .n = plen[i]};
+        sg[i] = (model_step_seq){.slot = model_slot_acquire(mg), .ids = prompts[i], .n = plen[i]};
         CHECK(sc[i].slot >= 0 && sg[i].slot >= 0, "no free slot");
     }
     const smp_params greedy = {0, 1, 0};
@@ -1402,8 +1402,8 @@ static void model_greedy_decoding_with_the_cache_gives_the_cpus_tokens(void) {
             lowest = fmin(lowest, margin[i]);
         }
         for (int i = 0; i < NS; i++) {   // each backend goes on with its own tokens
-            sc[i] = (model_step_seq){sc[i].slot, &tc[i], 1};
-            sg[i] = (model_step_seq){sg[i].slot, &tg[i], 1};
+            sc[i] = (model_step_seq){.slot = sc[i].slot, .ids = &tc[i], .n = 1};
+            sg[i] = (model_step_seq){.slot = sg[i].slot, .ids = &tg[i], .n = 1};
         }
     }
     printf("# greedy decoding: %d of %d tokens equal, smallest lead of the largest logit %.2e\n", compared, NS * STEPS,
@@ -1440,7 +1440,8 @@ static void model_bf16_decoding_in_steps_of_8_rows_or_fewer_matches_cpu_within_1
     for (int b = 0; b < 2; b++) {
         m[b] = build(&c, TINY_STD, DT_BF16, DT_F32, b ? DEV_CUDA : DEV_CPU, &err);
         CHECK(m[b] && model_cache_init(m[b], NS, 32, &err) == 0, "%s", err.msg);
-        for (int i = 0; i < NS; i++) st[b][i] = (model_step_seq){model_slot_acquire(m[b]), prompts[i], PLEN};
+        for (int i = 0; i < NS; i++)
+            st[b][i] = (model_step_seq){.slot = model_slot_acquire(m[b]), .ids = prompts[i], .n = PLEN};
     }
     float *l[2] = {malloc((size_t)NS * V * sizeof(float)), malloc((size_t)NS * V * sizeof(float))};
     double *a = malloc((size_t)V * sizeof(double)), *b = malloc((size_t)V * sizeof(double)), worst = 0;
@@ -1452,7 +1453,7 @@ static void model_bf16_decoding_in_steps_of_8_rows_or_fewer_matches_cpu_within_1
             for (int j = 0; j < V; j++) worst = worse(worst, fabs(a[j] - b[j]));
             double margin;
             next[i] = argmax(l[0] + (size_t)i * V, V, &margin);
-            for (int k = 0; k < 2; k++) st[k][i] = (model_step_seq){st[k][i].slot, &next[i], 1};
+            for (int k = 0; k < 2; k++) st[k][i] = (model_step_seq){.slot = st[k][i].slot, .ids = &next[i], .n = 1};
         }
     }
     printf("# bf16 decoding, %d rows per step at most: max |log_softmax gpu - cpu| %.2e nats\n", NS * PLEN, worst);

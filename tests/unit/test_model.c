@@ -87,7 +87,7 @@ static double decode_vs_full(model_t *m, tseq *s, double *spread) {
     float *logits = malloc((size_t)NSEQ * V * sizeof(float));
     for (int i = 0; i < NSEQ; i++) {
         slot[i] = model_slot_acquire(m);
-        st[i] = (model_step_seq){slot[i], s[i].prompt, s[i].np};
+        st[i] = (model_step_seq){.slot = slot[i], .ids = s[i].prompt, .n = s[i].np};
     }
     double worst = 0, lo = 0;
     if (model_step(m, st, NSEQ, logits, &err) < 0) worst = INFINITY;
@@ -105,7 +105,7 @@ static double decode_vs_full(model_t *m, tseq *s, double *spread) {
             if (d > worst || d != d) worst = d != d ? INFINITY : d;
             if (lp < lo) lo = lp;
             if (t + 1 < s[i].ni) {
-                st[n] = (model_step_seq){slot[i], &s[i].ids[t], 1};
+                st[n] = (model_step_seq){.slot = slot[i], .ids = &s[i].ids[t], .n = 1};
                 idx[n++] = i;
             } else {
                 model_slot_release(m, slot[i]);
@@ -164,6 +164,48 @@ static void scoring_alone_equals_scoring_in_a_batch(void) {
                   lp[j], s[i].lp_full[j]);
     }
     model_free(m);
+}
+
+// Scoring a group's samples with their prompt computed once gives what
+// scoring each whole gives, within f32 rounding (other batches, so sums in
+// another order): logp within 1e-5 + 1e-6·|logp| (they reach −20 here),
+// entropies within 3e-5 + 1e-6·entropy (measured: 1.6e-5). Groups of
+// several, a sample of one token, a prompt of one token, a sequence with
+// nothing to score between two that share a prompt, and a prompt repeated
+// after another (not consecutive: computed again).
+static void scoring_a_group_with_its_prompt_once_equals_scoring_each_whole(void) {
+    model_config cfgs[] = {cfg_llama(), cfg_qwen3()};
+    rl_err err;
+    enum { NS = 9 };
+    uint32_t pa[13], pb[1] = {77}, c[NS][20];
+    const uint32_t *pr[NS] = {pa, pa, pa, pb, pb, pb, pb, pa, pa};
+    size_t np[NS] = {13, 13, 13, 1, 1, 1, 1, 13, 13}, ni[NS] = {7, 1, 20, 5, 0, 9, 3, 4, 11};
+    for (int i = 0; i < 13; i++) pa[i] = (uint32_t)(11 + 23 * i) % 250;
+    for (int i = 0; i < NS; i++)
+        for (int j = 0; j < 20; j++) c[i][j] = (uint32_t)(5 + 31 * i + 7 * j) % 250;
+    for (size_t k = 0; k < 2; k++) {
+        model_t *m = model_random(&cfgs[k], 9, 0.3f, NULL, &err);
+        CHECK(m, "%s", err.msg);
+        float lp[2][NS][20], en[2][NS][20];
+        for (int way = 0; way < 2; way++) {
+            model_seq sq[NS];
+            for (int i = 0; i < NS; i++)
+                sq[i] = (model_seq){pr[i], np[i], c[i], ni[i], i % 2 ? 0.7f : 1.0f, lp[way][i], en[way][i]};
+            int rc = way ? model_score_groups(m, sq, NS, &err) : model_score(m, sq, NS, &err);
+            CHECK(rc == 0, "%s", err.msg);
+        }
+        double worst = 0, worst_e = 0;   // |difference| over its tolerance
+        for (int i = 0; i < NS; i++)
+            for (size_t j = 0; j < ni[i]; j++) {
+                worst = fmax(worst, fabs((double)lp[0][i][j] - lp[1][i][j]) / (1e-5 + 1e-6 * fabs(lp[0][i][j])));
+                worst_e = fmax(worst_e, fabs((double)en[0][i][j] - en[1][i][j]) / (3e-5 + 1e-6 * en[0][i][j]));
+            }
+        printf("# %s: |shared - whole| at most %.2f (logp) and %.2f (entropy) of the tolerance\n",
+               cfgs[k].model_type, worst, worst_e);
+        CHECK(worst <= 1 && worst_e <= 1, "%s: shared prompts score %g (entropy %g) of the tolerance from whole "
+              "sequences", cfgs[k].model_type, worst, worst_e);
+        model_free(m);
+    }
 }
 
 // model_save, then model_load: the same config, tensors and log-probs.
@@ -399,6 +441,85 @@ static void new_parameters_have_their_hugging_face_names_and_shapes(void) {
     }
 }
 
+// A group's samples share their prompt's cache rows (model_step_seq.shared).
+// One sharing in the prefill's own step gets its source's logits; one sharing
+// later replays the prompt's last token for logits close to them (another
+// batch, so other sums); either holds the very rows of its source, so a token
+// fed to both in one step gives the same logits bit for bit. At every
+// precision, on two shapes; and what cannot be shared is refused.
+static void a_shared_prompt_gives_the_sources_rows_and_logits(void) {
+    const struct { const char *prec; double tol; } cases[] = {{"f32", 1e-4}, {"bf16", 0.1}, {"int8", 0.1}};
+    model_config cfgs[] = {cfg_llama(), cfg_qwen3()};
+    rl_err err;
+    uint32_t prompt[11], t1 = 7, t2 = 42;
+    for (int i = 0; i < 11; i++) prompt[i] = (uint32_t)(3 + 17 * i) % 250;
+    for (size_t k = 0; k < 2; k++)
+        for (size_t p = 0; p < sizeof cases / sizeof *cases; p++) {
+            model_config *c = &cfgs[k];
+            model_opts o = {0};
+            CHECK(model_precision_parse(cases[p].prec, &o) == 0, "%s", cases[p].prec);
+            model_t *m = model_random(c, 5, 0.3f, &o, &err);
+            CHECK(m, "%s", err.msg);
+            size_t V = (size_t)c->vocab;
+            float *lg = malloc(3 * V * sizeof(float)), *first = malloc(V * sizeof(float));
+            CHECK(model_cache_init(m, 4, 32, &err) == 0, "%s", err.msg);
+            int a = model_slot_acquire(m), b = model_slot_acquire(m), r = model_slot_acquire(m);
+            model_step_seq st[3] = {{.slot = a, .ids = prompt, .n = 11},
+                                    {.slot = b, .n = 0, .from = a, .shared = 11}};
+            CHECK(model_step(m, st, 2, lg, &err) == 0, "%s", err.msg);
+            CHECK(!memcmp(lg, lg + V, V * sizeof(float)), "%s/%s: a sharer in the prefill's step has other logits",
+                  c->model_type, cases[p].prec);
+            CHECK(model_slot_len(m, b) == 11, "the sharer holds %d tokens, not 11", model_slot_len(m, b));
+            memcpy(first, lg, V * sizeof(float));
+            st[0] = (model_step_seq){.slot = a, .ids = &t1, .n = 1};
+            st[1] = (model_step_seq){.slot = b, .ids = &t1, .n = 1};
+            st[2] = (model_step_seq){.slot = r, .ids = &prompt[10], .n = 1, .from = a, .shared = 11, .replay = 1};
+            CHECK(model_step(m, st, 3, lg, &err) == 0, "%s", err.msg);
+            CHECK(!memcmp(lg, lg + V, V * sizeof(float)), "%s/%s: source and sharer differ on the same token",
+                  c->model_type, cases[p].prec);
+            double worst = 0;
+            for (size_t j = 0; j < V; j++) worst = fmax(worst, fabs((double)lg[2 * V + j] - first[j]));
+            printf("# %s/%s: replayed logits max |diff| %.3g (tolerance %g)\n", c->model_type, cases[p].prec, worst,
+                   cases[p].tol);
+            CHECK(worst <= cases[p].tol, "%s/%s: replayed logits %g from the prefill's", c->model_type,
+                  cases[p].prec, worst);
+            CHECK(model_slot_len(m, r) == 11, "a replay holds the prompt alone: %d", model_slot_len(m, r));
+            st[0] = (model_step_seq){.slot = a, .ids = &t2, .n = 1};
+            st[1] = (model_step_seq){.slot = b, .ids = &t2, .n = 1};
+            st[2] = (model_step_seq){.slot = r, .ids = &t1, .n = 1};
+            CHECK(model_step(m, st, 3, lg, &err) == 0, "%s", err.msg);
+            CHECK(!memcmp(lg, lg + V, V * sizeof(float)), "%s/%s: source and sharer differ at the second token",
+                  c->model_type, cases[p].prec);
+
+            // Refused, each naming why, and nothing appended.
+            int d = model_slot_acquire(m);
+            struct { model_step_seq s; const char *why; } bad[] = {
+                {{.slot = b, .ids = &t1, .n = 1, .from = a, .shared = 3}, "needs an empty slot"},
+                {{.slot = d, .ids = &t1, .n = 1, .from = d, .shared = 3}, "not another acquired slot"},
+                {{.slot = d, .ids = &t1, .n = 1, .from = 9, .shared = 3}, "not another acquired slot"},
+                {{.slot = d, .ids = &t1, .n = 1, .from = r, .shared = 13}, "shared from slot 2, which holds 12"},
+                {{.slot = d, .n = 0, .from = a, .shared = 11}, "not at position 10"},
+                {{.slot = d, .ids = prompt, .n = 2, .from = a, .shared = 11, .replay = 1}, "has 2 tokens, not 1"},
+                {{.slot = d, .ids = prompt, .n = 1, .replay = 1}, "a replay with no shared prefix"},
+            };
+            for (size_t q = 0; q < sizeof bad / sizeof *bad; q++) {
+                CHECK(model_step(m, &bad[q].s, 1, lg, &err) < 0 && strstr(err.msg, bad[q].why), "case %zu: %s", q,
+                      err.msg);
+                CHECK(model_slot_len(m, d) == 0, "case %zu appended to the slot", q);
+            }
+            model_slot_release(m, d);
+            model_slot_release(m, b);
+            int e = model_slot_acquire(m), f = model_slot_acquire(m);
+            model_step_seq chain[2] = {{.slot = e, .ids = &t1, .n = 1, .from = a, .shared = 5},
+                                       {.slot = f, .ids = &t1, .n = 1, .from = e, .shared = 3}};
+            CHECK(model_step(m, chain, 2, lg, &err) < 0 && strstr(err.msg, "takes a shared prefix in the same step"),
+                  "%s", err.msg);
+            free(lg);
+            free(first);
+            model_free(m);
+        }
+}
+
 // A sequence longer than the sliding window is refused, scored or decoded,
 // naming the window; within it, it is computed (and a refused step appends nothing).
 static void sequences_longer_than_the_sliding_window_are_refused(void) {
@@ -420,7 +541,7 @@ static void sequences_longer_than_the_sliding_window_are_refused(void) {
     float *logits = malloc((size_t)c.vocab * sizeof(float));
     CHECK(model_cache_init(m, 1, 64, &err) == 0, "%s", err.msg);
     int slot = model_slot_acquire(m);
-    model_step_seq st = {slot, ids, 16};
+    model_step_seq st = {.slot = slot, .ids = ids, .n = 16};
     CHECK(model_step(m, &st, 1, logits, &err) == 0, "%s", err.msg);
     st.n = 1;
     CHECK(model_step(m, &st, 1, logits, &err) < 0 && strstr(err.msg, "17 tokens exceed sliding_window 16"), "%s",
@@ -449,11 +570,11 @@ static void bad_input_is_refused_with_a_reason(void) {
     CHECK(model_cache_init(m, 1 << 30, 128, &err) < 0 && strstr(err.msg, "1 TiB"), "%s", err.msg);
     CHECK(model_cache_init(m, 2, 8, &err) == 0, "%s", err.msg);
     float *logits = malloc(2 * 300 * sizeof(float));
-    model_step_seq st = {0, p, 2};
+    model_step_seq st = {.slot = 0, .ids = p, .n = 2};
     CHECK(model_step(m, &st, 1, logits, &err) < 0 && strstr(err.msg, "not an acquired slot"), "%s", err.msg);
     int a = model_slot_acquire(m);
     CHECK(a == 0 && model_slot_acquire(m) == 1 && model_slot_acquire(m) == -1, "two slots, then none");
-    st = (model_step_seq){a, longp, 9};
+    st = (model_step_seq){.slot = a, .ids = longp, .n = 9};
     CHECK(model_step(m, &st, 1, logits, &err) < 0 && strstr(err.msg, "exceed its 8"), "%s", err.msg);
     CHECK(model_slot_len(m, a) == 0, "a refused step appends nothing");
     model_opts o = {.dtype = DT_I8, .group = 48};
@@ -501,12 +622,14 @@ static void tiny_model_initialises_from_its_seed(void) {
 int main(void) {
     RUN(kv_cache_decode_equals_full_forward);
     RUN(scoring_alone_equals_scoring_in_a_batch);
+    RUN(scoring_a_group_with_its_prompt_once_equals_scoring_each_whole);
     RUN(saved_weights_load_back_identically);
     RUN(sampler_precisions_stay_close_to_f32);
     RUN(standby_weights_swapped_in_compute_as_a_model_built_with_them);
     RUN(standby_puts_out_of_bounds_are_refused);
     RUN(a_bf16_models_matrix_parameters_are_its_stored_values);
     RUN(new_parameters_have_their_hugging_face_names_and_shapes);
+    RUN(a_shared_prompt_gives_the_sources_rows_and_logits);
     RUN(sequences_longer_than_the_sliding_window_are_refused);
     RUN(bad_input_is_refused_with_a_reason);
     RUN(tiny_model_initialises_from_its_seed);
