@@ -100,7 +100,7 @@ struct model {
     double *su, *slogp;
     int32_t *stok;
     int32_t *frows;
-    float *kvs_k, *kvs_v;
+    float *kvs_k, *kvs_v, *d_kvs_k, *d_kvs_v;
 
     // Training (model_train_init): gradient and AdamW moments, (nparams) each,
     // in the order of params.
@@ -120,9 +120,9 @@ struct model {
     int *slot_len;
     unsigned char *slot_used;
     // The key/value rows that a forward with_cache stores and attends to: the
-    // KV cache (kv_stride = slots·max_len rows a layer), or for scoring
-    // shared prompts the work buffers kvs_k, kvs_v (one layer's rows at a time:
-    // kv_stride 0).
+    // KV cache (kv_stride = slots·max_len rows a layer), or when scoring or
+    // training shares prompts the work buffers kvs_k, kvs_v (one layer's rows
+    // at a time: kv_stride 0).
     float *kvk, *kvv;
     size_t kv_stride;
     // The shared prefixes of the forward under way (model_step_seq.shared,
@@ -678,6 +678,8 @@ static size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(frows, N),                      // (N) int32 the source rows of shared prefixes
         WBUF(kvs_k, N * KVD),                // (N, NKV, HS) one layer's keys when scoring shares prompts
         WBUF(kvs_v, N * KVD),                // (N, NKV, HS) and values
+        WBUF(d_kvs_k, N * KVD),              // (N, NKV, HS) their gradients (model_backward)
+        WBUF(d_kvs_v, N * KVD),              // (N, NKV, HS)
     };
     _Static_assert(sizeof b / sizeof *b <= WT_MAX, "work_table: raise WT_MAX");
     memcpy(t, b, sizeof b);
@@ -946,9 +948,10 @@ static int same_prompt(const model_seq *seqs, size_t prev, size_t i) {
 // share: a sequence whose prompt is its predecessor's computes none of it.
 // Its key/value rows (one layer's, m->kvs_k, m->kvs_v) start with a copy of
 // the prompt's rows of the sequence leading them (m->forks, m->rows), and the
-// logits after the prompt are the leader's. *shared says whether any does.
+// logits after the prompt are the leader's. *shared says whether any does;
+// *Nkv is the key/value rows (N without sharing).
 static int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *N_, size_t *R_,
-                       size_t *nseq_, int *shared_, rl_err *err) {
+                       size_t *nseq_, int *shared_, size_t *Nkv_, rl_err *err) {
     size_t N = 0, R = 0, nseq = 0, Nown = 0, prev = SIZE_MAX;
     int shared = 0;
     for (size_t i = 0; i < n; i++) {
@@ -972,6 +975,7 @@ static int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, s
         if (N > max_batch_tokens(m)) return err_set(err, "batch of over %zu tokens: score it in parts", max_batch_tokens(m));
     }
     *N_ = shared ? Nown : N;
+    *Nkv_ = N;
     *R_ = R;
     *nseq_ = nseq;
     *shared_ = shared;
@@ -992,11 +996,11 @@ static int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, s
         int follows = share && same_prompt(seqs, prev, i);
         prev = i;
         size_t j0 = follows ? P : 0;   // its first token computed: after a shared prompt, the second scored
-        if (follows) {
+        if (follows && len > j0) {   // one with a single token reads the leader's logits only
             for (size_t t = 0; t < P; t++) frows[f0 + t] = (int32_t)(lead_kv + t);
             add_fork(m, (int)kv, f0, P);
             f0 += P;
-        } else {
+        } else if (!follows) {
             lead_q0 = q0;
             lead_kv = kv;
         }
@@ -1068,17 +1072,20 @@ static void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
     free(v);
 }
 
+// Keys and values of shared prompts through the work buffers, one layer's rows at a time.
+static void kv_work(model_t *m) {
+    m->kvk = m->kvs_k;
+    m->kvv = m->kvs_v;
+    m->kv_stride = 0;
+}
+
 static int score(model_t *m, model_seq *seqs, size_t n, int share, rl_err *err) {
-    size_t N, R, nseq;
+    size_t N, R, nseq, Nkv;
     int shared;
-    if (pack_scored(m, seqs, n, share, &N, &R, &nseq, &shared, err) < 0) return -1;
+    if (pack_scored(m, seqs, n, share, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
     if (R == 0) return 0;
     const rl_ops *o = m->ops;
-    if (shared) {   // keys and values through rows of one layer at a time
-        m->kvk = m->kvs_k;
-        m->kvv = m->kvs_v;
-        m->kv_stride = 0;
-    }
+    if (shared) kv_work(m);
     forward(m, (int)N, (int)nseq, shared);
     m->nforks = 0;
     size_t chunk = (size_t)m->lrows;
@@ -1152,14 +1159,42 @@ static float *grad_of(const model_t *m, const void *param) {
     return param ? m->grads + ((const float *)param - m->w.params) : NULL;
 }
 
-// The forward of model_score (no cache), keeping what the backward needs;
-// the residual stream after the last layer is resid_at(m, layers, N).
-static void forward_train(model_t *m, int N, int nseq) {
+// The forward of model_score, keeping what the backward needs; the residual
+// stream after the last layer is resid_at(m, layers, N). shared: prompts
+// shared as pack_scored laid them out (keys and values through kv_work).
+static void forward_train(model_t *m, int N, int nseq, int shared) {
     m->ops->embed(resid_at(m, 0, N), &m->w.embed, m->ids, N);
+    if (shared) kv_work(m);
     for (int l = 0; l < m->c.layers; l++) {
         saved s = saved_at(m, l, N);
-        layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, 0);   // d_h: h, kept only for down
+        layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, shared);   // d_h: h, kept only for down
     }
+}
+
+// Attention's backward when prompts are shared (pack_scored): the layer's key
+// and value rows rebuilt from its saved k, v (N tokens) and the copies of the
+// shared prompts; their gradients (Nkv rows) taken, each copy's added to the
+// prompt rows it copied, and the tokens' rows gathered into d_k, d_v.
+static void attention_backward_shared(model_t *m, const saved *s, int N, int Nkv, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int KVD = c->kv_heads * c->head_dim;
+    o->scatter_rows(m->kvs_k, m->rows, s->k, N, KVD);
+    o->scatter_rows(m->kvs_v, m->rows, s->v, N, KVD);
+    for (int f = 0; f < m->nforks; f++) {
+        const struct fork *fk = &m->forks[f];
+        o->gather_rows(m->kvs_k + (size_t)fk->dst * KVD, m->kvs_k, m->frows + fk->off, fk->n, KVD);
+        o->gather_rows(m->kvs_v + (size_t)fk->dst * KVD, m->kvs_v, m->frows + fk->off, fk->n, KVD);
+    }
+    o->attention_backward(m->d_q, m->d_kvs_k, m->d_kvs_v, m->d_att, s->q, m->kvs_k, m->kvs_v, s->att, s->lse,
+                          m->seqs, nseq, Nkv, c->heads, c->kv_heads, c->head_dim);
+    for (int f = 0; f < m->nforks; f++) {   // a copy's gradient is its source rows' too
+        const struct fork *fk = &m->forks[f];
+        o->embed_backward(m->d_kvs_k, m->d_kvs_k + (size_t)fk->dst * KVD, m->frows + fk->off, fk->n, KVD);
+        o->embed_backward(m->d_kvs_v, m->d_kvs_v + (size_t)fk->dst * KVD, m->frows + fk->off, fk->n, KVD);
+    }
+    o->gather_rows(m->d_k, m->d_kvs_k, m->rows, N, KVD);
+    o->gather_rows(m->d_v, m->d_kvs_v, m->rows, N, KVD);
 }
 
 // The output layer in chunks of rows, forward and backward at once: the
@@ -1186,7 +1221,8 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
         o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
         o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
         o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->w.norm, rows, C, eps);
-        o->scatter_rows(m->d_x, m->sel + r0, m->hrows, rows, C);          // scored rows are distinct
+        o->embed_backward(m->d_x, m->hrows, m->sel + r0, rows, C);        // added: samples sharing a
+                                                                          // prompt score its last row
     }
     free(lp);
     free(dl);
@@ -1194,7 +1230,8 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
 
 // Backward through the layers, from d_x = dloss/d(last residual stream)
 // down to the embeddings; every parameter gradient accumulates.
-static void layers_backward(model_t *m, int N, int nseq) {
+// Nkv: key/value rows when prompts are shared (pack_scored), else 0.
+static void layers_backward(model_t *m, int N, int nseq, int Nkv) {
     const model_config *c = &m->c;
     const rl_ops *o = m->ops;
     int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
@@ -1218,8 +1255,11 @@ static void layers_backward(model_t *m, int N, int nseq) {
         // (qwen3: q and k normed per head before rope)
         o->matmul_dw(grad_of(m, L->o.data), grad_of(m, L->bo), dres, s.att, N, C, QD);
         o->matmul_dx(m->d_att, dres, &L->o, N, 0);
-        o->attention_backward(m->d_q, m->d_k, m->d_v, m->d_att, s.q, s.k, s.v, s.att, s.lse, m->seqs, nseq,
-                              N, NH, NKV, HS);
+        if (Nkv)
+            attention_backward_shared(m, &s, N, Nkv, nseq);
+        else
+            o->attention_backward(m->d_q, m->d_k, m->d_v, m->d_att, s.q, s.k, s.v, s.att, s.lse, m->seqs, nseq,
+                                  N, NH, NKV, HS);
         o->rope_backward(m->d_q, m->pos, m->cos_sin, N, NH, HS);
         o->rope_backward(m->d_k, m->pos, m->cos_sin, N, NKV, HS);
         float *dq = m->d_q, *dk = m->d_k;   // d(q_proj output), d(k_proj output)
@@ -1244,14 +1284,15 @@ static void layers_backward(model_t *m, int N, int nseq) {
 
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {
     if (!m->grads) return err_set(err, "model_backward before model_train_init");
-    size_t N, R, nseq;
+    size_t N, R, nseq, Nkv;
     int shared;
-    if (pack_scored(m, seqs, n, 0, &N, &R, &nseq, &shared, err) < 0) return -1;
-    if (nseq == 0) return 0;
+    if (pack_scored(m, seqs, n, 1, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
+    if (R == 0) return 0;
     group_reserve(m, &m->train, train_table, (int)N);
-    forward_train(m, (int)N, (int)nseq);
+    forward_train(m, (int)N, (int)nseq, shared);
     head_train(m, (int)N, R, want_entropy(seqs, n), dlogp, ctx);
-    layers_backward(m, (int)N, (int)nseq);
+    layers_backward(m, (int)N, (int)nseq, shared ? (int)Nkv : 0);
+    m->nforks = 0;
     download_scored(m, seqs, n, R);
     return 0;
 }

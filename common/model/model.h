@@ -109,9 +109,11 @@ const rl_ops *model_ops(const model_t *m);
 // r0, each token once) and writes dlogp[i] = dℓ/dlogp for each.
 typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *logp, float *dlogp);
 
-// One forward and backward pass over the sequences (as model_score, whose
-// errors it shares): fills seqs[i].logp (and entropy) and adds dL/dθ to the
-// gradient, so that calls between two model_zero_grad accumulate.
+// One forward and backward pass over the sequences (as model_score_groups,
+// whose errors it shares: a prompt that consecutive sequences share is
+// computed once, and its rows take the gradient of every sequence that reads
+// them): fills seqs[i].logp (and entropy) and adds dL/dθ to the gradient, so
+// that calls between two model_zero_grad accumulate.
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err);
 void model_zero_grad(model_t *m);
 // Σ over the parameters of the moments' range (all, but for

@@ -54,9 +54,10 @@ def model(name, **kw):
 
 
 def records(n_groups=4, group_size=4, seed=1, vocab=96, w=True, mask=True, logp_learner=False, ref=None,
-            temperatures=(1.0, 0.7), equal_group=True):
+            temperatures=(1.0, 0.7), equal_group=True, shared_prompt=False):
     """Rollout records with groups of varied rewards (the last one all equal
-    when equal_group), prompts of 1-6 and completions of 1-12 tokens."""
+    when equal_group), prompts of 1-6 and completions of 1-12 tokens; with
+    shared_prompt, one prompt for each group, as rl-sample writes them."""
     rng = random.Random(seed)
     out = []
     for g in range(n_groups):
@@ -65,9 +66,11 @@ def records(n_groups=4, group_size=4, seed=1, vocab=96, w=True, mask=True, logp_
             rewards = [1.0] * group_size
         elif len(set(rewards)) == 1:
             rewards[0] += 1
+        shared = [rng.randrange(vocab) for _ in range(rng.randint(1, 6))] if shared_prompt else None
         for k in range(group_size):
             n = rng.randint(1, 12)
-            r = {"id": len(out), "group": g, "prompt_ids": [rng.randrange(vocab) for _ in range(rng.randint(1, 6))],
+            prompt = shared or [rng.randrange(vocab) for _ in range(rng.randint(1, 6))]
+            r = {"id": len(out), "group": g, "prompt_ids": list(prompt),
                  "ids": [rng.randrange(vocab) for _ in range(n)], "reward": rewards[k],
                  "temperature": temperatures[len(out) % len(temperatures)],
                  "logp": [f32(-rng.uniform(0.1, 3)) for _ in range(n)], "ver": [0] * n}
@@ -199,6 +202,14 @@ def pg_gradients_match_autograd_with_gqa_w_and_mask_untied():
 def pg_gradients_match_autograd_tied_embeddings():
     d = model("tied", tie=True, seed=4)
     check_grads(d, records(seed=2), loss="pg")
+
+
+@case
+def gradients_match_autograd_when_a_groups_samples_share_their_prompt():
+    # rl-learn computes a prompt that consecutive records share once; its
+    # rows take the gradient of every sample that reads them.
+    d = model("gshared")
+    check_grads(d, records(seed=8, group_size=5, shared_prompt=True), loss="pg")
 
 
 @case
