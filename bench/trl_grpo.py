@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""TRL's GRPOTrainer on the task of experiments/smollm2, with the settings of
+rlpipe's run there (bench/trl.sh runs it in .deps/trl-venv; its header says
+which settings match and what differs).
+
+    trl_grpo.py --model DIR --prompts FILE --out DIR [--steps N] [--seed S]
+                [--save-every K] [--threads T] [--group G] [--batch N]
+                [--lr X] [--temperature T] [--max-new-tokens N]
+
+FILE is JSON lines {"messages": [...], "answer": "..."} (train.jsonl of
+experiments/smollm2/task.py); the reward is rl-sample's number verifier
+(bench/eval_hf.py's number_reward). OUT receives
+  train.jsonl   one line per optimizer step: {"step", "step_s" (its wall time:
+                sampling, scoring, forward and backward, the update), "gen_s"
+                (of which sampling and scoring), "save_s",
+                "elapsed_s" (since training began, saves included),
+                "reward_mean", "reward_std", "frac_reward_zero_std",
+                "completion_len_mean", "clipped_ratio", "grad_norm" (of TRL's
+                loss, before clipping: rlpipe's scale is 32 times it), "lr"}
+  ckpt/vNNNNNN  the model after step N, every K steps and after the last,
+                Hugging Face format with the tokenizer files (written under a
+                temporary name, then renamed: a vNNNNNN is always complete)
+  run.json      the settings, the package versions, load and train seconds
+Exit 1 on a bad FILE line or a failed save; 2 on bad usage.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from eval_hf import number_reward, read_test  # noqa: E402
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--save-every", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--group", type=int, default=8, help="samples per prompt")
+    ap.add_argument("--batch", type=int, default=64, help="samples per optimizer step")
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--loss", choices=("trl", "rlpipe"), default="trl",
+                    help="trl: TRL's default loss normalisation and clipping at gradient norm 1, as users run it; "
+                         "rlpipe: dr_grpo clipped as rl-learn clips (see bench/trl.sh)")
+    o = ap.parse_args(argv)
+    for name in ("steps", "save_every", "threads", "group", "batch", "max_new_tokens"):
+        if getattr(o, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if o.batch % o.group:
+        ap.error(f"--batch {o.batch} must be whole groups of --group {o.group}")
+    if o.seed < 0 or not o.lr > 0 or not o.temperature > 0:
+        ap.error("--seed must be >= 0, --lr and --temperature > 0")
+    return o
+
+
+def number(completions, answer, **_):
+    """TRL reward function: 1.0 when the completion's last number is the answer."""
+    return [number_reward(c[-1]["content"] if isinstance(c, list) else c, a) for c, a in zip(completions, answer)]
+
+
+def main(argv):
+    o = parse(argv)
+    if not os.path.isfile(os.path.join(o.model, "config.json")):
+        sys.exit(f"trl_grpo.py: {o.model}: no config.json")
+    items = read_test(o.prompts, "trl_grpo.py")
+    t_start = time.time()
+
+    import torch
+    torch.set_num_threads(o.threads)
+    import datasets
+    import transformers
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    transformers.logging.set_verbosity_warning()
+    transformers.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+    tok = AutoTokenizer.from_pretrained(o.model)
+    model = AutoModelForCausalLM.from_pretrained(o.model, dtype=torch.float32)
+    data = datasets.Dataset.from_list([{"prompt": m, "answer": a} for m, a in items])
+    ckpt = os.path.join(o.out, "ckpt")
+    os.makedirs(ckpt, exist_ok=True)
+
+    # rlpipe's loss is -(1/batch) sum_t A logp[t]; dr_grpo's the same sum over
+    # batch x max_completion_length: clipping its gradient at 1/max_new_tokens
+    # is clipping rlpipe's at 1 (rl-learn's --grad-clip default). --loss trl
+    # keeps TRL's own defaults for both.
+    loss = {} if o.loss == "trl" else {"loss_type": "dr_grpo", "max_grad_norm": 1.0 / o.max_new_tokens}
+    cfg = GRPOConfig(
+        output_dir=os.path.join(o.out, "trainer"), max_steps=o.steps, seed=o.seed, data_seed=o.seed,
+        per_device_train_batch_size=o.batch, gradient_accumulation_steps=1, steps_per_generation=1,
+        num_generations=o.group, num_iterations=1, max_completion_length=o.max_new_tokens,
+        temperature=o.temperature, top_p=1.0, top_k=0,
+        learning_rate=o.lr, lr_scheduler_type="constant", warmup_steps=0,
+        optim="adamw_torch", weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
+        scale_rewards="group", beta=0.0, epsilon=0.2, mask_truncated_completions=False,
+        use_vllm=False, bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True,
+        logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, log_completions=False,
+        dataloader_num_workers=0, **loss,
+    )
+
+    log = open(os.path.join(o.out, "train.jsonl"), "w")
+
+    class StepLog(TrainerCallback):
+        """Times each step, saves every --save-every steps, writes train.jsonl."""
+
+        def __init__(self):
+            self.t0 = self.t_step = None
+            self.step_s = self.save_s = self.gen_s = 0.0
+
+        def on_train_begin(self, args, state, control, **kw):
+            self.t0 = time.time()
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t_step = time.time()
+            self.gen_s = 0.0
+
+        def on_step_end(self, args, state, control, **kw):
+            t = time.time()
+            self.step_s = t - self.t_step
+            self.save_s = 0.0
+            if state.global_step % o.save_every == 0 or state.global_step == o.steps:
+                save(state.global_step)
+                self.save_s = time.time() - t
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if not logs or "reward" not in logs:
+                return
+            rec = {"step": state.global_step, "step_s": round(self.step_s, 3), "gen_s": round(self.gen_s, 3),
+                   "save_s": round(self.save_s, 3),
+                   "elapsed_s": round(time.time() - self.t0, 3), "reward_mean": logs["reward"],
+                   "reward_std": logs.get("reward_std"), "frac_reward_zero_std": logs.get("frac_reward_zero_std"),
+                   "completion_len_mean": logs.get("completions/mean_length"),
+                   "clipped_ratio": logs.get("completions/clipped_ratio"), "grad_norm": logs.get("grad_norm"),
+                   "lr": logs.get("learning_rate")}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(f"trl_grpo.py: step {rec['step']}: {rec['step_s']:.1f} s, reward {rec['reward_mean']:.3f}, "
+                  f"elapsed {rec['elapsed_s']:.0f} s", file=sys.stderr, flush=True)
+
+    def save(step):
+        final = os.path.join(ckpt, f"v{step:06d}")
+        tmp = os.path.join(ckpt, f".tmp-v{step:06d}-{os.getpid()}")
+        try:
+            trainer.model.save_pretrained(tmp, safe_serialization=True)
+            tok.save_pretrained(tmp)
+            if os.path.exists(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except OSError as e:
+            sys.exit(f"trl_grpo.py: saving {final}: {e}")
+
+    steplog = StepLog()
+    trainer = GRPOTrainer(model=model, reward_funcs=number, args=cfg, train_dataset=data, processing_class=tok,
+                          callbacks=[steplog])
+    # The sampling part of a step: TRL's (private) method that generates and
+    # scores a batch, timed from outside; gen_s stays 0 if a TRL lacks it.
+    generate = getattr(trainer, "_generate_and_score_completions", None)
+    if generate is not None:
+        def timed_generate(*a, **kw):
+            t = time.time()
+            out = generate(*a, **kw)
+            steplog.gen_s += time.time() - t
+            return out
+        trainer._generate_and_score_completions = timed_generate
+    t_load = time.time() - t_start
+    t0 = time.time()
+    trainer.train()
+    t_train = time.time() - t0
+    log.close()
+    run = {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
+           "model": o.model, "prompts": o.prompts, "steps": o.steps, "seed": o.seed, "save_every": o.save_every,
+           "threads": o.threads, "group": o.group, "batch": o.batch, "lr": o.lr, "temperature": o.temperature,
+           "max_new_tokens": o.max_new_tokens, "loss_type": cfg.loss_type, "max_grad_norm": cfg.max_grad_norm,
+           "weight_decay": cfg.weight_decay, "beta": cfg.beta, "load_s": round(t_load, 3),
+           "train_s": round(t_train, 3)}
+    with open(os.path.join(o.out, "run.json"), "w") as f:
+        json.dump(run, f)
+        f.write("\n")
+    print(f"trl_grpo.py: {o.steps} steps in {t_train:.0f} s; {o.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
