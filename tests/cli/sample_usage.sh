@@ -33,6 +33,47 @@ expect "--verifier-cmd under the sanitizers: exit 0" 0 'reward mean 1\.0000' -- 
 expect "-q: exit 0" 0 '' -- rl-sample -q --model m --max-new-tokens 2 p.jsonl -o out3.rlr
 check "-q: nothing on stderr" "stderr: $(head -c 200 err)" [ ! -s err ]
 
+# ---- --ignore-eos: an eos id no longer ends a completion; --max-new-tokens and
+# --stop strings still do. Model me is m whose eos is a token that greedy
+# decoding of eos.jsonl picks (the first one after the first token that is new).
+printf '{"prompt": "2*5="}\n' > eos.jsonl
+rl-sample -q --model m --temperature 0 --max-new-tokens 8 eos.jsonl -o greedy.rlr && rl-cat --json greedy.rlr > greedy.json 2>/dev/null &&
+"$PY" - <<'EOF' || fail setup "could not write the model with a sampled eos"
+import json, shutil
+g = json.loads(open("greedy.json").read())
+k = next(i for i in range(1, len(g["ids"])) if g["ids"][i] not in g["ids"][:i])
+shutil.copytree("m", "me")
+c = json.load(open("me/config.json"))
+c["eos_token_id"] = g["ids"][k]
+json.dump(c, open("me/config.json", "w"))
+EOF
+expect "without --ignore-eos the model's eos ends the greedy completion: exit 0" 0 '' -- \
+    rl-sample --model me --temperature 0 --max-new-tokens 8 eos.jsonl -o eos.rlr
+expect "--ignore-eos: exit 0, 8 tokens" 0 ', 8 tokens, ' -- \
+    rl-sample --model me --ignore-eos --temperature 0 --max-new-tokens 8 eos.jsonl -o noeos.rlr
+rl-cat --json eos.rlr > eos.json 2>/dev/null; rl-cat --json noeos.rlr > noeos.json 2>/dev/null
+# The stop string: a character of the greedy text that the text up to the eos lacks.
+"$PY" - > stopstr <<'EOF'
+import json
+g, e = (json.loads(open(f).read()) for f in ("greedy.json", "eos.json"))
+print(next(ch for ch in reversed(g["text"]) if ch.isalnum() and ch not in e["text"]))
+EOF
+expect "--ignore-eos with --stop: exit 0" 0 '' -- \
+    rl-sample --model me --ignore-eos --stop "$(cat stopstr)" --temperature 0 --max-new-tokens 8 eos.jsonl -o stop.rlr
+rl-cat --json stop.rlr > stop.json 2>/dev/null
+pycheck "--ignore-eos: the eos id is sampled and kept, the completion runs to --max-new-tokens; --stop still ends it" \
+    "$(cat stopstr)" <<'EOF'
+import json, sys
+g, e, n, s = (json.loads(open(f).read()) for f in ("greedy.json", "eos.json", "noeos.json", "stop.json"))
+eos = json.load(open("me/config.json"))["eos_token_id"]
+k = g["ids"].index(eos)
+assert e["finish"] == "stop" and e["ids"] == g["ids"][:k + 1], ("without --ignore-eos", e["finish"], e["ids"])
+assert n["finish"] == "length" and n["ids"] == g["ids"] and len(n["ids"]) == 8, ("--ignore-eos", n["finish"], n["ids"])
+assert s["finish"] == "stop" and s["stop_reason"] == sys.argv[1], ("--stop", s["finish"], s.get("stop_reason"))
+assert k + 1 < len(s["ids"]) <= 8 and s["ids"] == g["ids"][:len(s["ids"])], ("--stop", s["ids"])
+print(f"# eos id {eos} sampled as token {k + 1}; with --ignore-eos 8 tokens; with --stop {sys.argv[1]!r} {len(s['ids'])}")
+EOF
+
 # ---- model and input errors (exit 1)
 expect "--model nonexistent: exit 1 naming it" 1 '^rl-sample: error: cannot load the model: .*nomodel' -- \
     rl-sample --model nomodel p.jsonl -o x.rlr
@@ -81,7 +122,7 @@ expect "--listen on a path that is not a socket: exit 1 naming it" 1 'p.jsonl' -
 expect "output file is an input: usage error" 2 'also an input' -- rl-sample --model m p.jsonl -o p.jsonl
 expect "--help: exit 0" 0 '' -- rl-sample --help
 check "--help: usage on stdout naming every option" "stdout: $(head -c 300 out)" \
-    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --verifier-timeout --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
+    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --verifier-timeout --ignore-eos --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
 help_matches_man rl-sample 20
 expect "--version: exit 0" 0 '' -- rl-sample --version
 check "--version: first line 'rl-sample (rlpipe) 0.1.0'" "stdout: $(head -c 200 out)" \

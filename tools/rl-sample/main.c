@@ -48,6 +48,8 @@ static const char USAGE[] =
     "      --stop STRING      end a completion once its text contains STRING (repeatable;\n"
     "                         \\n and \\t are read as newline and tab); every eos id and\n"
     "                         the chat template's end-of-turn token end one too\n"
+    "      --ignore-eos       eos ids and the end-of-turn token do not end a completion:\n"
+    "                         only --max-new-tokens and --stop do (for benchmarks)\n"
     "      --slots S          sequences decoded together (default 64)\n"
     "      --seed S           shuffles the prompts and seeds every sample (default 0)\n"
     "\n"
@@ -101,6 +103,7 @@ typedef struct {
     cli_chat_args chat;
     uint64_t epochs, max_prompts, max_records;
     int epochs_set, verifier;   // verifier: -1 default, 0 none, 1 builtin
+    int ignore_eos;             // --ignore-eos: no eos id is a stop id
     double verifier_timeout;    // seconds; 0: none
     vf_kind kind;
     cli_out_opts out;
@@ -122,7 +125,7 @@ static char *unescape(const char *s) {
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
-           O_VTIMEOUT, O_CHATARG };
+           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -135,7 +138,8 @@ static options parse_options(int argc, char **argv) {
         {"token-file", required_argument, 0, O_TOKEN},     {"batch", required_argument, 0, O_BATCH},
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
-        {"chat-arg", required_argument, 0, O_CHATARG},     CLI_OUT_LONGOPTS,
+        {"chat-arg", required_argument, 0, O_CHATARG},     {"ignore-eos", no_argument, 0, O_IGNOREEOS},
+        CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
                  .max_lag = -1, .verifier_timeout = 60,
@@ -159,6 +163,7 @@ static options parse_options(int argc, char **argv) {
             break;
         case O_TOPK: o.gen.sp.top_k = (uint32_t)cli_parse_uint("--top-k", optarg, UINT32_MAX, 0); break;
         case O_MAXNEW: o.gen.max_new = cli_parse_uint("--max-new-tokens", optarg, 1 << 20, 1); break;
+        case O_IGNOREEOS: o.ignore_eos = 1; break;
         case O_STOP:
             if (!*optarg) cli_usage_error("--stop: the stop string is empty");
             o.stop = xrealloc(o.stop, (o.gen.n_stop + 1) * sizeof *o.stop);
@@ -276,13 +281,17 @@ int main(int argc, char **argv) {
     // Completions end at every eos id of the config (Llama 3.x Instruct lists
     // three) and of tokenizer_config.json, at the chat template's end of a
     // turn, and at each --stop string that is a special token, which the
-    // text (decoded without special tokens) could never contain.
+    // text (decoded without special tokens) could never contain. With
+    // --ignore-eos only the last: every completion runs to --max-new-tokens
+    // unless a --stop string ends it, as llama.cpp's benchmarks generate.
     uint32_t *stop_ids = xmalloc((size_t)(cfg->n_eos + 3 + (int)o.gen.n_stop) * sizeof *stop_ids);
     size_t n_stop_ids = 0;
-    for (int i = 0; i < cfg->n_eos; i++) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_ids[i];
-    if (!cfg->n_eos && cfg->eos_id >= 0) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_id;
-    if (chat && chat_eos(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_eos(chat);
-    if (chat && chat_end_of_turn(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_end_of_turn(chat);
+    if (!o.ignore_eos) {
+        for (int i = 0; i < cfg->n_eos; i++) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_ids[i];
+        if (!cfg->n_eos && cfg->eos_id >= 0) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_id;
+        if (chat && chat_eos(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_eos(chat);
+        if (chat && chat_end_of_turn(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_end_of_turn(chat);
+    }
     for (size_t i = 0; i < o.gen.n_stop; i++) {
         int64_t id = tok_id(tok, o.stop[i]);
         if (id >= 0 && tok_is_special(tok, (uint32_t)id)) stop_ids[n_stop_ids++] = (uint32_t)id;
