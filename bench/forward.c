@@ -9,11 +9,20 @@
 //
 //   forward write   --model DIR --config 15m|110m|1b [--seed N]
 //   forward sgemm   --m M --n N --k K [--reps R]
+//   forward gemm    --m M --n N --k K [--reps R]
 //   forward score   --model DIR [--dtype D] [--group G] [--records N] [--prompt P]
 //                   [--completion C] [--reps R] [--device D]
 //   forward decode  --model DIR [--dtype D] [--group G] [--slots S[,S...]] [--prompt P]
 //                   [--steps N] [--reps R] [--warmup W] [--sample] [--device D]
 //
+// gemm: one thread's many-row products on the CPU, out (M, N) = x (M, K) ·
+// Wᵀ, each timed over copies of W that together exceed the last-level cache
+// (as decoding reads its weights from memory): cblas_sgemm of f32 weights;
+// bf16 weights widened 128 rows at a time for sgemm (the CPU backend's way
+// without a many-row kernel); the chosen build's kernel (kernels.h gemm) on
+// bf16 weights with f32 inputs (bf16w), with bf16-valued inputs (bf16) and
+// on f32 weights. The methods take turns within each repetition; each line
+// adds gflops= and of_sgemm= (its speed over sgemm's).
 // --device cpu|cuda|auto: the backend of score and decode (default auto, as
 // the tools: CUDA's when built with it and a GPU is there).
 // decode: for each slot count S in turn (a new KV cache each), prefills S
@@ -38,10 +47,13 @@
 #include <time.h>
 
 #include "bench.h"
+#include "model/cpu/kernels.h"
 #include "model/model.h"
 #include "rng.h"
 
 #define MAX_REPS 64   // bench_median takes at most 64
+
+void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 
 static void die(const char *file, int line, const char *msg) {
     fprintf(stderr, "forward: error: %s (%s:%d)\n", msg, file, line);
@@ -128,6 +140,67 @@ static void cmd_sgemm(const args *a) {
     snprintf(what, sizeof what, "sgemm_%dx%dx%d", a->m, a->n, a->k);
     result(what, (double)M, 2.0 * M * N * K, t, a->reps);
     free(x), free(w), free(out);
+}
+
+enum { GEMM_METHODS = 5, GEMM_TILE_ROWS = 128, GEMM_SPAN = 96 << 20 };
+
+// Method k of cmd_gemm on weight copy c: f32 weights wf, bf16 weights wb, input x (f32) or xr (bf16 values).
+static void gemm_method(int k, float *out, const float *x, const float *xr, const float *wf, const uint16_t *wb,
+                        float *tile, int M, int N, int K) {
+    switch (k) {
+    case 0:
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, wf, K, 0.0f, out, N);
+        break;
+    case 1:
+        for (int n0 = 0; n0 < N; n0 += GEMM_TILE_ROWS) {
+            int rows = N - n0 < GEMM_TILE_ROWS ? N - n0 : GEMM_TILE_ROWS;
+            for (int r = 0; r < rows; r++)
+                cpu_K->row_to_f32(tile + (size_t)r * K, wb + (size_t)(n0 + r) * K, NULL, K, 0, DT_BF16);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, rows, K, 1.0f, xr, K, tile, K, 0.0f, out + n0, N);
+        }
+        break;
+    case 2: cpu_K->gemm(out, (size_t)N, x, M, wb, DT_BF16, N, K); break;
+    case 3: cpu_K->gemm(out, (size_t)N, xr, M, wb, DT_BF16, N, K); break;
+    default: cpu_K->gemm(out, (size_t)N, x, M, wf, DT_F32, N, K); break;
+    }
+}
+
+static void cmd_gemm(const args *a) {
+    static const char *names[GEMM_METHODS] = {"sgemm_f32", "widen_sgemm_bf16", "kernel_bf16w", "kernel_bf16",
+                                              "kernel_f32"};
+    size_t M = (size_t)a->m, N = (size_t)a->n, K = (size_t)a->k;
+    cpu_kernels_choose();
+    openblas_set_num_threads(1);
+    if (!cpu_K->gemm) {
+        fprintf(stderr, "forward: the %s kernels have no many-row product (kernels.h gemm)\n", cpu_K->name);
+        exit(1);
+    }
+    size_t copies = GEMM_SPAN / (N * K * 6) + 1;   // f32 and bf16 copies past the cache
+    float *x = xmalloc(M * K * sizeof *x), *xr = xmalloc(M * K * sizeof *xr), *out = xmalloc(M * N * sizeof *out);
+    float *wf = xmalloc(copies * N * K * sizeof *wf), *tile = xmalloc(GEMM_TILE_ROWS * K * sizeof *tile);
+    uint16_t *wb = xmalloc(copies * N * K * sizeof *wb);
+    rl_rng r;
+    rng_seed(&r, a->seed);
+    for (size_t i = 0; i < M * K; i++) x[i] = (float)rng_normal(&r), xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    for (size_t i = 0; i < copies * N * K; i++) wf[i] = (float)rng_normal(&r) * 0.02f, wb[i] = f32_to_bf16(wf[i]);
+    double t[GEMM_METHODS][MAX_REPS];
+    for (int i = -1; i < a->reps; i++)   // one warm-up
+        for (int k = 0; k < GEMM_METHODS; k++) {
+            double t0 = bench_now();
+            for (size_t c = 0; c < copies; c++)
+                gemm_method(k, out, x, xr, wf + c * N * K, wb + c * N * K, tile, a->m, a->n, a->k);
+            if (i >= 0) t[k][i] = (bench_now() - t0) / (double)copies;
+        }
+    double flop = 2.0 * M * N * K, base = bench_median(t[0], a->reps);
+    for (int k = 0; k < GEMM_METHODS; k++) {
+        char what[96], more[128];
+        double med = bench_median(t[k], a->reps);
+        snprintf(what, sizeof what, "gemm_%s_%dx%dx%d", names[k], a->m, a->n, a->k);
+        snprintf(more, sizeof more, "build=%s gflops=%.1f of_sgemm=%.2f", k ? cpu_K->name : "openblas",
+                 flop / med * 1e-9, base / med);
+        result_more(what, (double)M, flop, more, t[k], a->reps);
+    }
+    free(x), free(xr), free(out), free(wf), free(tile), free(wb);
 }
 
 static model_t *load(const args *a) {
@@ -224,7 +297,7 @@ static void decode_slots(model_t *m, const args *a, int S, rl_rng *r) {
     for (int s = 0; s < S; s++) {
         int slot = model_slot_acquire(m);
         if (slot < 0) die(__FILE__, __LINE__, "no free slot");
-        steps[s] = (model_step_seq){slot, prompts + (size_t)s * P, P};
+        steps[s] = (model_step_seq){.slot = slot, .ids = prompts + (size_t)s * P, .n = P};
     }
     double t0 = bench_now();
     if (a->sample) {
@@ -300,7 +373,7 @@ static void parse_slots(const char *s, args *a) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: forward write|sgemm|score|decode [options]  (see bench/forward.c)\n");
+    fprintf(f, "usage: forward write|sgemm|gemm|score|decode [options]  (see bench/forward.c)\n");
 }
 
 int main(int argc, char **argv) {
@@ -355,10 +428,11 @@ int main(int argc, char **argv) {
         }
     }
     if (optind != argc) { usage(stderr); return 2; }
-    int needs_model = strcmp(cmd, "sgemm") != 0;
+    int needs_model = strcmp(cmd, "sgemm") != 0 && strcmp(cmd, "gemm") != 0;
     if (needs_model && !a.model) { fprintf(stderr, "forward: error: %s needs --model DIR\n", cmd); return 2; }
     if (strcmp(cmd, "write") == 0) cmd_write(&a);
     else if (strcmp(cmd, "sgemm") == 0) cmd_sgemm(&a);
+    else if (strcmp(cmd, "gemm") == 0) cmd_gemm(&a);
     else if (strcmp(cmd, "score") == 0) cmd_score(&a);
     else if (strcmp(cmd, "decode") == 0) cmd_decode(&a);
     else { usage(stderr); return 2; }

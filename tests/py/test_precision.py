@@ -253,12 +253,15 @@ def model_logps(d, jobs, dtype, mode, build):
 
 
 @case
-def log_probs_at_int8_fp8_and_bf16_are_the_same_bits_with_the_vnni_and_the_avx2_kernels():
+def log_probs_at_int8_and_fp8_are_the_same_bits_with_the_vnni_and_the_avx2_kernels():
     """The VNNI build is the AVX2 one with other int8 products (kernels.c),
     whose sums are exact: every log-prob must be the same f32, in decoding
-    (few-row products, 8 slots) and scoring (tiled products). fp8 and bf16,
-    which take no int8 product, check that premise: should they differ, the
-    builds differ elsewhere too and this case must be restated. The portable
+    (few-row products, 8 slots) and scoring (tiled products). fp8, which
+    takes no int8 product, checks that premise: should it differ, the builds
+    differ elsewhere too and this case must be restated. bf16 is left out:
+    its many-row products have each build's own kernel (kernels.h gemm:
+    AVX-512 BF16 dot products against AVX2 FMAs), which sum in other orders;
+    its bits are held to the float64 reference instead. The portable
     build sums f32 (attention, SwiGLU, dots) in other orders, so with bf16
     activations its values may round the other way at a bf16 boundary: it is
     held to the products above instead."""
@@ -267,13 +270,13 @@ def log_probs_at_int8_fp8_and_bf16_are_the_same_bits_with_the_vnni_and_the_avx2_
     rnd = random.Random(5)
     jobs = [([rnd.randrange(300) for _ in range(rnd.randint(1, 20))],
              [rnd.randrange(300) for _ in range(rnd.randint(1, 30))], (1.0, 0.7)[i % 2]) for i in range(24)]
-    for dtype in ("int8", "fp8", "bf16"):
+    for dtype in ("int8", "fp8"):
         for mode in (("--slots", "8"), ("--score",)):
             a = model_logps(d, jobs, dtype, mode, "default")
             b = model_logps(d, jobs, dtype, mode, "avx2")
             assert a == b, f"--dtype {dtype} {' '.join(mode)}: log-probs differ between the default and avx2 kernels"
     _, name = product("int8", np.ones((1, 4), np.float32), np.ones((1, 4), np.float32), "default")
-    print(f"  default kernels {name}: int8, fp8, bf16 log-probs identical to avx2's, decoding and scoring")
+    print(f"  default kernels {name}: int8 and fp8 log-probs identical to avx2's, decoding and scoring")
 
 
 shutil.rmtree(WORK, ignore_errors=True)

@@ -1,8 +1,9 @@
 // test_cpu_kernels.c — the CPU backend's builds of its inner loops agree: the
 // int8 products (AVX-512 VNNI, AVX2, portable) give the exact int32 sums, the
-// per-token quantization of a product's input gives the same bits on every
-// build and follows its definition (model/ops.h rl_act), and fp8 rows read
-// back as dtype.h's e4m3 values. The builds the processor runs are tested
+// many-row products of f32 and bf16 weights a double-precision sum to f32
+// rounding, the per-token quantization of a product's input gives the same
+// bits on every build and follows its definition (model/ops.h rl_act), and
+// fp8 rows read back as dtype.h's e4m3 values. The builds the processor runs are tested
 // (and listed first); one without AVX-512 VNNI tests two.
 #include <math.h>
 #include <stdio.h>
@@ -106,6 +107,64 @@ static void many_row_int8_products_give_the_defined_bits(void) {
                 }
         }
         free(x), free(w), free(sx), free(sw), free(out);
+    }
+}
+
+// Builds with a many-row product of f32 or bf16 weights give Σ_k x w to
+// within 1e-5 of Σ_k |x w| (f32 sums in a build's own order; with bf16 inputs
+// and AVX512_BF16 the products are exact), over shapes with partial tiles of
+// input rows (4) and weight rows (3 or 6), K short of a vector (16 f32, 32
+// bf16) or not a multiple of one, N = 5 (the fewest rows the CPU backend
+// gives this product), and N x K large enough to be cut into blocks of rows
+// (256) and of K (300 x 2000); inputs of any f32 value and of bf16 values (as
+// the bf16 precision rounds them), both on bf16 weights. The columns past M
+// of out are left alone.
+static void many_row_float_products_match_a_double_reference(void) {
+    rl_rng r;
+    rng_seed(&r, 7);
+    const int shapes[][3] = {{5, 1, 1},   {5, 4, 16},   {5, 7, 3},      {6, 9, 31},   {9, 5, 33},
+                             {13, 33, 100}, {8, 6, 64}, {64, 96, 576}, {7, 50, 1536}, {300, 7, 2000}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2];
+        size_t ldo = (size_t)M + 3;
+        float *x = malloc((size_t)N * K * sizeof(float)), *wf = malloc((size_t)M * K * sizeof(float));
+        float *out = malloc((size_t)N * ldo * sizeof(float));
+        uint16_t *wb = malloc((size_t)M * K * sizeof(uint16_t));
+        for (size_t i = 0; i < (size_t)N * K; i++) x[i] = (float)(rng_normal(&r) * pow(10, (double)(i % 5) - 2));
+        for (size_t i = 0; i < (size_t)M * K; i++) {
+            wb[i] = f32_to_bf16((float)rng_normal(&r) * 0.05f);
+            wf[i] = (float)rng_normal(&r) * 0.05f;
+        }
+        for (int xkind = 0; xkind < 2; xkind++) {   // 0: any f32, 1: bf16 values
+            if (xkind)
+                for (size_t i = 0; i < (size_t)N * K; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+            for (int wkind = 0; wkind < 2; wkind++) {
+                rl_dtype dt = wkind ? DT_BF16 : DT_F32;
+                for (int b = 0; b < nbuilds; b++) {
+                    if (!builds[b]->gemm) continue;
+                    for (size_t i = 0; i < (size_t)N * ldo; i++) out[i] = -7.0f;
+                    builds[b]->gemm(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt, M, K);
+                    for (int n = 0; n < N; n++) {
+                        for (int m = 0; m < M; m++) {
+                            double want = 0, mag = 0;
+                            for (int k = 0; k < K; k++) {
+                                double w = dt == DT_BF16 ? bf16_to_f32(wb[(size_t)m * K + k]) : wf[(size_t)m * K + k];
+                                want += (double)x[(size_t)n * K + k] * w;
+                                mag += fabs((double)x[(size_t)n * K + k] * w);
+                            }
+                            double got = out[(size_t)n * ldo + m];
+                            CHECK(fabs(got - want) <= 1e-5 * mag,
+                                  "%s: %s weights, %s inputs, %dx%dx%d, out[%d][%d] %.9g, want %.9g (Σ|xw| %.3g)",
+                                  builds[b]->name, dt_name(dt), xkind ? "bf16" : "f32", N, M, K, n, m, got, want, mag);
+                        }
+                        for (size_t m = (size_t)M; m < ldo; m++)
+                            CHECK(out[(size_t)n * ldo + m] == -7.0f, "%s: %dx%dx%d wrote past M in row %d",
+                                  builds[b]->name, N, M, K, n);
+                    }
+                }
+            }
+        }
+        free(x), free(wf), free(out), free(wb);
     }
 }
 
@@ -220,6 +279,7 @@ int main(void) {
     find_builds();
     RUN(int8_products_are_exact_on_every_build);
     RUN(many_row_int8_products_give_the_defined_bits);
+    RUN(many_row_float_products_match_a_double_reference);
     RUN(input_rows_quantize_alike_on_every_build);
     RUN(fp8_rows_read_back_as_their_e4m3_values);
     RUN(e4m3_codes_round_trip_and_saturate);

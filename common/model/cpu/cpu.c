@@ -1,5 +1,6 @@
-// cpu/cpu.c — the CPU backend of ops.h: OpenBLAS sgemm for matrix products
-// of many rows, row kernels (kernels.c) for the few-row products of decoding
+// cpu/cpu.c — the CPU backend of ops.h: kernels.c's many-row products of f32
+// and bf16 weights, else OpenBLAS sgemm, for matrix products of many rows,
+// row kernels (kernels.c) for the few-row products of decoding
 // and for everything elementwise, spread over the threads of pool.h. OpenBLAS
 // is kept single-threaded and called by each thread on its block of weight
 // rows, so one set of threads does all the work. Attention is attention.c;
@@ -113,12 +114,17 @@ static void matmul_few_part(void *ctx, int lo, int hi) {
     free(row);
 }
 
-// The same with sgemm, for many rows; non-f32 weights are converted
-// TILE_ROWS rows at a time.
+// The same for many rows: f32 and bf16 weights by the build's kernel
+// (kernels.h gemm), which reads them as stored; without one, and for the
+// other dtypes, sgemm, non-f32 weights converted TILE_ROWS rows at a time.
 static void matmul_sgemm_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     const rl_mat *W = a->W;
     int M = W->rows, Kd = W->cols, N = a->N;
+    if (cpu_K->gemm && (W->dtype == DT_F32 || W->dtype == DT_BF16) && !a->xscale) {
+        cpu_K->gemm(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo), W->dtype, hi - lo, Kd);
+        return;
+    }
     if (W->dtype == DT_F32) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, hi - lo, Kd, 1.0f, a->x, Kd,
                     (const float *)W->data + (size_t)lo * Kd, Kd, 0.0f, a->out + lo, M);

@@ -43,6 +43,14 @@ typedef struct {
     // n < N, m < M (ops.h ACT_I8's product; the sum exact in int32).
     void (*gemm_i8)(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
                     const float *sw, int M, int K);
+    // Many input rows against f32 or bf16 weight rows as stored (dt; NULL
+    // where a build has no faster way than converting them for sgemm):
+    // out[n·ldo + m] = Σ_k x[n·K + k] w[m·K + k] for n < N, m < M, summed in
+    // f32 (in an order of the build's own). When every x is a bf16 value (the
+    // bf16 precision rounds a product's input so) and the processor has
+    // AVX512_BF16, bf16 pairs are multiplied by vdpbf16ps, whose products are
+    // exact and whose f32 sums treat subnormals as zero.
+    void (*gemm)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt, int M, int K);
 } cpu_kernels;
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
