@@ -518,6 +518,28 @@ AVX2 static inline __attribute__((always_inline)) void gemm_tile_avx2(float *out
         }
 }
 
+// The walk of every build over the tiles of out (N, M): x's rows X + n·ldk,
+// w's rows w + m·ldw, NW weight rows by NX input rows a tile, the last
+// weight rows one at a time, for a tile call TILE(out, x rows, w rows, NX,
+// NW) that each user defines (with M, w, ldw, ldo and ldk in scope).
+#define GEMM_WALK(NXT, NWT, X, OUT, NR)                                                             \
+    for (int m0 = 0; m0 < M; m0 += (NWT)) {                                                         \
+        const char *wm = w + (size_t)m0 * ldw;                                                      \
+        float *om = (OUT) + m0;                                                                     \
+        if (M - m0 < (NWT)) {   /* the last weight rows one at a time */                            \
+            for (int i = 0; i < M - m0; i++) {                                                      \
+                int n = 0;                                                                          \
+                for (; n + (NXT) <= (NR); n += (NXT))                                               \
+                    TILE(om + n * ldo + i, X + n * ldk, wm + i * ldw, NXT, 1);                      \
+                for (; n < (NR); n++) TILE(om + n * ldo + i, X + n * ldk, wm + i * ldw, 1, 1);      \
+            }                                                                                       \
+            break;                                                                                  \
+        }                                                                                           \
+        int n = 0;                                                                                  \
+        for (; n + (NXT) <= (NR); n += (NXT)) TILE(om + n * ldo, X + n * ldk, wm, NXT, NWT);        \
+        for (; n < (NR); n++) TILE(om + n * ldo, X + n * ldk, wm, 1, NWT);                          \
+    }
+
 // All N x M outputs over [k0, k0 + K) of the rows (dt: its instances compiled apart).
 AVX2 static inline __attribute__((always_inline)) void gemm_block_avx2(float *out, size_t ldo, const float *x,
                                                                       int N, const char *w, int M, size_t ldk,
@@ -525,24 +547,9 @@ AVX2 static inline __attribute__((always_inline)) void gemm_block_avx2(float *ou
     size_t ws = dt == DT_BF16 ? 2 : 4, ldw = ldk * ws;
     int add = k0 > 0;
     x += k0, w += (size_t)k0 * ws;
-    for (int m0 = 0; m0 < M; m0 += G2_NW) {
-        const char *wm = w + (size_t)m0 * ldw;
-        float *om = out + m0;
-        if (M - m0 < G2_NW) {   // the last weight rows one at a time
-            for (int m = m0; m < M; m++) {
-                const char *wr = w + (size_t)m * ldw;
-                int n = 0;
-                for (; n + G2_NX <= N; n += G2_NX)
-                    gemm_tile_avx2(out + n * ldo + m, ldo, x + n * ldk, ldk, wr, ldw, K, dt, add, G2_NX, 1);
-                for (; n < N; n++) gemm_tile_avx2(out + n * ldo + m, ldo, x + n * ldk, ldk, wr, ldw, K, dt, add, 1, 1);
-            }
-            break;
-        }
-        int n0 = 0;
-        for (; n0 + G2_NX <= N; n0 += G2_NX)
-            gemm_tile_avx2(om + n0 * ldo, ldo, x + n0 * ldk, ldk, wm, ldw, K, dt, add, G2_NX, G2_NW);
-        for (; n0 < N; n0++) gemm_tile_avx2(om + n0 * ldo, ldo, x + n0 * ldk, ldk, wm, ldw, K, dt, add, 1, G2_NW);
-    }
+#define TILE(o, xr, wr, NX, NW) gemm_tile_avx2(o, ldo, xr, ldk, wr, ldw, K, dt, add, NX, NW)
+    GEMM_WALK(G2_NX, G2_NW, x, out, N)
+#undef TILE
 }
 
 AVX2 static void gemm_avx2(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt, int M, int K) {
@@ -828,27 +835,6 @@ AVX512BF16 static inline __attribute__((always_inline)) void gemm_tile_dp(float 
     for (int j = 0; j < NX; j++) gemm_store512(out + j * ldo, acc[j], add, NW);
 }
 
-// gemm_block_avx2's walk over the tiles of out (N, M), x's rows X + n·ldk, w's
-// rows w + m·ldw, for a tile call TILE(out, x rows, w rows, NX, NW) that each
-// user defines.
-#define GEMM_WALK512(X, OUT, NR)                                                                    \
-    for (int m0 = 0; m0 < M; m0 += G5_NW) {                                                         \
-        const char *wm = w + (size_t)m0 * ldw;                                                      \
-        float *om = (OUT) + m0;                                                                     \
-        if (M - m0 < G5_NW) {   /* the last weight rows one at a time */                            \
-            for (int i = 0; i < M - m0; i++) {                                                      \
-                int n = 0;                                                                          \
-                for (; n + G5_NX <= (NR); n += G5_NX)                                               \
-                    TILE(om + n * ldo + i, X + n * ldk, wm + i * ldw, G5_NX, 1);                    \
-                for (; n < (NR); n++) TILE(om + n * ldo + i, X + n * ldk, wm + i * ldw, 1, 1);      \
-            }                                                                                       \
-            break;                                                                                  \
-        }                                                                                           \
-        int n = 0;                                                                                  \
-        for (; n + G5_NX <= (NR); n += G5_NX) TILE(om + n * ldo, X + n * ldk, wm, G5_NX, G5_NW);    \
-        for (; n < (NR); n++) TILE(om + n * ldo, X + n * ldk, wm, 1, G5_NW);                        \
-    }
-
 AVX512 static inline __attribute__((always_inline)) void gemm_block512(float *out, size_t ldo, const float *x,
                                                                       int N, const char *w, int M, size_t ldk,
                                                                       int k0, int K, rl_dtype dt) {
@@ -856,7 +842,7 @@ AVX512 static inline __attribute__((always_inline)) void gemm_block512(float *ou
     int add = k0 > 0;
     x += k0, w += (size_t)k0 * ws;
 #define TILE(o, xr, wr, NX, NW) gemm_tile512(o, ldo, xr, ldk, wr, ldw, K, dt, add, NX, NW)
-    GEMM_WALK512(x, out, N)
+    GEMM_WALK(G5_NX, G5_NW, x, out, N)
 #undef TILE
 }
 
@@ -927,7 +913,7 @@ AVX512BF16 static void gemm_avx512bf16(float *out, size_t ldo, const float *x, i
             const uint16_t *xk = gemm_xb + k0;
             const char *w = (const char *)wv + (size_t)k0 * 2;
 #define TILE(ot, xr, wr, NX, NW) gemm_tile_dp(ot, ldo, xr, ldk, wr, ldw, len, add, NX, NW)
-            GEMM_WALK512(xk, o, nb)
+            GEMM_WALK(G5_NX, G5_NW, xk, o, nb)
 #undef TILE
         }
     }
