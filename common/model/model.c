@@ -676,7 +676,7 @@ static size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(logits, R * (size_t)c->vocab),  // (lrows, V)
         WBUF(seqs, N),                       // (nseq) sequences; nseq <= N, as each has a token
         WBUF(frows, N),                      // (N) int32 the source rows of shared prefixes
-        WBUF(kvs_k, N * KVD),                // (N, NKV, HS) one layer's keys when scoring shares prompts
+        WBUF(kvs_k, N * KVD),                // (N, NKV, HS) one layer's keys when scoring or training shares prompts
         WBUF(kvs_v, N * KVD),                // (N, NKV, HS) and values
         WBUF(d_kvs_k, N * KVD),              // (N, NKV, HS) their gradients (model_backward)
         WBUF(d_kvs_v, N * KVD),              // (N, NKV, HS)

@@ -212,7 +212,7 @@ static int holder(const gen_t *g, const grp_t *q) {
     return -1;
 }
 
-// The step entry that starts sample s in slot sl. A group's prompt is
+// The step entry that starts sample s (its slot still to be set). A group's prompt is
 // prefilled once: a sample whose group-mate prefills it in this step shares
 // those cache rows and the logits after them; one that starts later shares
 // the rows of a group-mate still decoding and runs the prompt's last token
@@ -220,16 +220,15 @@ static int holder(const gen_t *g, const grp_t *q) {
 // the prompt, or only rows computed with weights since replaced, it prefills
 // it and leads the group: a sample starting after an update computes with
 // the new weights throughout.
-static model_step_seq start_entry(gen_t *g, seq_t *s, int sl) {
-    grp_t *q = s->grp;
-    model_step_seq e = {.slot = sl, .ids = q->prompt, .n = q->n_prompt};
+static model_step_seq start_entry(gen_t *g, const seq_t *s) {
+    const grp_t *q = s->grp;
     int src;
-    if (q->lead_step == g->nstep && q->lead_slot >= 0)
-        e = (model_step_seq){.slot = sl, .n = 0, .from = q->lead_slot, .shared = q->n_prompt};
-    else if ((src = holder(g, q)) >= 0)
-        e = (model_step_seq){.slot = sl, .ids = q->prompt + q->n_prompt - 1, .n = 1, .from = src,
-                             .shared = q->n_prompt, .replay = 1};
-    return e;
+    if (q->lead_step == g->nstep)   // steps count from 1, so 0 is no lead yet
+        return (model_step_seq){.n = 0, .from = q->lead_slot, .shared = q->n_prompt};
+    if ((src = holder(g, q)) >= 0)
+        return (model_step_seq){.ids = q->prompt + q->n_prompt - 1, .n = 1, .from = src, .shared = q->n_prompt,
+                                .replay = 1};
+    return (model_step_seq){.ids = q->prompt, .n = q->n_prompt};
 }
 
 // Appends a finished group to the done list; with in_order, inserts it by
@@ -260,7 +259,7 @@ long gen_step(gen_t *g, rl_err *err) {
     g->nstep++;
     while (g->head < g->tail && g->n_active < g->o.slots) {
         seq_t *s = g->waiting[g->head];
-        model_step_seq e = start_entry(g, s, -1);
+        model_step_seq e = start_entry(g, s);
         if (prefill && prefill + e.n > PREFILL_TOKENS) break;
         int sl = model_slot_acquire(g->m);
         if (sl < 0) break;
