@@ -219,3 +219,14 @@ int hfw_write(const char *dir, const st_out *t, size_t n, const hfw_write_opts *
     free(shard);
     return rc;
 }
+
+int hfw_save_model(const char *dir, const model_config *c, const st_out *t, size_t n, const hfw_write_opts *o,
+                   rl_err *err) {
+    model_config w = *c;   // torch_dtype says what is written, not what was read
+    snprintf(w.torch_dtype, sizeof w.torch_dtype, "%s",
+             o->dtype == DT_BF16 ? "bfloat16" : o->dtype == DT_F16 ? "float16" : "float32");
+    char *path = path_join(dir, "config.json");
+    int rc = cfg_save(path, &w, err) < 0 ? -1 : hfw_write(dir, t, n, o, err);
+    free(path);
+    return rc;
+}

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint/config.h"
 #include "checkpoint/safetensors.h"
 #include "dtype.h"
 #include "util.h"
@@ -50,5 +51,9 @@ typedef struct {
 // fsynced; the other form's file, if DIR has one, is removed so that only
 // what was written is read back. 0, or -1 with err.
 int hfw_write(const char *dir, const st_out *t, size_t n, const hfw_write_opts *o, rl_err *err);
+// A model directory's config.json (c, its torch_dtype saying o->dtype) and
+// weights (hfw_write). 0, or -1 with err.
+int hfw_save_model(const char *dir, const model_config *c, const st_out *t, size_t n, const hfw_write_opts *o,
+                   rl_err *err);
 
 #endif

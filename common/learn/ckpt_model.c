@@ -3,7 +3,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "checkpoint/hfweights.h"
 #include "checkpoint/safetensors.h"
 #include "learn/zero.h"
 #include "records/json.h"
@@ -11,69 +13,120 @@
 // dir/optimizer.safetensors: the AdamW moments of every parameter, F32, and
 // with params the parameters themselves (under their own names): what resumes
 // exactly when model.safetensors holds them rounded to 16 bits. No file when
-// the model has no training state. Host memory: 2 or 3 × parameters.
+// the model has no training state.
 static const int opt_which[3] = {MODEL_EXP_AVG, MODEL_EXP_AVG_SQ, MODEL_PARAM};
 static const char *const opt_suffix[3] = {".exp_avg", ".exp_avg_sq", ""};
 
-typedef struct {
-    const ckpt_write_opts *o;
-    const model_t *m;
-    dist_t *dist;               // a sharded optimizer's ranks, or NULL
-    const size_t *parts;
-} fill_ctx;
+struct ckpt_snap {
+    model_config c;
+    size_t nt, total;        // tensors; their elements
+    model_tensor *t;         // [nt] names and shapes (the names are the model's: it must outlive the snapshot)
+    float *host;             // [3][total]: the parameters, exp_avg, exp_avg_sq (flat, tensor order)
+    int moments;             // the model has training state: host holds the moments
+};
 
-static int write_optimizer(const char *dir, const fill_ctx *c, int params, rl_err *err) {
-    const model_t *m = c->m;
-    size_t nt = model_ntensors(m), total = 0, per = params ? 3 : 2;
+ckpt_snap *ckpt_snap_new(void) {
+    ckpt_snap *s = xmalloc(sizeof *s);
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+void ckpt_snap_free(ckpt_snap *s) {
+    if (!s) return;
+    free(s->t);
+    free(s->host);
+    free(s);
+}
+
+int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
+    size_t nt = model_ntensors(m), total = 0;
     for (size_t i = 0; i < nt; i++) total += model_tensor_at(m, i).n;
-    if (nt == 0) return 0;
-    float *host = xmalloc(per * total * sizeof(float));
-    if (model_tensor_get(m, MODEL_EXP_AVG, 0, host) < 0) {   // no training state
-        free(host);
-        return 0;
+    if (nt != s->nt || total != s->total) {   // the first snapshot (or another model): reallocated
+        free(s->t);
+        free(s->host);
+        s->t = xmalloc((nt ? nt : 1) * sizeof *s->t);
+        s->host = xmalloc((total ? 3 * total : 1) * sizeof(float));
+        s->nt = nt, s->total = total;
     }
-    st_out *out = xmalloc(per * nt * sizeof *out);
-    char (*names)[128] = xmalloc(per * nt * sizeof *names);
+    s->c = *model_cfg(m);
+    s->moments = nt > 0 && model_tensor_get(m, MODEL_EXP_AVG, 0, s->host + total) == 0;
     size_t off = 0;
-    int rc = 0;
-    for (size_t i = 0; i < nt && rc == 0; i++) {
-        model_tensor t = model_tensor_at(m, i);
-        for (size_t k = 0; k < per && rc == 0; k++) {
-            float *data = host + k * total + off;
-            char *name = names[per * i + k];
-            if ((size_t)snprintf(name, sizeof names[0], "%s%s", t.name, opt_suffix[k]) >= sizeof names[0])
-                rc = err_set(err, "tensor name too long: %s", t.name);
-            else if (model_tensor_get(m, opt_which[k], i, data) < 0)
-                rc = err_set(err, "cannot read the training state of %s from the model", t.name);
-            out[per * i + k] = (st_out){.name = name, .ndim = t.ndim, .shape = {t.shape[0], t.shape[1]}, .data = data};
-        }
-        off += t.n;
+    for (size_t i = 0; i < nt; i++) {
+        s->t[i] = model_tensor_at(m, i);
+        for (int k = 0; k < (s->moments ? 3 : 1); k++)
+            if (model_tensor_get(m, k ? opt_which[k - 1] : MODEL_PARAM, i, s->host + (size_t)k * total + off) < 0)
+                return err_set(err, "cannot read the training state of %s from the model", s->t[i].name);
+        off += s->t[i].n;
     }
     // The other ranks' parts of the moments (this one's are in place).
-    if (rc == 0 && c->dist) rc = zero_gather_moments(m, c->dist, c->parts, host, host + total, err);
+    if (s->moments && d) return zero_gather_moments(m, d, parts, s->host + total, s->host + 2 * total, err);
+    return 0;
+}
+
+// The tensors of array k of s (0: the parameters, 1 and 2: the moments) under
+// their names with suffix, into out[stride·i + at].
+static void snap_tensors(const ckpt_snap *s, int k, const char *suffix, st_out *out, size_t stride, size_t at,
+                         char (*names)[160]) {
+    size_t off = 0;
+    for (size_t i = 0; i < s->nt; i++) {
+        const model_tensor *t = &s->t[i];
+        const char *name = t->name;
+        if (suffix[0]) {
+            snprintf(names[i], sizeof names[i], "%s%s", t->name, suffix);
+            name = names[i];
+        }
+        out[stride * i + at] = (st_out){.name = name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
+                                        .data = s->host + (size_t)k * s->total + off};
+        off += t->n;
+    }
+}
+
+static int write_optimizer(const char *dir, const ckpt_snap *s, int params, rl_err *err) {
+    if (!s->moments) return 0;
+    size_t per = params ? 3 : 2;
+    for (size_t i = 0; i < s->nt; i++)
+        if (strlen(s->t[i].name) + sizeof ".exp_avg_sq" > 160) return err_set(err, "tensor name too long: %s", s->t[i].name);
+    st_out *out = xmalloc((s->nt ? per * s->nt : 1) * sizeof *out);
+    char (*names)[160] = xmalloc((s->nt ? 2 * s->nt : 1) * sizeof *names);
+    for (size_t k = 0; k < per; k++)   // per tensor: exp_avg, exp_avg_sq, and the parameter
+        snap_tensors(s, k < 2 ? (int)k + 1 : 0, opt_suffix[k], out, per, k, names + (k < 2 ? k * s->nt : 0));
     char *path = path_join(dir, "optimizer.safetensors");
-    if (rc == 0) rc = st_write_f32(path, out, per * nt, err);
+    int rc = st_write_f32(path, out, per * s->nt, err);
     free(path);
     free(names);
     free(out);
-    free(host);
     return rc;
 }
 
+typedef struct {
+    const ckpt_write_opts *o;
+    const ckpt_snap *s;
+} fill_ctx;
+
 static int fill(const char *dir, void *ctx, rl_err *err) {
     const fill_ctx *c = ctx;
-    if (model_save_as(c->m, dir, &c->o->save, err)) return -1;
-    return write_optimizer(dir, c, c->o->save.dtype != DT_F32, err);
+    const ckpt_snap *s = c->s;
+    st_out *w = xmalloc((s->nt ? s->nt : 1) * sizeof *w);
+    snap_tensors(s, 0, "", w, 1, 0, NULL);
+    int rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
+    free(w);
+    return rc ? -1 : write_optimizer(dir, s, c->o->save.dtype != DT_F32, err);
+}
+
+int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err) {
+    fill_ctx c = {.o = o, .s = s};
+    return ckpt_publish(o, fill, &c, err);
 }
 
 int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err) {
-    fill_ctx c = {.o = o, .m = m};
-    return ckpt_publish(o, fill, &c, err);
+    return ckpt_write_zero(o, m, NULL, NULL, err);
 }
 
 int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
-    fill_ctx c = {.o = o, .m = m, .dist = d, .parts = parts};
-    return ckpt_publish(o, fill, &c, err);
+    ckpt_snap *s = ckpt_snap_new();
+    int rc = ckpt_snap_take(s, m, d, parts, err) ? -1 : ckpt_snap_write(o, s, err);
+    ckpt_snap_free(s);
+    return rc;
 }
 
 int ckpt_read_optimizer(const char *dir, model_t *m, rl_err *err) {

@@ -26,6 +26,21 @@ int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err);
 // zero_gather_moments.
 int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err);
 
+// The same in two halves, so that a version can be written while the model
+// trains on (ckpt_writer.h): a snapshot holds host copies of what a version
+// holds (the config, the parameters, AdamW's moments), 3 x 4 bytes a
+// parameter, kept from one snapshot to the next.
+typedef struct ckpt_snap ckpt_snap;
+ckpt_snap *ckpt_snap_new(void);
+void ckpt_snap_free(ckpt_snap *s);
+// Copies m into s (d, parts: rank 0 of a sharded optimizer, gathering the
+// other ranks' parts of the moments as ckpt_write_zero does; else NULL). The
+// snapshot names m's tensors: m must outlive it. 0, or -1 with err.
+int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, rl_err *err);
+// Publishes s as ckpt_write publishes a model. Touches no model, so it may
+// run on another thread than the one training. 0, or -1 with err.
+int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err);
+
 // Loads dir/optimizer.safetensors (in a version directory) into the model's
 // AdamW moments, and its parameters when the file has them (model_train_init
 // must have been called). Every tensor must be

@@ -685,6 +685,7 @@ void lrn_metrics_json(const lrn_metrics *m, sbuf *o) {
     put_num(o, "ppo_clipped", m->ppo_clipped, m->ppo);
     put_num(o, "tokens_per_s", m->tokens_per_s, 1);
     put_num(o, "seconds", m->seconds, 1);
+    put_num(o, "save_s", m->save_s, 1);
     put_num(o, "elapsed", m->elapsed, 1);
     sbuf_printf(o, "}");
 }

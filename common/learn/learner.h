@@ -77,6 +77,7 @@ typedef struct {
     int ppo;
     double ppo_clipped;               // PPO: fraction of trained tokens whose clipped term was taken
     double seconds, tokens_per_s;     // of the step; fwd_tokens per second
+    double save_s;                    // writing the step's checkpoint (set by the caller)
     double elapsed;                   // seconds since the learner started, checkpoint written (set by the caller)
 } lrn_metrics;
 

@@ -573,12 +573,6 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
 }
 
 int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    model_config c = m->c;   // torch_dtype says what is written, not what was read
-    snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s",
-             o->dtype == DT_BF16 ? "bfloat16" : o->dtype == DT_F16 ? "float16" : "float32");
-    if (cfg_save(path, &c, err) < 0) return -1;
     float *host = xmalloc(m->nparams * sizeof(float));
     for (size_t i = 0; i < m->nt; i++) model_tensor_get(m, MODEL_PARAM, i, host + m->t[i].off);
     st_out *out = xmalloc(m->nt * sizeof *out);
@@ -587,7 +581,7 @@ int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl
         out[i].shape[0] = m->t[i].shape[0];
         out[i].shape[1] = m->t[i].shape[1];
     }
-    int rc = hfw_write(dir, out, m->nt, o, err);
+    int rc = hfw_save_model(dir, &m->c, out, m->nt, o, err);
     free(out);
     free(host);
     return rc;

@@ -32,10 +32,11 @@ from safetensors.torch import load_file  # noqa: E402
 WORK = tempfile.mkdtemp(prefix="rlpipe-learn-run.", dir=os.environ.get("TMPDIR"))
 LEARN = os.path.join(rltest.BIN, "rl-learn")
 VOCAB = 96
-TIMING = ("tokens_per_s", "seconds", "elapsed")   # metrics that differ between identical steps
+TIMING = ("tokens_per_s", "seconds", "save_s", "elapsed")   # metrics that differ between identical steps
 METRIC_KEYS = ["step", "version", "epoch", "samples", "groups", "trained", "tokens", "fwd_tokens", "reward_mean",
                "reward_std", "accuracy", "adv_mean", "adv_std", "adv_zero", "loss", "grad_norm", "lr", "entropy",
-               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "tokens_per_s", "seconds", "elapsed"]
+               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "tokens_per_s", "seconds", "save_s",
+               "elapsed"]
 
 
 def path(*names):
@@ -165,6 +166,28 @@ def checkpoints_are_complete_versions_one_per_step_with_latest_and_metrics():
     loss_ref = ref_pg_loss(MODEL, recs[:4])
     assert abs(m[0]["loss"] - loss_ref) <= 1e-5 * max(1, abs(loss_ref)), f"loss {m[0]['loss']} vs reference {loss_ref}"
     assert "3 steps (versions 0 to 3)" in err and "0 records left unused" in err and f"{c}/v000003" in err, err
+
+
+ORDER_SRC = write("order.rlr", rollouts([2] * 20, seed=5))   # 20 steps of batch 2
+
+
+@case
+def each_step_is_reported_once_its_version_is_on_the_disk():
+    """Versions are written while the next step runs; a step's metrics line
+    comes after its version is complete and named by latest."""
+    c = path("c_order")
+    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", c, "--batch", "2", "--lr", "1e-3", "--metrics", "-", "-q",
+                          ORDER_SRC], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = []
+    for line in p.stdout:
+        m = json.loads(line)
+        assert int(latest(c)[1:]) >= m["step"], f"step {m['step']} reported while latest names {latest(c)!r}"
+        check_complete(c, m["step"])
+        assert 0 <= m["save_s"] < m["elapsed"], m
+        seen.append(m["step"])
+    err = p.stderr.read().decode()
+    assert p.wait() == 0, f"exit {p.returncode}: {err[-300:]}"
+    assert seen == list(range(1, 21)), seen
 
 
 @case

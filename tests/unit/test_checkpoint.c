@@ -3,10 +3,13 @@
 // names the newest; --keep removes only the oldest; a written version is never
 // replaced; errors name the path; and a writer killed (SIGKILL) at any moment
 // leaves latest naming a complete version, from which the next writer goes on.
+// A version written in the background holds the model as it was when saved,
+// whatever the model does meanwhile, and its failure is reported once.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "learn/ckpt_model.h"
+#include "learn/ckpt_writer.h"
 #include "model/model.h"
 #include "rng.h"
 #include "tmpdir.h"
@@ -331,6 +335,134 @@ static void errors_name_the_path(void) {
     CHECK(state < 0 && strstr(why_state, "\"version\" is not 3"), "'%s'", why_state);
     CHECK(json < 0 && strstr(why_json, "not a JSON object"), "'%s'", why_json);
     CHECK(opt < 0 && strstr(why_opt, "plain/optimizer.safetensors"), "'%s'", why_opt);
+}
+
+// Copies every parameter and moment of src into dst (the same config).
+static void copy_state(model_t *dst, const model_t *src) {
+    for (size_t i = 0; i < model_ntensors(src); i++) {
+        size_t n = model_tensor_at(src, i).n;
+        float *x = malloc(n * sizeof *x);
+        for (int which = MODEL_PARAM; which <= MODEL_EXP_AVG_SQ; which++)
+            if (which != MODEL_GRAD && model_tensor_get(src, which, i, x) == 0) model_tensor_set(dst, which, i, x);
+        free(x);
+    }
+}
+
+// Whether root/vNNNNNN reloads as m, parameters and moments bit for bit.
+static int version_is(const char *root, uint64_t v, const model_t *m, rl_err *err) {
+    char dir[2048];
+    snprintf(dir, sizeof dir, "%s/v%06llu", root, (unsigned long long)v);
+    model_t *back = model_load(dir, NULL, err);
+    int same = back && model_train_init(back, err) == 0 && ckpt_read_optimizer(dir, back, err) == 0 &&
+               same_bits(m, back, MODEL_PARAM) && same_bits(m, back, MODEL_EXP_AVG) &&
+               same_bits(m, back, MODEL_EXP_AVG_SQ);
+    model_free(back);
+    return same;
+}
+
+typedef struct {
+    uint64_t versions[4];
+    int n, on_caller, fail_at;   // fail_at: a version whose done callback fails
+    pthread_t caller;
+    char failed[1024];
+} writer_log;
+
+static int log_done(void *ctx, uint64_t version, rl_err *err) {
+    writer_log *g = ctx;
+    if (g->n < 4) g->versions[g->n++] = version;
+    if (pthread_equal(pthread_self(), g->caller)) g->on_caller = 1;
+    return version == (uint64_t)g->fail_at ? err_set(err, "done refused version %llu", (unsigned long long)version) : 0;
+}
+
+static void log_failed(void *ctx, const char *message) {
+    writer_log *g = ctx;
+    snprintf(g->failed, sizeof g->failed, "%s", message);
+}
+
+static void a_version_written_in_the_background_holds_the_model_as_it_was_when_saved(void) {
+    char base[512], root[1024], state[128], tokdir[1024];
+    rl_err err;
+    CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+    snprintf(root, sizeof root, "%s/ckpt", base);
+    snprintf(tokdir, sizeof tokdir, "%s", base);
+    put_file(base, "tokenizer.json", "{\"version\": \"1.0\"}\n");
+    model_t *m = trained_model(1, &err), *first = trained_model(1, &err), *second = trained_model(2, &err);
+    CHECK(m && first && second, "%s", err.msg);
+    writer_log g = {.caller = pthread_self(), .fail_at = -1};
+    ckpt_writer *w = ckpt_writer_new(log_done, NULL, &g);
+    char copy_from[1024];
+    snprintf(copy_from, sizeof copy_from, "%s", tokdir);
+    ckpt_write_opts o = {.root = root, .version = 1, .state_json = state_of(1, state, sizeof state),
+                         .copy_from = copy_from};
+    int saved1 = ckpt_writer_save(w, &o, m, NULL, NULL, &err);
+    // What the caller's strings and the model become while version 1 is written does not reach it.
+    copy_state(m, second);
+    state_of(2, state, sizeof state);
+    snprintf(copy_from, sizeof copy_from, "%s/none", base);
+    o.version = 2;
+    o.copy_from = tokdir;
+    int saved2 = saved1 == 0 ? ckpt_writer_save(w, &o, m, NULL, NULL, &err) : -1;
+    copy_state(m, first);
+    int waited = saved2 == 0 ? ckpt_writer_wait(w, &err) : -1;
+    char text[256], v1[2048];
+    snprintf(v1, sizeof v1, "%s/v000001", root);
+    int is1 = waited == 0 && version_is(root, 1, first, &err), is2 = is1 && version_is(root, 2, second, &err);
+    int state1 = !strcmp(file_text(v1, "state.json", text, sizeof text), "{\"version\": 1, \"step\": 1}\n");
+    int tok1 = exists(v1, "tokenizer.json"), busy = ckpt_writer_busy(w);
+    ckpt_writer_free(w);
+    model_free(m);
+    model_free(first);
+    model_free(second);
+    rm_rf(base);
+    CHECK(saved1 == 0 && saved2 == 0 && waited == 0, "%s", err.msg);
+    CHECK(is1, "version 1 is not the model as saved: %s", err.msg);
+    CHECK(is2, "version 2 is not the model as saved: %s", err.msg);
+    CHECK(state1 && tok1, "version 1's state.json '%s', tokenizer.json %s", text, tok1 ? "copied" : "missing");
+    CHECK(!busy, "the writer is busy after a wait");
+    CHECK(g.n == 2 && g.versions[0] == 1 && g.versions[1] == 2, "done called %d times", g.n);
+    CHECK(!g.on_caller, "done was called on the caller's thread");
+}
+
+static void a_failed_background_write_is_reported_once(void) {
+    char base[512], file[1024], under[2048], root[2048], state[128];
+    rl_err err;
+    CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+    put_file(base, "plain", "not a directory\n");
+    snprintf(file, sizeof file, "%s/plain", base);
+    snprintf(under, sizeof under, "%s/ckpt", file);   // under a regular file: ENOTDIR
+    model_t *m = trained_model(3, &err);
+    CHECK(m, "%s", err.msg);
+    // Kept: the next save returns it (and writes nothing), once.
+    writer_log g = {.caller = pthread_self(), .fail_at = -1};
+    ckpt_writer *w = ckpt_writer_new(log_done, NULL, &g);
+    ckpt_write_opts o = {.root = under, .version = 0, .state_json = state_of(0, state, sizeof state)};
+    int saved = ckpt_writer_save(w, &o, m, NULL, NULL, &err);
+    int again = ckpt_writer_save(w, &o, m, NULL, NULL, &err);
+    char why_save[1024];
+    snprintf(why_save, sizeof why_save, "%s", err.msg);
+    int busy = ckpt_writer_busy(w), then = ckpt_writer_wait(w, &err);
+    ckpt_writer_free(w);
+    // Given to failed, on the writer's thread; a done callback's error counts too.
+    writer_log h = {.caller = pthread_self(), .fail_at = 1};
+    ckpt_writer *f = ckpt_writer_new(log_done, log_failed, &h);
+    snprintf(root, sizeof root, "%s/ckpt", base);
+    o.root = root;
+    int bad = ckpt_writer_save(f, &o, m, NULL, NULL, &err) == 0 && ckpt_writer_wait(f, &err) < 0;
+    char failed0[1024];
+    snprintf(failed0, sizeof failed0, "%s", h.failed);
+    o.version = 1;
+    o.state_json = state_of(1, state, sizeof state);
+    int refused = ckpt_writer_save(f, &o, m, NULL, NULL, &err) == 0 && ckpt_writer_wait(f, &err) < 0;
+    ckpt_writer_free(f);
+    model_free(m);
+    rm_rf(base);
+    CHECK(saved == 0, "the first save returned before its write: %s", err.msg);
+    CHECK(again < 0 && strstr(why_save, under) && strstr(why_save, "Not a directory"), "'%s'", why_save);
+    CHECK(!busy && then == 0, "the refused save started a write, or its error was returned twice");
+    CHECK(g.n == 0, "done called for a version that failed");
+    CHECK(!bad && failed0[0] == 0, "version 0 failed: '%s'", failed0);
+    CHECK(refused && !strcmp(h.failed, "done refused version 1") && !strcmp(err.msg, h.failed),
+          "failed got '%s', wait '%s'", h.failed, err.msg);
 }
 
 static void removes_stale_temporaries(void) {
@@ -680,6 +812,8 @@ int main(int argc, char **argv) {
     RUN(refuses_to_overwrite_written_version);
     RUN(replaces_unpublished_version_newer_than_latest);
     RUN(errors_name_the_path);
+    RUN(a_version_written_in_the_background_holds_the_model_as_it_was_when_saved);
+    RUN(a_failed_background_write_is_reported_once);
     RUN(removes_stale_temporaries);
     RUN(tidy_finishes_what_a_writer_killed_while_removing_left);
     RUN(second_writer_is_refused);

@@ -2,10 +2,12 @@
 // (learner.h), a complete checkpoint after every step (checkpoint.h), a
 // metrics line per step. The initial model is written first, as the version
 // it had (0 for a model directory that is not a checkpoint); each step makes
-// the next version.
+// the next version, written while the next step runs (ckpt_writer.h) and
+// reported once it is on the disk.
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "cli/cli_device.h"
 #include "clock.h"
 #include "learn/ckpt_model.h"
+#include "learn/ckpt_writer.h"
 #include "learn/learner.h"
 #include "learn/zero.h"
 #include "records/source.h"
@@ -213,7 +216,11 @@ static options parse_options(int argc, char **argv) {
 }
 
 // ---- Signals: a step in progress is abandoned; idle, the tool exits at once.
-static volatile sig_atomic_t stop_requested, busy;
+// Busy is the main thread in a step (busy_step) or a version being written
+// (busy_write): whichever of the two ends last exits, after its checkpoint and
+// metrics line are out. The writer's thread takes no signals.
+static volatile sig_atomic_t stop_requested, busy_step, busy_write;
+static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
 static char stop_message[4200];
 
 static void stop_now(void) {
@@ -222,10 +229,21 @@ static void stop_now(void) {
     _exit(0);
 }
 
+static int load(volatile sig_atomic_t *flag) { return __atomic_load_n(flag, __ATOMIC_SEQ_CST); }
+static void store(volatile sig_atomic_t *flag, int v) { __atomic_store_n(flag, v, __ATOMIC_SEQ_CST); }
+
 static void on_signal(int sig) {
     (void)sig;
-    stop_requested = 1;
-    if (!busy) stop_now();
+    store(&stop_requested, 1);
+    if (!load(&busy_step) && !load(&busy_write)) stop_now();
+}
+
+// Ends one of the two busy parts; exits if a signal came meanwhile and the other is over too.
+static void set_idle(volatile sig_atomic_t *flag) {
+    pthread_mutex_lock(&idle_lock);
+    store(flag, 0);
+    if (load(&stop_requested) && !load(&busy_step) && !load(&busy_write)) stop_now();
+    pthread_mutex_unlock(&idle_lock);
 }
 
 static void set_stop_message(const char *root, uint64_t version) {
@@ -248,6 +266,12 @@ typedef struct {
     dist_t *d;               // the ranks
     int dp, rank;            // data-parallel (dist_active); this rank (0 writes)
     size_t *parts;           // the optimizer's parts of the parameters over the ranks (dp)
+    ckpt_writer *writer;     // rank 0: writes the versions
+    int background;          // the writer works while the next step runs (not data-parallel)
+    int metrics;             // the metrics file's descriptor, or -1
+    lrn_metrics pending;     // the step the version being written ends (reported once it is out)
+    int has_pending;
+    double step_end;         // when that step ended
     sbuf events;             // rank 0: the input not yet sent to the other ranks (input events below)
 } run_t;
 
@@ -258,27 +282,71 @@ static _Noreturn void die_all(run_t *r, const char *msg) {
     dist_abort(r->d, 1);
 }
 
-static void save(run_t *r, learner_t *l) {
+static int report(const options *o, int metrics, const lrn_metrics *m, rl_err *err);
+
+// The writer's thread, once version `version` is published: it is the one a
+// signal names, and the step that made it is reported.
+static int published(void *ctx, uint64_t version, rl_err *err) {
+    run_t *r = ctx;
+    set_stop_message(r->o->out, version);
+    if (r->has_pending) {
+        r->pending.save_s = clock_now() - r->step_end;
+        r->pending.elapsed = clock_now() - r->t0;
+        if (report(r->o, r->metrics, &r->pending, err)) return -1;
+    }
+    set_idle(&busy_write);
+    return 0;
+}
+
+// The writer's thread, when a version written while the next step runs failed.
+static void write_failed(void *ctx, const char *message) {
+    (void)ctx;
+    fprintf(stderr, "%s: error: %s\n", cli_tool(), message);
+    _exit(1);
+}
+
+// Waits for the version being written; a failed write ends the run.
+static void finish_writing(run_t *r) {
+    rl_err e;
+    if (r->writer && ckpt_writer_wait(r->writer, &e)) die_all(r, e.msg);
+}
+
+// Every exit waits for the version being written (one written in the
+// background that fails has ended the process already).
+static ckpt_writer *exit_writer;
+static void wait_at_exit(void) {
+    rl_err e;
+    if (exit_writer) ckpt_writer_wait(exit_writer, &e);
+}
+
+// Writes version r->version, made by step m (NULL: the initial model). In the
+// background unless data-parallel or the initial model: then done on return.
+static void save(run_t *r, learner_t *l, const lrn_metrics *m) {
     rl_err e;
     if (r->rank) {   // the other ranks send their parts of AdamW's moments to rank 0's checkpoint
         if (zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
         return;
     }
+    finish_writing(r);   // (the writer reads pending until then)
+    r->has_pending = m != NULL;
+    if (m) r->pending = *m;
+    r->step_end = clock_now();
     sbuf st = {0};
     ckpt_state_json(&st, &r->o->lrn, r->version, r->steps, r->skip + (l ? lrn_consumed(l) : 0), r->o->seed);
     sbuf_putc(&st, 0);
     ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
                          .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
                          .keep_every = r->o->keep_every, .save = r->o->save};
-    int rc = r->dp ? ckpt_write_zero(&w, r->m, r->d, r->parts, &e) : ckpt_write(&w, r->m, &e);
+    store(&busy_write, 1);
+    int rc = ckpt_writer_save(r->writer, &w, r->m, r->dp ? r->d : NULL, r->parts, &e);
     sbuf_free(&st);
     if (rc) die_all(r, e.msg);
+    if (!r->background || !m) finish_writing(r);
     // The next version copies the tokenizer files from this one: the version
     // a --resume started from may be gone (--keep), this one stays.
     if (r->from[0] && (size_t)snprintf(r->from, sizeof r->from, "%s/v%06llu", r->o->out,
                                        (unsigned long long)r->version) >= sizeof r->from)
         cli_die("path too long: %s", r->o->out);
-    set_stop_message(r->o->out, r->version);
 }
 
 // The model's training state: all of AdamW's moments, or this rank's part.
@@ -332,7 +400,7 @@ static void start(run_t *r, tokenizer **tok) {
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", r->from);
     if (r->from[0] && access(tpath, F_OK) != 0) r->from[0] = 0;   // a model directory without a tokenizer
     if (r->from[0] && !(*tok = tok_load(tpath, &e))) cli_die("%s", e.msg);
-    if (!o->resume) save(r, NULL);
+    if (!o->resume) save(r, NULL, NULL);
 }
 
 static int is_training_kind(const rec_t *h) {
@@ -345,27 +413,29 @@ static int is_training_kind(const rec_t *h) {
 // metrics: the descriptor of the metrics file, or -1. A line that does not
 // fit (a full disk) is cut off again, so that the file holds whole lines only
 // and a --resume appends after the last of them.
-static void report(const options *o, int metrics, const lrn_metrics *m) {
-    if (metrics < 0 && o->quiet) return;
+static int report(const options *o, int metrics, const lrn_metrics *m, rl_err *err) {
+    if (metrics < 0 && o->quiet) return 0;
     sbuf line = {0};
     lrn_metrics_json(m, &line);
     sbuf_putc(&line, '\n');
     struct stat st;
-    if (metrics >= 0 && fstat(metrics, &st)) cli_die("cannot stat: %s: %s", o->metrics, strerror(errno));
-    if (metrics >= 0 && fd_write_all(metrics, line.data, line.len)) {
+    int rc = 0;
+    if (metrics >= 0 && fstat(metrics, &st)) rc = err_set(err, "cannot stat: %s: %s", o->metrics, strerror(errno));
+    else if (metrics >= 0 && fd_write_all(metrics, line.data, line.len)) {
         int e = errno;
         if (S_ISREG(st.st_mode) && ftruncate(metrics, st.st_size))
-            cli_die("write error: %s: %s (and the part of the line written stays: %s)", o->metrics, strerror(e),
-                    strerror(errno));
-        cli_die("write error: %s: %s", o->metrics, strerror(e));
+            rc = err_set(err, "write error: %s: %s (and the part of the line written stays: %s)", o->metrics,
+                         strerror(e), strerror(errno));
+        else rc = err_set(err, "write error: %s: %s", o->metrics, strerror(e));
     }
     sbuf_free(&line);
-    if (o->quiet) return;
+    if (rc || o->quiet) return rc;
     fprintf(stderr, "rl-learn: step %llu: %llu seqs, %llu tokens, loss %.4g, grad %.3g, lr %.3g", (unsigned long long)m->step,
             (unsigned long long)m->samples, (unsigned long long)m->tokens, m->loss, m->grad_norm, m->lr);
     if (m->has_reward) fprintf(stderr, ", reward %.3f, acc %.3f", m->reward_mean, m->accuracy);
     if (m->has_lag) fprintf(stderr, ", lag %.2f", m->lag_mean);
     fprintf(stderr, ", %.0f tok/s, %.2f s\n", m->tokens_per_s, m->seconds);
+    return 0;
 }
 
 // ---- The input on every rank (data-parallel): rank 0 reads it, and what it
@@ -400,25 +470,25 @@ static void send_events(run_t *r) {
 // Takes every step the held records allow, each saved and reported; signals
 // wait (busy) until its checkpoint and metrics line are out. 1 once
 // --max-steps steps are taken.
-static int train(run_t *r, learner_t *l, int metrics, int keep_last, uint64_t *tokens) {
+static int train(run_t *r, learner_t *l, int keep_last, uint64_t *tokens) {
     const options *o = r->o;
     while (!(o->max_steps && r->steps >= o->max_steps)) {
         if (!lrn_ready(l, keep_last)) return 0;
         if (!r->rank) send_events(r);   // the other ranks take this step on the same records
         lrn_metrics m;
         rl_err e;
-        busy = 1;
+        store(&busy_step, 1);
         int rc = lrn_step(l, r->version, r->steps, &m, &e);
         if (rc < 0) die_all(r, e.msg);
-        if (rc > 0) stop_now();   // abandoned: the newest checkpoint is the model before the step
+        if (rc > 0) {   // abandoned: the newest checkpoint is the model before the step
+            finish_writing(r);
+            stop_now();
+        }
         r->version = m.version;
         r->steps = m.step;
         *tokens += m.tokens;
-        save(r, l);
-        m.elapsed = clock_now() - r->t0;
-        if (!r->rank) report(o, metrics, &m);
-        busy = 0;
-        if (stop_requested) stop_now();
+        save(r, l, &m);   // rank 0 reports the step once its version is out
+        set_idle(&busy_step);
     }
     return 1;
 }
@@ -426,7 +496,7 @@ static int train(run_t *r, learner_t *l, int metrics, int keep_last, uint64_t *t
 // Rank 0: the inputs, read; each header and record given to the learner
 // (and queued for the other ranks), a step taken whenever a batch is full.
 // 1 once --max-steps steps are taken.
-static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, int metrics, uint64_t *tokens) {
+static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, uint64_t *tokens) {
     const options *o = r->o;
     uint64_t skipped = 0, nread = 0;
     int warned_drop = 0, done = o->max_steps && r->steps >= o->max_steps;
@@ -458,7 +528,7 @@ static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, int m
             if (lrn_dropped(l, &drop) == 1 && !warned_drop++) cli_warn("%s", drop);   // the first one, at once
             nread++;
             if (lrn_ready(l, 0)) cli_progress_done(&prog);
-            done = train(r, l, metrics, 0, tokens);
+            done = train(r, l, 0, tokens);
             if (cli_progress_due(&prog))
                 cli_progress_print(&prog, "%llu records read, %zu held for step %llu", (unsigned long long)nread,
                                    lrn_held(l), (unsigned long long)r->version + 1);
@@ -499,7 +569,7 @@ static int follow_inputs(run_t *r, learner_t *l, uint64_t *tokens) {
         at += n;
         if (kind == EV_HEADER) lrn_member(l, rec);
         else if (lrn_add(l, rec, where, &e)) die_all(r, e.msg);
-        else if (!done) done = train(r, l, -1, 0, tokens);
+        else if (!done) done = train(r, l, 0, tokens);
     }
     rec_free(rec);
     sbuf_free(&in);
@@ -516,7 +586,7 @@ int main(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    busy = 1;   // until the first checkpoint exists
+    store(&busy_step, 1);   // until the first checkpoint exists
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
@@ -533,17 +603,23 @@ int main(int argc, char **argv) {
         cli_init(tool);
         o.quiet = 1, o.progress = 0, o.metrics = NULL;
     }
+    if (!run.rank) {
+        run.background = !run.dp;
+        run.writer = ckpt_writer_new(published, run.background ? write_failed : NULL, &run);
+        exit_writer = run.writer;
+        atexit(wait_at_exit);
+    }
+    run.metrics = -1;
     tokenizer *tok = NULL;
     start(&run, &tok);
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
-    int metrics = -1, metrics_file = o.metrics && strcmp(o.metrics, "-");
-    if (o.metrics && !metrics_file) metrics = STDOUT_FILENO;
+    int metrics_file = o.metrics && strcmp(o.metrics, "-");
+    if (o.metrics && !metrics_file) run.metrics = STDOUT_FILENO;
     if (metrics_file &&
-        (metrics = open(o.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o.resume ? 0 : O_TRUNC), 0666)) < 0)
+        (run.metrics = open(o.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o.resume ? 0 : O_TRUNC), 0666)) < 0)
         cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
     set_stop_message(o.out, run.version);
-    busy = 0;
-    if (stop_requested) stop_now();
+    set_idle(&busy_step);
     if (run.skip && !o.quiet)
         fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
                 (unsigned long long)run.version, (unsigned long long)run.skip);
@@ -565,13 +641,14 @@ int main(int argc, char **argv) {
     o.lrn.parts = run.parts;
     learner_t *l = lrn_new(run.m, &o.lrn);
     uint64_t first = run.version, tokens = 0;
-    int done = run.rank ? follow_inputs(&run, l, &tokens) : read_inputs(&run, l, inputs, ninputs, metrics, &tokens);
+    int done = run.rank ? follow_inputs(&run, l, &tokens) : read_inputs(&run, l, inputs, ninputs, &tokens);
     if (lrn_dropped(l, NULL) > 1 && !run.rank)
         cli_warn("%zu texts in all had characters with no token, dropped as Hugging Face's tokenizers drops them",
                  lrn_dropped(l, NULL));
     lrn_end(l);
-    if (!done) train(&run, l, metrics, o.keep_last, &tokens);
-    if (metrics_file && close(metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
+    if (!done) train(&run, l, o.keep_last, &tokens);
+    finish_writing(&run);
+    if (metrics_file && close(run.metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
     char ranks[32] = "";
     if (dist_size(run.d) > 1) snprintf(ranks, sizeof ranks, ", %d ranks", dist_size(run.d));
     if (!o.quiet)
@@ -582,6 +659,8 @@ int main(int argc, char **argv) {
     lrn_free(l);
     chat_free(chat);
     tok_free(tok);
+    exit_writer = NULL;
+    ckpt_writer_free(run.writer);
     model_free(run.m);
     free(run.parts);
     sbuf_free(&run.events);

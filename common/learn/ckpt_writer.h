@@ -1,0 +1,42 @@
+// ckpt_writer.h — checkpoint versions written on a thread of their own, so
+// that the learner's next step runs while the last one's version goes to the
+// disk. Writing a version is mostly waiting for the disk (fsync): SmolLM2-135M's
+// 1.6 GB of weights and AdamW moments take seconds, as long as a step.
+//
+// One version at a time: saving waits for the version still being written,
+// then copies the model (ckpt_snap_take, on the caller's thread: the model is
+// only touched there) and hands the copy to the writer's thread, which
+// publishes it (ckpt_snap_write) and then calls done. Signals are blocked on
+// the writer's thread.
+#ifndef RLPIPE_CKPT_WRITER_H
+#define RLPIPE_CKPT_WRITER_H
+
+#include <stdint.h>
+
+#include "learn/ckpt_model.h"
+
+typedef struct ckpt_writer ckpt_writer;
+
+// done(ctx, version, err), on the writer's thread once the version is
+// published: what the caller does then (reports the step). It returns 0, or
+// -1 with err, which counts as the write's error. failed(ctx, message), on
+// the writer's thread when a write (or done) failed; NULL keeps the error for
+// ckpt_writer_wait to return.
+typedef int (*ckpt_done_fn)(void *ctx, uint64_t version, rl_err *err);
+typedef void (*ckpt_failed_fn)(void *ctx, const char *message);
+ckpt_writer *ckpt_writer_new(ckpt_done_fn done, ckpt_failed_fn failed, void *ctx);
+// Waits for the version being written (-1 with its error if it failed), then
+// snapshots m (d, parts as ckpt_snap_take) and starts writing it as
+// ckpt_write would; o and the strings it points to are copied. 0, or -1 with
+// err.
+int ckpt_writer_save(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts,
+                     rl_err *err);
+// Waits until no version is being written: 0, or -1 with the error of the
+// last write (once: the error is then cleared).
+int ckpt_writer_wait(ckpt_writer *w, rl_err *err);
+// 1 while a version is being written.
+int ckpt_writer_busy(ckpt_writer *w);
+// Waits, then frees (NULL: nothing).
+void ckpt_writer_free(ckpt_writer *w);
+
+#endif
