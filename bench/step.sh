@@ -18,9 +18,11 @@
 # output layer only where a token is drawn or scored), and that work's time
 # at the machine's sgemm rate, measured in the same run (OpenBLAS, 2
 # threads, at the MLP's shape) -- "of limit" is that time over the wall
-# time. And where the cores went: the CPU time of each process, read from
-# /proc every 0.2 s; "idle" is the cores' time that no process of the
-# pipeline used.
+# time, for each step, their median, and the whole span's (steps in flight
+# vary: one may find its records ready). And where the time went: rl-learn's
+# step and its checkpoint's write (its metrics' seconds and save_s), and the
+# CPU time of each process, read from /proc every 0.2 s; "idle" is the
+# cores' time that no process of the pipeline used.
 #
 # Environment: MODES (default "inflight sync"), BENCH_OUT, BUILD, BIN (as the
 # Makefile). Results: the table on stdout and in BENCH_OUT/step.txt, the

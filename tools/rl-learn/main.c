@@ -327,10 +327,11 @@ static void save(run_t *r, learner_t *l, const lrn_metrics *m) {
         if (zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
         return;
     }
+    double end = clock_now();
     finish_writing(r);   // (the writer reads pending until then)
     r->has_pending = m != NULL;
     if (m) r->pending = *m;
-    r->step_end = clock_now();
+    r->step_end = end;
     sbuf st = {0};
     ckpt_state_json(&st, &r->o->lrn, r->version, r->steps, r->skip + (l ? lrn_consumed(l) : 0), r->o->seed);
     sbuf_putc(&st, 0);
