@@ -23,7 +23,9 @@
 #   .deps/venv/bin/python bench/eval_hf.py experiments/smollm2/out/data/test.jsonl bench/out/trl/s1/ckpt/v*
 # MODEL (default experiments/smollm2/out/model) and DATA (default
 # experiments/smollm2/out/data) must exist: make -C experiments/smollm2
-# out/.base-eval makes them.
+# out/.base-eval makes them. PROMPTS=FILE (lines as DATA/train.jsonl's)
+# trains on FILE's questions in its order instead of DATA's shuffled: another
+# engine's, for a run on the same questions.
 #
 # Settings, as experiments/smollm2's rlpipe run has them: 8 prompts x 8
 # samples = 64 completions per step and one optimizer step per 64 (no
@@ -101,6 +103,7 @@ mkdir -p "$OUT" || die "cannot create $OUT"
 # threads sleep instead of spinning between the many small operations.
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
-exec "$VENV/bin/python" "$here/trl_grpo.py" --model "$MODEL" --prompts "$DATA/train.jsonl" --out "$OUT" \
+exec "$VENV/bin/python" "$here/trl_grpo.py" --model "$MODEL" --prompts "${PROMPTS:-$DATA/train.jsonl}" --out "$OUT" \
     --steps "$STEPS" --seed "$SEED" --save-every "$K" --threads 2 \
-    --group 8 --batch 64 --lr 1e-5 --temperature 0.7 --max-new-tokens 32 --loss "${LOSS:-trl}"
+    --group 8 --batch 64 --lr 1e-5 --temperature 0.7 --max-new-tokens 32 --loss "${LOSS:-trl}" \
+    ${PROMPTS:+--in-order}

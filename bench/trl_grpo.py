@@ -48,6 +48,9 @@ def parse(argv):
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--in-order", action="store_true",
+                    help="the prompts in the file's order (TRL's shuffle_dataset off): another engine's order, "
+                         "for a run on the same questions")
     ap.add_argument("--loss", choices=("trl", "rlpipe"), default="trl",
                     help="trl: TRL's default loss normalisation and clipping at gradient norm 1, as users run it; "
                          "rlpipe: dr_grpo clipped as rl-learn clips (see bench/trl.sh)")
@@ -106,7 +109,7 @@ def main(argv):
         scale_rewards="group", beta=0.0, epsilon=0.2, mask_truncated_completions=False,
         use_vllm=False, bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True,
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, log_completions=False,
-        dataloader_num_workers=0, **loss,
+        dataloader_num_workers=0, shuffle_dataset=not o.in_order, **loss,
     )
 
     log = open(os.path.join(o.out, "train.jsonl"), "w")

@@ -27,8 +27,9 @@
 # log/sample1.log ... and log/merge.log), and run.json (wall
 # time, exit statuses). The run ends when rl-learn has taken --steps steps:
 # rl-ratio and rl-sample then end by SIGPIPE (status 141), and rl-sync once
-# its receivers have gone. Exit 0 when rl-learn and rl-sync exit 0 and the
-# others 0 or 141.
+# its receivers have gone. A learner that fails ends the samplers and the
+# scorer (SIGTERM): they could wait for its weights and records for ever.
+# Exit 0 when rl-learn and rl-sync exit 0 and the others 0 or 141.
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
@@ -103,8 +104,19 @@ rollouts() {
         "$BIN/rl-ratio" --model "$init" --listen "$r_addr" --batch "$batch" $ratio --metrics "$out/ratio.jsonl" \
             2>"$log/ratio.log" |
         tee "$out/rollouts.rlr" |
-        "${learner[@]}" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
-            --keep 1 --keep-every "$keep_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
+        {
+            "${learner[@]}" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
+                --keep 1 --keep-every "$keep_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
+            rc=$?
+            # A learner that failed leaves the samplers waiting for its weights
+            # (--sync, or at the lag bound) and the scorer waiting for records:
+            # nothing writes into the closed pipe, so no SIGPIPE ends them.
+            # Stop them (again while any is left: one may have been starting).
+            if [ $rc != 0 ]; then
+                for _ in 1 2 3 4 5; do pkill -TERM -f -- "--listen unix:$out/" || break; sleep 1; done
+            fi
+            exit $rc
+        }
     echo "${PIPESTATUS[*]}" >"$out/pipe.status"
 ) &
 pipe=$!

@@ -45,6 +45,20 @@ expect "make again: exit 0" 0 '' -- demo
 check "make again: no stage rerun, the same last line" "stderr: $(head -c 300 err); stdout: $(tail -n 1 out)" \
     eval '! grep -q "\.\.\. done" err && [ "$(tail -n 1 out)" = "$last" ]'
 
+# A learner that fails leaves nothing waiting. Here one that reads the first
+# batch and exits 1 without a version: the sampler (--sync) waits for weights
+# that never come and the scorer for records, and nothing writes into the
+# closed pipe, so no SIGPIPE would end them; rl-run.sh stops them.
+mkdir -p failbin
+for t in rl-sample rl-ratio rl-sync rl-cat; do ln -sf "$RLPIPE_BIN/$t" failbin/; done
+printf '#!/bin/sh\ntimeout 3 cat >/dev/null\nexit 1\n' >failbin/rl-learn && chmod +x failbin/rl-learn
+expect "rl-run.sh, a learner failing after its first batch: exit 1 within 60 s" 1 '' -- timeout 60 \
+    env RLPIPE_BIN="$T/failbin" "$RLPIPE_ROOT/experiments/lib/rl-run.sh" --init d/sft --prompts d/data/train.jsonl \
+    --out "$T/fail" --sync --group 4 --batch 16 --steps 2 --max-new-tokens 8
+check "... rl-learn's exit status 1 in run.json, no rl-sample or rl-ratio left" "$(cat fail/run.json 2>&1)" \
+    eval 'grep -q "\"rl-learn\": 1," fail/run.json && ! pgrep -f -- "--listen unix:$T/fail/" >/dev/null'
+pkill -KILL -f -- "--listen unix:$T/fail/"   # (what a failure above left)
+
 # experiments/scale on the same budget, from the demo's SFT model: one sampler
 # and one learner, then 2 samplers merged and a learner of 2 ranks under mpirun.
 if mpi_ready; then
