@@ -16,6 +16,7 @@
 // the model has no training state.
 static const int opt_which[3] = {MODEL_EXP_AVG, MODEL_EXP_AVG_SQ, MODEL_PARAM};
 static const char *const opt_suffix[3] = {".exp_avg", ".exp_avg_sq", ""};
+enum { OPT_NAME = 160 };   // bytes of a tensor name in optimizer.safetensors, suffix and NUL included
 
 struct ckpt_snap {
     model_config c;
@@ -66,7 +67,7 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
 // The tensors of array k of s (0: the parameters, 1 and 2: the moments) under
 // their names with suffix, into out[stride·i + at].
 static void snap_tensors(const ckpt_snap *s, int k, const char *suffix, st_out *out, size_t stride, size_t at,
-                         char (*names)[160]) {
+                         char (*names)[OPT_NAME]) {
     size_t off = 0;
     for (size_t i = 0; i < s->nt; i++) {
         const model_tensor *t = &s->t[i];
@@ -85,9 +86,10 @@ static int write_optimizer(const char *dir, const ckpt_snap *s, int params, rl_e
     if (!s->moments) return 0;
     size_t per = params ? 3 : 2;
     for (size_t i = 0; i < s->nt; i++)
-        if (strlen(s->t[i].name) + sizeof ".exp_avg_sq" > 160) return err_set(err, "tensor name too long: %s", s->t[i].name);
+        if (strlen(s->t[i].name) + sizeof ".exp_avg_sq" > OPT_NAME)
+            return err_set(err, "tensor name too long: %s", s->t[i].name);
     st_out *out = xmalloc((s->nt ? per * s->nt : 1) * sizeof *out);
-    char (*names)[160] = xmalloc((s->nt ? 2 * s->nt : 1) * sizeof *names);
+    char (*names)[OPT_NAME] = xmalloc((s->nt ? 2 * s->nt : 1) * sizeof *names);
     for (size_t k = 0; k < per; k++)   // per tensor: exp_avg, exp_avg_sq, and the parameter
         snap_tensors(s, k < 2 ? (int)k + 1 : 0, opt_suffix[k], out, per, k, names + (k < 2 ? k * s->nt : 0));
     char *path = path_join(dir, "optimizer.safetensors");
@@ -146,7 +148,7 @@ int ckpt_read_optimizer(const char *dir, model_t *m, rl_err *err) {
     for (size_t i = 0; i < nt && rc == 0; i++) {
         model_tensor t = model_tensor_at(m, i);
         for (size_t k = 0; k < per && rc == 0; k++) {
-            char name[160];
+            char name[OPT_NAME];
             snprintf(name, sizeof name, "%s%s", t.name, opt_suffix[k]);
             const st_tensor *s = st_find(f, name);
             int same = s && s->ndim == t.ndim;

@@ -290,8 +290,9 @@ static int published(void *ctx, uint64_t version, rl_err *err) {
     run_t *r = ctx;
     set_stop_message(r->o->out, version);
     if (r->has_pending) {
-        r->pending.save_s = clock_now() - r->step_end;
-        r->pending.elapsed = clock_now() - r->t0;
+        double now = clock_now();
+        r->pending.save_s = now - r->step_end;
+        r->pending.elapsed = now - r->t0;
         if (report(r->o, r->metrics, &r->pending, err)) return -1;
     }
     set_idle(&busy_write);
