@@ -2,14 +2,18 @@
 # bench/accuracy.sh [SEEDS [STEPS [TRL_STEPS]]] -- the time to a held-out
 # accuracy: rlpipe in flight, rlpipe --sync and TRL's GRPOTrainer on the same
 # task, model and machine, one seed after another (defaults: "1 2 3", 12
-# rlpipe steps, 4 TRL steps).
+# rlpipe steps, 6 TRL steps).
 #
 # The task and settings are bench/step.sh's and bench/trl.sh's
 # (experiments/smollm2: SmolLM2-135M-Instruct, add2 questions, GRPO 8 prompts
 # x 8 samples a step, <= 32 new tokens at temperature 0.7, lr 1e-5): rlpipe
 # through experiments/lib/rl-run.sh (bf16 sampler, TIS C = 2, --max-lag 2 or
 # --sync), TRL through bench/trl.sh with its own defaults (LOSS, default trl;
-# see bench/trl.sh). Every EVERY-th rlpipe version (default 2) and every TRL
+# see bench/trl.sh). TRL trains on the questions of rlpipe's --sync run of the
+# same seed, in the order its learner took them (QUESTIONS=rlpipe, the
+# default; bench/trl.sh's PROMPTS, TRL's shuffle off), so that the engines'
+# runs differ in their samples, not in their questions; QUESTIONS=own lets
+# TRL shuffle them with its own generator. Every EVERY-th rlpipe version (default 2) and every TRL
 # version are evaluated: greedy held-out accuracy on the 200 test questions,
 # f32, completions of up to EVAL_MAX_NEW tokens (default 48), by
 # experiments/lib/eval.sh (rl-sample --temperature 0, the number verifier;
@@ -23,7 +27,7 @@
 # not). Run on a quiet machine: the times are wall times.
 #
 # Environment: TARGET (default 0.5): the accuracy whose time is compared;
-# EVERY; EVAL_MAX_NEW; LOSS (TRL's, as bench/trl.sh); BENCH_OUT, BUILD, BIN (as the
+# EVERY; EVAL_MAX_NEW; QUESTIONS; LOSS (TRL's, as bench/trl.sh); BENCH_OUT, BUILD, BIN (as the
 # Makefile). Results: the table on stdout and in BENCH_OUT/accuracy.txt, the
 # evaluations in BENCH_OUT/accuracy/acc.jsonl, the runs' metrics under
 # BENCH_OUT/accuracy/. Takes about 15 minutes a seed on 2 cores.
@@ -33,10 +37,12 @@ NAME=accuracy
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 SEEDS=${1:-1 2 3}
 STEPS=${2:-12}
-TRL_STEPS=${3:-4}
+TRL_STEPS=${3:-6}
 EVERY=${EVERY:-2}
 TARGET=${TARGET:-0.5}
 EVAL_MAX_NEW=${EVAL_MAX_NEW:-48}
+QUESTIONS=${QUESTIONS:-rlpipe}
+[[ $QUESTIONS == rlpipe || $QUESTIONS == own ]] || die "QUESTIONS: rlpipe or own, not '$QUESTIONS'"
 positive STEPS TRL_STEPS EVERY EVAL_MAX_NEW
 for s in $SEEDS; do [[ $s =~ ^[0-9]+$ ]] || die "SEEDS: non-negative integers, not '$s'"; done
 [[ -x $BIN/rl-learn ]] || die "$BIN/rl-learn not found (run: make all)"
@@ -74,6 +80,20 @@ EOF
     done
 }
 
+# questions ROLLOUTS OUT: the questions of the records a learner trained on, a
+# line each (messages and answer) in the order it took their groups.
+questions() {
+    "$BIN/rl-cat" --json "$1" | "$PY" -c '
+import json, sys
+seen = set()
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["group"] not in seen:
+        seen.add(r["group"])
+        print(json.dumps({"messages": r["messages"], "answer": r["answer"]}))
+' >"$2"
+}
+
 for seed in $SEEDS; do
     for mode in inflight sync; do
         case $mode in inflight) lag=(--max-lag 2) ;; sync) lag=(--sync) ;; esac
@@ -85,10 +105,16 @@ for seed in $SEEDS; do
             --temperature 0.7 --max-new-tokens 32 --keep-every "$EVERY" --seed "$seed" >"$ERR" 2>&1 ||
             { cat "$ERR" >&2; die "the rlpipe $mode run, seed $seed, failed"; }
         evaluate "rlpipe $mode" "$seed" "$run/learn.jsonl" "$run"/ckpt/v[0-9]*
+        if [[ $mode == sync && $QUESTIONS == rlpipe ]]; then
+            questions "$run/rollouts.rlr" "$D/questions-s$seed.jsonl" || die "reading $run/rollouts.rlr's questions failed"
+        fi
         rm -rf "$run/ckpt" "$run/rollouts.rlr"
     done
     echo "accuracy.sh: seed $seed, TRL, $TRL_STEPS steps ..." >&2
-    BENCH_OUT=$D "$here/trl.sh" "$TRL_STEPS" "$seed" 1 >"$ERR" 2>&1 || { cat "$ERR" >&2; die "the TRL run, seed $seed, failed"; }
+    prompts=()
+    [[ $QUESTIONS == rlpipe ]] && prompts=(PROMPTS="$D/questions-s$seed.jsonl")
+    env "${prompts[@]}" BENCH_OUT="$D" "$here/trl.sh" "$TRL_STEPS" "$seed" 1 >"$ERR" 2>&1 ||
+        { cat "$ERR" >&2; die "the TRL run, seed $seed, failed"; }
     evaluate "TRL" "$seed" "$D/trl/s$seed/train.jsonl" "$MODEL" "$D/trl/s$seed"/ckpt/v[0-9]*
     rm -rf "$D/trl/s$seed/ckpt" "$D/trl/s$seed/trainer"
 done
