@@ -80,11 +80,14 @@ static void int8_products_are_exact_on_every_build(void) {
 
 // Builds with a many-row int8 product give the bits of the definition:
 // (float)(exact sum) · sw[m] · sx[n], for shapes with partial blocks of
-// weight rows (16, 32) and of input rows (6), and K not a multiple of 4.
+// weight rows (16, 32) and of input rows (6), K not a multiple of 4, and K
+// past a multiple of 16 (the whole blocks of 16 rows are packed 16 bytes at a
+// time, the rest 4 at a time).
 static void many_row_int8_products_give_the_defined_bits(void) {
     rl_rng r;
     rng_seed(&r, 6);
-    const int shapes[][3] = {{1, 1, 1}, {5, 7, 3}, {6, 16, 64}, {13, 33, 100}, {64, 96, 576}, {7, 50, 1536}};
+    const int shapes[][3] = {{1, 1, 1},     {5, 7, 3},    {6, 16, 64},   {13, 33, 100},
+                             {64, 96, 576}, {7, 50, 1536}, {3, 48, 150}, {8, 16, 15}};
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2];
         int8_t *x = malloc((size_t)N * K), *w = malloc((size_t)M * K);
