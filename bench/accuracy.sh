@@ -80,10 +80,11 @@ EOF
     done
 }
 
-# questions ROLLOUTS OUT: the questions of the records a learner trained on, a
+# questions ROLLOUTS OUT: the questions of the records a learner trained on
+# (its STEPS batches of 64: the stream is cut where the pipeline stopped), a
 # line each (messages and answer) in the order it took their groups.
 questions() {
-    "$BIN/rl-cat" --json "$1" | "$PY" -c '
+    "$BIN/rl-cat" --json --head $((STEPS * 64)) "$1" | "$PY" -c '
 import json, sys
 seen = set()
 for line in sys.stdin:
