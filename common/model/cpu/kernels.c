@@ -649,43 +649,14 @@ VNNI static void dots_i8_vnni(int32_t *out, const int8_t *x, size_t ldx, int nx,
 // many products.
 enum { GEMM_NX = 6 };
 
-// 16 bytes from k on of each of 16 rows of w (ldw apart) into 4 packed
-// vectors p (64 bytes each): vector d holds bytes k + 4d .. k + 4d + 3 of
-// rows 0 to 15. Each vector of z holds 4 rows (one a lane); permuting its
-// 32-bit elements makes lane d hold element d of its 4 rows; the lanes are
-// then transposed across the 4 vectors.
-VNNI static inline __attribute__((always_inline)) void vnni_pack16x16(int8_t *p, const int8_t *w, size_t ldw) {
-    const __m512i by_element = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    __m512i z[4];
-    for (int g = 0; g < 4; g++) {
-        const int8_t *r = w + (size_t)4 * g * ldw;
-        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)r));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + ldw)), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * ldw)), 2);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 3 * ldw)), 3);
-        z[g] = _mm512_permutexvar_epi32(by_element, v);
-    }
-    __m512i t0 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0));   // z0.0 z0.1 z1.0 z1.1
-    __m512i t1 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0));   // z2.0 z2.1 z3.0 z3.1
-    __m512i t2 = _mm512_shuffle_i32x4(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2));   // z0.2 z0.3 z1.2 z1.3
-    __m512i t3 = _mm512_shuffle_i32x4(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2));   // z2.2 z2.3 z3.2 z3.3
-    _mm512_store_si512(p, _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));        // lanes 0
-    _mm512_store_si512(p + 64, _mm512_shuffle_i32x4(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));   // lanes 1
-    _mm512_store_si512(p + 128, _mm512_shuffle_i32x4(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)));  // lanes 2
-    _mm512_store_si512(p + 192, _mm512_shuffle_i32x4(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));  // lanes 3
-}
-
-// Rows [0, rows) of w packed (the rest zero): 16 rows by 16 bytes at a time
-// when there are 16, the rest 4 bytes at a time; rowsum (16) their sums, from
-// vpdpbusd of ones over the packed vectors.
+// Rows [0, rows) of w packed (the rest zero), 4 bytes at a time; rowsum (16)
+// their sums, from vpdpbusd of ones over the packed vectors.
 VNNI static void vnni_pack16(int8_t *p, int32_t *rowsum, const int8_t *w, size_t ldw, int rows, int K) {
-    int K4 = (K + 3) & ~3, whole = K >> 2, k4 = 0;
-    if (rows == 16)
-        for (; 4 * k4 + 16 <= K; k4 += 4) vnni_pack16x16(p + (size_t)k4 * 64, w + 4 * k4, ldw);
-    memset(p + (size_t)k4 * 64, 0, (size_t)(K4 - 4 * k4) * 16);
+    int K4 = (K + 3) & ~3, whole = K >> 2;
+    memset(p, 0, (size_t)K4 * 16);
     for (int r = 0; r < rows; r++) {
         const int8_t *wr = w + r * ldw;
-        for (int j = k4; j < whole; j++) memcpy(p + (size_t)j * 64 + r * 4, wr + 4 * j, 4);
+        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * 64 + r * 4, wr + 4 * k4, 4);
         for (int k = 4 * whole; k < K; k++) p[(size_t)whole * 64 + r * 4 + (k & 3)] = wr[k];
     }
     __m512i s = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
