@@ -81,8 +81,7 @@ static void int8_products_are_exact_on_every_build(void) {
 // Builds with a many-row int8 product give the bits of the definition:
 // (float)(exact sum) · sw[m] · sx[n], for shapes with partial blocks of
 // weight rows (16, 32) and of input rows (6), K not a multiple of 4, and K
-// past a multiple of 16 (the whole blocks of 16 rows are packed 16 bytes at a
-// time, the rest 4 at a time).
+// past a multiple of 16.
 static void many_row_int8_products_give_the_defined_bits(void) {
     rl_rng r;
     rng_seed(&r, 6);
