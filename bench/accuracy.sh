@@ -11,15 +11,15 @@
 # --sync), TRL through bench/trl.sh with its own defaults (LOSS, default trl;
 # see bench/trl.sh). TRL trains on the questions of rlpipe's --sync run of the
 # same seed, in the order its learner took them (QUESTIONS=rlpipe, the
-# default; bench/trl.sh's PROMPTS, TRL's shuffle off), so that the engines'
-# runs differ in their samples, not in their questions; QUESTIONS=own lets
-# TRL shuffle them with its own generator. Every EVERY-th rlpipe version (default 2) and every TRL
-# version are evaluated: greedy held-out accuracy on the 200 test questions,
-# f32, completions of up to EVAL_MAX_NEW tokens (default 48), by
-# experiments/lib/eval.sh (rl-sample --temperature 0, the number verifier;
-# its completions of the base model are those of bench/eval_hf.py,
-# transformers' greedy generation, every one). The versions are removed
-# once evaluated (1.6 GB each).
+# default; bench/trl.sh's PROMPTS, TRL's shuffle off; TRL_STEPS <= STEPS),
+# so that the engines' runs differ in their samples, not in their questions;
+# QUESTIONS=own lets TRL shuffle them with its own generator. Every EVERY-th
+# rlpipe version (default 2) and every TRL version are evaluated: greedy
+# held-out accuracy on the 200 test questions, f32, completions of up to
+# EVAL_MAX_NEW tokens (default 48), by experiments/lib/eval.sh (rl-sample
+# --temperature 0, the number verifier; its completions of the base model are
+# those of bench/eval_hf.py, transformers' greedy generation, every one). The
+# versions are removed once evaluated (1.6 GB each).
 #
 # Time is each trainer's own clock of its run: rl-learn's `elapsed` (from its
 # start, the pipeline's filling and every checkpoint write included) and
@@ -27,10 +27,10 @@
 # not). Run on a quiet machine: the times are wall times.
 #
 # Environment: TARGET (default 0.5): the accuracy whose time is compared;
-# EVERY; EVAL_MAX_NEW; QUESTIONS; LOSS (TRL's, as bench/trl.sh); BENCH_OUT, BUILD, BIN (as the
-# Makefile). Results: the table on stdout and in BENCH_OUT/accuracy.txt, the
+# EVERY; EVAL_MAX_NEW; QUESTIONS; LOSS (TRL's, as bench/trl.sh); BENCH_OUT,
+# BUILD, BIN (as the Makefile). Results: the table on stdout and in BENCH_OUT/accuracy.txt, the
 # evaluations in BENCH_OUT/accuracy/acc.jsonl, the runs' metrics under
-# BENCH_OUT/accuracy/. Takes about 15 minutes a seed on 2 cores.
+# BENCH_OUT/accuracy/. Takes about 22 minutes a seed on 2 cores.
 set -uo pipefail
 
 NAME=accuracy
@@ -44,6 +44,8 @@ EVAL_MAX_NEW=${EVAL_MAX_NEW:-48}
 QUESTIONS=${QUESTIONS:-rlpipe}
 [[ $QUESTIONS == rlpipe || $QUESTIONS == own ]] || die "QUESTIONS: rlpipe or own, not '$QUESTIONS'"
 positive STEPS TRL_STEPS EVERY EVAL_MAX_NEW
+[[ $QUESTIONS == own ]] || ((TRL_STEPS <= STEPS)) ||
+    die "TRL_STEPS ($TRL_STEPS) > STEPS ($STEPS): TRL would run out of rlpipe's questions (or QUESTIONS=own)"
 for s in $SEEDS; do [[ $s =~ ^[0-9]+$ ]] || die "SEEDS: non-negative integers, not '$s'"; done
 [[ -x $BIN/rl-learn ]] || die "$BIN/rl-learn not found (run: make all)"
 MODEL=$root/experiments/smollm2/out/model
