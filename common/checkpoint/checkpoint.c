@@ -44,35 +44,58 @@ int ckpt_state_uint(const char *dir, const char *key, uint64_t *value, rl_err *e
     return rc;
 }
 
-int ckpt_resolve(const char *dir, char *path, size_t size, uint64_t *version, rl_err *err) {
-    char latest[4096];
-    if ((size_t)snprintf(latest, sizeof latest, "%s/latest", dir) >= sizeof latest) {
-        err_set(err, "path too long: %s", dir);
-        return -1;
+// The version directory that dir/<file> (a pointer: "latest" or "published")
+// names, into path, and its version as ckpt_resolve says: 1, 0 when there is
+// no such file, -1 with err.
+static int resolve_pointer(const char *dir, const char *file, char *path, size_t size, uint64_t *version,
+                           rl_err *err) {
+    char pointer[4096];
+    if ((size_t)snprintf(pointer, sizeof pointer, "%s/%s", dir, file) >= sizeof pointer)
+        return err_set(err, "path too long: %s", dir);
+    sbuf text = {0};
+    if (read_whole_file(pointer, 4096, &text, err)) {
+        sbuf_free(&text);
+        return errno == ENOENT ? 0 : -1;
     }
-    sbuf latest_text = {0};
-    char *name = NULL;
-    if (read_whole_file(latest, 4096, &latest_text, err) == 0) name = (char *)latest_text.data;
-    else if (errno != ENOENT) return -1;
-    if (name) {   // a checkpoint root: "latest" holds the name of the newest complete version
-        size_t n = strlen(name);
-        while (n && isspace((unsigned char)name[n - 1])) name[--n] = 0;
-        int bad = !n || strchr(name, '/') || strchr(name, '\n') || !strcmp(name, ".") || !strcmp(name, "..");
-        if (bad || (size_t)snprintf(path, size, "%s/%s", dir, name) >= size) {
-            err_set(err, "%s does not name a version directory ('%.100s')", latest, name);
-            sbuf_free(&latest_text);
-            return -1;
-        }
-    } else if ((size_t)snprintf(path, size, "%s", dir) >= size) {
-        err_set(err, "path too long: %s", dir);
+    char *name = (char *)text.data;
+    size_t n = strlen(name);
+    while (n && isspace((unsigned char)name[n - 1])) name[--n] = 0;
+    int bad = !n || strchr(name, '/') || strchr(name, '\n') || !strcmp(name, ".") || !strcmp(name, "..");
+    if (bad || (size_t)snprintf(path, size, "%s/%s", dir, name) >= size) {
+        err_set(err, "%s does not name a version directory ('%.100s')", pointer, name);
+        sbuf_free(&text);
         return -1;
     }
     *version = 0;
     int rc = ckpt_state_uint(path, "version", version, err);
-    if (rc == 0 && name && name[0] == 'v' && name[1] && strspn(name + 1, "0123456789") == strlen(name + 1))
+    if (rc == 0 && name[0] == 'v' && name[1] && strspn(name + 1, "0123456789") == strlen(name + 1))
         *version = strtoull(name + 1, NULL, 10);
-    sbuf_free(&latest_text);
-    return rc < 0 ? -1 : 0;
+    sbuf_free(&text);
+    return rc < 0 ? -1 : 1;
+}
+
+int ckpt_resolve(const char *dir, char *path, size_t size, uint64_t *version, rl_err *err) {
+    int rc = resolve_pointer(dir, "latest", path, size, version, err);
+    if (rc) return rc < 0 ? -1 : 0;
+    // A model directory.
+    if ((size_t)snprintf(path, size, "%s", dir) >= size) return err_set(err, "path too long: %s", dir);
+    *version = 0;
+    return ckpt_state_uint(path, "version", version, err) < 0 ? -1 : 0;
+}
+
+int ckpt_resolve_published(const char *root, char *path, size_t size, uint64_t *version, rl_err *err) {
+    char newer[4096];
+    uint64_t v = 0;
+    int published = resolve_pointer(root, "published", newer, sizeof newer, &v, err);
+    if (published < 0) return -1;
+    int latest = resolve_pointer(root, "latest", path, size, version, err);
+    if (latest < 0) return -1;
+    if (!published && !latest) return ckpt_resolve(root, path, size, version, err);
+    if (published && (!latest || v > *version)) {
+        if ((size_t)snprintf(path, size, "%s", newer) >= size) return err_set(err, "path too long: %s", newer);
+        *version = v;
+    }
+    return 0;
 }
 
 // ---- Writing versions ---------------------------------------------------------
@@ -228,8 +251,12 @@ static int is_version_name(const char *name) {
     return parse_version_name(name, 1, &v);
 }
 
+static int is_file_name(const char *name) {
+    return strcmp(name, ".") && strcmp(name, "..");
+}
+
 static int is_temporary(const char *name) {
-    return !strncmp(name, ".tmp-", 5) || !strncmp(name, ".latest.tmp-", 12);
+    return !strncmp(name, ".tmp-", 5) || !strncmp(name, ".latest.tmp-", 12) || !strncmp(name, ".published.tmp-", 15);
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -404,7 +431,59 @@ static int remove_stale(const char *root, rl_err *err) {
     return rc;
 }
 
-static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err) {
+// Points root/<file> ("latest" or "published") at the version directory
+// name: written as root/.<file>.tmp-<pid>, fsynced, renamed, root fsynced.
+static int point(const char *root, const char *file, const char *name, rl_err *err) {
+    char line[40], tmp[CKPT_PATH], path[CKPT_PATH];
+    snprintf(line, sizeof line, "%s\n", name);
+    if (pathf(tmp, err, "%s/.%s.tmp-%ld", root, file, (long)getpid()) || pathf(path, err, "%s/%s", root, file) ||
+        write_file_sync(tmp, line, strlen(line), err))
+        return -1;
+    if (rename(tmp, path)) {
+        int rc = err_set(err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        return rc;
+    }
+    return fsync_path(root, 1, err);
+}
+
+// The second step of a version: what late writes, under root/.tmp-NAME-late-<pid>,
+// moved file by file into root/NAME (published already), which is fsynced.
+static int fill_late(const char *root, const char *name, ckpt_fill_fn late, void *ctx, rl_err *err) {
+    char tmp[CKPT_PATH], from[CKPT_PATH], to[CKPT_PATH];
+    if (pathf(tmp, err, "%s/.tmp-%s-late-%ld", root, name, (long)getpid())) return -1;
+    if (mkdir(tmp, 0755)) return err_set(err, "cannot create: %s: %s", tmp, strerror(errno));
+    char **files = NULL;
+    int rc = late(tmp, ctx, err);
+    if (rc == 0 && !(files = list_dir(tmp, is_file_name, err))) rc = -1;
+    for (size_t i = 0; rc == 0 && files[i]; i++) {
+        rc = pathf(from, err, "%s/%s", tmp, files[i]) || pathf(to, err, "%s/%s/%s", root, name, files[i]) ? -1 : 0;
+        if (rc == 0 && rename(from, to)) rc = err_set(err, "cannot rename %s to %s: %s", from, to, strerror(errno));
+    }
+    free_names(files);
+    rl_err ignored;
+    if (rc) rm_tree(tmp, &ignored);
+    else if (rmdir(tmp)) rc = err_set(err, "cannot remove: %s: %s", tmp, strerror(errno));
+    return rc || pathf(to, err, "%s/%s", root, name) || fsync_path(to, 1, err) ? -1 : 0;
+}
+
+// Removes root/name, a version newer than latest (*latest, or NULL when there
+// is none): published is first pointed back at latest (removed when there is
+// none), so that it never names a missing version.
+static int withdraw(const char *root, const char *name, const uint64_t *latest, rl_err *err) {
+    char path[CKPT_PATH], back[32];
+    if (latest) {
+        version_name(back, sizeof back, *latest);
+        if (point(root, "published", back, err)) return -1;
+    } else {
+        if (pathf(path, err, "%s/published", root)) return -1;
+        if (unlink(path) && errno != ENOENT) return err_set(err, "cannot remove: %s: %s", path, strerror(errno));
+        if (fsync_path(root, 1, err)) return -1;
+    }
+    return discard(root, name, err);
+}
+
+static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late, void *ctx, rl_err *err) {
     const char *root = o->root;
     char path[CKPT_PATH], tmp[CKPT_PATH], name[32];
     int rc = 0;
@@ -421,6 +500,7 @@ static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, 
                        "version is never replaced (write to a new directory, or remove the newer versions "
                        "and latest)", path, (unsigned long long)o->version, (unsigned long long)latest, root);
 
+    // 1. The weights, published.
     if (mkdir(tmp, 0755)) return err_set(err, "cannot create: %s: %s", tmp, strerror(errno));
     if (fill_version(tmp, o, fill, ctx, err)) {
         rl_err ignored;
@@ -428,9 +508,9 @@ static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, 
         return -1;
     }
     // A vNNNNNN newer than latest was renamed in by a writer killed before it
-    // updated latest: never published, so replaced.
+    // updated latest: never complete, so replaced.
     struct stat st;
-    if (lstat(path, &st) == 0) rc = discard(root, name, err);
+    if (lstat(path, &st) == 0) rc = withdraw(root, name, has_latest ? &latest : NULL, err);
     else if (errno != ENOENT) rc = err_set(err, "cannot stat: %s: %s", path, strerror(errno));
     if (rc == 0 && rename(tmp, path)) rc = err_set(err, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (rc) {
@@ -438,19 +518,15 @@ static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, 
         rm_tree(tmp, &ignored);
         return -1;
     }
-    if (fsync_path(root, 1, err)) return -1;
+    if (fsync_path(root, 1, err) || point(root, "published", name, err)) return -1;
 
-    char line[40], latest_tmp[CKPT_PATH], latest_path[CKPT_PATH];
-    snprintf(line, sizeof line, "%s\n", name);
-    if (pathf(latest_tmp, err, "%s/.latest.tmp-%ld", root, (long)getpid()) ||
-        pathf(latest_path, err, "%s/latest", root) || write_file_sync(latest_tmp, line, strlen(line), err))
+    // 2. The rest, and the version is complete.
+    if (late && fill_late(root, name, late, ctx, err)) {
+        rl_err ignored;   // as far as that goes: a resume tidies the rest
+        withdraw(root, name, has_latest ? &latest : NULL, &ignored);
         return -1;
-    if (rename(latest_tmp, latest_path)) {
-        rc = err_set(err, "cannot rename %s to %s: %s", latest_tmp, latest_path, strerror(errno));
-        unlink(latest_tmp);
-        return rc;
     }
-    if (fsync_path(root, 1, err)) return -1;
+    if (point(root, "latest", name, err)) return -1;
 
     if (o->keep > 0 && remove_old(root, o->version, o->keep, o->keep_every, err)) {
         char why[sizeof err->msg];
@@ -460,16 +536,34 @@ static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, 
     return 0;
 }
 
-int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err) {
+int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late, void *ctx, rl_err *err) {
     if (!o->root || !o->root[0]) return err_set(err, "checkpoint directory not given");
     if (!o->state_json) return err_set(err, "state.json of version %llu not given", (unsigned long long)o->version);
     if (o->keep < 0) return err_set(err, "keep %d: must be 0 (all) or positive", o->keep);
     if (check_state(o, err) || make_root(o->root, err)) return -1;
     int lock = lock_root(o->root, err);
     if (lock < 0) return -1;
-    int rc = write_locked(o, fill, ctx, err);
+    int rc = write_locked(o, fill, late, ctx, err);
     close(lock);
     return rc;
+}
+
+// Removes the versions newer than latest (their optimizer state was never
+// written) and points published at latest again.
+static int remove_newer(const char *root, uint64_t latest, rl_err *err) {
+    uint64_t *v;
+    size_t n;
+    char name[32];
+    if (ckpt_versions(root, &v, &n, err)) return -1;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (v[i] > latest) {
+            version_name(name, sizeof name, v[i]);
+            rc = withdraw(root, name, &latest, err);
+        }
+    free(v);
+    version_name(name, sizeof name, latest);
+    return rc ? -1 : point(root, "published", name, err);
 }
 
 int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err) {
@@ -479,6 +573,7 @@ int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err) {
     uint64_t latest = 0;
     int rc = remove_stale(root, err), has_latest = 0;
     if (rc == 0 && (has_latest = latest_version(root, &latest, err)) < 0) rc = -1;
+    if (rc == 0 && has_latest) rc = remove_newer(root, latest, err);
     if (rc == 0 && has_latest && keep > 0) rc = remove_old(root, latest, keep, keep_every, err);
     close(lock);
     return rc;

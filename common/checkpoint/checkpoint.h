@@ -1,6 +1,7 @@
 // checkpoint.h — checkpoint directories (doc/design.md §3): a root DIR holding
-// version directories DIR/v000017/ and a file DIR/latest naming the newest
-// complete one. Every tool that takes "a model directory or a checkpoint"
+// version directories DIR/v000017/, a file DIR/latest naming the newest
+// complete one and a file DIR/published naming the newest whose weights are
+// written (latest, or the next while its optimizer state is written). Every tool that takes "a model directory or a checkpoint"
 // resolves it here. How a version is published is here too; what goes into
 // it (a model, its optimizer state) is the learner's (learn/ckpt_model.h).
 #ifndef RLPIPE_CHECKPOINT_H
@@ -20,6 +21,10 @@ int ckpt_resolve(const char *dir, char *path, size_t size, uint64_t *version, rl
 // The non-negative integer `key` of dir/state.json: 1 found, 0 no state.json
 // or no such key, -1 with err (not JSON, not such an integer).
 int ckpt_state_uint(const char *dir, const char *key, uint64_t *value, rl_err *err);
+// The same for the newest version whose weights are written: the version
+// root/published names when it is newer than latest's, else as ckpt_resolve
+// (what a sampler follows: rl-sync --watch). 0, or -1 with err.
+int ckpt_resolve_published(const char *root, char *path, size_t size, uint64_t *version, rl_err *err);
 
 typedef struct {
     const char *root;          // checkpoint root (created if missing; its parent must exist)
@@ -36,29 +41,46 @@ typedef struct {
                                // for the writer of the model (learn/ckpt_model.h)
 } ckpt_write_opts;
 
-// Writes the files of one version into the empty directory dir, each fsynced: 0, or -1 with err.
+// Writes files of one version into the empty directory dir, each fsynced: 0, or -1 with err.
 typedef int (*ckpt_fill_fn)(const char *dir, void *ctx, rl_err *err);
 
-// Publishes the version directory root/vNNNNNN: what fill(dir, ctx) writes,
-// then state.json and the copied files. Crash-safe against a kill at any
-// moment: everything is written under root/.tmp-vNNNNNN-<pid>, each file and
-// the directory fsynced, renamed to root/vNNNNNN, root fsynced; then
-// root/latest is replaced by a rename of root/.latest.tmp-<pid> ("vNNNNNN\n",
-// fsynced) and root fsynced again. Old versions are renamed to a .tmp- name
-// before they are deleted, so a directory named v<digits> is always complete.
+// Publishes the version directory root/vNNNNNN in two steps, so that a sampler
+// can take the weights while the rest of the version is still being written:
+//
+// 1. What fill(dir, ctx) writes (the model: what a sampler loads), then
+//    state.json and the copied files, under root/.tmp-vNNNNNN-<pid>, each file
+//    and the directory fsynced; renamed to root/vNNNNNN, root fsynced; then
+//    root/published names it ("vNNNNNN\n", written as root/.published.tmp-<pid>,
+//    fsynced, renamed, root fsynced).
+// 2. What late(dir, ctx) writes (the optimizer state: what only a resume
+//    needs; NULL: nothing), under root/.tmp-vNNNNNN-late-<pid>, each file moved
+//    into root/vNNNNNN, which is fsynced; then root/latest names the version
+//    the same way as published. The version is complete: it resumes. When
+//    this step fails, the version is removed again and published points back
+//    at latest.
+//
+// A kill at any moment leaves the complete versions intact. Old versions are
+// renamed to a .tmp- name before they are deleted, so a directory named
+// v<digits> that latest names, or an older one, is always complete; one newer
+// than latest (published may name it) holds at least the weights, or is a
+// writer's leftover when published does not name it either.
 //
 // One writer per root: root/.lock is held (flock) during the call, and a
-// second writer fails. Entries root/.tmp-* and root/.latest.tmp-* that a
-// killed writer left are removed first. The version must be newer than the one
-// root/latest names: a written version is never replaced. A vNNNNNN newer than
-// latest is a leftover of a writer killed between its two renames, and is
-// replaced. 0, or -1 with err naming the path and the reason.
-int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, void *ctx, rl_err *err);
+// second writer fails. Entries root/.tmp-*, root/.latest.tmp-* and
+// root/.published.tmp-* that a killed writer left are removed first. The
+// version must be newer than the one root/latest names: a complete version is
+// never replaced. A vNNNNNN newer than latest is a leftover of a writer killed
+// before it finished, and is replaced. 0, or -1 with err naming the path and
+// the reason.
+int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late, void *ctx, rl_err *err);
 
-// Finishes what a writer killed after publishing a version left undone: the
-// temporaries removed, and of the versions up to latest the newest keep (and
-// the multiples of keep_every) kept, as ckpt_write would have (keep 0: all).
-// Holds root/.lock meanwhile. For a run that resumes. 0, or -1 with err.
+// Finishes what a killed writer left undone, for a run that resumes from
+// latest: the temporaries removed; the versions newer than latest (a version
+// whose optimizer state was never written) removed and published set back to
+// latest, so that no sampler is given weights the resumed run did not make;
+// and of the versions up to latest the newest keep (and the multiples of
+// keep_every) kept, as ckpt_write would have (keep 0: all). Holds root/.lock
+// meanwhile. 0, or -1 with err.
 int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err);
 
 // The versions in root: the numbers of the directories named as ckpt_write

@@ -105,19 +105,26 @@ typedef struct {
     const ckpt_snap *s;
 } fill_ctx;
 
-static int fill(const char *dir, void *ctx, rl_err *err) {
+// What a sampler loads: config.json and the weights.
+static int fill_model(const char *dir, void *ctx, rl_err *err) {
     const fill_ctx *c = ctx;
     const ckpt_snap *s = c->s;
     st_out *w = xmalloc((s->nt ? s->nt : 1) * sizeof *w);
     snap_tensors(s, 0, "", w, 1, 0, NULL);
     int rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
     free(w);
-    return rc ? -1 : write_optimizer(dir, s, c->o->save.dtype != DT_F32, err);
+    return rc;
+}
+
+// What only a resume needs, written once the weights are published.
+static int fill_optimizer(const char *dir, void *ctx, rl_err *err) {
+    const fill_ctx *c = ctx;
+    return write_optimizer(dir, c->s, c->o->save.dtype != DT_F32, err);
 }
 
 int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err) {
     fill_ctx c = {.o = o, .s = s};
-    return ckpt_publish(o, fill, &c, err);
+    return ckpt_publish(o, fill_model, s->moments ? fill_optimizer : NULL, &c, err);
 }
 
 int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err) {

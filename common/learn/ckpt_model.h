@@ -13,13 +13,15 @@
 #include "model/model.h"
 #include "util.h"
 
-// Publishes the version directory root/vNNNNNN (ckpt_publish): config.json and
-// the weights (model_save_as at o->save: model.safetensors, or shards and
-// their index), optimizer.safetensors when the model has training state
-// (tensors "<param>.exp_avg" and "<param>.exp_avg_sq", F32, the parameter's
-// shape, and when the weights are saved at 16 bits the F32 parameters
-// "<param>" too, so that a resume continues from them exactly), state.json
-// and the copied files. 0, or -1 with err naming the path and the reason.
+// Publishes the version directory root/vNNNNNN (ckpt_publish): first
+// config.json and the weights (model_save_as at o->save: model.safetensors,
+// or shards and their index), state.json and the copied files, which
+// root/published then names; then optimizer.safetensors when the model has
+// training state (tensors "<param>.exp_avg" and "<param>.exp_avg_sq", F32,
+// the parameter's shape, and when the weights are saved at 16 bits the F32
+// parameters "<param>" too, so that a resume continues from them exactly),
+// and root/latest names the version. 0, or -1 with err naming the path and
+// the reason.
 int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err);
 // The same on rank 0 of a sharded optimizer (zero.h): the moments of every
 // rank's part go into optimizer.safetensors, gathered while the others call

@@ -1,5 +1,5 @@
-// watch.c — a checkpoint root's `latest`, re-read on inotify events and every
-// poll interval (watch.h).
+// watch.c — a checkpoint root's `published` and `latest`, re-read on inotify
+// events and every poll interval (watch.h).
 #include "sync/watch.h"
 
 #include <errno.h>
@@ -24,12 +24,19 @@ struct watch {
     int wd;    // the root's watch, or -1 (none yet, or the root was removed or moved)
 };
 
+// 1 when root holds `published` or `latest`: a checkpoint root with a version.
+static int has_pointer(const char *root) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/published", root);
+    if (access(path, F_OK) == 0) return 1;
+    snprintf(path, sizeof path, "%s/latest", root);
+    return access(path, F_OK) == 0;
+}
+
 watch_t *watch_open(const char *root, rl_err *err) {
-    char latest[4200];
-    snprintf(latest, sizeof latest, "%s/latest", root);
-    if (access(latest, F_OK) != 0 && hfw_exists(root)) {
+    if (!has_pointer(root) && hfw_exists(root)) {
         err_set(err, "%s is a model directory, not a checkpoint root: --watch follows the versions that a root's "
-                "'latest' names", root);
+                "'published' and 'latest' name", root);
         return NULL;
     }
     watch_t *w = xmalloc(sizeof *w);
@@ -46,17 +53,15 @@ void watch_close(watch_t *w) {
     free(w);
 }
 
-int watch_latest(watch_t *w, char *dir, size_t size, uint64_t *version, rl_err *err) {
+int watch_newest(watch_t *w, char *dir, size_t size, uint64_t *version, rl_err *err) {
     if (w->fd >= 0 && w->wd < 0)   // (again) after the root appeared or was replaced
         w->wd = inotify_add_watch(w->fd, w->root, IN_MOVED_TO | IN_CREATE | IN_CLOSE_WRITE | IN_DELETE_SELF |
                                                       IN_MOVE_SELF | IN_ONLYDIR);
-    char latest[4200];
-    snprintf(latest, sizeof latest, "%s/latest", w->root);
-    if (access(latest, F_OK) != 0) return 0;
-    return ckpt_resolve(w->root, dir, size, version, err) ? -1 : 1;
+    if (!has_pointer(w->root)) return 0;
+    return ckpt_resolve_published(w->root, dir, size, version, err) ? -1 : 1;
 }
 
-// Reads the pending events: 1 if one may concern `latest`.
+// Reads the pending events: 1 if one may concern `published` or `latest`.
 static int drain(watch_t *w) {
     char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
     int relevant = 0;
@@ -68,7 +73,7 @@ static int drain(watch_t *w) {
             if (e->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_Q_OVERFLOW)) {
                 if (e->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF)) w->wd = -1;
                 relevant = 1;
-            } else if (e->len && !strcmp(e->name, "latest")) {
+            } else if (e->len && (!strcmp(e->name, "published") || !strcmp(e->name, "latest"))) {
                 relevant = 1;
             }
             p += sizeof *e + e->len;

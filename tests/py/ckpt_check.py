@@ -2,8 +2,9 @@
 read by hand and with safetensors, not by rlpipe: shared by test_learn_run.py
 and test_faults.py.
 
-A checkpoint root holds version directories vNNNNNN and a file `latest`
-naming one of them; shapes are {tensor name: shape} of the model trained."""
+A checkpoint root holds version directories vNNNNNN, a file `latest` naming
+the newest complete one and a file `published` naming the newest whose
+weights are written; shapes are {tensor name: shape} of the model trained."""
 import json
 import os
 import re
@@ -42,13 +43,12 @@ def st_header(file):
     return h
 
 
-def check_complete(ckpt, v, shapes):
-    """ckpt/vNNNNNN is a complete version v of a model of these shapes: config.json,
-    model.safetensors (F32, the same names and shapes, finite), optimizer.safetensors
-    (NAME.exp_avg and NAME.exp_avg_sq of each, F32), state.json of version v.
-    Returns the state.json."""
+def check_weights(ckpt, v, shapes):
+    """ckpt/vNNNNNN holds what a sampler loads of version v of a model of these
+    shapes: config.json, model.safetensors (F32, the same names and shapes,
+    finite), state.json of version v. Returns the state.json."""
     d = vdir(ckpt, v)
-    for f in ("config.json", "model.safetensors", "optimizer.safetensors", "state.json"):
+    for f in ("config.json", "model.safetensors", "state.json"):
         assert os.path.isfile(os.path.join(d, f)), f"{d}: no {f}"
     with open(os.path.join(d, "config.json")) as f:
         assert json.load(f)["vocab_size"] == shapes["model.embed_tokens.weight"][0], f"{d}/config.json"
@@ -60,6 +60,15 @@ def check_complete(ckpt, v, shapes):
         {k: ("F32", list(s)) for k, s in shapes.items()}, f"{d}/model.safetensors: other tensors"
     w = load_file(os.path.join(d, "model.safetensors"))
     assert all(np.isfinite(t).all() for t in w.values()), f"{d}: weights not finite"
+    return state
+
+
+def check_complete(ckpt, v, shapes):
+    """ckpt/vNNNNNN is a complete version v: check_weights, and optimizer.safetensors
+    (NAME.exp_avg and NAME.exp_avg_sq of each, F32). Returns the state.json."""
+    state = check_weights(ckpt, v, shapes)
+    d = vdir(ckpt, v)
+    assert os.path.isfile(os.path.join(d, "optimizer.safetensors")), f"{d}: no optimizer.safetensors"
     o = st_header(os.path.join(d, "optimizer.safetensors"))
     want = {}
     for k, s in shapes.items():
@@ -70,12 +79,21 @@ def check_complete(ckpt, v, shapes):
 
 
 def check_all_versions_complete(ckpt, shapes):
-    """Every vNNNNNN directory is complete and `latest` names one of them: its version."""
-    for v in versions(ckpt):
-        check_complete(ckpt, v, shapes)
+    """`latest` names a vNNNNNN directory, which is complete, as is every older
+    one; a newer one (a writer killed between publishing its weights and writing
+    its optimizer state) holds the weights, and `published`, when present, names
+    latest or a newer one. Returns latest's version."""
     name = latest(ckpt)
     assert re.fullmatch(r"v\d{6}\n", name) and int(name[1:]) in versions(ckpt), f"latest {name!r}"
-    return int(name[1:])
+    last = int(name[1:])
+    for v in versions(ckpt):
+        (check_complete if v <= last else check_weights)(ckpt, v, shapes)
+    pub = os.path.join(ckpt, "published")
+    if os.path.exists(pub):
+        p = read_bytes(pub).decode()
+        assert re.fullmatch(r"v\d{6}\n", p) and int(p[1:]) in versions(ckpt) and int(p[1:]) >= last, \
+            f"published {p!r}, latest {name!r}"
+    return last
 
 
 def same_files(a, b, names=("model.safetensors", "optimizer.safetensors")):

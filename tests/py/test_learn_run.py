@@ -138,7 +138,8 @@ def checkpoints_are_complete_versions_one_per_step_with_latest_and_metrics():
     err = learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--lr", "1e-3", "--keep", "0", "--metrics", met, src)
     assert versions(c) == [0, 1, 2, 3], f"versions {versions(c)}"
     assert latest(c) == "v000003\n", f"latest {latest(c)!r}"
-    assert sorted(os.listdir(c)) == [".lock", "latest", "v000000", "v000001", "v000002", "v000003"], os.listdir(c)
+    assert sorted(os.listdir(c)) == [".lock", "latest", "published", "v000000", "v000001", "v000002", "v000003"], os.listdir(c)
+    assert read_bytes(os.path.join(c, "published")) == b"v000003\n", "published names the newest version too"
     for v in range(4):
         state = check_complete(c, v)
         assert state["records"] == 4 * v, f"v{v}: records {state['records']}, expected {4 * v}"
@@ -195,7 +196,7 @@ def keep_2_keeps_only_the_two_newest_versions():
     src = write("keep.rlr", rollouts([2] * 10))
     c = path("c_keep")
     learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--keep", "2", src)
-    assert sorted(os.listdir(c)) == [".lock", "latest", "v000004", "v000005"], sorted(os.listdir(c))
+    assert sorted(os.listdir(c)) == [".lock", "latest", "published", "v000004", "v000005"], sorted(os.listdir(c))
     assert latest(c) == "v000005\n"
     for v in (4, 5):
         assert check_complete(c, v)["records"] == 4 * v

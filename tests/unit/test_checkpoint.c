@@ -1,8 +1,10 @@
 // test_checkpoint.c — checkpoint versions (doc/design.md §3): a written version holds
 // the model, the AdamW moments and state.json, and reloads bit for bit; latest
-// names the newest; --keep removes only the oldest; a written version is never
-// replaced; errors name the path; and a writer killed (SIGKILL) at any moment
-// leaves latest naming a complete version, from which the next writer goes on.
+// names the newest; published names it as soon as its weights are written,
+// before the optimizer state; --keep removes only the oldest; a written version
+// is never replaced; errors name the path; and a writer killed (SIGKILL) at any
+// moment leaves latest naming a complete version, from which the next writer
+// goes on.
 // A version written in the background holds the model as it was when saved,
 // whatever the model does meanwhile, and its failure is reported once.
 #include <dirent.h>
@@ -303,6 +305,151 @@ static void replaces_unpublished_version_newer_than_latest(void) {
     CHECK(rc == 0, "%s", err.msg);
     CHECK(replaced, "v000002 still holds the unpublished weights");
     CHECK(!strcmp(text, "v000002\n"), "latest holds '%s'", text);
+}
+
+// ---- The two steps of a version: the weights published, then the rest ----------
+
+typedef struct {
+    const char *root;
+    int fail;            // the late write fails
+    char seen[512];      // what the late write saw of the root (published, latest, the version's files)
+} two_step;
+
+static int fill_weights(const char *dir, void *ctx, rl_err *err) {
+    (void)ctx, (void)err;
+    put_file(dir, "model.safetensors", "weights\n");
+    return 0;
+}
+
+static int fill_rest(const char *dir, void *ctx, rl_err *err) {
+    two_step *t = ctx;
+    char pub[64], lat[64], vdir[1100];
+    snprintf(vdir, sizeof vdir, "%s/v000002", t->root);
+    snprintf(t->seen, sizeof t->seen, "published %s latest %s weights %d optimizer %d",
+             file_text(t->root, "published", pub, sizeof pub), file_text(t->root, "latest", lat, sizeof lat),
+             exists(vdir, "model.safetensors"), exists(vdir, "optimizer.safetensors"));
+    if (t->fail) return err_set(err, "the disk is full");
+    put_file(dir, "optimizer.safetensors", "moments\n");
+    return 0;
+}
+
+static int publish_two_step(two_step *t, uint64_t v, rl_err *err) {
+    char state[128];
+    ckpt_write_opts o = {.root = t->root, .version = v, .state_json = state_of(v, state, sizeof state)};
+    return ckpt_publish(&o, fill_weights, fill_rest, t, err);
+}
+
+static void the_weights_are_published_before_the_optimizer_state_is_written(void) {
+    char root[512], vdir[1024], pub[64], lat[64], dir[4096];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    two_step t = {.root = root};
+    int rc = publish_two_step(&t, 1, &err);
+    if (rc == 0) rc = publish_two_step(&t, 2, &err);
+    snprintf(vdir, sizeof vdir, "%s/v000002", root);
+    int complete = exists(vdir, "model.safetensors") && exists(vdir, "optimizer.safetensors");
+    file_text(root, "published", pub, sizeof pub);
+    file_text(root, "latest", lat, sizeof lat);
+    uint64_t v = 0;
+    int resolved = rc == 0 && ckpt_resolve_published(root, dir, sizeof dir, &v, &err) == 0;
+    rm_rf(root);
+    CHECK(rc == 0, "%s", err.msg);
+    // While the optimizer state was written, the sampler's file named the new
+    // version and the resume's file the one before.
+    CHECK(!strcmp(t.seen, "published v000002\n latest v000001\n weights 1 optimizer 0"), "the late write saw: %s",
+          t.seen);
+    CHECK(complete, "v000002 lacks a file once written");
+    CHECK(!strcmp(pub, "v000002\n") && !strcmp(lat, "v000002\n"), "published '%s', latest '%s'", pub, lat);
+    CHECK(resolved && v == 2 && strstr(dir, "/v000002"), "resolved v%llu at %s", (unsigned long long)v, dir);
+}
+
+// The name of a temporary left in root, or "".
+static const char *temporary_in(const char *root, char *buf, size_t size) {
+    buf[0] = 0;
+    DIR *d = opendir(root);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] == '.' && strstr(e->d_name, "tmp-")) snprintf(buf, size, "%s", e->d_name);
+    if (d) closedir(d);
+    return buf;
+}
+
+static void a_failed_late_write_withdraws_the_published_weights(void) {
+    char root[512], pub[64], lat[64], temp[300];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    two_step t = {.root = root};
+    int rc = publish_two_step(&t, 1, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    t.fail = 1;
+    rc = publish_two_step(&t, 2, &err);
+    int says = rc < 0 && strstr(err.msg, "the disk is full") != NULL;
+    int gone = !exists(root, "v000002");
+    file_text(root, "published", pub, sizeof pub);
+    file_text(root, "latest", lat, sizeof lat);
+    temporary_in(root, temp, sizeof temp);
+    t.fail = 0;
+    int again = publish_two_step(&t, 2, &err) == 0;
+    rm_rf(root);
+    CHECK(says, "the failed write said: %s", err.msg);
+    CHECK(!strcmp(t.seen, "published v000002\n latest v000001\n weights 1 optimizer 0"), "the late write saw: %s",
+          t.seen);
+    CHECK(gone, "v000002 left after its optimizer state failed");
+    CHECK(!strcmp(pub, "v000001\n") && !strcmp(lat, "v000001\n"),
+          "published '%s', latest '%s'", pub, lat);
+    CHECK(!temp[0], "a temporary left: %s", temp);
+    CHECK(again, "writing v000002 again: %s", err.msg);
+}
+
+static void tidy_withdraws_the_weights_of_a_version_a_killed_writer_left_incomplete(void) {
+    char root[512], vdir[1024], pub[64], lat[64], dir[4096];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    two_step t = {.root = root};
+    int rc = publish_two_step(&t, 1, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    // As a writer killed between publishing v000002's weights and writing the rest leaves it.
+    snprintf(vdir, sizeof vdir, "%s/v000002", root);
+    mkdir(vdir, 0755);
+    put_file(vdir, "model.safetensors", "weights\n");
+    put_file(root, "published", "v000002\n");
+    uint64_t v = 0, vp = 0;
+    int resolved = ckpt_resolve(root, dir, sizeof dir, &v, &err) == 0 &&
+                   ckpt_resolve_published(root, dir, sizeof dir, &vp, &err) == 0;
+    int tidied = ckpt_tidy(root, 0, 0, &err) == 0;
+    int gone = !exists(root, "v000002");
+    file_text(root, "published", pub, sizeof pub);
+    file_text(root, "latest", lat, sizeof lat);
+    rm_rf(root);
+    CHECK(resolved && v == 1 && vp == 2, "before tidy latest resolves to v%llu, published to v%llu",
+          (unsigned long long)v, (unsigned long long)vp);
+    CHECK(tidied && gone, "tidy left v000002 (%s)", err.msg);
+    CHECK(!strcmp(pub, "v000001\n") && !strcmp(lat, "v000001\n"), "after tidy published '%s', latest '%s'", pub,
+          lat);
+}
+
+static void published_is_followed_only_when_newer_than_latest(void) {
+    char root[512], dir[4096];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    mkdir(strcat(strcpy(dir, root), "/v000003"), 0755);
+    mkdir(strcat(strcpy(dir, root), "/v000004"), 0755);
+    uint64_t v[4] = {0};
+    put_file(root, "published", "v000003\n");   // alone: the first version, its optimizer state on its way
+    int rc = ckpt_resolve_published(root, dir, sizeof dir, &v[0], &err);
+    put_file(root, "latest", "v000004\n");      // a root that an older writer went on with
+    if (rc == 0) rc = ckpt_resolve_published(root, dir, sizeof dir, &v[1], &err);
+    put_file(root, "published", "v000005\n");
+    char v5[1100];
+    snprintf(v5, sizeof v5, "%s/v000005", root);
+    mkdir(v5, 0755);
+    if (rc == 0) rc = ckpt_resolve_published(root, dir, sizeof dir, &v[2], &err);
+    int five = strstr(dir, "/v000005") != NULL;
+    if (rc == 0) rc = ckpt_resolve(root, dir, sizeof dir, &v[3], &err);
+    rm_rf(root);
+    CHECK(rc == 0, "%s", err.msg);
+    CHECK(v[0] == 3 && v[1] == 4 && v[2] == 5 && five && v[3] == 4,
+          "published alone: v%llu, older than latest: v%llu, newer: v%llu; ckpt_resolve: v%llu",
+          (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)v[3]);
 }
 
 static void errors_name_the_path(void) {
@@ -662,9 +809,9 @@ static int write_forever(const char *root, const char *src, uint64_t start) {
     }
 }
 
-// Loads version directory dir completely: the model, state.json, the
-// optimizer; every part must say version v. 0, or -1 with why.
-static int check_version(const char *dir, uint64_t v, char *why, size_t size) {
+// dir holds version v: its weights, and with optimizer its optimizer state,
+// every tensor of v (write_version's values). 0, or -1 with why.
+static int check_version(const char *dir, uint64_t v, int optimizer, char *why, size_t size) {
     rl_err err;
     char path[4096];
     uint64_t sv = ~0ull;
@@ -675,14 +822,14 @@ static int check_version(const char *dir, uint64_t v, char *why, size_t size) {
     else if (ckpt_resolve(dir, path, sizeof path, &sv, &err) || sv != v)
         snprintf(why, size, "%s: state.json version %llu, want %llu (%s)", dir, (unsigned long long)sv,
                  (unsigned long long)v, err.msg);
-    else if (model_train_init(m, &err) || ckpt_read_optimizer(dir, m, &err))
+    else if (model_train_init(m, &err) || (optimizer && ckpt_read_optimizer(dir, m, &err)))
         snprintf(why, size, "%s", err.msg);
     else if (!exists(dir, "tokenizer.json"))
         snprintf(why, size, "%s: tokenizer.json missing", dir);
     else {
         t0 = malloc(model_tensor_at(m, 0).n * sizeof *t0);
         rc = 0;
-        for (int which = MODEL_PARAM; which <= MODEL_EXP_AVG_SQ && rc == 0; which++) {
+        for (int which = MODEL_PARAM; which <= (optimizer ? MODEL_EXP_AVG_SQ : MODEL_PARAM) && rc == 0; which++) {
             if (which == MODEL_GRAD) continue;
             model_tensor_get(m, which, 0, t0);
             if (t0[0] != (float)v) {
@@ -765,18 +912,33 @@ static void kill9_never_leaves_latest_incomplete(void) {
             failed = 1;
             break;
         }
-        // latest, when present, names a complete version; so does every v<digits>.
+        // latest, when present, names a complete version, and so does every
+        // v<digits> up to it; a newer one holds the weights (published may name it).
         char path[4096];
-        uint64_t v;
-        if (exists(root, "latest")) {
+        uint64_t v, latest = 0, pv = 0;
+        int has_latest = exists(root, "latest");
+        if (has_latest) {
             if (ckpt_resolve(root, path, sizeof path, &v, &err)) {
                 snprintf(why, sizeof why, "round %d: %s", round, err.msg);
                 failed = 1;
-            } else if (check_version(path, v, why, sizeof why)) {
+            } else if (check_version(path, v, 1, why, sizeof why)) {
                 failed = 1;
             } else {
                 if (v + 1 > next) published++;
                 next = v + 1;
+                latest = v;
+            }
+        }
+        if (!failed && exists(root, "published")) {
+            if (ckpt_resolve_published(root, path, sizeof path, &pv, &err)) {
+                snprintf(why, sizeof why, "round %d: %s", round, err.msg);
+                failed = 1;
+            } else if (has_latest && pv < latest) {
+                snprintf(why, sizeof why, "round %d: published names v%llu, older than latest's v%llu", round,
+                         (unsigned long long)pv, (unsigned long long)latest);
+                failed = 1;
+            } else {
+                failed = check_version(path, pv, pv == latest && has_latest, why, sizeof why) != 0;
             }
         }
         uint64_t *vs = NULL;
@@ -787,7 +949,7 @@ static void kill9_never_leaves_latest_incomplete(void) {
         }
         for (size_t i = 0; i < n && !failed; i++) {
             snprintf(path, sizeof path, "%s/v%06llu", root, (unsigned long long)vs[i]);
-            failed = check_version(path, vs[i], why, sizeof why) != 0;
+            failed = check_version(path, vs[i], has_latest && vs[i] <= latest, why, sizeof why) != 0;
         }
         free(vs);
         // A temporary left behind means this kill landed inside a write.
@@ -811,6 +973,10 @@ int main(int argc, char **argv) {
     RUN(copies_tokenizer_files_when_present);
     RUN(refuses_to_overwrite_written_version);
     RUN(replaces_unpublished_version_newer_than_latest);
+    RUN(the_weights_are_published_before_the_optimizer_state_is_written);
+    RUN(a_failed_late_write_withdraws_the_published_weights);
+    RUN(tidy_withdraws_the_weights_of_a_version_a_killed_writer_left_incomplete);
+    RUN(published_is_followed_only_when_newer_than_latest);
     RUN(errors_name_the_path);
     RUN(a_version_written_in_the_background_holds_the_model_as_it_was_when_saved);
     RUN(a_failed_background_write_is_reported_once);

@@ -41,9 +41,11 @@ static const char USAGE[] =
     "\n"
     "Versions:\n"
     "      --watch            keep running: push every new version of the checkpoint\n"
-    "                         root SRC, to each receiver the newest one it lacks\n"
-    "      --poll S           with --watch: re-read SRC/latest, try receivers nobody\n"
-    "                         listens at and probe the others every S seconds\n"
+    "                         root SRC once its weights are written (SRC/published),\n"
+    "                         to each receiver the newest one it lacks\n"
+    "      --poll S           with --watch: re-read SRC/published and SRC/latest, try\n"
+    "                         receivers nobody listens at and probe the others\n"
+    "                         every S seconds\n"
     "                         (default 1); without it: the interval of --retry\n"
     "      --max-version N    with --watch: exit once every receiver holds version N\n"
     "                         or a newer one\n"
@@ -266,7 +268,7 @@ static void follow(const options *o, sync_t *s, output *out) {
     int have = 0;
     while (!stop_requested) {
         uint64_t v;
-        int rc = watch_latest(w, dir, sizeof dir, &v, &e);
+        int rc = watch_newest(w, dir, sizeof dir, &v, &e);
         if (rc < 0 && strcmp(warned, e.msg)) {   // said once, until it changes
             cli_warn("%s", e.msg);
             snprintf(warned, sizeof warned, "%s", e.msg);
