@@ -383,21 +383,86 @@ static int build_header(const char *path, const st_out *t, size_t n, rl_dtype dt
     return 0;
 }
 
-// One tensor's data at dtype: f32 as it is, else converted (round to nearest
-// even) in chunks through buf (ST_CHUNK elements).
-#define ST_CHUNK 65536
-static int write_data(int fd, const float *x, size_t nelem, rl_dtype dtype, uint16_t *buf) {
-    if (dtype == DT_F32) return fd_write_all(fd, x, nelem * 4);
-    for (size_t i = 0; i < nelem; i += ST_CHUNK) {
-        size_t k = nelem - i < ST_CHUNK ? nelem - i : ST_CHUNK;
-        if (dtype == DT_BF16) dt_f32_to_bf16(buf, x + i, k);
-        else dt_f32_to_f16(buf, x + i, k);
-        if (fd_write_all(fd, buf, 2 * k)) return -1;
+// Where a file's bytes go: write(2) to fd, or with O_DIRECT whole aligned
+// blocks staged in blk (the device's DMA reads them: no page cache is filled).
+// A file system that refuses O_DIRECT at open or at the first write gets the
+// bytes through the page cache instead.
+#define ST_BLOCK 4096                 // O_DIRECT alignment: offsets, lengths, addresses
+#define ST_STAGE (16u << 20)          // bytes a direct write takes (a multiple of ST_BLOCK)
+typedef struct {
+    int fd;
+    int direct;       // O_DIRECT is on
+    uint8_t *blk;     // [ST_STAGE], ST_BLOCK-aligned (direct)
+    size_t fill;      // bytes staged in blk
+    uint64_t written; // bytes of the file written (staged ones not counted)
+} st_sink;
+
+// Writes the staged bytes: whole blocks (the tail zero-padded to one when
+// last; st_sink_end cuts the file back). Turns O_DIRECT off when the file
+// system refuses it.
+static int sink_flush(st_sink *s, int last) {
+    size_t n = s->fill;
+    if (last && n % ST_BLOCK) {
+        size_t pad = ST_BLOCK - n % ST_BLOCK;
+        memset(s->blk + n, 0, pad);
+        n += pad;
+    }
+    size_t done = 0;
+    while (s->direct && done < n) {
+        ssize_t w = write(s->fd, s->blk + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EINVAL && done == 0 && s->written == 0) {   // refused at the first write
+            int fl = fcntl(s->fd, F_GETFL);
+            if (fl < 0 || fcntl(s->fd, F_SETFL, fl & ~O_DIRECT)) return -1;
+            s->direct = 0;
+            break;
+        }
+        if (w <= 0) return -1;
+        done += (size_t)w;
+    }
+    if (!s->direct && fd_write_all(s->fd, s->blk + done, s->fill - done)) return -1;
+    s->written += s->fill;
+    s->fill = 0;
+    return 0;
+}
+
+static int sink_put(st_sink *s, const void *p, size_t n) {
+    if (!s->blk) {
+        s->written += n;
+        return fd_write_all(s->fd, p, n);
+    }
+    for (const uint8_t *q = p; n;) {
+        size_t k = ST_STAGE - s->fill < n ? ST_STAGE - s->fill : n;
+        memcpy(s->blk + s->fill, q, k);
+        s->fill += k, q += k, n -= k;
+        if (s->fill == ST_STAGE && sink_flush(s, 0)) return -1;
     }
     return 0;
 }
 
-int st_write(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err) {
+// The staged tail written, and the file cut to its size (a padded tail).
+static int sink_end(st_sink *s) {
+    if (!s->blk || !s->fill) return 0;
+    int padded = s->direct && s->fill % ST_BLOCK;
+    if (sink_flush(s, 1)) return -1;
+    return padded && ftruncate(s->fd, (off_t)s->written) ? -1 : 0;
+}
+
+// One tensor's data at dtype: f32 as it is, else converted (round to nearest
+// even) in chunks through buf (ST_CHUNK elements).
+#define ST_CHUNK 65536
+static int write_data(st_sink *s, const float *x, size_t nelem, rl_dtype dtype, uint16_t *buf) {
+    if (dtype == DT_F32) return sink_put(s, x, nelem * 4);
+    for (size_t i = 0; i < nelem; i += ST_CHUNK) {
+        size_t k = nelem - i < ST_CHUNK ? nelem - i : ST_CHUNK;
+        if (dtype == DT_BF16) dt_f32_to_bf16(buf, x + i, k);
+        else dt_f32_to_f16(buf, x + i, k);
+        if (sink_put(s, buf, 2 * k)) return -1;
+    }
+    return 0;
+}
+
+static int write_file(const char *path, const st_out *t, size_t n, rl_dtype dtype, int direct, rl_err *err) {
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
         return err_set(err, "%s: safetensors files are written in F32, BF16 or F16, not %s", path, dt_name(dtype));
     sbuf h = {0};
@@ -408,36 +473,54 @@ int st_write(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err
     uint8_t len[8];
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
 
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    st_sink s = {.fd = direct ? open(path, flags | O_DIRECT, 0644) : -1, .direct = direct};
+    if (s.fd < 0 && direct && errno == EINVAL) s.direct = 0;   // a file system without O_DIRECT
+    if (s.fd < 0 && !s.direct) s.fd = open(path, flags, 0644);
+    if (s.fd < 0) {
         sbuf_free(&h);
         return err_set(err, "cannot create: %s: %s", path, strerror(errno));
     }
+    if (s.direct && posix_memalign((void **)&s.blk, ST_BLOCK, ST_STAGE)) s.blk = NULL, s.direct = 0;
+    if (s.direct == 0 && direct) {
+        int fl = fcntl(s.fd, F_GETFL);
+        if (fl >= 0 && (fl & O_DIRECT)) fcntl(s.fd, F_SETFL, fl & ~O_DIRECT);
+    }
     uint16_t *buf = dtype == DT_F32 ? NULL : xmalloc(ST_CHUNK * sizeof *buf);
     const char *what = "write";
-    int rc = fd_write_all(fd, len, 8) || fd_write_all(fd, h.data, h.len);
+    int rc = sink_put(&s, len, 8) || sink_put(&s, h.data, h.len);
     for (size_t i = 0; i < n && rc == 0; i++) {
         size_t nelem = 0;
         if (shape_nelem(t[i].shape, t[i].ndim, &nelem) == 0 && nelem)   // checked by build_header
-            rc = write_data(fd, t[i].data, nelem, dtype, buf);
+            rc = write_data(&s, t[i].data, nelem, dtype, buf);
     }
-    if (rc == 0 && fsync(fd)) {
+    if (rc == 0) rc = sink_end(&s);
+    if (rc == 0 && fsync(s.fd)) {
         what = "fsync";
         rc = -1;
     }
     int e = errno;
-    if (close(fd) && rc == 0) {
+    if (close(s.fd) && rc == 0) {
         what = "close";
         rc = -1;
         e = errno;
     }
     free(buf);
+    free(s.blk);
     sbuf_free(&h);
     if (rc) {
         unlink(path);   // a failed write leaves no partial file behind
         return err_set(err, "cannot %s: %s: %s", what, path, strerror(e));
     }
     return 0;
+}
+
+int st_write(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err) {
+    return write_file(path, t, n, dtype, 0, err);
+}
+
+int st_write_direct(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err) {
+    return write_file(path, t, n, dtype, 1, err);
 }
 
 int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err) { return st_write(path, t, n, DT_F32, err); }

@@ -56,6 +56,12 @@ typedef struct {
 } st_out;
 int st_write(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err);
 int st_write_f32(const char *path, const st_out *t, size_t n, rl_err *err);   // st_write at DT_F32
+// st_write past the page cache (O_DIRECT, through an aligned staging buffer;
+// the same bytes): for a file that is not read back soon, such as a
+// checkpoint's optimizer state, whose pages would only push others out and,
+// on a virtual machine, cost a fresh page of the host each. A file system
+// that refuses O_DIRECT gets the file through the page cache.
+int st_write_direct(const char *path, const st_out *t, size_t n, rl_dtype dtype, rl_err *err);
 // Bytes of t's data at dtype (UINT64_MAX when the shape is not valid).
 uint64_t st_data_bytes(const st_out *t, rl_dtype dtype);
 

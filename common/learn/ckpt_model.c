@@ -93,7 +93,7 @@ static int write_optimizer(const char *dir, const ckpt_snap *s, int params, rl_e
     for (size_t k = 0; k < per; k++)   // per tensor: exp_avg, exp_avg_sq, and the parameter
         snap_tensors(s, k < 2 ? (int)k + 1 : 0, opt_suffix[k], out, per, k, names + (k < 2 ? k * s->nt : 0));
     char *path = path_join(dir, "optimizer.safetensors");
-    int rc = st_write_f32(path, out, per * s->nt, err);
+    int rc = st_write_direct(path, out, per * s->nt, DT_F32, err);   // read back by a resume only
     free(path);
     free(names);
     free(out);

@@ -1,7 +1,8 @@
 // ckpt_writer.h — checkpoint versions written on a thread of their own, so
 // that the learner's next step runs while the last one's version goes to the
-// disk. Writing a version is mostly waiting for the disk (fsync): SmolLM2-135M's
-// 1.6 GB of weights and AdamW moments take seconds, as long as a step.
+// disk. SmolLM2-135M's 1.6 GB of weights and AdamW moments take seconds, as
+// long as a step, where each page the page cache takes anew is costly (a
+// virtual machine's); the moments go past the page cache (ckpt_model.c).
 //
 // One version at a time: saving waits for the version still being written,
 // then copies the model (ckpt_snap_take, on the caller's thread: the model is

@@ -160,6 +160,58 @@ static void write_replaces_a_longer_existing_file(void) {
     CHECK(ok && v == 42, "file of %zu bytes, value %g", size, v);
 }
 
+// st_write_direct: the bytes of st_write, whatever the sizes against the
+// 4096-byte blocks and the 16 MiB staging buffer of O_DIRECT, at each dtype,
+// over a longer file, and in dir (a file system with O_DIRECT or without).
+static void direct_write_matches(const char *dir) {
+    size_t big = (16u << 20) / 4 * 2 + 1001;   // past two staging buffers, a tail that is no whole block
+    float *x = malloc(big * sizeof *x);
+    for (size_t i = 0; i < big; i++) x[i] = (float)((i * 2654435761u) % 1000003) * 1e-3f - 500;
+    const struct {
+        st_out t[2];
+        size_t n;
+    } sets[] = {
+        {{{"one", 1, {3}, x}}, 1},                                  // less than a block
+        {{{"a", 1, {1024 - 13}, x}, {"b", 1, {13}, x + 7}}, 2},    // about a block
+        {{{"big", 1, {(int64_t)big}, x}, {"tail", 2, {3, 5}, x + 11}}, 2},
+    };
+    const rl_dtype dts[] = {DT_F32, DT_BF16, DT_F16};
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s/buffered.safetensors", dir);
+    snprintf(b, sizeof b, "%s/direct.safetensors", dir);
+    for (size_t k = 0; k < sizeof sets / sizeof *sets; k++)
+        for (size_t d = 0; d < 3; d++) {
+            rl_err e;
+            float pad[4096] = {0};
+            st_out longer = {"longer", 1, {4096}, pad};
+            CHECK(st_write(a, sets[k].t, sets[k].n, dts[d], &e) == 0, "%s", e.msg);
+            CHECK(st_write_f32(b, &longer, 1, &e) == 0 && st_write(b, &longer, 1, DT_F32, &e) == 0, "%s", e.msg);
+            CHECK(st_write_direct(b, sets[k].t, sets[k].n, dts[d], &e) == 0, "%s", e.msg);
+            size_t na, nb;
+            uint8_t *pa = read_bytes(a, &na), *pb = read_bytes(b, &nb);
+            int same = na == nb && !memcmp(pa, pb, na);
+            free(pa);
+            free(pb);
+            CHECK(same, "%s: set %zu at %s: %zu bytes buffered, %zu direct, or other bytes", dir, k,
+                  dt_name(dts[d]), na, nb);
+        }
+    unlink(a);
+    unlink(b);
+    free(x);
+}
+
+static void a_direct_write_gives_the_bytes_of_a_buffered_one(void) {
+    direct_write_matches(tmp_dir);
+    struct stat st;
+    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) && access("/dev/shm", W_OK) == 0) {   // tmpfs
+        char shm[64];
+        snprintf(shm, sizeof shm, "/dev/shm/rlpipe-st-%ld", (long)getpid());
+        CHECK(mkdir(shm, 0700) == 0, "mkdir %s", shm);
+        direct_write_matches(shm);
+        rmdir(shm);
+    }
+}
+
 static void write_refuses_bad_tensors_and_unwritable_paths_naming_them(void) {
     float x[2] = {1, 2};
     const struct {
@@ -1162,6 +1214,7 @@ int main(void) {
     RUN(write_then_open_gives_back_names_shapes_and_exact_values_in_order);
     RUN(written_header_has_format_pt_is_padded_with_spaces_to_8_bytes_and_offsets_are_contiguous);
     RUN(write_replaces_a_longer_existing_file);
+    RUN(a_direct_write_gives_the_bytes_of_a_buffered_one);
     RUN(write_refuses_bad_tensors_and_unwritable_paths_naming_them);
     RUN(bf16_and_f16_tensors_at_odd_addresses_are_converted_exactly);
     RUN(a_large_f16_tensor_is_converted_across_chunks);
