@@ -1,9 +1,10 @@
 // cpu/attention.c — causal attention with grouped key/value heads (ops.h),
 // forward and backward, one task per (sequence, query head), longest
 // sequences first. A sequence that brings few new rows (decoding) goes a query
-// row at a time with the row kernels; longer ones (prefill, training) in
-// blocks of BQ query rows, with sgemm on the (rows × keys) score block and
-// the keys above the diagonal zeroed. The backward recomputes the
+// row at a time, the query heads that share a key/value head together (sgemm
+// on their scores and outputs); longer ones (prefill, training) in blocks of
+// BQ query rows, with sgemm on the (rows × keys) score block and the keys
+// above the diagonal zeroed. The backward recomputes the
 // probabilities from q, k and the forward's log-sum-exp (lse):
 //   P = exp(S − lse),  dV += Pᵀ dO,  dP = dO Vᵀ,  D = rowsum(dO ∘ O),
 //   dS = P ∘ (dP − D),  dQ = dS K / √HS,  dK += dSᵀ Q / √HS.
@@ -58,36 +59,34 @@ static void scores(float *S, const attn_args *a, rl_attn_seq sq, int h, int j0, 
                 ks, 0.0f, S, T);
 }
 
-// Forward of one query row at a time: scores, softmax, weighted sum of values.
-static void attend_rows(const attn_args *a, rl_attn_seq sq, int h) {
-    int NH = a->NH, HS = a->HS, qs = NH * HS, ks = a->NKV * HS, hk = h / (NH / a->NKV);
-    float scale = 1.0f / sqrtf((float)HS);
-    float *sc = xmalloc((size_t)(sq.pos0 + sq.n) * sizeof(float));
+// Forward of a few new rows (decoding), for the G = NH/NKV query heads that
+// share key/value head hk at once, a row at a time: S (G × T) = Q Kᵀ / √HS,
+// each row's exp(S − rowmax), O (G × HS) = that · V divided by its sum. The
+// G query rows of one position are contiguous (row stride HS), so is their
+// output; K and V are read once for the G of them.
+static void attend_rows(const attn_args *a, rl_attn_seq sq, int hk) {
+    int NH = a->NH, HS = a->HS, G = NH / a->NKV, qs = NH * HS, ks = a->NKV * HS;
+    float *S = xmalloc(((size_t)G * (sq.pos0 + sq.n) + (size_t)G) * sizeof(float));
+    float *inv = S + (size_t)G * (sq.pos0 + sq.n);
+    const float *K = a->k + (size_t)sq.kv0 * ks + (size_t)hk * HS, *V = a->v + (size_t)sq.kv0 * ks + (size_t)hk * HS;
     for (int j = 0; j < sq.n; j++) {
-        const float *qr = a->q + (size_t)(sq.q0 + j) * qs + (size_t)h * HS;
-        float *o = a->out + (size_t)(sq.q0 + j) * qs + (size_t)h * HS;
         int T = sq.pos0 + j + 1;
-        float mx = -INFINITY;
-        for (int t = 0; t < T; t++) {
-            const float *kr = a->k + (size_t)(sq.kv0 + t) * ks + (size_t)hk * HS;
-            sc[t] = cpu_K->dot(qr, kr, NULL, HS, 0, DT_F32) * scale;
-            if (sc[t] > mx) mx = sc[t];
+        const float *q = a->q + (size_t)(sq.q0 + j) * qs + (size_t)hk * G * HS;
+        float *o = a->out + (size_t)(sq.q0 + j) * qs + (size_t)hk * G * HS;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, T, HS, 1.0f / sqrtf((float)HS), q, HS, K, ks, 0.0f,
+                    S, T);
+        for (int g = 0; g < G; g++) {
+            float *p = S + (size_t)g * T;
+            float mx = cpu_row_max(p, T), sum = cpu_K->exp_row(p, p, T, mx, 1.0f);
+            inv[g] = 1.0f / sum;
+            if (a->lse) a->lse[(size_t)(sq.q0 + j) * NH + hk * G + g] = mx + logf(sum);
         }
-        float sum = 0;
-        for (int t = 0; t < T; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        float inv = 1.0f / sum;
-        memset(o, 0, (size_t)HS * sizeof(float));
-        for (int t = 0; t < T; t++) {
-            const float *vr = a->v + (size_t)(sq.kv0 + t) * ks + (size_t)hk * HS;
-            float w = sc[t] * inv;
-            for (int d = 0; d < HS; d++) o[d] += w * vr[d];
-        }
-        if (a->lse) a->lse[(size_t)(sq.q0 + j) * NH + h] = mx + logf(sum);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, HS, T, 1.0f, S, T, V, ks, 0.0f, o, HS);
+        for (int g = 0; g < G; g++)
+#pragma omp simd
+            for (int d = 0; d < HS; d++) o[(size_t)g * HS + d] *= inv[g];
     }
-    free(sc);
+    free(S);
 }
 
 // Forward in blocks: the causal exp(S − rowmax) row by row, O = that · V,
@@ -116,13 +115,15 @@ static void attend_blocks(const attn_args *a, rl_attn_seq sq, int h) {
     free(S);
 }
 
-// Task s·NH + h: the s-th longest sequence, query head h.
+// Task s·NH + h: the s-th longest sequence, query head h; for a sequence
+// with few new rows, the first query head of each group does the group's.
 static void attention_task(void *ctx, int task, int end) {
     (void)end;
     const attn_args *a = ctx;
     rl_attn_seq sq = a->seqs[a->order[task / a->NH]];
-    if (sq.n >= BLOCK_ROWS) attend_blocks(a, sq, task % a->NH);
-    else attend_rows(a, sq, task % a->NH);
+    int h = task % a->NH, G = a->NH / a->NKV;
+    if (sq.n >= BLOCK_ROWS) attend_blocks(a, sq, h);
+    else if (h % G == 0) attend_rows(a, sq, h / G);
 }
 
 void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v,
