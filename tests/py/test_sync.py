@@ -96,9 +96,11 @@ def perturbed(v):
     return {k: (t + v * 1e-3).contiguous() for k, t in WEIGHTS.items()}
 
 
-def write_version(root, v, weights=None, state=True):
+def write_version(root, v, weights=None, state=True, pointer="latest"):
     """root/vNNNNNN written as common/checkpoint/checkpoint.c writes it: a temporary
-    directory renamed into place, then 'latest' replaced by a rename."""
+    directory renamed into place, then `pointer` ('latest', or 'published' as
+    rl-learn names a version whose optimizer state is still on its way)
+    replaced by a rename."""
     os.makedirs(root, exist_ok=True)
     name = f"v{v:06d}"
     tmp = os.path.join(root, f".tmp-{name}-py")
@@ -110,9 +112,9 @@ def write_version(root, v, weights=None, state=True):
         with open(os.path.join(tmp, "state.json"), "w") as f:
             json.dump({"version": v}, f)
     os.rename(tmp, os.path.join(root, name))
-    with open(os.path.join(root, ".latest.tmp-py"), "w") as f:
+    with open(os.path.join(root, f".{pointer}.tmp-py"), "w") as f:
         f.write(name + "\n")
-    os.rename(os.path.join(root, ".latest.tmp-py"), os.path.join(root, "latest"))
+    os.rename(os.path.join(root, f".{pointer}.tmp-py"), os.path.join(root, pointer))
     return os.path.join(root, name)
 
 
@@ -365,6 +367,34 @@ def watch_sees_a_new_version_at_once_through_inotify_not_only_by_polling():
         rc, err = finish(proc)   # it ends itself once v2 is installed (a SIGTERM now could cut off its result)
     assert took < 5, f"v2 pushed {took:.1f} s after it was written (the poll interval is 30 s)"
     assert rc == 0 and re.search(r"^rl-sync: 2 pushes, 0 failed", err, re.M), (rc, err)
+
+
+@case
+def watch_pushes_a_version_as_soon_as_published_names_it_before_latest_does():
+    root = path("ck_published")
+    write_version(root, 1)
+    with receiver("published") as r:
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "30", "--max-version", "2")
+        assert r.wait(lambda x: x.version == 1, 10), r.exchanges
+        write_version(root, 2, pointer="published")   # its weights written, latest still v000001
+        assert r.wait(lambda x: x.version == 2, 10), f"v2 not pushed on 'published': {r.exchanges}"
+        rc, err = finish(proc)
+        got = r.pushes()[-1]
+    assert rc == 0, err
+    for name, t in perturbed(2).items():
+        same_bits(got.raw[name], t, name)
+
+
+@case
+def watch_follows_latest_when_published_names_an_older_version():
+    root = path("ck_pub_old")
+    write_version(root, 1, pointer="published")
+    write_version(root, 2)   # as a writer that knows nothing of 'published' goes on
+    with receiver("pub_old") as r:
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.2", "--max-version", "2")
+        assert r.wait(lambda x: x.version == 2, 10), r.exchanges
+        rc, err = finish(proc)
+    assert rc == 0 and [e.version for e in r.pushes()] == [2], (rc, err, r.exchanges)
 
 
 @case
