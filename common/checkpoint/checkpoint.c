@@ -548,22 +548,22 @@ int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late,
     return rc;
 }
 
-// Removes the versions newer than latest (their optimizer state was never
-// written) and points published at latest again.
+// Points published at latest, then removes the versions newer than latest
+// (their optimizer state was never written), as withdraw does one.
 static int remove_newer(const char *root, uint64_t latest, rl_err *err) {
     uint64_t *v;
     size_t n;
     char name[32];
-    if (ckpt_versions(root, &v, &n, err)) return -1;
+    version_name(name, sizeof name, latest);
+    if (point(root, "published", name, err) || ckpt_versions(root, &v, &n, err)) return -1;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++)
         if (v[i] > latest) {
             version_name(name, sizeof name, v[i]);
-            rc = withdraw(root, name, &latest, err);
+            rc = discard(root, name, err);
         }
     free(v);
-    version_name(name, sizeof name, latest);
-    return rc ? -1 : point(root, "published", name, err);
+    return rc;
 }
 
 int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err) {
