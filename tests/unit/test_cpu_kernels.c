@@ -1,8 +1,9 @@
 // test_cpu_kernels.c — the CPU backend's builds of its inner loops agree: the
 // int8 products (AVX-512 VNNI, AVX2, portable) give the exact int32 sums, the
 // many-row products of f32 and bf16 weights a double-precision sum to f32
-// rounding, the per-token quantization of a product's input gives the same
-// bits on every build and follows its definition (model/ops.h rl_act), and
+// rounding, the per-token quantization of a product's input and the rounding
+// of activations to bf16 give the same bits on every build and follow their
+// definitions (model/ops.h rl_act, dtype.h f32_to_bf16), and
 // fp8 rows read back as dtype.h's e4m3 values. The builds the processor runs are tested
 // (and listed first); one without AVX-512 VNNI tests two.
 #include <math.h>
@@ -226,6 +227,45 @@ static void input_rows_quantize_alike_on_every_build(void) {
         }
 }
 
+// Rounding activations to bf16 gives dtype.h's f32_to_bf16 bits on every
+// build: random bit patterns (NaNs, infinities, subnormals, both signs
+// among them), ties to even both ways, the largest finite values (which
+// round to infinity), at every length up to 70 (the vector tails).
+static void bf16_rounding_gives_the_defined_bits_on_every_build(void) {
+    rl_rng r;
+    rng_seed(&r, 6);
+    enum { N = 70 };
+    static const uint32_t special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u,
+                                       0x7fc00000u, 0xffffffffu, 0x7fbfffffu, 0x7f7fffffu, 0xff7fffffu, 0x00000001u,
+                                       0x807fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0xbf808000u, 0x7f7f8000u};
+    size_t ns = sizeof special / sizeof *special;
+    for (int n = 0; n <= N; n++)
+        for (int rep = 0; rep < 3; rep++) {
+            uint32_t bits[N];
+            float x[N], want[N];
+            for (int i = 0; i < n; i++) {
+                uint64_t v = rng_u64(&r);
+                bits[i] = rep == 0 ? special[(size_t)(i + n) % ns]
+                          : rep == 1 ? (uint32_t)v
+                                     : ((uint32_t)v & 0xffff0000u) | ((v >> 32) & 1 ? 0x8000u : 0x7fffu);
+                memcpy(&x[i], &bits[i], 4);
+                want[i] = bf16_to_f32(f32_to_bf16(x[i]));
+            }
+            for (int b = 0; b < nbuilds; b++) {
+                float got[N];
+                memcpy(got, x, (size_t)n * sizeof(float));
+                builds[b]->round_bf16(got, n);
+                for (int i = 0; i < n; i++) {
+                    uint32_t g, w;
+                    memcpy(&g, &got[i], 4);
+                    memcpy(&w, &want[i], 4);
+                    CHECK(g == w, "%s: n %d, element %d: 0x%08x rounds to 0x%08x, want 0x%08x", builds[b]->name, n, i,
+                          bits[i], g, w);
+                }
+            }
+        }
+}
+
 // fp8 weight rows: row_to_f32 gives each e4m3 value times the row's scale
 // exactly, and dot the scaled sum to f32 rounding, on every build.
 static void fp8_rows_read_back_as_their_e4m3_values(void) {
@@ -283,6 +323,7 @@ int main(void) {
     RUN(many_row_int8_products_give_the_defined_bits);
     RUN(many_row_float_products_match_a_double_reference);
     RUN(input_rows_quantize_alike_on_every_build);
+    RUN(bf16_rounding_gives_the_defined_bits_on_every_build);
     RUN(fp8_rows_read_back_as_their_e4m3_values);
     RUN(e4m3_codes_round_trip_and_saturate);
     CHECK_DONE();

@@ -282,9 +282,8 @@ static void cpu_add(float *x, const float *y, size_t n) {
 
 static void round_bf16_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
-    size_t n = (size_t)a->N, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
-#pragma omp simd
-    for (size_t i = (size_t)lo * CHUNK; i < i1; i++) a->out[i] = bf16_to_f32(f32_to_bf16(a->out[i]));
+    size_t n = (size_t)a->N, i0 = (size_t)lo * CHUNK, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
+    cpu_K->round_bf16(a->out + i0, (int)(i1 - i0));
 }
 
 static void cpu_round_bf16(float *x, size_t n) {

@@ -109,6 +109,10 @@ static void adamw_portable(float *p, const float *g, float *m, float *v, int n, 
     for (int i = 0; i < n; i++) adamw_one(p + i, g[i], m + i, v + i, h);
 }
 
+static void round_bf16_portable(float *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 static float quant_i8_portable(int8_t *q, const float *x, int K) {
     float amax = 0;
     for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(x[k]));
@@ -147,6 +151,7 @@ static const cpu_kernels *cpu_kernels_portable(void) {
                                   .exp_row = exp_row_portable,
                                   .swiglu_backward = swiglu_backward_portable,
                                   .adamw = adamw_portable,
+                                  .round_bf16 = round_bf16_portable,
                                   .quant_i8 = quant_i8_portable,
                                   .quant_fp8 = quant_fp8_portable,
                                   .dots_i8 = dots_i8_portable};
@@ -381,6 +386,23 @@ AVX2 static inline float absmax_avx2(const float *x, int K) {
     return a;
 }
 
+// As f32_to_bf16 in integers, 8 lanes at a time: u + 0x7fff + (bit 16 of
+// u), its high half kept; NaN (|u| above infinity's bits) u | 0x400000.
+AVX2 static void round_bf16_avx2(float *x, int n) {
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), abs = _mm256_set1_epi32(0x7fffffff),
+                  inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x400000),
+                  high = _mm256_set1_epi32((int)0xffff0000u);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
+        __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, bias), _mm256_and_si256(_mm256_srli_epi32(u, 16), one));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);   // both below 2^31: signed is unsigned
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(u, quiet), nan);
+        _mm256_storeu_si256((__m256i *)(x + i), _mm256_and_si256(r, high));
+    }
+    for (; i < n; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 // As quant_i8_portable: x · (1/s) rounded by cvtps (the default mode: nearest
 // even, as lrintf), packed with saturation (|x · (1/s)| <= 127 already).
 AVX2 static float quant_i8_avx2(int8_t *q, const float *x, int K) {
@@ -574,6 +596,7 @@ static const cpu_kernels *cpu_kernels_avx2(void) {
                                   .exp_row = exp_row_avx2,
                                   .swiglu_backward = swiglu_backward_avx2,
                                   .adamw = adamw_avx2,
+                                  .round_bf16 = round_bf16_avx2,
                                   .quant_i8 = quant_i8_avx2,
                                   .quant_fp8 = quant_fp8_avx2,
                                   .dots_i8 = dots_i8_avx2,
@@ -864,6 +887,21 @@ AVX512 static void gemm_avx512(float *out, size_t ldo, const float *x, int N, co
                      K);
 }
 
+// round_bf16_avx2's arithmetic, 16 lanes at a time, the tail under a mask
+AVX512 static void round_bf16_avx512(float *x, int n) {
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), abs = _mm512_set1_epi32(0x7fffffff),
+                  inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x400000),
+                  high = _mm512_set1_epi32((int)0xffff0000u);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+        __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(_mm512_srli_epi32(u, 16), one));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        r = _mm512_mask_or_epi32(r, nan, u, quiet);
+        _mm512_mask_storeu_epi32(x + i, m, _mm512_and_si512(r, high));
+    }
+}
+
 // xb (n) = x as bf16 when every x is a bf16 value (returns 1), else 0 (xb
 // then partly written).
 AVX512 static int exact_bf16(uint16_t *xb, const float *x, size_t n) {
@@ -929,8 +967,10 @@ static const cpu_kernels *cpu_kernels_vnni(void) {
     k.name = "avx512-vnni";
     k.dots_i8 = dots_i8_vnni;
     k.gemm_i8 = gemm_i8_vnni;
-    if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
         k.gemm = __builtin_cpu_supports("avx512bf16") ? gemm_avx512bf16 : gemm_avx512;
+        k.round_bf16 = round_bf16_avx512;
+    }
     return &k;
 }
 #else

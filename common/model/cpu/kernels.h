@@ -30,6 +30,9 @@ typedef struct {
     void (*swiglu_backward)(float *dg, float *du, const float *d, const float *g, const float *u, int n);
     // AdamW on n parameters, its scalars already in float (rl_adamw_f32)
     void (*adamw)(float *p, const float *g, float *m, float *v, int n, const rl_adamw_f32 *h);
+    // x[i] = the bf16 value nearest x[i] (ties to even; NaN made quiet, as
+    // dtype.h's f32_to_bf16), kept as f32, in place: the same bits on every build.
+    void (*round_bf16)(float *x, int n);
     // One row x (K) of a product's input to int8 (ops.h ACT_I8): q (K); returns its scale.
     float (*quant_i8)(int8_t *q, const float *x, int K);
     // One row x (K) to fp8 e4m3 (ops.h ACT_FP8), the values kept as f32: q (K); returns its scale.
