@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model/cpu/cpu.h"
+#include "model/cpu/mem.h"
 #include "model/cpu/pool.h"
 #include "util.h"
 
@@ -23,17 +24,6 @@ void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 // Weight rows converted to f32 per sgemm call when weights are not f32.
 #define TILE_ROWS 128
 
-static void *cpu_alloc(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
-        fprintf(stderr, "rlpipe: out of memory (%zu bytes for the CPU backend)\n", bytes);
-        abort();
-    }
-    memset(p, 0, bytes);
-    return p;
-}
-
-static void cpu_free(void *p) { free(p); }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_sync(void) {}   // ops return when done
 
@@ -370,8 +360,8 @@ static void cpu_sample(int32_t *tok, double *logp, const float *logits, const sm
 const rl_ops *ops_cpu(void) {
     static const rl_ops ops = {
         .name = "cpu",
-        .alloc = cpu_alloc,
-        .free = cpu_free,
+        .alloc = cpu_mem_alloc,
+        .free = cpu_mem_free,
         .upload = cpu_copy,
         .download = cpu_copy,
         .sync = cpu_sync,
