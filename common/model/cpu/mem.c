@@ -14,7 +14,18 @@
 #include "util.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
-#define MAPPED_MIN ((size_t)4 << 20)   // buffers from this size on are mapped apart
+// Buffers from this size on are mapped apart; none under AddressSanitizer,
+// which sees the bounds of malloc's blocks only.
+#if defined(__has_feature)   // clang's way to tell
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(UNDER_ASAN)   // gcc's, and clang's
+const size_t cpu_mem_mapped_min = 0;
+#else
+const size_t cpu_mem_mapped_min = (size_t)4 << 20;
+#endif
 
 typedef struct {
     void *p;      // the buffer: the start of its mapping
@@ -54,7 +65,7 @@ static void *map_huge(size_t bytes) {
 }
 
 void *cpu_mem_alloc(size_t bytes) {
-    if (bytes >= MAPPED_MIN) return map_huge(bytes);
+    if (cpu_mem_mapped_min && bytes >= cpu_mem_mapped_min) return map_huge(bytes);
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) out_of_memory(bytes, NULL);
     memset(p, 0, bytes);

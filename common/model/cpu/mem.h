@@ -11,8 +11,12 @@
 
 #include <stddef.h>
 
-// Zero-filled, 64-byte aligned (2 MiB for large ones); aborts, saying so,
-// when out of memory.
+// The size from which buffers are mapped apart: 4 MiB, or 0 (none) in a
+// build with AddressSanitizer, which checks the bounds of malloc's blocks.
+extern const size_t cpu_mem_mapped_min;
+
+// Zero-filled, 64-byte aligned (2 MiB for those mapped apart); aborts,
+// saying so, when out of memory.
 void *cpu_mem_alloc(size_t bytes);
 // Frees what cpu_mem_alloc returned (NULL: nothing).
 void cpu_mem_free(void *p);
