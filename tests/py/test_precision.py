@@ -253,30 +253,37 @@ def model_logps(d, jobs, dtype, mode, build):
 
 
 @case
-def log_probs_at_int8_and_fp8_are_the_same_bits_with_the_vnni_and_the_avx2_kernels():
+def log_probs_at_int8_and_fp8_agree_with_the_vnni_and_the_avx2_kernels():
     """The VNNI build is the AVX2 one with other int8 products (kernels.c),
-    whose sums are exact: every log-prob must be the same f32, in decoding
-    (few-row products, 8 slots) and scoring (tiled products). fp8, which
-    takes no int8 product, checks that premise: should it differ, the builds
-    differ elsewhere too and this case must be restated. bf16 is left out:
-    its many-row products have each build's own kernel (kernels.h gemm:
-    AVX-512 BF16 dot products against AVX2 FMAs), which sum in other orders;
-    its bits are held to the float64 reference instead. The portable
-    build sums f32 (attention, SwiGLU, dots) in other orders, so with bf16
-    activations its values may round the other way at a bf16 boundary: it is
-    held to the products above instead."""
+    whose sums are exact (bit for bit above), in decoding (few-row products,
+    8 slots) and scoring (tiled products). The one product of int8 and fp8
+    models that is not theirs is the output layer's, of bf16 weights (the
+    outer matrices stay bf16 in W8A8): there each build sums in its own order
+    (kernels.h gemm_panels, AVX-512 BF16 from panels, against AVX2 FMAs), so
+    every log-prob must agree within 1e-5 (an f32 sum's rounding at these
+    sizes, a few ulps of a log-prob near -12), and most are the same f32. A
+    difference anywhere else (the int8 products, attention, sampling) shows
+    as far more. The portable build sums f32 (attention, SwiGLU, dots) in
+    other orders, so with bf16 activations its values may round the other
+    way at a bf16 boundary: it is held to the products above instead."""
     d = os.path.join(WORK, "model")
     llama_ref.random_model(d, hidden=128, inter=352, layers=2, heads=4, kv_heads=2, vocab=300, seed=3)
     rnd = random.Random(5)
     jobs = [([rnd.randrange(300) for _ in range(rnd.randint(1, 20))],
              [rnd.randrange(300) for _ in range(rnd.randint(1, 30))], (1.0, 0.7)[i % 2]) for i in range(24)]
+    same = total = 0
     for dtype in ("int8", "fp8"):
         for mode in (("--slots", "8"), ("--score",)):
-            a = model_logps(d, jobs, dtype, mode, "default")
-            b = model_logps(d, jobs, dtype, mode, "avx2")
-            assert a == b, f"--dtype {dtype} {' '.join(mode)}: log-probs differ between the default and avx2 kernels"
+            a = model_logps(d, jobs, dtype, mode, "default").split()
+            b = model_logps(d, jobs, dtype, mode, "avx2").split()
+            assert len(a) == len(b) == sum(len(j[1]) for j in jobs), f"--dtype {dtype}: {len(a)}, {len(b)} log-probs"
+            worst = max(abs(float(x) - float(y)) for x, y in zip(a, b))
+            assert worst <= 1e-5, f"--dtype {dtype} {' '.join(mode)}: log-probs differ by up to {worst:.3g} " \
+                                  "between the default and avx2 kernels"
+            same += sum(x == y for x, y in zip(a, b))
+            total += len(a)
     _, name = product("int8", np.ones((1, 4), np.float32), np.ones((1, 4), np.float32), "default")
-    print(f"  default kernels {name}: int8 and fp8 log-probs identical to avx2's, decoding and scoring")
+    print(f"  default kernels {name}: int8 and fp8 log-probs within 1e-5 of avx2's, {same} of {total} the same f32")
 
 
 shutil.rmtree(WORK, ignore_errors=True)

@@ -1,11 +1,12 @@
 // test_cpu_kernels.c — the CPU backend's builds of its inner loops agree: the
 // int8 products (AVX-512 VNNI, AVX2, portable) give the exact int32 sums, the
-// many-row products of f32 and bf16 weights a double-precision sum to f32
-// rounding, the per-token quantization of a product's input and the rounding
-// of activations to bf16 give the same bits on every build and follow their
-// definitions (model/ops.h rl_act, dtype.h f32_to_bf16), and
-// fp8 rows read back as dtype.h's e4m3 values. The builds the processor runs are tested
-// (and listed first); one without AVX-512 VNNI tests two.
+// many-row products of f32 and bf16 weights (bf16 ones also from panels,
+// laid out as model/cpu/pack.h says) a double-precision sum to f32
+// rounding, the per-token quantization of a product's input and the
+// rounding of activations to bf16 give the same bits on every build and
+// follow their definitions (model/ops.h rl_act, dtype.h f32_to_bf16), and
+// fp8 rows read back as dtype.h's e4m3 values. The builds the processor runs
+// are tested (and listed first); one without AVX-512 VNNI tests two.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "check.h"
 #include "dtype.h"
 #include "model/cpu/kernels.h"
+#include "model/cpu/pack.h"
 #include "rng.h"
 
 // The builds this processor runs, chosen as RLPIPE_CPU_PORTABLE and RLPIPE_CPU ask.
@@ -120,8 +122,12 @@ static void many_row_int8_products_give_the_defined_bits(void) {
 // bf16) or not a multiple of one, N = 5 (the fewest rows the CPU backend
 // gives this product), and N x K large enough to be cut into blocks of rows
 // (256) and of K (300 x 2000); inputs of any f32 value and of bf16 values (as
-// the bf16 precision rounds them), both on bf16 weights. The columns past M
-// of out are left alone.
+// the bf16 precision rounds them), both on bf16 weights. The same for the
+// product from bf16 weights packed in panels (kernels.h gemm_panels, where a
+// build has it): groups of 3 panels of 16 rows and fewer (M = 50: 3 + 1, the
+// last short), tiles of 8, 4, 2 and 1 input rows, odd K, blocks of rows
+// (300 x 2000), and f32 inputs, which it hands to the rows as stored. The
+// columns past M of out are left alone.
 static void many_row_float_products_match_a_double_reference(void) {
     rl_rng r;
     rng_seed(&r, 7);
@@ -133,20 +139,26 @@ static void many_row_float_products_match_a_double_reference(void) {
         float *x = malloc((size_t)N * K * sizeof(float)), *wf = malloc((size_t)M * K * sizeof(float));
         float *out = malloc((size_t)N * ldo * sizeof(float));
         uint16_t *wb = malloc((size_t)M * K * sizeof(uint16_t));
+        int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+        uint16_t *pb = aligned_alloc(64, (size_t)np * panel_elems(K) * sizeof(uint16_t));
         for (size_t i = 0; i < (size_t)N * K; i++) x[i] = (float)(rng_normal(&r) * pow(10, (double)(i % 5) - 2));
         for (size_t i = 0; i < (size_t)M * K; i++) {
             wb[i] = f32_to_bf16((float)rng_normal(&r) * 0.05f);
             wf[i] = (float)rng_normal(&r) * 0.05f;
         }
+        pack_panels(pb, wb, M, K, 0, np);
         for (int xkind = 0; xkind < 2; xkind++) {   // 0: any f32, 1: bf16 values
             if (xkind)
                 for (size_t i = 0; i < (size_t)N * K; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
             for (int wkind = 0; wkind < 2; wkind++) {
                 rl_dtype dt = wkind ? DT_BF16 : DT_F32;
-                for (int b = 0; b < nbuilds; b++) {
-                    if (!builds[b]->gemm) continue;
+                for (int b = 0; b < nbuilds * 2; b++) {   // each build's gemm, then its gemm_panels
+                    const cpu_kernels *B = builds[b % nbuilds];
+                    int panels = b >= nbuilds;
+                    if (!B->gemm || (panels && (!B->gemm_panels || dt != DT_BF16))) continue;
                     for (size_t i = 0; i < (size_t)N * ldo; i++) out[i] = -7.0f;
-                    builds[b]->gemm(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt, M, K);
+                    if (panels) B->gemm_panels(out, ldo, x, N, wb, pb, M, K);
+                    else B->gemm(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt, M, K);
                     for (int n = 0; n < N; n++) {
                         for (int m = 0; m < M; m++) {
                             double want = 0, mag = 0;
@@ -157,17 +169,45 @@ static void many_row_float_products_match_a_double_reference(void) {
                             }
                             double got = out[(size_t)n * ldo + m];
                             CHECK(fabs(got - want) <= 1e-5 * mag,
-                                  "%s: %s weights, %s inputs, %dx%dx%d, out[%d][%d] %.9g, want %.9g (Σ|xw| %.3g)",
-                                  builds[b]->name, dt_name(dt), xkind ? "bf16" : "f32", N, M, K, n, m, got, want, mag);
+                                  "%s%s: %s weights, %s inputs, %dx%dx%d, out[%d][%d] %.9g, want %.9g (Σ|xw| %.3g)",
+                                  B->name, panels ? " panels" : "", dt_name(dt), xkind ? "bf16" : "f32", N, M, K, n,
+                                  m, got, want, mag);
                         }
                         for (size_t m = (size_t)M; m < ldo; m++)
-                            CHECK(out[(size_t)n * ldo + m] == -7.0f, "%s: %dx%dx%d wrote past M in row %d",
-                                  builds[b]->name, N, M, K, n);
+                            CHECK(out[(size_t)n * ldo + m] == -7.0f, "%s%s: %dx%dx%d wrote past M in row %d",
+                                  B->name, panels ? " panels" : "", N, M, K, n);
                     }
                 }
             }
         }
-        free(x), free(wf), free(out), free(wb);
+        free(x), free(wf), free(out), free(wb), free(pb);
+    }
+}
+
+// pack.h's panels hold w[16p + i][2q + j] at (p·KP + q)·32 + 2i + j and
+// zeros past the last row and input: odd and even K, a last panel short of
+// 16 rows or full, one element; packing panels [p0, p1) writes only those.
+static void panels_hold_each_weight_where_the_layout_says(void) {
+    const int shapes[][2] = {{1, 1}, {16, 2}, {17, 3}, {33, 576}, {48, 31}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int M = shapes[t][0], K = shapes[t][1], KP = (K + 1) / 2, np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+        size_t pe = panel_elems(K);
+        CHECK(pe == (size_t)KP * 32, "%dx%d: %zu elements a panel", M, K, pe);
+        uint16_t *w = malloc((size_t)M * K * sizeof *w), *p = malloc((size_t)np * pe * sizeof *p);
+        for (size_t i = 0; i < (size_t)M * K; i++) w[i] = (uint16_t)(i * 7919 + 1);   // none zero
+        for (size_t i = 0; i < (size_t)np * pe; i++) p[i] = 0xdead;
+        pack_panels(p, w, M, K, np > 1 ? 1 : 0, np);   // all but the first panel of several
+        for (int pn = 0; pn < np; pn++)
+            for (int q = 0; q < KP; q++)
+                for (int i = 0; i < PANEL_ROWS; i++)
+                    for (int j = 0; j < 2; j++) {
+                        int row = pn * PANEL_ROWS + i, k = 2 * q + j;
+                        uint16_t got = p[((size_t)pn * KP + q) * 32 + 2 * i + j];
+                        uint16_t want = np > 1 && pn == 0 ? 0xdead : row < M && k < K ? w[(size_t)row * K + k] : 0;
+                        CHECK(got == want, "%dx%d: panel %d pair %d row %d input %d: %#x, want %#x", M, K, pn, q, i,
+                              j, got, want);
+                    }
+        free(w), free(p);
     }
 }
 
@@ -321,6 +361,7 @@ int main(void) {
     find_builds();
     RUN(int8_products_are_exact_on_every_build);
     RUN(many_row_int8_products_give_the_defined_bits);
+    RUN(panels_hold_each_weight_where_the_layout_says);
     RUN(many_row_float_products_match_a_double_reference);
     RUN(input_rows_quantize_alike_on_every_build);
     RUN(bf16_rounding_gives_the_defined_bits_on_every_build);

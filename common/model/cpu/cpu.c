@@ -1,5 +1,6 @@
 // cpu/cpu.c — the CPU backend of ops.h: kernels.c's many-row products of f32
-// and bf16 weights, else OpenBLAS sgemm, for matrix products of many rows,
+// and bf16 weights (bf16 ones from the panels of pack.h where the build has
+// a kernel for them), else OpenBLAS sgemm, for matrix products of many rows,
 // row kernels (kernels.c) for the few-row products of decoding
 // and for everything elementwise, spread over the threads of pool.h. OpenBLAS
 // is kept single-threaded and called by each thread on its block of weight
@@ -13,6 +14,7 @@
 
 #include "model/cpu/cpu.h"
 #include "model/cpu/mem.h"
+#include "model/cpu/pack.h"
 #include "model/cpu/pool.h"
 #include "util.h"
 
@@ -25,6 +27,17 @@ void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 #define TILE_ROWS 128
 
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
+// Writing or freeing a matrix makes its panels (pack.h) stale.
+static void cpu_upload(void *dst, const void *src, size_t bytes) {
+    cpu_panels_forget(dst, bytes);
+    memcpy(dst, src, bytes);
+}
+
+static void cpu_free(void *p) {
+    if (p) cpu_panels_forget(p, cpu_mem_size(p));
+    cpu_mem_free(p);
+}
 static void cpu_sync(void) {}   // ops return when done
 
 // Row r of a weight matrix and its int8 scales.
@@ -45,6 +58,7 @@ typedef struct {
     const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
+    const uint16_t *panels;  // W packed (pack.h), for kernels.h gemm_panels
     // A product's input quantized (ops.h rl_act), and each row's scale:
     // ACT_I8 rows in xq8 (N, K), ACT_FP8 rows in x (their e4m3 values).
     const int8_t *xq8;
@@ -111,6 +125,11 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     const rl_mat *W = a->W;
     int M = W->rows, Kd = W->cols, N = a->N;
+    if (a->panels) {   // lo is a multiple of PANEL_ROWS (pool_for's align)
+        cpu_K->gemm_panels(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo),
+                           a->panels + (size_t)(lo / PANEL_ROWS) * panel_elems(Kd), hi - lo, Kd);
+        return;
+    }
     if (cpu_K->gemm && (W->dtype == DT_F32 || W->dtype == DT_BF16) && !a->xscale) {
         cpu_K->gemm(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo), W->dtype, hi - lo, Kd);
         return;
@@ -200,9 +219,11 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
         a.xq8 = q.q8;
         if (q.qf) a.x = q.qf;
         if (W->act == ACT_I8) part = matmul_i8_part;
+    } else if (N > FEW_ROWS && W->dtype == DT_BF16 && cpu_K->gemm_panels) {
+        a.panels = cpu_panels(W);
     }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
-    else pool_for(W->rows, 16, 0, part, &a);
+    else pool_for(W->rows, PANEL_ROWS, 0, part, &a);
     free(q.scale);
     free(q.q8);
     free(q.qf);
@@ -361,8 +382,8 @@ const rl_ops *ops_cpu(void) {
     static const rl_ops ops = {
         .name = "cpu",
         .alloc = cpu_mem_alloc,
-        .free = cpu_mem_free,
-        .upload = cpu_copy,
+        .free = cpu_free,
+        .upload = cpu_upload,
         .download = cpu_copy,
         .sync = cpu_sync,
         .embed = cpu_embed,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "model/cpu/pack.h"
 #include "util.h"
 
 // ---- Portable C -------------------------------------------------------------
@@ -957,6 +958,95 @@ AVX512BF16 static void gemm_avx512bf16(float *out, size_t ldo, const float *x, i
     }
 }
 
+// ---- The same product from weights packed in panels (pack.h) ---------------
+
+enum { GP_NX = 8, GP_NP = 3 };   // 24 accumulators: 8 input rows by 3 panels of 16 outputs
+
+// out[j·ldo + 16p + i] = Σ_q xb[j][2q..2q+1] · P_p[q][i] for j < NX, p < NP,
+// i < 16 (the last panel's first last outputs only): each 64-byte vector of
+// a panel (a pair of inputs for 16 outputs) by the pair broadcast from each
+// input row, by vdpbf16ps.
+AVX512BF16 static inline __attribute__((always_inline)) void panel_tile(float *out, size_t ldo, const uint16_t *xb,
+                                                                       size_t ldx, const uint16_t *P, size_t ldp,
+                                                                       int KP, int last, const int NX, const int NP) {
+    __m512 acc[GP_NX][GP_NP];
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; j++)
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) acc[j][p] = _mm512_setzero_ps();
+    for (int q = 0; q < KP; q++) {
+        __m512i w[GP_NP];
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) w[p] = _mm512_load_si512(P + p * ldp + (size_t)q * 32);
+#pragma GCC unroll 8
+        for (int j = 0; j < NX; j++) {
+            int32_t pair;
+            memcpy(&pair, xb + j * ldx + 2 * (size_t)q, 4);
+            __m512i xv = _mm512_set1_epi32(pair);
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) acc[j][p] = _mm512_dpbf16_ps(acc[j][p], (__m512bh)w[p], (__m512bh)xv);
+        }
+    }
+    __mmask16 m = (__mmask16)((1u << last) - 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; j++)
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) {
+            if (p < NP - 1 || last == PANEL_ROWS) _mm512_storeu_ps(out + j * ldo + p * PANEL_ROWS, acc[j][p]);
+            else _mm512_mask_storeu_ps(out + j * ldo + p * PANEL_ROWS, m, acc[j][p]);
+        }
+}
+
+// Rows [0, nb) of xb against NP panels, 8 rows a tile, then 4, 2, 1
+AVX512BF16 static inline __attribute__((always_inline)) void panel_rows(float *out, size_t ldo, const uint16_t *xb,
+                                                                       size_t ldx, int nb, const uint16_t *P,
+                                                                       size_t ldp, int KP, int last, const int NP) {
+    int n = 0;
+    for (; n + 8 <= nb; n += 8) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 8, NP);
+    if (n + 4 <= nb) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 4, NP), n += 4;
+    if (n + 2 <= nb) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 2, NP), n += 2;
+    if (n < nb) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 1, NP);
+}
+
+// Input rows in blocks that stay in L2 as bf16 (up to 192 KiB, at most
+// GEMM_NB rows), each against every group of 3 panels; a block whose values
+// are not all bf16 ones goes to gemm_rows512 on the rows as stored.
+AVX512BF16 static void gemm_panels_avx512bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *w,
+                                              const uint16_t *panels, int M, int K) {
+    int KP = (K + 1) / 2, np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+    size_t ldx = 2 * (size_t)KP, ldp = panel_elems(K);
+    int most = (int)((192 << 10) / (ldx * 2)) & ~7;
+    most = most < 8 ? 8 : most > GEMM_NB ? GEMM_NB : most;
+    most = N < most ? N : most;
+    if ((size_t)most * ldx > gemm_xb_n) {
+        free(gemm_xb);
+        gemm_xb = xmalloc((size_t)most * ldx * sizeof *gemm_xb);
+        gemm_xb_n = (size_t)most * ldx;
+    }
+    for (int n0 = 0; n0 < N; n0 += most) {
+        int nb = N - n0 < most ? N - n0 : most, exact = 1;
+        float *o = out + (size_t)n0 * ldo;
+        const float *xn = x + (size_t)n0 * K;
+        for (int n = 0; n < nb && exact; n++) {
+            exact = exact_bf16(gemm_xb + n * ldx, xn + (size_t)n * K, (size_t)K);
+            if (K & 1) gemm_xb[n * ldx + K] = 0;
+        }
+        if (!exact) {
+            gemm_rows512(o, ldo, xn, nb, w, DT_BF16, M, K);
+            continue;
+        }
+        for (int p0 = 0; p0 < np; p0 += GP_NP) {
+            int n = np - p0 < GP_NP ? np - p0 : GP_NP, end = (p0 + n) * PANEL_ROWS;
+            int last = end <= M ? PANEL_ROWS : PANEL_ROWS - (end - M);
+            const uint16_t *P = panels + (size_t)p0 * ldp;
+            float *op = o + p0 * PANEL_ROWS;
+            if (n == 3) panel_rows(op, ldo, gemm_xb, ldx, nb, P, ldp, KP, last, 3);
+            else if (n == 2) panel_rows(op, ldo, gemm_xb, ldx, nb, P, ldp, KP, last, 2);
+            else panel_rows(op, ldo, gemm_xb, ldx, nb, P, ldp, KP, last, 1);
+        }
+    }
+}
+
 static const cpu_kernels *cpu_kernels_vnni(void) {
     static cpu_kernels k;
     const cpu_kernels *a = cpu_kernels_avx2();
@@ -969,6 +1059,7 @@ static const cpu_kernels *cpu_kernels_vnni(void) {
     k.gemm_i8 = gemm_i8_vnni;
     if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
         k.gemm = __builtin_cpu_supports("avx512bf16") ? gemm_avx512bf16 : gemm_avx512;
+        if (__builtin_cpu_supports("avx512bf16")) k.gemm_panels = gemm_panels_avx512bf16;
         k.round_bf16 = round_bf16_avx512;
     }
     return &k;

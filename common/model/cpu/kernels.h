@@ -54,6 +54,12 @@ typedef struct {
     // AVX512_BF16, bf16 pairs are multiplied by vdpbf16ps, whose products are
     // exact and whose f32 sums treat subnormals as zero.
     void (*gemm)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt, int M, int K);
+    // gemm's product of bf16 weights w (M, K), read from the same weights
+    // packed in panels (pack.h; panels holds those of w's rows, w's first row
+    // at a panel's start): vdpbf16ps where every x is a bf16 value, else
+    // gemm on w's rows. NULL where a build has no such kernel (AVX512_BF16).
+    void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const uint16_t *w, const uint16_t *panels,
+                        int M, int K);
 } cpu_kernels;
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu

@@ -4,6 +4,7 @@
 #include "model/cpu/mem.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -88,4 +89,16 @@ void cpu_mem_free(void *p) {
         }
     pthread_mutex_unlock(&mu);
     free(p);
+}
+
+size_t cpu_mem_size(const void *p) {
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nmaps; i++)
+        if (maps[i].p == p) {
+            size_t len = maps[i].len;
+            pthread_mutex_unlock(&mu);
+            return len;
+        }
+    pthread_mutex_unlock(&mu);
+    return malloc_usable_size((void *)p);
 }

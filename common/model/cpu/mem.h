@@ -20,5 +20,7 @@ extern const size_t cpu_mem_mapped_min;
 void *cpu_mem_alloc(size_t bytes);
 // Frees what cpu_mem_alloc returned (NULL: nothing).
 void cpu_mem_free(void *p);
+// The bytes usable at p, a buffer cpu_mem_alloc returned: at least those asked.
+size_t cpu_mem_size(const void *p);
 
 #endif
