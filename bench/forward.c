@@ -21,10 +21,10 @@
 // bf16 weights widened 128 rows at a time for sgemm (the CPU backend's way
 // without a many-row kernel); the chosen build's kernel (kernels.h gemm) on
 // bf16 weights with f32 inputs (bf16w), with bf16-valued inputs (bf16) and
-// on f32 weights; and where the build has one, its product of bf16 weights
-// packed in panels (kernels.h gemm_panels, the panels made before the timing
-// as the CPU backend makes them once per weight update) with bf16-valued
-// inputs (bf16_panels). The methods take turns within each repetition; each line
+// on f32 weights; and where the build has them, its products from the same
+// weights packed in panels (kernels.h gemm_panels, the panels made before
+// the timing, as the CPU backend makes them once per weight update): bf16
+// with bf16-valued inputs (bf16_panels) and f32 (f32_panels). The methods take turns within each repetition; each line
 // adds gflops= and of_sgemm= (its speed over sgemm's).
 // --device cpu|cuda|auto: the backend of score and decode (default auto, as
 // the tools: CUDA's when built with it and a GPU is there).
@@ -147,12 +147,12 @@ static void cmd_sgemm(const args *a) {
     free(x), free(w), free(out);
 }
 
-enum { GEMM_METHODS = 6, GEMM_TILE_ROWS = 128, GEMM_SPAN = 96 << 20 };
+enum { GEMM_METHODS = 7, GEMM_TILE_ROWS = 128, GEMM_SPAN = 96 << 20 };
 
 // Method k of cmd_gemm on weight copy c: f32 weights wf, bf16 weights wb, input x (f32) or xr (bf16 values).
-// pb: wb's copy c packed in panels.
+// pb, pf: wb's and wf's copy c packed in panels.
 static void gemm_method(int k, float *out, const float *x, const float *xr, const float *wf, const uint16_t *wb,
-                        const uint16_t *pb, float *tile, int M, int N, int K) {
+                        const void *pb, const void *pf, float *tile, int M, int N, int K) {
     switch (k) {
     case 0:
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, wf, K, 0.0f, out, N);
@@ -167,14 +167,15 @@ static void gemm_method(int k, float *out, const float *x, const float *xr, cons
         break;
     case 2: cpu_K->gemm(out, (size_t)N, x, M, wb, DT_BF16, N, K); break;
     case 3: cpu_K->gemm(out, (size_t)N, xr, M, wb, DT_BF16, N, K); break;
-    case 5: cpu_K->gemm_panels(out, (size_t)N, xr, M, wb, pb, N, K); break;
+    case 5: cpu_K->gemm_panels(out, (size_t)N, xr, M, wb, DT_BF16, pb, N, K); break;
+    case 6: cpu_K->gemm_panels(out, (size_t)N, x, M, wf, DT_F32, pf, N, K); break;
     default: cpu_K->gemm(out, (size_t)N, x, M, wf, DT_F32, N, K); break;
     }
 }
 
 static void cmd_gemm(const args *a) {
     static const char *names[GEMM_METHODS] = {"sgemm_f32", "widen_sgemm_bf16", "kernel_bf16w", "kernel_bf16",
-                                              "kernel_f32", "kernel_bf16_panels"};
+                                              "kernel_f32", "kernel_bf16_panels", "kernel_f32_panels"};
     size_t M = (size_t)a->m, N = (size_t)a->n, K = (size_t)a->k;
     cpu_kernels_choose();
     openblas_set_num_threads(1);
@@ -185,29 +186,32 @@ static void cmd_gemm(const args *a) {
     size_t copies = GEMM_SPAN / (N * K * 6) + 1;   // f32 and bf16 copies past the cache
     float *x = xmalloc(M * K * sizeof *x), *xr = xmalloc(M * K * sizeof *xr), *out = xmalloc(M * N * sizeof *out);
     float *wf = xmalloc(copies * N * K * sizeof *wf), *tile = xmalloc(GEMM_TILE_ROWS * K * sizeof *tile);
-    uint16_t *wb = xmalloc(copies * N * K * sizeof *wb), *pb = NULL;
-    size_t pn = (N + PANEL_ROWS - 1) / PANEL_ROWS * panel_elems(a->k);
-    int methods = cpu_K->gemm_panels ? GEMM_METHODS : GEMM_METHODS - 1;
+    uint16_t *wb = xmalloc(copies * N * K * sizeof *wb);
+    size_t np = (N + PANEL_ROWS - 1) / PANEL_ROWS, sb = np * panel_bytes(DT_BF16, a->k),
+           sf = np * panel_bytes(DT_F32, a->k);
+    int has_b = cpu_K->panels_for >> DT_BF16 & 1, has_f = cpu_K->panels_for >> DT_F32 & 1;
+    char *pb = has_b ? cpu_mem_alloc(copies * sb) : NULL, *pf = has_f ? cpu_mem_alloc(copies * sf) : NULL;
     rl_rng r;
     rng_seed(&r, a->seed);
     for (size_t i = 0; i < M * K; i++) x[i] = (float)rng_normal(&r), xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     for (size_t i = 0; i < copies * N * K; i++) wf[i] = (float)rng_normal(&r) * 0.02f, wb[i] = f32_to_bf16(wf[i]);
-    if (cpu_K->gemm_panels) {
-        pb = cpu_mem_alloc(copies * pn * sizeof *pb);
-        for (size_t c = 0; c < copies; c++)
-            pack_panels(pb + c * pn, wb + c * N * K, a->n, a->k, 0, (a->n + PANEL_ROWS - 1) / PANEL_ROWS);
+    for (size_t c = 0; c < copies; c++) {
+        if (pb) pack_panels(pb + c * sb, wb + c * N * K, DT_BF16, a->n, a->k, 0, (int)np);
+        if (pf) pack_panels(pf + c * sf, wf + c * N * K, DT_F32, a->n, a->k, 0, (int)np);
     }
     double t[GEMM_METHODS][MAX_REPS];
     for (int i = -1; i < a->reps; i++)   // one warm-up
-        for (int k = 0; k < methods; k++) {
+        for (int k = 0; k < GEMM_METHODS; k++) {
+            if ((k == 5 && !pb) || (k == 6 && !pf)) continue;
             double t0 = bench_now();
             for (size_t c = 0; c < copies; c++)
-                gemm_method(k, out, x, xr, wf + c * N * K, wb + c * N * K, pb ? pb + c * pn : NULL, tile, a->m,
-                            a->n, a->k);
+                gemm_method(k, out, x, xr, wf + c * N * K, wb + c * N * K, pb ? pb + c * sb : NULL,
+                            pf ? pf + c * sf : NULL, tile, a->m, a->n, a->k);
             if (i >= 0) t[k][i] = (bench_now() - t0) / (double)copies;
         }
     double flop = 2.0 * M * N * K, base = bench_median(t[0], a->reps);
-    for (int k = 0; k < methods; k++) {
+    for (int k = 0; k < GEMM_METHODS; k++) {
+        if ((k == 5 && !pb) || (k == 6 && !pf)) continue;
         char what[96], more[128];
         double med = bench_median(t[k], a->reps);
         snprintf(what, sizeof what, "gemm_%s_%dx%dx%d", names[k], a->m, a->n, a->k);
@@ -216,7 +220,7 @@ static void cmd_gemm(const args *a) {
         result_more(what, (double)M, flop, more, t[k], a->reps);
     }
     free(x), free(xr), free(out), free(wf), free(tile), free(wb);
-    cpu_mem_free(pb);
+    cpu_mem_free(pb), cpu_mem_free(pf);
 }
 
 static model_t *load(const args *a) {

@@ -198,9 +198,11 @@ static const char *prec_name(const model_t *m) {
     return p ? p : dt_name(m->o.dtype);
 }
 
-// The matrix of tensor t in w: at its dtype, or its f32 parameters.
+// The matrix of tensor t in w: at its dtype, or its f32 parameters (fixed
+// until training starts: ops.h rl_mat).
 static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
-    rl_mat r = {.dtype = t->dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1], .act = t->act};
+    rl_mat r = {.dtype = t->dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1], .act = t->act,
+                .fixed = stored_apart(t) || !m->grads};
     size_t i = (size_t)(t - m->t);
     if (!stored_apart(t)) {
         r.data = w->params + t->poff;
@@ -1100,6 +1102,19 @@ int model_score_groups(model_t *m, model_seq *seqs, size_t n, rl_err *err) { ret
 
 static float *state_of(const model_t *m, int which);
 
+// Training writes the f32 parameters in place (the optimizer, and with
+// ZeRO a collective): no matrix of them is fixed any more.
+static void unfix_params(model_t *m) {
+    weights *w = &m->w;
+    w->embed.fixed = w->embed.dtype != DT_F32;
+    w->head.fixed = w->head.dtype != DT_F32;
+    for (int l = 0; l < m->c.layers; l++) {
+        layer_w *L = &w->L[l];
+        rl_mat *mats[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++) mats[i]->fixed = mats[i]->dtype != DT_F32;
+    }
+}
+
 int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
     if (m->o.dtype != DT_F32 || m->o.act != DT_F32)
         return err_set(err, "training needs f32 weights and activations; this model computes at %s",
@@ -1108,6 +1123,7 @@ int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
         return err_set(err, "optimizer range [%zu, %zu) outside the model's %zu parameters", lo, hi, m->nparams);
     if (m->grads) return m->mlo == lo && m->mhi == hi ? 0 : err_set(err, "model_train_init: already another range");
     m->grads = m->ops->alloc(m->nparams * sizeof(float));
+    unfix_params(m);
     size_t n = hi - lo ? hi - lo : 1;
     m->exp_avg = m->ops->alloc(n * sizeof(float));
     m->exp_avg_sq = m->ops->alloc(n * sizeof(float));

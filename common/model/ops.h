@@ -42,6 +42,11 @@ typedef struct {
     void *data;
     float *scales;
     rl_act act;
+    // 1: data changes only through upload (weights loaded or received, not
+    // trained in place), so a backend may keep copies made from it (the CPU
+    // backend's panels) until an upload or free overwrites it; 0: it may
+    // change by other means (an optimizer step, a collective).
+    int fixed;
 } rl_mat;
 
 // One sequence of a batch for attention. Its query rows are [q0, q0+n) of q

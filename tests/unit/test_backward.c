@@ -129,7 +129,7 @@ static void matmul_dx_matches_double_product_and_accumulates(void) {
     for (size_t c = 0; c < sizeof MM / sizeof *MM; c++) {
         int N = MM[c].N, M = MM[c].M, K = MM[c].K;
         float *dout = randn((size_t)N * M, 1.0), *w = randn((size_t)M * K, 1.0), *dx0 = randn((size_t)N * K, 1.0);
-        rl_mat W = {DT_F32, M, K, 0, w, NULL};
+        rl_mat W = {.dtype = DT_F32, .rows = M, .cols = K, .data = w};
         double *ref = malloc((size_t)N * K * sizeof(double));
         for (int acc = 0; acc < 2; acc++) {
             float *dx = copy_f(dx0, (size_t)N * K);

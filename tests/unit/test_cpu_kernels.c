@@ -123,8 +123,8 @@ static void many_row_int8_products_give_the_defined_bits(void) {
 // gives this product), and N x K large enough to be cut into blocks of rows
 // (256) and of K (300 x 2000); inputs of any f32 value and of bf16 values (as
 // the bf16 precision rounds them), both on bf16 weights. The same for the
-// product from bf16 weights packed in panels (kernels.h gemm_panels, where a
-// build has it): groups of 3 panels of 16 rows and fewer (M = 50: 3 + 1, the
+// product from weights packed in panels (kernels.h gemm_panels, for the
+// dtypes a build has it for): groups of 3 panels of 16 rows and fewer (M = 50: 3 + 1, the
 // last short), tiles of 8, 4, 2 and 1 input rows, odd K, blocks of rows
 // (300 x 2000), and f32 inputs, which it hands to the rows as stored. The
 // columns past M of out are left alone.
@@ -140,13 +140,15 @@ static void many_row_float_products_match_a_double_reference(void) {
         float *out = malloc((size_t)N * ldo * sizeof(float));
         uint16_t *wb = malloc((size_t)M * K * sizeof(uint16_t));
         int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
-        uint16_t *pb = aligned_alloc(64, (size_t)np * panel_elems(K) * sizeof(uint16_t));
+        void *pb = aligned_alloc(64, (size_t)np * panel_bytes(DT_BF16, K));
+        void *pf = aligned_alloc(64, (size_t)np * panel_bytes(DT_F32, K));
         for (size_t i = 0; i < (size_t)N * K; i++) x[i] = (float)(rng_normal(&r) * pow(10, (double)(i % 5) - 2));
         for (size_t i = 0; i < (size_t)M * K; i++) {
             wb[i] = f32_to_bf16((float)rng_normal(&r) * 0.05f);
             wf[i] = (float)rng_normal(&r) * 0.05f;
         }
-        pack_panels(pb, wb, M, K, 0, np);
+        pack_panels(pb, wb, DT_BF16, M, K, 0, np);
+        pack_panels(pf, wf, DT_F32, M, K, 0, np);
         for (int xkind = 0; xkind < 2; xkind++) {   // 0: any f32, 1: bf16 values
             if (xkind)
                 for (size_t i = 0; i < (size_t)N * K; i++) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
@@ -155,9 +157,11 @@ static void many_row_float_products_match_a_double_reference(void) {
                 for (int b = 0; b < nbuilds * 2; b++) {   // each build's gemm, then its gemm_panels
                     const cpu_kernels *B = builds[b % nbuilds];
                     int panels = b >= nbuilds;
-                    if (!B->gemm || (panels && (!B->gemm_panels || dt != DT_BF16))) continue;
+                    if (!B->gemm || (panels && !(B->panels_for >> dt & 1))) continue;
                     for (size_t i = 0; i < (size_t)N * ldo; i++) out[i] = -7.0f;
-                    if (panels) B->gemm_panels(out, ldo, x, N, wb, pb, M, K);
+                    if (panels)
+                        B->gemm_panels(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt,
+                                       dt == DT_BF16 ? pb : pf, M, K);
                     else B->gemm(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt, M, K);
                     for (int n = 0; n < N; n++) {
                         for (int m = 0; m < M; m++) {
@@ -180,35 +184,40 @@ static void many_row_float_products_match_a_double_reference(void) {
                 }
             }
         }
-        free(x), free(wf), free(out), free(wb), free(pb);
+        free(x), free(wf), free(out), free(wb), free(pb), free(pf);
     }
 }
 
-// pack.h's panels hold w[16p + i][2q + j] at (p·KP + q)·32 + 2i + j and
-// zeros past the last row and input: odd and even K, a last panel short of
-// 16 rows or full, one element; packing panels [p0, p1) writes only those.
+// pack.h's panels hold w[16p + i][k] at (p·K + k)·16 + i for f32 and
+// w[16p + i][2q + j] at (p·KP + q)·32 + 2i + j for bf16, and zeros past the
+// last row and input: odd and even K, a last panel short of 16 rows or full,
+// one element; packing panels [p0, p1) writes only those.
 static void panels_hold_each_weight_where_the_layout_says(void) {
     const int shapes[][2] = {{1, 1}, {16, 2}, {17, 3}, {33, 576}, {48, 31}};
-    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
-        int M = shapes[t][0], K = shapes[t][1], KP = (K + 1) / 2, np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
-        size_t pe = panel_elems(K);
-        CHECK(pe == (size_t)KP * 32, "%dx%d: %zu elements a panel", M, K, pe);
-        uint16_t *w = malloc((size_t)M * K * sizeof *w), *p = malloc((size_t)np * pe * sizeof *p);
-        for (size_t i = 0; i < (size_t)M * K; i++) w[i] = (uint16_t)(i * 7919 + 1);   // none zero
-        for (size_t i = 0; i < (size_t)np * pe; i++) p[i] = 0xdead;
-        pack_panels(p, w, M, K, np > 1 ? 1 : 0, np);   // all but the first panel of several
-        for (int pn = 0; pn < np; pn++)
-            for (int q = 0; q < KP; q++)
-                for (int i = 0; i < PANEL_ROWS; i++)
-                    for (int j = 0; j < 2; j++) {
-                        int row = pn * PANEL_ROWS + i, k = 2 * q + j;
-                        uint16_t got = p[((size_t)pn * KP + q) * 32 + 2 * i + j];
-                        uint16_t want = np > 1 && pn == 0 ? 0xdead : row < M && k < K ? w[(size_t)row * K + k] : 0;
-                        CHECK(got == want, "%dx%d: panel %d pair %d row %d input %d: %#x, want %#x", M, K, pn, q, i,
-                              j, got, want);
-                    }
-        free(w), free(p);
-    }
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++)
+        for (int bf = 0; bf < 2; bf++) {
+            rl_dtype dt = bf ? DT_BF16 : DT_F32;
+            int M = shapes[t][0], K = shapes[t][1], KP = (K + 1) / 2, np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+            int steps = bf ? KP : K, per = bf ? 2 : 1;   // 64 bytes a step: a pair of bf16, or one f32
+            size_t pb = panel_bytes(dt, K), es = dt_size(dt);
+            CHECK(pb == (size_t)steps * 64, "%s %dx%d: %zu bytes a panel", dt_name(dt), M, K, pb);
+            unsigned char *w = malloc((size_t)M * K * es), *p = malloc((size_t)np * pb);
+            for (size_t i = 0; i < (size_t)M * K * es; i++) w[i] = (unsigned char)(i % 251 + 1);   // none zero
+            memset(p, 0xee, (size_t)np * pb);
+            pack_panels(p, w, dt, M, K, np > 1 ? 1 : 0, np);   // all but the first panel of several
+            for (int pn = 0; pn < np; pn++)
+                for (int s = 0; s < steps; s++)
+                    for (int i = 0; i < PANEL_ROWS; i++)
+                        for (int j = 0; j < per; j++) {
+                            int row = pn * PANEL_ROWS + i, k = s * per + j;
+                            const unsigned char *got = p + (size_t)pn * pb + (size_t)s * 64 + (size_t)(i * per + j) * es;
+                            unsigned char want[4] = {0}, stale[4] = {0xee, 0xee, 0xee, 0xee};
+                            if (row < M && k < K) memcpy(want, w + ((size_t)row * K + k) * es, es);
+                            CHECK(memcmp(got, np > 1 && pn == 0 ? stale : want, es) == 0,
+                                  "%s %dx%d: panel %d step %d row %d input %d", dt_name(dt), M, K, pn, s, i, j);
+                        }
+            free(w), free(p);
+        }
 }
 
 // The definition (ops.h ACT_I8): s = max|x| / 127, q = rint(x · (1/s)) in f32.

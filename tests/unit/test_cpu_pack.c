@@ -1,9 +1,10 @@
-// test_cpu_pack.c — the CPU backend's bf16 panels (model/cpu/pack.h) follow
-// the matrix they copy: a product of many rows from a matrix gives the
-// product of what was last uploaded into it, after whole or partial uploads
-// and after a free and a new matrix in its place, and the same values as the
-// product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32 rounding.
-// On a processor without AVX512_BF16 there are no panels, and the same
+// test_cpu_pack.c — the CPU backend's panels (model/cpu/pack.h) follow the
+// matrix they copy, f32 or bf16: a product of many rows from a matrix gives
+// the product of what was last uploaded into it, after whole or partial
+// uploads and after a free and a new matrix in its place, and the same
+// values as the product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32
+// rounding; a matrix not fixed, written in place, is never read from
+// panels. On a processor without AVX-512 there are no panels, and the same
 // checks test the rows' product.
 #include <math.h>
 #include <stdio.h>
@@ -18,75 +19,104 @@
 
 enum { N = 24, M = 70, K = 96 };   // more input rows than decoding's few-row kernels take
 
-// wb (M, K) bf16 random, x (N, K) bf16 values
-static void fill(uint16_t *wb, float *x, rl_rng *r) {
-    for (int i = 0; i < M * K; i++) wb[i] = f32_to_bf16((float)rng_normal(r) * 0.1f);
-    for (int i = 0; i < N * K; i++) x[i] = bf16_to_f32(f32_to_bf16((float)rng_normal(r)));
+// Rows [r0, r1) of w (M, K) new random values, at dt's precision
+static void new_rows(float *w, int r0, int r1, rl_dtype dt, rl_rng *r) {
+    for (int i = r0 * K; i < r1 * K; i++) {
+        w[i] = (float)rng_normal(r) * 0.1f;
+        if (dt == DT_BF16) w[i] = bf16_to_f32(f32_to_bf16(w[i]));
+    }
 }
 
-// out (N, M) against x · wbᵀ in double, within 1e-5 of Σ|x w|
-static void check_product(const float *out, const float *x, const uint16_t *wb, const char *when) {
+// Rows [r0, r1) of w into the matrix W at its dtype
+static void upload_rows(const rl_ops *o, const rl_mat *W, const float *w, int r0, int r1) {
+    size_t n = (size_t)(r1 - r0) * K, es = dt_size(W->dtype);
+    void *host = malloc(n * es);
+    if (W->dtype == DT_BF16) dt_f32_to_bf16(host, w + (size_t)r0 * K, n);
+    else memcpy(host, w + (size_t)r0 * K, n * es);
+    o->upload((char *)W->data + (size_t)r0 * K * es, host, n * es);
+    free(host);
+}
+
+// x · Wᵀ from the backend against x · wᵀ in double, within 1e-5 of Σ|x w|
+static void check_product(const rl_ops *o, const rl_mat *W, float *dx, float *dout, const float *x, const float *w,
+                          const char *when) {
+    float *out = malloc(N * M * sizeof *out);
+    o->upload(dx, x, N * K * 4);
+    o->matmul(dout, dx, W, NULL, N);
+    o->download(out, dout, N * M * 4);
     for (int n = 0; n < N; n++)
         for (int m = 0; m < M; m++) {
             double want = 0, mag = 0;
             for (int k = 0; k < K; k++) {
-                double p = (double)x[n * K + k] * bf16_to_f32(wb[m * K + k]);
+                double p = (double)x[n * K + k] * w[m * K + k];
                 want += p, mag += fabs(p);
             }
-            CHECK(fabs(out[n * M + m] - want) <= 1e-5 * mag, "%s: out[%d][%d] %.9g, want %.9g", when, n, m,
-                  out[n * M + m], want);
+            CHECK(fabs(out[n * M + m] - want) <= 1e-5 * mag, "%s weights, %s: out[%d][%d] %.9g, want %.9g",
+                  dt_name(W->dtype), when, n, m, out[n * M + m], want);
         }
+    free(out);
 }
 
 static void products_follow_every_upload_into_the_matrix(void) {
     const rl_ops *o = ops_cpu();
     rl_rng r;
     rng_seed(&r, 11);
-    uint16_t *wb = malloc(M * K * sizeof *wb);
-    float *x = malloc(N * K * sizeof *x), *out = malloc(N * M * sizeof *out);
-    fill(wb, x, &r);
-    rl_mat W = {.dtype = DT_BF16, .rows = M, .cols = K, .data = o->alloc(M * K * 2)};
+    float *w = malloc(M * K * sizeof *w), *x = malloc(N * K * sizeof *x);
+    for (int i = 0; i < N * K; i++) x[i] = bf16_to_f32(f32_to_bf16((float)rng_normal(&r)));   // as bf16 makes them
     float *dx = o->alloc(N * K * 4), *dout = o->alloc(N * M * 4);
-    o->upload(W.data, wb, M * K * 2);
-    o->upload(dx, x, N * K * 4);
-    o->matmul(dout, dx, &W, NULL, N);
-    o->download(out, dout, N * M * 4);
-    check_product(out, x, wb, "first product");
-    o->matmul(dout, dx, &W, NULL, N);   // again, from the panels made by the first
-    o->download(out, dout, N * M * 4);
-    check_product(out, x, wb, "second product");
+    for (int bf = 0; bf < 2; bf++) {
+        rl_dtype dt = bf ? DT_BF16 : DT_F32;
+        unsetenv("RLPIPE_CPU_PANELS");
+        rl_mat W = {.dtype = dt, .rows = M, .cols = K, .data = o->alloc((size_t)M * K * dt_size(dt)), .fixed = 1};
+        new_rows(w, 0, M, dt, &r);
+        upload_rows(o, &W, w, 0, M);
+        check_product(o, &W, dx, dout, x, w, "first product");
+        check_product(o, &W, dx, dout, x, w, "second product (the panels of the first)");
+        new_rows(w, 0, M, dt, &r);
+        upload_rows(o, &W, w, 0, M);
+        check_product(o, &W, dx, dout, x, w, "after a whole upload");
+        new_rows(w, 37, 38, dt, &r);
+        upload_rows(o, &W, w, 37, 38);   // one row, as in-flight updates send rows
+        check_product(o, &W, dx, dout, x, w, "after one row's upload");
+        o->free(W.data);   // a new matrix, perhaps at the same address
+        W.data = o->alloc((size_t)M * K * dt_size(dt));
+        new_rows(w, 0, M, dt, &r);
+        upload_rows(o, &W, w, 0, M);
+        check_product(o, &W, dx, dout, x, w, "a new matrix after a free");
+        setenv("RLPIPE_CPU_PANELS", "0", 1);   // the same product from the rows as stored
+        check_product(o, &W, dx, dout, x, w, "from the rows");
+        o->free(W.data);
+    }
+    o->free(dx), o->free(dout);
+    free(w), free(x);
+}
 
-    for (int i = 0; i < M * K; i++) wb[i] = f32_to_bf16((float)rng_normal(&r) * 0.1f);
-    o->upload(W.data, wb, M * K * 2);   // new weights, the whole matrix
-    o->matmul(dout, dx, &W, NULL, N);
-    o->download(out, dout, N * M * 4);
-    check_product(out, x, wb, "after a whole upload");
-
-    for (int i = 37 * K; i < 38 * K; i++) wb[i] = f32_to_bf16((float)rng_normal(&r));
-    o->upload((uint16_t *)W.data + 37 * K, wb + 37 * K, K * 2);   // one row, as in-flight updates send rows
-    o->matmul(dout, dx, &W, NULL, N);
-    o->download(out, dout, N * M * 4);
-    check_product(out, x, wb, "after one row's upload");
-
-    o->free(W.data);   // a new matrix, perhaps at the same address
-    fill(wb, x, &r);
-    W.data = o->alloc(M * K * 2);
-    o->upload(W.data, wb, M * K * 2);
-    o->upload(dx, x, N * K * 4);
-    o->matmul(dout, dx, &W, NULL, N);
-    o->download(out, dout, N * M * 4);
-    check_product(out, x, wb, "a new matrix after a free");
-
-    float *rows = malloc(N * M * sizeof *rows);   // the same product from the rows as stored
-    setenv("RLPIPE_CPU_PANELS", "0", 1);
-    o->matmul(dout, dx, &W, NULL, N);
-    o->download(rows, dout, N * M * 4);
-    check_product(rows, x, wb, "from the rows");
-    o->free(W.data), o->free(dx), o->free(dout);
-    free(wb), free(x), free(out), free(rows);
+// A matrix not fixed (ops.h rl_mat: a trained one) may be written by ops in
+// place, as the optimizer writes the learner's weights: no panels, so the
+// next product sees the new values.
+static void a_matrix_written_in_place_is_never_read_from_panels(void) {
+    const rl_ops *o = ops_cpu();
+    rl_rng r;
+    rng_seed(&r, 12);
+    float *w = malloc(M * K * sizeof *w), *x = malloc(N * K * sizeof *x), *step = malloc(M * K * sizeof *step);
+    for (int i = 0; i < N * K; i++) x[i] = (float)rng_normal(&r);
+    float *dx = o->alloc(N * K * 4), *dout = o->alloc(N * M * 4), *dstep = o->alloc(M * K * 4);
+    unsetenv("RLPIPE_CPU_PANELS");
+    rl_mat W = {.dtype = DT_F32, .rows = M, .cols = K, .data = o->alloc(M * K * 4), .fixed = 0};
+    new_rows(w, 0, M, DT_F32, &r);
+    upload_rows(o, &W, w, 0, M);
+    check_product(o, &W, dx, dout, x, w, "before the step");
+    new_rows(step, 0, M, DT_F32, &r);
+    o->upload(dstep, step, M * K * 4);
+    o->add(W.data, dstep, (size_t)M * K);   // in place, not through upload
+    o->download(w, W.data, M * K * 4);
+    check_product(o, &W, dx, dout, x, w, "after a step in place");
+    o->free(W.data), o->free(dx), o->free(dout), o->free(dstep);
+    free(w), free(x), free(step);
 }
 
 int main(void) {
     RUN(products_follow_every_upload_into_the_matrix);
+    RUN(a_matrix_written_in_place_is_never_read_from_panels);
     CHECK_DONE();
 }

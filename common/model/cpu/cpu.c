@@ -1,6 +1,6 @@
 // cpu/cpu.c — the CPU backend of ops.h: kernels.c's many-row products of f32
-// and bf16 weights (bf16 ones from the panels of pack.h where the build has
-// a kernel for them), else OpenBLAS sgemm, for matrix products of many rows,
+// and bf16 weights (from the panels of pack.h where the build has a kernel
+// for them), else OpenBLAS sgemm, for matrix products of many rows,
 // row kernels (kernels.c) for the few-row products of decoding
 // and for everything elementwise, spread over the threads of pool.h. OpenBLAS
 // is kept single-threaded and called by each thread on its block of weight
@@ -58,7 +58,7 @@ typedef struct {
     const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
-    const uint16_t *panels;  // W packed (pack.h), for kernels.h gemm_panels
+    const void *panels;      // W packed (pack.h), for kernels.h gemm_panels
     // A product's input quantized (ops.h rl_act), and each row's scale:
     // ACT_I8 rows in xq8 (N, K), ACT_FP8 rows in x (their e4m3 values).
     const int8_t *xq8;
@@ -126,8 +126,8 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
     const rl_mat *W = a->W;
     int M = W->rows, Kd = W->cols, N = a->N;
     if (a->panels) {   // lo is a multiple of PANEL_ROWS (pool_for's align)
-        cpu_K->gemm_panels(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo),
-                           a->panels + (size_t)(lo / PANEL_ROWS) * panel_elems(Kd), hi - lo, Kd);
+        const char *p = (const char *)a->panels + (size_t)(lo / PANEL_ROWS) * panel_bytes(W->dtype, Kd);
+        cpu_K->gemm_panels(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo), W->dtype, p, hi - lo, Kd);
         return;
     }
     if (cpu_K->gemm && (W->dtype == DT_F32 || W->dtype == DT_BF16) && !a->xscale) {
@@ -219,7 +219,7 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
         a.xq8 = q.q8;
         if (q.qf) a.x = q.qf;
         if (W->act == ACT_I8) part = matmul_i8_part;
-    } else if (N > FEW_ROWS && W->dtype == DT_BF16 && cpu_K->gemm_panels) {
+    } else if (N > FEW_ROWS && (cpu_K->panels_for >> W->dtype & 1)) {
         a.panels = cpu_panels(W);
     }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);

@@ -962,19 +962,61 @@ AVX512BF16 static void gemm_avx512bf16(float *out, size_t ldo, const float *x, i
 
 enum { GP_NX = 8, GP_NP = 3 };   // 24 accumulators: 8 input rows by 3 panels of 16 outputs
 
-// out[j·ldo + 16p + i] = Σ_q xb[j][2q..2q+1] · P_p[q][i] for j < NX, p < NP,
-// i < 16 (the last panel's first last outputs only): each 64-byte vector of
-// a panel (a pair of inputs for 16 outputs) by the pair broadcast from each
-// input row, by vdpbf16ps.
-AVX512BF16 static inline __attribute__((always_inline)) void panel_tile(float *out, size_t ldo, const uint16_t *xb,
-                                                                       size_t ldx, const uint16_t *P, size_t ldp,
-                                                                       int KP, int last, const int NX, const int NP) {
+// A tile's accumulators to out[j·ldo + 16p + i] for j < NX, p < NP, i < 16
+// (the last panel's first last outputs only).
+AVX512 static inline __attribute__((always_inline)) void panel_store(float *out, size_t ldo,
+                                                                    __m512 (*acc)[GP_NP], int last, const int NX,
+                                                                    const int NP) {
+    __mmask16 m = (__mmask16)((1u << last) - 1);
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; j++)
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) {
+            if (p < NP - 1 || last == PANEL_ROWS) _mm512_storeu_ps(out + j * ldo + p * PANEL_ROWS, acc[j][p]);
+            else _mm512_mask_storeu_ps(out + j * ldo + p * PANEL_ROWS, m, acc[j][p]);
+        }
+}
+
+// Σ_k x[j][k] · P_p[k][i] for NX f32 input rows x (row stride ldx) and NP f32
+// panels (ldp floats apart): each panel's 16 weights of input k by x[j][k]
+// broadcast, by FMA.
+AVX512 static inline __attribute__((always_inline)) void panel_tile_f32(float *out, size_t ldo, const float *x,
+                                                                       size_t ldx, const float *P, size_t ldp,
+                                                                       int K, int last, const int NX,
+                                                                       const int NP) {
     __m512 acc[GP_NX][GP_NP];
 #pragma GCC unroll 8
     for (int j = 0; j < NX; j++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) acc[j][p] = _mm512_setzero_ps();
-    for (int q = 0; q < KP; q++) {
+    for (int k = 0; k < K; k++) {
+        __m512 w[GP_NP];
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) w[p] = _mm512_load_ps(P + p * ldp + (size_t)k * PANEL_ROWS);
+#pragma GCC unroll 8
+        for (int j = 0; j < NX; j++) {
+            __m512 xv = _mm512_set1_ps(x[j * ldx + k]);
+#pragma GCC unroll 8
+            for (int p = 0; p < NP; p++) acc[j][p] = _mm512_fmadd_ps(xv, w[p], acc[j][p]);
+        }
+    }
+    panel_store(out, ldo, acc, last, NX, NP);
+}
+
+// The same for bf16 input rows xb (exact copies of the inputs, each padded
+// to a whole pair) and bf16 panels (ldp elements apart): each 64-byte vector
+// of a panel (a pair of inputs for 16 outputs) by the pair broadcast from
+// each input row, by vdpbf16ps.
+AVX512BF16 static inline __attribute__((always_inline)) void panel_tile_bf16(float *out, size_t ldo,
+                                                                            const uint16_t *xb, size_t ldx,
+                                                                            const uint16_t *P, size_t ldp, int K,
+                                                                            int last, const int NX, const int NP) {
+    __m512 acc[GP_NX][GP_NP];
+#pragma GCC unroll 8
+    for (int j = 0; j < NX; j++)
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; p++) acc[j][p] = _mm512_setzero_ps();
+    for (int q = 0; 2 * q < K; q++) {
         __m512i w[GP_NP];
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) w[p] = _mm512_load_si512(P + p * ldp + (size_t)q * 32);
@@ -987,34 +1029,61 @@ AVX512BF16 static inline __attribute__((always_inline)) void panel_tile(float *o
             for (int p = 0; p < NP; p++) acc[j][p] = _mm512_dpbf16_ps(acc[j][p], (__m512bh)w[p], (__m512bh)xv);
         }
     }
-    __mmask16 m = (__mmask16)((1u << last) - 1);
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; j++)
-#pragma GCC unroll 8
-        for (int p = 0; p < NP; p++) {
-            if (p < NP - 1 || last == PANEL_ROWS) _mm512_storeu_ps(out + j * ldo + p * PANEL_ROWS, acc[j][p]);
-            else _mm512_mask_storeu_ps(out + j * ldo + p * PANEL_ROWS, m, acc[j][p]);
-        }
+    panel_store(out, ldo, acc, last, NX, NP);
 }
 
-// Rows [0, nb) of xb against NP panels, 8 rows a tile, then 4, 2, 1
-AVX512BF16 static inline __attribute__((always_inline)) void panel_rows(float *out, size_t ldo, const uint16_t *xb,
-                                                                       size_t ldx, int nb, const uint16_t *P,
-                                                                       size_t ldp, int KP, int last, const int NP) {
-    int n = 0;
-    for (; n + 8 <= nb; n += 8) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 8, NP);
-    if (n + 4 <= nb) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 4, NP), n += 4;
-    if (n + 2 <= nb) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 2, NP), n += 2;
-    if (n < nb) panel_tile(out + n * ldo, ldo, xb + n * ldx, ldx, P, ldp, KP, last, 1, NP);
+// Input rows [0, NB) (XP, row stride LDX) against the group of NP panels at
+// P, into op: 8 rows a tile, then 4, 2, 1, TILE(out, inputs, NX, NP) the
+// tile of the caller's dtype.
+#define PANEL_WALK(TILE, NB, LDX, XP, NP)                                          \
+    do {                                                                           \
+        int n_ = 0;                                                                \
+        for (; n_ + 8 <= (NB); n_ += 8) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 8, NP); \
+        if (n_ + 4 <= (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 4, NP), n_ += 4; \
+        if (n_ + 2 <= (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 2, NP), n_ += 2; \
+        if (n_ < (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 1, NP);              \
+    } while (0)
+
+// The same against every group of 3 panels of M outputs (np panels, each
+// PB bytes from PANELS; the last group 1 to 3, its last panel short of 16
+// outputs when M is), from out's block o.
+#define PANEL_GROUPS(TILE, NB, LDX, XP, PANELS, PB)                                \
+    for (int p0 = 0; p0 < np; p0 += GP_NP) {                                       \
+        int g = np - p0 < GP_NP ? np - p0 : GP_NP, end = (p0 + g) * PANEL_ROWS;    \
+        int last = end <= M ? PANEL_ROWS : PANEL_ROWS - (end - M);                 \
+        const void *P = (const char *)(PANELS) + (size_t)p0 * (PB);                \
+        float *op = o + p0 * PANEL_ROWS;                                           \
+        if (g == 3) PANEL_WALK(TILE, NB, LDX, XP, 3);                              \
+        else if (g == 2) PANEL_WALK(TILE, NB, LDX, XP, 2);                         \
+        else PANEL_WALK(TILE, NB, LDX, XP, 1);                                     \
+    }
+
+// f32 weights: input rows in blocks of up to 192 KiB (they stay in L2), each
+// against every group of panels.
+AVX512 static void gemm_panels_f32(float *out, size_t ldo, const float *x, int N, const float *panels, int M,
+                                   int K) {
+    int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+    size_t pb = panel_bytes(DT_F32, K), ldp = pb / 4;
+    int most = (int)((192 << 10) / ((size_t)K * 4)) & ~7;
+    most = most < 8 ? 8 : most;
+    for (int n0 = 0; n0 < N; n0 += most) {
+        int nb = N - n0 < most ? N - n0 : most;
+        float *o = out + (size_t)n0 * ldo;
+        const float *xn = x + (size_t)n0 * K;
+#define TILE(ot, xr, NX, NP) panel_tile_f32(ot, ldo, xr, (size_t)K, P, ldp, K, last, NX, NP)
+        PANEL_GROUPS(TILE, nb, (size_t)K, xn, panels, pb)
+#undef TILE
+    }
 }
 
-// Input rows in blocks that stay in L2 as bf16 (up to 192 KiB, at most
-// GEMM_NB rows), each against every group of 3 panels; a block whose values
-// are not all bf16 ones goes to gemm_rows512 on the rows as stored.
-AVX512BF16 static void gemm_panels_avx512bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *w,
-                                              const uint16_t *panels, int M, int K) {
-    int KP = (K + 1) / 2, np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
-    size_t ldx = 2 * (size_t)KP, ldp = panel_elems(K);
+// bf16 weights: input rows in blocks whose bf16 copy stays in L2 (up to 192
+// KiB, at most GEMM_NB rows), each against every group of panels; a block
+// whose values are not all bf16 ones goes to gemm_rows512 on the rows as
+// stored.
+AVX512BF16 static void gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *w,
+                                        const uint16_t *panels, int M, int K) {
+    int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+    size_t ldx = (size_t)(K + 1) / 2 * 2, pb = panel_bytes(DT_BF16, K), ldp = pb / 2;
     int most = (int)((192 << 10) / (ldx * 2)) & ~7;
     most = most < 8 ? 8 : most > GEMM_NB ? GEMM_NB : most;
     most = N < most ? N : most;
@@ -1035,16 +1104,22 @@ AVX512BF16 static void gemm_panels_avx512bf16(float *out, size_t ldo, const floa
             gemm_rows512(o, ldo, xn, nb, w, DT_BF16, M, K);
             continue;
         }
-        for (int p0 = 0; p0 < np; p0 += GP_NP) {
-            int n = np - p0 < GP_NP ? np - p0 : GP_NP, end = (p0 + n) * PANEL_ROWS;
-            int last = end <= M ? PANEL_ROWS : PANEL_ROWS - (end - M);
-            const uint16_t *P = panels + (size_t)p0 * ldp;
-            float *op = o + p0 * PANEL_ROWS;
-            if (n == 3) panel_rows(op, ldo, gemm_xb, ldx, nb, P, ldp, KP, last, 3);
-            else if (n == 2) panel_rows(op, ldo, gemm_xb, ldx, nb, P, ldp, KP, last, 2);
-            else panel_rows(op, ldo, gemm_xb, ldx, nb, P, ldp, KP, last, 1);
-        }
+#define TILE(ot, xr, NX, NP) panel_tile_bf16(ot, ldo, xr, ldx, P, ldp, K, last, NX, NP)
+        PANEL_GROUPS(TILE, nb, ldx, gemm_xb, panels, pb)
+#undef TILE
     }
+}
+
+AVX512 static void gemm_panels_avx512(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
+                                      const void *panels, int M, int K) {
+    (void)w, (void)dt;   // f32 only
+    gemm_panels_f32(out, ldo, x, N, panels, M, K);
+}
+
+AVX512BF16 static void gemm_panels_avx512bf16(float *out, size_t ldo, const float *x, int N, const void *w,
+                                              rl_dtype dt, const void *panels, int M, int K) {
+    if (dt == DT_BF16) gemm_panels_bf16(out, ldo, x, N, w, panels, M, K);
+    else gemm_panels_f32(out, ldo, x, N, panels, M, K);
 }
 
 static const cpu_kernels *cpu_kernels_vnni(void) {
@@ -1058,8 +1133,10 @@ static const cpu_kernels *cpu_kernels_vnni(void) {
     k.dots_i8 = dots_i8_vnni;
     k.gemm_i8 = gemm_i8_vnni;
     if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-        k.gemm = __builtin_cpu_supports("avx512bf16") ? gemm_avx512bf16 : gemm_avx512;
-        if (__builtin_cpu_supports("avx512bf16")) k.gemm_panels = gemm_panels_avx512bf16;
+        int bf16 = __builtin_cpu_supports("avx512bf16");
+        k.gemm = bf16 ? gemm_avx512bf16 : gemm_avx512;
+        k.gemm_panels = bf16 ? gemm_panels_avx512bf16 : gemm_panels_avx512;
+        k.panels_for = 1u << DT_F32 | (bf16 ? 1u << DT_BF16 : 0);
         k.round_bf16 = round_bf16_avx512;
     }
     return &k;

@@ -54,12 +54,14 @@ typedef struct {
     // AVX512_BF16, bf16 pairs are multiplied by vdpbf16ps, whose products are
     // exact and whose f32 sums treat subnormals as zero.
     void (*gemm)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt, int M, int K);
-    // gemm's product of bf16 weights w (M, K), read from the same weights
-    // packed in panels (pack.h; panels holds those of w's rows, w's first row
-    // at a panel's start): vdpbf16ps where every x is a bf16 value, else
-    // gemm on w's rows. NULL where a build has no such kernel (AVX512_BF16).
-    void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const uint16_t *w, const uint16_t *panels,
-                        int M, int K);
+    // gemm's product, read from the same weights packed in panels (pack.h;
+    // panels holds those of w's rows, w's first row at a panel's start), for
+    // the dtypes in panels_for (bit 1 << dt; NULL and 0 where a build has
+    // none): f32 by FMA (AVX-512); bf16 by vdpbf16ps (AVX512_BF16) where
+    // every x is a bf16 value, else gemm on w's rows.
+    void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
+                        const void *panels, int M, int K);
+    unsigned panels_for;
 } cpu_kernels;
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu

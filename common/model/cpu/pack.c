@@ -9,27 +9,33 @@
 #include "model/cpu/pool.h"
 #include "util.h"
 
-void pack_panels(uint16_t *panels, const uint16_t *w, int M, int K, int p0, int p1) {
-    size_t KP = (size_t)(K + 1) / 2, pe = panel_elems(K);
+void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0, int p1) {
+    size_t pb = panel_bytes(dt, K);
     for (int p = p0; p < p1; p++) {
-        uint16_t *P = panels + (size_t)p * pe;
-        memset(P, 0, pe * sizeof *P);
+        char *P = (char *)panels + (size_t)p * pb;
+        memset(P, 0, pb);
         int rows = M - p * PANEL_ROWS < PANEL_ROWS ? M - p * PANEL_ROWS : PANEL_ROWS;
         for (int i = 0; i < rows; i++) {   // row by row: reads in order, writes in one panel (L1)
-            const uint16_t *r = w + (size_t)(p * PANEL_ROWS + i) * K;
-            for (size_t q = 0; q < KP; q++) {
-                P[q * 32 + 2 * i] = r[2 * q];
-                if (2 * q + 1 < (size_t)K) P[q * 32 + 2 * i + 1] = r[2 * q + 1];
+            size_t row = (size_t)(p * PANEL_ROWS + i) * K;
+            if (dt == DT_F32) {
+                const float *r = (const float *)w + row;
+                float *Pf = (float *)P;
+                for (int k = 0; k < K; k++) Pf[(size_t)k * PANEL_ROWS + i] = r[k];
+                continue;
             }
+            const uint16_t *r = (const uint16_t *)w + row;
+            uint16_t *Pb = (uint16_t *)P;
+            for (int k = 0; k < K; k++) Pb[(size_t)(k / 2) * 32 + 2 * i + (k & 1)] = r[k];
         }
     }
 }
 
 typedef struct {
     const void *data;   // the matrix packed: its rows as stored
-    size_t bytes;       // rows · cols · 2
+    size_t bytes;       // rows · cols · its element's size
     int rows, cols;
-    uint16_t *panels;
+    rl_dtype dtype;
+    void *panels;
 } packed;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -37,13 +43,13 @@ static packed *tab;
 static size_t ntab, captab;
 
 typedef struct {
-    uint16_t *panels;
+    void *panels;
     const rl_mat *W;
 } pack_args;
 
 static void pack_part(void *ctx, int lo, int hi) {
     const pack_args *a = ctx;
-    pack_panels(a->panels, a->W->data, a->W->rows, a->W->cols, lo, hi);
+    pack_panels(a->panels, a->W->data, a->W->dtype, a->W->rows, a->W->cols, lo, hi);
 }
 
 // Read at every product, so that a program (a test, a benchmark) can turn
@@ -53,25 +59,27 @@ static int panels_allowed(void) {
     return !(e && strcmp(e, "0") == 0);
 }
 
-const uint16_t *cpu_panels(const rl_mat *W) {
-    if (!panels_allowed() || W->dtype != DT_BF16) return NULL;
+const void *cpu_panels(const rl_mat *W) {
+    if (!W->fixed || !panels_allowed() || (W->dtype != DT_BF16 && W->dtype != DT_F32)) return NULL;
     pthread_mutex_lock(&mu);
     for (size_t i = 0; i < ntab; i++)
-        if (tab[i].data == W->data && tab[i].rows == W->rows && tab[i].cols == W->cols) {
-            uint16_t *p = tab[i].panels;
+        if (tab[i].data == W->data && tab[i].rows == W->rows && tab[i].cols == W->cols &&
+            tab[i].dtype == W->dtype) {
+            void *p = tab[i].panels;
             pthread_mutex_unlock(&mu);
             return p;
         }
     pthread_mutex_unlock(&mu);
     int np = (W->rows + PANEL_ROWS - 1) / PANEL_ROWS;
-    pack_args a = {.panels = cpu_mem_alloc((size_t)np * panel_elems(W->cols) * sizeof(uint16_t)), .W = W};
+    pack_args a = {.panels = cpu_mem_alloc((size_t)np * panel_bytes(W->dtype, W->cols)), .W = W};
     pool_for(np, 1, 8, pack_part, &a);
     pthread_mutex_lock(&mu);
     if (ntab == captab) {
         captab = captab ? 2 * captab : 64;
         tab = xrealloc(tab, captab * sizeof *tab);
     }
-    tab[ntab++] = (packed){W->data, (size_t)W->rows * W->cols * 2, W->rows, W->cols, a.panels};
+    tab[ntab++] = (packed){W->data, (size_t)W->rows * W->cols * dt_size(W->dtype), W->rows, W->cols, W->dtype,
+                           a.panels};
     pthread_mutex_unlock(&mu);
     return a.panels;
 }

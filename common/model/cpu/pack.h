@@ -1,19 +1,22 @@
-// cpu/pack.h — bf16 weight matrices packed once in panels for the many-row
-// product (kernels.h gemm_panels), kept beside the matrices they copy.
+// cpu/pack.h — f32 and bf16 weight matrices packed once in panels for the
+// many-row product (kernels.h gemm_panels), kept beside the matrices they
+// copy.
 //
-// The layout: panel p holds weight rows [16p, 16p + 16) and, for each pair
-// q of inputs (k = 2q and 2q + 1), their 16 × 2 values side by side:
-//     panels[(p·KP + q)·32 + 2i + j] = w[16p + i][2q + j],   KP = ceil(K / 2),
-// zero past the last row and the last input. So one 64-byte vector holds a
-// pair of inputs for 16 outputs, and a product walks each panel from its
+// The layout: panel p holds weight rows [16p, 16p + 16), 64 bytes for each
+// step along the inputs, a step's 16 rows side by side:
+//     f32:  panels[(p·K + k)·16 + i]          = w[16p + i][k];
+//     bf16: panels[(p·KP + q)·32 + 2i + j]    = w[16p + i][2q + j],  KP = ceil(K / 2)
+// (a bf16 step is a pair of inputs, as vdpbf16ps multiplies them), zero
+// past the last row and the last input. A product walks each panel from its
 // start to its end, adding into 16 outputs at once (no sums across lanes),
 // where the rows' own layout asks one row per output and the lanes summed
 // at the end. Decoding's many-row products read the weights from memory at
 // every step: the panels are made when a matrix is first multiplied after
 // it was written, not at every product.
 //
-// The CPU backend writes a matrix only through upload; its upload and free
-// forget the panels of whatever they overwrite or give back.
+// Only fixed matrices (ops.h rl_mat: written only through upload) are
+// packed; the CPU backend's upload and free forget the panels of whatever
+// they overwrite or give back.
 #ifndef RLPIPE_CPU_PACK_H
 #define RLPIPE_CPU_PACK_H
 
@@ -24,16 +27,20 @@
 
 enum { PANEL_ROWS = 16 };
 
-// Elements of one panel of K inputs (KP pairs × 32)
-static inline size_t panel_elems(int K) { return (size_t)(K + 1) / 2 * 2 * PANEL_ROWS; }
+// Bytes of one panel of K inputs: 64 a step (f32: one input, bf16: a pair)
+static inline size_t panel_bytes(rl_dtype dt, int K) {
+    return (dt == DT_BF16 ? (size_t)(K + 1) / 2 : (size_t)K) * 64;
+}
 
-// Panels [p0, p1) of the bf16 matrix w (M, K) into panels (the layout above).
-void pack_panels(uint16_t *panels, const uint16_t *w, int M, int K, int p0, int p1);
+// Panels [p0, p1) of the matrix w (M, K), f32 or bf16 (dt), into panels
+// (the layout above).
+void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0, int p1);
 
-// The panels of the bf16 matrix W, made now (spread over the threads) if
-// its data was written since, or never packed; NULL when RLPIPE_CPU_PANELS=0
-// forbids them (the product then reads the rows as stored).
-const uint16_t *cpu_panels(const rl_mat *W);
+// The panels of the fixed f32 or bf16 matrix W, made now (spread over the
+// threads) if its data was written since, or never packed; NULL for a
+// matrix not fixed, or when RLPIPE_CPU_PANELS=0 forbids them (the product
+// then reads the rows as stored).
+const void *cpu_panels(const rl_mat *W);
 
 // Forgets (and frees) the panels of every matrix whose data overlaps
 // [p, p + bytes).
