@@ -30,12 +30,12 @@ static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src
 
 // Writing or freeing a matrix makes its panels (pack.h) stale.
 static void cpu_upload(void *dst, const void *src, size_t bytes) {
-    cpu_panels_forget(dst, bytes);
+    cpu_panels_forget(dst, bytes, 0);
     memcpy(dst, src, bytes);
 }
 
 static void cpu_free(void *p) {
-    if (p) cpu_panels_forget(p, cpu_mem_size(p));
+    if (p) cpu_panels_forget(p, cpu_mem_size(p), 1);
     cpu_mem_free(p);
 }
 static void cpu_sync(void) {}   // ops return when done

@@ -963,33 +963,41 @@ AVX512BF16 static void gemm_avx512bf16(float *out, size_t ldo, const float *x, i
 enum { GP_NX = 8, GP_NP = 3 };   // 24 accumulators: 8 input rows by 3 panels of 16 outputs
 
 // A tile's accumulators to out[j·ldo + 16p + i] for j < NX, p < NP, i < 16
-// (the last panel's first last outputs only).
+// (the last panel's first last outputs only), added to what is there when
+// add (a later block of inputs).
 AVX512 static inline __attribute__((always_inline)) void panel_store(float *out, size_t ldo,
-                                                                    __m512 (*acc)[GP_NP], int last, const int NX,
-                                                                    const int NP) {
+                                                                    __m512 (*acc)[GP_NP], int last, int add,
+                                                                    const int NX, const int NP) {
     __mmask16 m = (__mmask16)((1u << last) - 1);
 #pragma GCC unroll 8
     for (int j = 0; j < NX; j++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) {
-            if (p < NP - 1 || last == PANEL_ROWS) _mm512_storeu_ps(out + j * ldo + p * PANEL_ROWS, acc[j][p]);
-            else _mm512_mask_storeu_ps(out + j * ldo + p * PANEL_ROWS, m, acc[j][p]);
+            float *o = out + j * ldo + p * PANEL_ROWS;
+            __m512 v = acc[j][p];
+            if (p < NP - 1 || last == PANEL_ROWS) {
+                if (add) v = _mm512_add_ps(v, _mm512_loadu_ps(o));
+                _mm512_storeu_ps(o, v);
+            } else {
+                if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o));
+                _mm512_mask_storeu_ps(o, m, v);
+            }
         }
 }
 
-// Σ_k x[j][k] · P_p[k][i] for NX f32 input rows x (row stride ldx) and NP f32
-// panels (ldp floats apart): each panel's 16 weights of input k by x[j][k]
-// broadcast, by FMA.
+// Σ_k x[j][k] · P_p[k][i] over S steps (inputs) for NX f32 input rows x (row
+// stride ldx) and NP f32 panels (ldp floats apart): each panel's 16 weights
+// of input k by x[j][k] broadcast, by FMA.
 AVX512 static inline __attribute__((always_inline)) void panel_tile_f32(float *out, size_t ldo, const float *x,
                                                                        size_t ldx, const float *P, size_t ldp,
-                                                                       int K, int last, const int NX,
+                                                                       int S, int last, int add, const int NX,
                                                                        const int NP) {
     __m512 acc[GP_NX][GP_NP];
 #pragma GCC unroll 8
     for (int j = 0; j < NX; j++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) acc[j][p] = _mm512_setzero_ps();
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < S; k++) {
         __m512 w[GP_NP];
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) w[p] = _mm512_load_ps(P + p * ldp + (size_t)k * PANEL_ROWS);
@@ -1000,23 +1008,24 @@ AVX512 static inline __attribute__((always_inline)) void panel_tile_f32(float *o
             for (int p = 0; p < NP; p++) acc[j][p] = _mm512_fmadd_ps(xv, w[p], acc[j][p]);
         }
     }
-    panel_store(out, ldo, acc, last, NX, NP);
+    panel_store(out, ldo, acc, last, add, NX, NP);
 }
 
-// The same for bf16 input rows xb (exact copies of the inputs, each padded
-// to a whole pair) and bf16 panels (ldp elements apart): each 64-byte vector
-// of a panel (a pair of inputs for 16 outputs) by the pair broadcast from
-// each input row, by vdpbf16ps.
+// The same over S steps (pairs of inputs) for bf16 input rows xb (exact
+// copies of the inputs, each padded to a whole pair) and bf16 panels (ldp
+// elements apart): each 64-byte vector of a panel (a pair of inputs for 16
+// outputs) by the pair broadcast from each input row, by vdpbf16ps.
 AVX512BF16 static inline __attribute__((always_inline)) void panel_tile_bf16(float *out, size_t ldo,
                                                                             const uint16_t *xb, size_t ldx,
-                                                                            const uint16_t *P, size_t ldp, int K,
-                                                                            int last, const int NX, const int NP) {
+                                                                            const uint16_t *P, size_t ldp, int S,
+                                                                            int last, int add, const int NX,
+                                                                            const int NP) {
     __m512 acc[GP_NX][GP_NP];
 #pragma GCC unroll 8
     for (int j = 0; j < NX; j++)
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) acc[j][p] = _mm512_setzero_ps();
-    for (int q = 0; 2 * q < K; q++) {
+    for (int q = 0; q < S; q++) {
         __m512i w[GP_NP];
 #pragma GCC unroll 8
         for (int p = 0; p < NP; p++) w[p] = _mm512_load_si512(P + p * ldp + (size_t)q * 32);
@@ -1029,23 +1038,23 @@ AVX512BF16 static inline __attribute__((always_inline)) void panel_tile_bf16(flo
             for (int p = 0; p < NP; p++) acc[j][p] = _mm512_dpbf16_ps(acc[j][p], (__m512bh)w[p], (__m512bh)xv);
         }
     }
-    panel_store(out, ldo, acc, last, NX, NP);
+    panel_store(out, ldo, acc, last, add, NX, NP);
 }
 
 // Input rows [0, NB) (XP, row stride LDX) against the group of NP panels at
 // P, into op: 8 rows a tile, then 4, 2, 1, TILE(out, inputs, NX, NP) the
 // tile of the caller's dtype.
-#define PANEL_WALK(TILE, NB, LDX, XP, NP)                                          \
-    do {                                                                           \
-        int n_ = 0;                                                                \
+#define PANEL_WALK(TILE, NB, LDX, XP, NP)                                              \
+    do {                                                                               \
+        int n_ = 0;                                                                    \
         for (; n_ + 8 <= (NB); n_ += 8) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 8, NP); \
-        if (n_ + 4 <= (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 4, NP), n_ += 4; \
-        if (n_ + 2 <= (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 2, NP), n_ += 2; \
-        if (n_ < (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 1, NP);              \
+        if (n_ + 4 <= (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 4, NP), n_ += 4;    \
+        if (n_ + 2 <= (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 2, NP), n_ += 2;    \
+        if (n_ < (NB)) TILE(op + n_ * ldo, (XP) + n_ * (LDX), 1, NP);                  \
     } while (0)
 
-// The same against every group of 3 panels of M outputs (np panels, each
-// PB bytes from PANELS; the last group 1 to 3, its last panel short of 16
+// The same against every group of 3 panels of M outputs (np panels, each PB
+// bytes from PANELS; the last group 1 to 3, its last panel short of 16
 // outputs when M is), from out's block o.
 #define PANEL_GROUPS(TILE, NB, LDX, XP, PANELS, PB)                                \
     for (int p0 = 0; p0 < np; p0 += GP_NP) {                                       \
@@ -1058,35 +1067,48 @@ AVX512BF16 static inline __attribute__((always_inline)) void panel_tile_bf16(flo
         else PANEL_WALK(TILE, NB, LDX, XP, 1);                                     \
     }
 
-// f32 weights: input rows in blocks of up to 192 KiB (they stay in L2), each
-// against every group of panels.
+// The blocks of a product from panels: rows of inputs *nb at a time (at most
+// 192), and S steps along the inputs (f32: one input, bf16: a pair; 4 bytes
+// of each input row either way) *sc at a time, so that a block of inputs
+// (nb × sc × 4 bytes, up to 192 KiB) stays in L2 while every panel's part of
+// the step block (sc × 64 bytes) passes by it. Prefill's thousands of rows
+// so read the weights from L3 once per 192 rows, not once per few.
+static void panel_blocks(int N, int S, int *nb, int *sc) {
+    *nb = N < 192 ? N : 192;
+    int most = (int)((192 << 10) / ((size_t)*nb * 4)) & ~15;
+    most = most < 64 ? 64 : most;
+    *sc = S < most ? S : most;
+}
+
+// f32 weights: input rows and steps in panel_blocks' blocks, each block of
+// inputs against every group of panels.
 AVX512 static void gemm_panels_f32(float *out, size_t ldo, const float *x, int N, const float *panels, int M,
                                    int K) {
-    int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+    int np = (M + PANEL_ROWS - 1) / PANEL_ROWS, most, sc;
     size_t pb = panel_bytes(DT_F32, K), ldp = pb / 4;
-    int most = (int)((192 << 10) / ((size_t)K * 4)) & ~7;
-    most = most < 8 ? 8 : most;
+    panel_blocks(N, K, &most, &sc);
     for (int n0 = 0; n0 < N; n0 += most) {
         int nb = N - n0 < most ? N - n0 : most;
         float *o = out + (size_t)n0 * ldo;
-        const float *xn = x + (size_t)n0 * K;
-#define TILE(ot, xr, NX, NP) panel_tile_f32(ot, ldo, xr, (size_t)K, P, ldp, K, last, NX, NP)
-        PANEL_GROUPS(TILE, nb, (size_t)K, xn, panels, pb)
+        for (int s0 = 0; s0 < K; s0 += sc) {
+            int S = K - s0 < sc ? K - s0 : sc, add = s0 > 0;
+            const float *xn = x + (size_t)n0 * K + s0;
+            const float *ps = panels + (size_t)s0 * PANEL_ROWS;
+#define TILE(ot, xr, NX, NP) panel_tile_f32(ot, ldo, xr, (size_t)K, P, ldp, S, last, add, NX, NP)
+            PANEL_GROUPS(TILE, nb, (size_t)K, xn, ps, pb)
 #undef TILE
+        }
     }
 }
 
-// bf16 weights: input rows in blocks whose bf16 copy stays in L2 (up to 192
-// KiB, at most GEMM_NB rows), each against every group of panels; a block
-// whose values are not all bf16 ones goes to gemm_rows512 on the rows as
-// stored.
+// bf16 weights: the same, each block of input rows first copied as bf16
+// (gemm_xb); a block whose values are not all bf16 ones goes to gemm_rows512
+// on the rows as stored.
 AVX512BF16 static void gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *w,
                                         const uint16_t *panels, int M, int K) {
-    int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
-    size_t ldx = (size_t)(K + 1) / 2 * 2, pb = panel_bytes(DT_BF16, K), ldp = pb / 2;
-    int most = (int)((192 << 10) / (ldx * 2)) & ~7;
-    most = most < 8 ? 8 : most > GEMM_NB ? GEMM_NB : most;
-    most = N < most ? N : most;
+    int np = (M + PANEL_ROWS - 1) / PANEL_ROWS, KP = (K + 1) / 2, most, sc;
+    size_t ldx = 2 * (size_t)KP, pb = panel_bytes(DT_BF16, K), ldp = pb / 2;
+    panel_blocks(N, KP, &most, &sc);
     if ((size_t)most * ldx > gemm_xb_n) {
         free(gemm_xb);
         gemm_xb = xmalloc((size_t)most * ldx * sizeof *gemm_xb);
@@ -1104,9 +1126,13 @@ AVX512BF16 static void gemm_panels_bf16(float *out, size_t ldo, const float *x, 
             gemm_rows512(o, ldo, xn, nb, w, DT_BF16, M, K);
             continue;
         }
-#define TILE(ot, xr, NX, NP) panel_tile_bf16(ot, ldo, xr, ldx, P, ldp, K, last, NX, NP)
-        PANEL_GROUPS(TILE, nb, ldx, gemm_xb, panels, pb)
+        for (int s0 = 0; s0 < KP; s0 += sc) {
+            int S = KP - s0 < sc ? KP - s0 : sc, add = s0 > 0;
+            const uint16_t *xs = gemm_xb + 2 * (size_t)s0, *ps = panels + (size_t)s0 * 32;
+#define TILE(ot, xr, NX, NP) panel_tile_bf16(ot, ldo, xr, ldx, P, ldp, S, last, add, NX, NP)
+            PANEL_GROUPS(TILE, nb, ldx, xs, ps, pb)
 #undef TILE
+        }
     }
 }
 

@@ -36,11 +36,35 @@ typedef struct {
     int rows, cols;
     rl_dtype dtype;
     void *panels;
+    size_t pbytes;      // the panels' bytes
 } packed;
+
+// Panel buffers forgotten by an upload, kept for the next panels of their
+// size: a sampler's weights are written at every update and packed again,
+// and fresh memory costs a page fault and a cleared page (0.7 s of CPU for
+// the 540 MB of SmolLM2's f32 panels, measured by perf).
+typedef struct {
+    void *p;
+    size_t bytes;
+} spare;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static packed *tab;
 static size_t ntab, captab;
+static spare *spares;
+static size_t nspares, capspares;
+
+// A buffer of bytes for panels: a spare one of that size, else a new one.
+// Called under mu.
+static void *take_buffer(size_t bytes) {
+    for (size_t i = 0; i < nspares; i++)
+        if (spares[i].bytes == bytes) {
+            void *p = spares[i].p;
+            spares[i] = spares[--nspares];
+            return p;
+        }
+    return cpu_mem_alloc(bytes);
+}
 
 typedef struct {
     void *panels;
@@ -69,32 +93,45 @@ const void *cpu_panels(const rl_mat *W) {
             pthread_mutex_unlock(&mu);
             return p;
         }
-    pthread_mutex_unlock(&mu);
     int np = (W->rows + PANEL_ROWS - 1) / PANEL_ROWS;
-    pack_args a = {.panels = cpu_mem_alloc((size_t)np * panel_bytes(W->dtype, W->cols)), .W = W};
-    pool_for(np, 1, 8, pack_part, &a);
+    size_t bytes = (size_t)np * panel_bytes(W->dtype, W->cols);
+    pack_args a = {.panels = take_buffer(bytes), .W = W};
+    pthread_mutex_unlock(&mu);
+    pool_for(np, 1, 8, pack_part, &a);   // every byte: pack_panels clears each panel first
     pthread_mutex_lock(&mu);
     if (ntab == captab) {
         captab = captab ? 2 * captab : 64;
         tab = xrealloc(tab, captab * sizeof *tab);
     }
     tab[ntab++] = (packed){W->data, (size_t)W->rows * W->cols * dt_size(W->dtype), W->rows, W->cols, W->dtype,
-                           a.panels};
+                           a.panels, bytes};
     pthread_mutex_unlock(&mu);
     return a.panels;
 }
 
-void cpu_panels_forget(const void *p, size_t bytes) {
+void cpu_panels_forget(const void *p, size_t bytes, int freed) {
     const char *lo = p, *hi = lo + bytes;
     pthread_mutex_lock(&mu);
     for (size_t i = 0; i < ntab;) {
         const char *d = tab[i].data;
         if (d < hi && lo < d + tab[i].bytes) {
-            cpu_mem_free(tab[i].panels);
+            if (freed) {
+                cpu_mem_free(tab[i].panels);
+            } else {
+                if (nspares == capspares) {
+                    capspares = capspares ? 2 * capspares : 64;
+                    spares = xrealloc(spares, capspares * sizeof *spares);
+                }
+                spares[nspares++] = (spare){tab[i].panels, tab[i].pbytes};
+            }
             tab[i] = tab[--ntab];
         } else {
             i++;
         }
+    }
+    if (freed) {   // the weights are going: so are the spares kept for them
+        for (size_t i = 0; i < nspares; i++) cpu_mem_free(spares[i].p);
+        nspares = 0;
     }
     pthread_mutex_unlock(&mu);
 }

@@ -42,8 +42,10 @@ void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0,
 // then reads the rows as stored).
 const void *cpu_panels(const rl_mat *W);
 
-// Forgets (and frees) the panels of every matrix whose data overlaps
-// [p, p + bytes).
-void cpu_panels_forget(const void *p, size_t bytes);
+// Forgets the panels of every matrix whose data overlaps [p, p + bytes):
+// when freed (the matrix's memory is given back) they and every spare are
+// freed, else (it is written) they are kept as spares for the next panels of
+// their size.
+void cpu_panels_forget(const void *p, size_t bytes, int freed);
 
 #endif
