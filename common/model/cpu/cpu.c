@@ -38,6 +38,7 @@ static void cpu_free(void *p) {
     if (p) cpu_panels_forget(p, cpu_mem_size(p), 1);
     cpu_mem_free(p);
 }
+
 static void cpu_sync(void) {}   // ops return when done
 
 // Row r of a weight matrix and its int8 scales.
