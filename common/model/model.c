@@ -114,16 +114,20 @@ struct model {
     float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3 only, else NULL
     float *hraw, *dh;
 
-    // KV cache: (L, slots·max_len, NKV·HS) each
+    // KV cache: (L, slots·max_len, NKV·HS) each, of dtype kc_dt: bf16 where
+    // the activations are bf16 (its keys and values are bf16 values already)
+    // and the backend takes it, else f32
     int slots, max_len;
-    float *kc, *vc;
+    void *kc, *vc;
+    rl_dtype kc_dt;
     int *slot_len;
     unsigned char *slot_used;
     // The key/value rows that a forward with_cache stores and attends to: the
     // KV cache (kv_stride = slots·max_len rows a layer), or when scoring or
     // training shares prompts the work buffers kvs_k, kvs_v (one layer's rows
-    // at a time: kv_stride 0).
-    float *kvk, *kvv;
+    // at a time: kv_stride 0), of dtype kv_dt.
+    void *kvk, *kvv;
+    rl_dtype kv_dt;
     size_t kv_stride;
     // The shared prefixes of the forward under way (model_step_seq.shared,
     // model_score_groups): fork f copies each layer's rows frows[off .. off +
@@ -831,20 +835,24 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     o->rope(s->k, m->pos, m->cos_sin, N, NKV, HS);
     act_round(m, s->q, (size_t)N * NH * HS);
     act_round(m, s->k, (size_t)N * KVD);   // as the KV cache holds it
-    const float *kb = s->k, *vb = s->v;
+    const void *kb = s->k, *vb = s->v;
+    rl_dtype kt = DT_F32;
     if (with_cache) {
-        float *kl = m->kvk + (size_t)l * m->kv_stride * KVD, *vl = m->kvv + (size_t)l * m->kv_stride * KVD;
-        o->scatter_rows(kl, m->rows, s->k, N, (int)KVD);
-        o->scatter_rows(vl, m->rows, s->v, N, (int)KVD);
+        kt = m->kv_dt;
+        size_t row = KVD * (kt == DT_BF16 ? 2 : 4);   // bytes
+        char *kl = (char *)m->kvk + (size_t)l * m->kv_stride * row;
+        char *vl = (char *)m->kvv + (size_t)l * m->kv_stride * row;
+        o->scatter_rows(kl, kt, m->rows, s->k, N, (int)KVD);
+        o->scatter_rows(vl, kt, m->rows, s->v, N, (int)KVD);
         for (int f = 0; f < m->nforks; f++) {   // shared prefixes, this layer's rows now complete
             const struct fork *fk = &m->forks[f];
-            o->gather_rows(kl + (size_t)fk->dst * KVD, kl, m->frows + fk->off, fk->n, (int)KVD);
-            o->gather_rows(vl + (size_t)fk->dst * KVD, vl, m->frows + fk->off, fk->n, (int)KVD);
+            o->gather_rows(kl + (size_t)fk->dst * row, kl, kt, m->frows + fk->off, fk->n, (int)KVD);
+            o->gather_rows(vl + (size_t)fk->dst * row, vl, kt, m->frows + fk->off, fk->n, (int)KVD);
         }
         kb = kl;
         vb = vl;
     }
-    o->attention(s->att, s->lse, s->q, kb, vb, m->seqs, nseq, N, NH, NKV, HS);
+    o->attention(s->att, s->lse, s->q, kb, vb, kt, m->seqs, nseq, N, NH, NKV, HS);
     act_round(m, s->att, (size_t)N * NH * HS);
     o->matmul(s->xm, s->att, &L->o, L->bo, N);       // xm = x + o(attention)
     act_round(m, s->xm, NC);
@@ -880,7 +888,7 @@ static void forward(model_t *m, int N, int nseq, int with_cache) {
 // m->hrows (raw may be m->hrows), the output layer.
 static void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
     const rl_ops *o = m->ops;
-    o->gather_rows(raw, x, sel, rows, m->c.hidden);
+    o->gather_rows(raw, x, DT_F32, sel, rows, m->c.hidden);
     o->rmsnorm(m->hrows, raw, m->w.norm, rows, m->c.hidden, (float)m->c.rms_eps);
     act_round(m, m->hrows, (size_t)rows * m->c.hidden);
     o->matmul(m->logits, m->hrows, &m->w.head, NULL, rows);
@@ -1072,6 +1080,7 @@ static void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
 static void kv_work(model_t *m) {
     m->kvk = m->kvs_k;
     m->kvv = m->kvs_v;
+    m->kv_dt = DT_F32;
     m->kv_stride = 0;
 }
 
@@ -1189,12 +1198,12 @@ static void attention_backward_shared(model_t *m, const saved *s, int N, int Nkv
     const model_config *c = &m->c;
     const rl_ops *o = m->ops;
     int KVD = c->kv_heads * c->head_dim;
-    o->scatter_rows(m->kvs_k, m->rows, s->k, N, KVD);
-    o->scatter_rows(m->kvs_v, m->rows, s->v, N, KVD);
+    o->scatter_rows(m->kvs_k, DT_F32, m->rows, s->k, N, KVD);
+    o->scatter_rows(m->kvs_v, DT_F32, m->rows, s->v, N, KVD);
     for (int f = 0; f < m->nforks; f++) {
         const struct fork *fk = &m->forks[f];
-        o->gather_rows(m->kvs_k + (size_t)fk->dst * KVD, m->kvs_k, m->frows + fk->off, fk->n, KVD);
-        o->gather_rows(m->kvs_v + (size_t)fk->dst * KVD, m->kvs_v, m->frows + fk->off, fk->n, KVD);
+        o->gather_rows(m->kvs_k + (size_t)fk->dst * KVD, m->kvs_k, DT_F32, m->frows + fk->off, fk->n, KVD);
+        o->gather_rows(m->kvs_v + (size_t)fk->dst * KVD, m->kvs_v, DT_F32, m->frows + fk->off, fk->n, KVD);
     }
     o->attention_backward(m->d_q, m->d_kvs_k, m->d_kvs_v, m->d_att, s->q, m->kvs_k, m->kvs_v, s->att, s->lse,
                           m->seqs, nseq, Nkv, c->heads, c->kv_heads, c->head_dim);
@@ -1203,8 +1212,8 @@ static void attention_backward_shared(model_t *m, const saved *s, int N, int Nkv
         o->embed_backward(m->d_kvs_k, m->d_kvs_k + (size_t)fk->dst * KVD, m->frows + fk->off, fk->n, KVD);
         o->embed_backward(m->d_kvs_v, m->d_kvs_v + (size_t)fk->dst * KVD, m->frows + fk->off, fk->n, KVD);
     }
-    o->gather_rows(m->d_k, m->d_kvs_k, m->rows, N, KVD);
-    o->gather_rows(m->d_v, m->d_kvs_v, m->rows, N, KVD);
+    o->gather_rows(m->d_k, m->d_kvs_k, DT_F32, m->rows, N, KVD);
+    o->gather_rows(m->d_v, m->d_kvs_v, DT_F32, m->rows, N, KVD);
 }
 
 // The output layer in chunks of rows, forward and backward at once: the
@@ -1463,8 +1472,11 @@ int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
     if (n / (size_t)slots / (size_t)max_len != (size_t)m->c.layers * KVD || n > ((size_t)1 << 38))
         return err_set(err, "KV cache of %d slots of %d tokens needs over 1 TiB", slots, max_len);
     free_cache(m);
-    m->kc = m->ops->alloc(n * sizeof(float));
-    m->vc = m->ops->alloc(n * sizeof(float));
+    const char *f32 = getenv("RLPIPE_KV_F32");
+    m->kc_dt = m->o.act == DT_BF16 && m->ops->kv_dtypes >> DT_BF16 & 1 && !(f32 && *f32 && strcmp(f32, "0"))
+                   ? DT_BF16 : DT_F32;
+    m->kc = m->ops->alloc(n * (m->kc_dt == DT_BF16 ? 2 : 4));
+    m->vc = m->ops->alloc(n * (m->kc_dt == DT_BF16 ? 2 : 4));
     m->slot_len = xmalloc((size_t)slots * sizeof(int));
     m->slot_used = xmalloc((size_t)slots);
     memset(m->slot_len, 0, (size_t)slots * sizeof(int));
@@ -1473,6 +1485,8 @@ int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
     m->max_len = max_len;
     return 0;
 }
+
+rl_dtype model_cache_dtype(const model_t *m) { return m->kc_dt; }
 
 int model_slot_acquire(model_t *m) {
     for (int s = 0; s < m->slots; s++)
@@ -1586,6 +1600,7 @@ static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *e
     if (F) o->upload(m->frows, frows, F * 4);
     m->kvk = m->kc;
     m->kvv = m->vc;
+    m->kv_dt = m->kc_dt;
     m->kv_stride = (size_t)m->slots * m->max_len;
     forward(m, (int)N, nseq, 1);
     m->nforks = 0;

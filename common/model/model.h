@@ -167,7 +167,11 @@ int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, 
 void model_weights_swap(model_t *m, model_weights *w);
 
 // ---- Incremental decoding with a KV cache of `slots` sequences of up to max_len tokens.
+// The cache holds keys and values in bf16 where the activations are bf16
+// (model_opts.act: they are bf16 values already, so nothing changes but the
+// bytes read) and the backend can, else in f32; RLPIPE_KV_F32=1 keeps f32.
 int model_cache_init(model_t *m, int slots, int max_len, rl_err *err);
+rl_dtype model_cache_dtype(const model_t *m);     // DT_F32 or DT_BF16, once model_cache_init has run
 int model_slot_acquire(model_t *m);              // a free slot (length 0), or -1
 void model_slot_release(model_t *m, int slot);
 int model_slot_len(const model_t *m, int slot);  // tokens in its cache

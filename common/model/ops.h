@@ -76,15 +76,22 @@ typedef struct rl_ops {
     // cos_sin (max_pos, HS/2, 2) = s·cos, s·sin of pos·inv_freq[i], inv_freq and
     // s as the config's rope_scaling makes them (model.c; s = 1 but for yarn)
     void (*rope)(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
-    // dst row rows[i] = src row i (width W), for i < N: new keys/values into a cache
-    void (*scatter_rows)(float *dst, const int32_t *rows, const float *src, int N, int W);
-    // dst row i = src row rows[i] (width W), for i < N: the rows that need logits
-    void (*gather_rows)(float *dst, const float *src, const int32_t *rows, int N, int W);
+    // The dtypes a key/value cache may be stored as (bit 1 << dt): DT_F32
+    // always, DT_BF16 where the backend's scatter_rows, gather_rows and
+    // attention take it.
+    unsigned kv_dtypes;
+    // dst row rows[i] = src row i (width W), for i < N, stored as dt: f32, or
+    // bf16 (nearest even) for keys/values into a bf16 cache
+    void (*scatter_rows)(void *dst, rl_dtype dt, const int32_t *rows, const float *src, int N, int W);
+    // dst row i = src row rows[i] (width W, both of dtype dt), for i < N: the
+    // rows that need logits, a cache's rows for a shared prefix
+    void (*gather_rows)(void *dst, const void *src, rl_dtype dt, const int32_t *rows, int N, int W);
     // out (N, NH, HS) = causal softmax(q kᵀ / sqrt(HS)) v per sequence and head;
-    // query head h reads key/value head h / (NH / NKV); k, v rows are (NKV, HS).
+    // query head h reads key/value head h / (NH / NKV); k, v rows are (NKV, HS)
+    // of dtype kvt (one of kv_dtypes: a bf16 cache's values are widened, exactly).
     // lse (N, NH), when not NULL: log Σ_t exp(score_t) of each query row and
     // head (the softmax's normaliser, kept for the backward pass).
-    void (*attention)(float *out, float *lse, const float *q, const float *k, const float *v,
+    void (*attention)(float *out, float *lse, const float *q, const void *k, const void *v, rl_dtype kvt,
                       const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS);
     // out (N, F) = silu(gate) * up;  out may equal gate
     void (*swiglu)(float *out, const float *gate, const float *up, int N, int F);

@@ -342,7 +342,7 @@ static void attention_forward_matches_double_reference_and_keeps_lse(void) {
     float *q = randn((size_t)NQ * NH * HS, 2.0), *k = randn((size_t)NK * NKV * HS, 1.0),
           *v = randn((size_t)NK * NKV * HS, 1.0);
     float *out = O->alloc((size_t)NQ * NH * HS * sizeof(float)), *lse = O->alloc((size_t)NQ * NH * sizeof(float));
-    O->attention(out, lse, q, k, v, seqs, 4, NQ, NH, NKV, HS);
+    O->attention(out, lse, q, k, v, DT_F32, seqs, 4, NQ, NH, NKV, HS);
     ref_attn r = {to_double(q, (size_t)NQ * NH * HS), to_double(k, (size_t)NK * NKV * HS),
                   to_double(v, (size_t)NK * NKV * HS), NULL, NH, NKV, HS};
     double *ro = malloc((size_t)NQ * NH * HS * sizeof(double)), *rl = malloc((size_t)NQ * NH * sizeof(double));
@@ -378,7 +378,7 @@ static double attention_backward_error(const rl_attn_seq *seqs, int nseq, int N,
     float *dq = O->alloc(nq * sizeof(float)), *dk = O->alloc(nk * sizeof(float)), *dv = O->alloc(nk * sizeof(float));
     for (size_t i = 0; i < nq; i++) dq[i] = NAN;
     for (size_t i = 0; i < nk; i++) dk[i] = dv[i] = NAN;
-    O->attention(out, lse, q, k, v, seqs, nseq, N, NH, NKV, HS);
+    O->attention(out, lse, q, k, v, DT_F32, seqs, nseq, N, NH, NKV, HS);
     O->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, seqs, nseq, N, NH, NKV, HS);
     ref_attn r = {to_double(q, nq), to_double(k, nk), to_double(v, nk), dout, NH, NKV, HS};
     double *rq = malloc(nq * sizeof(double)), *rk = malloc(nk * sizeof(double)), *rv = malloc(nk * sizeof(double));

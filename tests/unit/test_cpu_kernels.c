@@ -4,8 +4,9 @@
 // laid out as model/cpu/pack.h says) a double-precision sum to f32
 // rounding, the per-token quantization of a product's input and the
 // rounding of activations to bf16 give the same bits on every build and
-// follow their definitions (model/ops.h rl_act, dtype.h f32_to_bf16), and
-// fp8 rows read back as dtype.h's e4m3 values. The builds the processor runs
+// follow their definitions (model/ops.h rl_act, dtype.h f32_to_bf16), fp8
+// rows read back as dtype.h's e4m3 values, and decoding attention's products
+// on a bf16 cache match a double-precision sum. The builds the processor runs
 // are tested (and listed first); one without AVX-512 VNNI tests two.
 #include <math.h>
 #include <stdio.h>
@@ -185,6 +186,70 @@ static void many_row_float_products_match_a_double_reference(void) {
             }
         }
         free(x), free(wf), free(out), free(wb), free(pb), free(pf);
+    }
+}
+
+// Decoding attention's two products on a bf16 cache, on every build, against
+// double sums: scores S (G, T) = scale · q Kᵀ within 1e-5 of Σ|q k|, and the
+// mix o (G, HS) = P V within 1e-5 of Σ|p v|. Key/value rows sit at a stride
+// wider than a head (the other heads between them); the shapes cover G from
+// 1 to 7 (groups of 3 heads and fewer), HS of whole vectors of 32 and 8 and
+// a tail, T from 1 key to beyond the rows fetched ahead, and one row short
+// of a block of 4 keys. Nothing is written past G·T scores or G·HS outputs.
+static void decode_attention_products_on_a_bf16_cache_match_a_double_reference(void) {
+    rl_rng r;
+    rng_seed(&r, 11);
+    const int shapes[][3] = {{1, 1, 8}, {3, 1, 64}, {3, 5, 64}, {2, 7, 12}, {7, 37, 128}, {4, 64, 40},
+                             {3, 150, 64}, {1, 3, 3}, {5, 21, 100}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int G = shapes[c][0], T = shapes[c][1], HS = shapes[c][2];
+        size_t ld = (size_t)HS * 3 + 5, extra = 16;
+        float *q = malloc((size_t)G * HS * sizeof(float)), *P = malloc((size_t)G * T * sizeof(float));
+        float *S = malloc(((size_t)G * T + extra) * sizeof(float));
+        float *o = malloc(((size_t)G * HS + extra) * sizeof(float));
+        uint16_t *K = malloc((size_t)T * ld * 2), *V = malloc((size_t)T * ld * 2);
+        for (size_t i = 0; i < (size_t)G * HS; i++) q[i] = bf16_to_f32(f32_to_bf16((float)rng_normal(&r)));
+        for (size_t i = 0; i < (size_t)G * T; i++) P[i] = (float)rng_uniform(&r) / (float)T;
+        for (size_t i = 0; i < (size_t)T * ld; i++) {
+            K[i] = f32_to_bf16((float)rng_normal(&r));
+            V[i] = f32_to_bf16((float)rng_normal(&r));
+        }
+        float scale = 1.0f / sqrtf((float)HS);
+        for (int b = 0; b < nbuilds; b++) {
+            const cpu_kernels *B = builds[b];
+            for (size_t i = 0; i < (size_t)G * T + extra; i++) S[i] = -7.0f;
+            for (size_t i = 0; i < (size_t)G * HS + extra; i++) o[i] = -7.0f;
+            B->kv_scores(S, q, G, K, ld, T, HS, scale);
+            B->kv_mix(o, P, G, T, V, ld, HS);
+            for (int g = 0; g < G; g++) {
+                for (int t = 0; t < T; t++) {
+                    double want = 0, mag = 0;
+                    for (int d = 0; d < HS; d++) {
+                        double x = (double)q[(size_t)g * HS + d] * bf16_to_f32(K[(size_t)t * ld + d]);
+                        want += x, mag += fabs(x);
+                    }
+                    want *= scale, mag *= scale;
+                    double got = S[(size_t)g * T + t];
+                    CHECK(fabs(got - want) <= 1e-5 * mag, "%s scores: G %d, T %d, HS %d: S[%d][%d] %.9g, want %.9g",
+                          B->name, G, T, HS, g, t, got, want);
+                }
+                for (int d = 0; d < HS; d++) {
+                    double want = 0, mag = 0;
+                    for (int t = 0; t < T; t++) {
+                        double x = (double)P[(size_t)g * T + t] * bf16_to_f32(V[(size_t)t * ld + d]);
+                        want += x, mag += fabs(x);
+                    }
+                    double got = o[(size_t)g * HS + d];
+                    CHECK(fabs(got - want) <= 1e-5 * mag, "%s mix: G %d, T %d, HS %d: o[%d][%d] %.9g, want %.9g",
+                          B->name, G, T, HS, g, d, got, want);
+                }
+            }
+            for (size_t i = 0; i < extra; i++) {
+                CHECK(S[(size_t)G * T + i] == -7.0f, "%s scores: G %d, T %d, HS %d wrote past G·T", B->name, G, T, HS);
+                CHECK(o[(size_t)G * HS + i] == -7.0f, "%s mix: G %d, T %d, HS %d wrote past G·HS", B->name, G, T, HS);
+            }
+        }
+        free(q), free(P), free(S), free(o), free(K), free(V);
     }
 }
 
@@ -372,6 +437,7 @@ int main(void) {
     RUN(many_row_int8_products_give_the_defined_bits);
     RUN(panels_hold_each_weight_where_the_layout_says);
     RUN(many_row_float_products_match_a_double_reference);
+    RUN(decode_attention_products_on_a_bf16_cache_match_a_double_reference);
     RUN(input_rows_quantize_alike_on_every_build);
     RUN(bf16_rounding_gives_the_defined_bits_on_every_build);
     RUN(fp8_rows_read_back_as_their_e4m3_values);

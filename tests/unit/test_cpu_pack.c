@@ -4,8 +4,10 @@
 // uploads and after a free and a new matrix in its place, and the same
 // values as the product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32
 // rounding; a matrix not fixed, written in place, is never read from
-// panels. On a processor without AVX-512 there are no panels, and the same
-// checks test the rows' product.
+// panels. Each case runs on the processor's best build of the kernels and
+// on its AVX2 build (whose panels are read 8 lanes at a time); on a
+// processor with neither there are no panels, and the same checks test the
+// rows' product.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 #include "check.h"
 #include "dtype.h"
+#include "model/cpu/kernels.h"
 #include "model/cpu/pack.h"
 #include "model/ops.h"
 #include "rng.h"
@@ -116,7 +119,14 @@ static void a_matrix_written_in_place_is_never_read_from_panels(void) {
 }
 
 int main(void) {
-    RUN(products_follow_every_upload_into_the_matrix);
-    RUN(a_matrix_written_in_place_is_never_read_from_panels);
+    ops_cpu();   // chooses the best build once
+    for (int b = 0; b < 2; b++) {
+        if (b) setenv("RLPIPE_CPU", "avx2", 1);
+        cpu_kernels_choose();
+        printf("# kernels: %s\n", cpu_K->name);
+        RUN(products_follow_every_upload_into_the_matrix);
+        RUN(a_matrix_written_in_place_is_never_read_from_panels);
+    }
+    unsetenv("RLPIPE_CPU");
     CHECK_DONE();
 }

@@ -264,7 +264,7 @@ static void gather_and_scatter_rows_move_the_cpus_rows_exactly(void) {
         int N = ROWS[r], ND = N + 50;   // the destination of scatter has rows left alone
         // gather: rows with repeats from a source of ND rows
         buf src = both_normal((size_t)ND * W, 1.0), rows = both_below((size_t)N, ND), dst = nans((size_t)N * W);
-        BOTH(O->gather_rows(D(dst), D(src), D(rows), N, W));
+        BOTH(O->gather_rows(D(dst), D(src), DT_F32, D(rows), N, W));
         size_t k = n_differ(&dst, (size_t)N * W, sizeof(float));
         CHECK(k == 0, "gather N=%d W=%d: %zu values differ from the CPU's; expected equal bits", N, W, k);
         release(&rows);
@@ -279,7 +279,7 @@ static void gather_and_scatter_rows_move_the_cpus_rows_exactly(void) {
             perm[j] = t;
         }
         buf srows = both(perm, (size_t)N * sizeof(int32_t)), from = both_normal((size_t)N * W, 1.0);
-        BOTH(O->scatter_rows(D(src), D(srows), D(from), N, W));
+        BOTH(O->scatter_rows(D(src), DT_F32, D(srows), D(from), N, W));
         k = n_differ(&src, (size_t)ND * W, sizeof(float));
         CHECK(k == 0, "scatter N=%d into %d rows, W=%d: %zu values differ from the CPU's; expected equal bits", N, ND,
               W, k);
@@ -826,8 +826,8 @@ static void attention_without_a_cache_matches_cpu_within_1e_5_with_lse(void) {
         size_t nq = (size_t)N * NH * HS, nk = (size_t)N * NKV * HS;
         buf q = both_normal(nq, 2.0), k = both_normal(nk, 1.0), v = both_normal(nk, 1.0);
         buf seqs = both(NOCACHE, sizeof NOCACHE), out = nans(nq), lse = nans((size_t)N * NH), out2 = nans(nq);
-        BOTH(O->attention(D(out), D(lse), D(q), D(k), D(v), D(seqs), 4, N, NH, NKV, HS));
-        BOTH(O->attention(D(out2), NULL, D(q), D(k), D(v), D(seqs), 4, N, NH, NKV, HS));
+        BOTH(O->attention(D(out), D(lse), D(q), D(k), D(v), DT_F32, D(seqs), 4, N, NH, NKV, HS));
+        BOTH(O->attention(D(out2), NULL, D(q), D(k), D(v), DT_F32, D(seqs), 4, N, NH, NKV, HS));
         double eo = rel_err(&out, nq), el = rel_err(&lse, (size_t)N * NH), e2 = rel_err(&out2, nq);
         printf("# attention, sequences of 1, 3, 9, 300 rows, NH=%d NKV=%d HS=%d: relative error out %.2e, lse %.2e, "
                "out without lse %.2e\n", NH, NKV, HS, eo, el, e2);
@@ -852,7 +852,7 @@ static void attention_with_a_cache_matches_cpu_within_1e_5_kv_rows_elsewhere(voi
         size_t nq = (size_t)N * NH * HS, nk = (size_t)NK * NKV * HS;
         buf q = both_normal(nq, 2.0), k = both_normal(nk, 1.0), v = both_normal(nk, 1.0);
         buf seqs = both(cache, sizeof cache), out = nans(nq), lse = nans((size_t)N * NH);
-        BOTH(O->attention(D(out), D(lse), D(q), D(k), D(v), D(seqs), 5, N, NH, NKV, HS));
+        BOTH(O->attention(D(out), D(lse), D(q), D(k), D(v), DT_F32, D(seqs), 5, N, NH, NKV, HS));
         double eo = rel_err(&out, nq), el = rel_err(&lse, (size_t)N * NH);
         printf("# attention with a cache, NH=%d NKV=%d HS=%d: relative error out %.2e, lse %.2e\n", NH, NKV, HS, eo,
                el);
@@ -871,7 +871,7 @@ static void attention_backward_with_gqa_matches_cpu_within_1e_5(void) {
         buf seqs = both(NOCACHE, sizeof NOCACHE);
         // the forward's out and lse, the CPU's on both, so both backward passes read the same
         float *ho = CPU->alloc(nq * sizeof(float)), *hl = CPU->alloc(nl * sizeof(float));
-        CPU->attention(ho, hl, q.c, k.c, v.c, seqs.c, 4, N, NH, NKV, HS);
+        CPU->attention(ho, hl, q.c, k.c, v.c, DT_F32, seqs.c, 4, N, NH, NKV, HS);
         float *o_h = fetch(CPU, ho, nq * sizeof(float)), *l_h = fetch(CPU, hl, nl * sizeof(float));
         buf out = both(o_h, nq * sizeof(float)), lse = both(l_h, nl * sizeof(float));
         CPU->free(ho);

@@ -1,5 +1,6 @@
 // test_model.c — the model's own consistency: incremental decoding with the KV
-// cache gives the log-probs of the full forward, batching changes nothing,
+// cache gives the log-probs of the full forward, a bf16 cache holds what an
+// f32 one does, batching changes nothing,
 // saved weights load back identically, the sampler precisions stay within
 // stated bounds of f32, and bad input is refused. (Agreement with an
 // independent PyTorch implementation is tests/py/test_model_torch.py.)
@@ -520,6 +521,68 @@ static void a_shared_prompt_gives_the_sources_rows_and_logits(void) {
         }
 }
 
+// Steps on model m (cache of 3 slots) into lg (3 rows of logits a step):
+// a 20-token prompt in slot a with slot b sharing it; 18 and 17 more tokens
+// in b and a (both steps attend in blocks, reading the cache); then one token
+// each (decoding's rows). Returns the steps' logits, 2 + 2 + 2 rows.
+static void cache_script(model_t *m, float *lg, rl_err *err) {
+    size_t V = (size_t)model_cfg(m)->vocab;
+    uint32_t ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = (uint32_t)(5 + 13 * i) % 250;
+    CHECK(model_cache_init(m, 3, 64, err) == 0, "%s", err->msg);
+    int a = model_slot_acquire(m), b = model_slot_acquire(m);
+    model_step_seq st[2] = {{.slot = a, .ids = ids, .n = 20}, {.slot = b, .n = 0, .from = a, .shared = 20}};
+    CHECK(model_step(m, st, 2, lg, err) == 0, "%s", err->msg);
+    st[0] = (model_step_seq){.slot = b, .ids = ids + 2, .n = 18};
+    st[1] = (model_step_seq){.slot = a, .ids = ids + 3, .n = 17};
+    CHECK(model_step(m, st, 2, lg + 2 * V, err) == 0, "%s", err->msg);
+    st[0] = (model_step_seq){.slot = a, .ids = ids + 7, .n = 1};
+    st[1] = (model_step_seq){.slot = b, .ids = ids + 9, .n = 1};
+    CHECK(model_step(m, st, 2, lg + 4 * V, err) == 0, "%s", err->msg);
+}
+
+// Where activations are bf16 (bf16, and int8's W8A8), the KV cache holds
+// bf16 (model_cache_init); f32 precisions, and RLPIPE_KV_F32=1, keep f32.
+// Its keys and values are bf16 values already, so the steps that attend in
+// blocks (the cache's rows widened, then the same sgemm) give the f32
+// cache's logits bit for bit, a shared prefix's copied rows included; the
+// decoding rows sum in another order (the kernels' kv_scores and kv_mix
+// against sgemm), within the bf16 tolerance of the replay test above.
+static void a_bf16_cache_holds_what_an_f32_cache_holds(void) {
+    const char *precs[] = {"bf16", "int8", "f32"};
+    model_config cfgs[] = {cfg_llama(), cfg_qwen3()};
+    rl_err err;
+    for (size_t k = 0; k < 2; k++)
+        for (size_t p = 0; p < 3; p++) {
+            model_opts o = {0};
+            CHECK(model_precision_parse(precs[p], &o) == 0, "%s", precs[p]);
+            size_t V = (size_t)cfgs[k].vocab;
+            float *lg[2] = {malloc(6 * V * sizeof(float)), malloc(6 * V * sizeof(float))};
+            rl_dtype kt[2];
+            for (int f32 = 0; f32 < 2; f32++) {
+                if (f32) setenv("RLPIPE_KV_F32", "1", 1);
+                model_t *m = model_random(&cfgs[k], 9, 0.3f, &o, &err);
+                CHECK(m, "%s", err.msg);
+                cache_script(m, lg[f32], &err);
+                kt[f32] = model_cache_dtype(m);
+                model_free(m);
+                unsetenv("RLPIPE_KV_F32");
+            }
+            int bf = strcmp(precs[p], "f32") != 0;
+            CHECK(kt[0] == (bf ? DT_BF16 : DT_F32) && kt[1] == DT_F32, "%s/%s: caches of %s and %s",
+                  cfgs[k].model_type, precs[p], dt_name(kt[0]), dt_name(kt[1]));
+            CHECK(!memcmp(lg[0], lg[1], 4 * V * sizeof(float)), "%s/%s: blocks over a bf16 cache give other logits",
+                  cfgs[k].model_type, precs[p]);
+            double worst = 0;
+            for (size_t j = 4 * V; j < 6 * V; j++) worst = fmax(worst, fabs((double)lg[0][j] - lg[1][j]));
+            printf("# %s/%s: decoding on a %s cache, logits max |diff| %.3g from an f32 one (tolerance 0.1)\n",
+                   cfgs[k].model_type, precs[p], dt_name(kt[0]), worst);
+            CHECK(worst <= 0.1 && (bf || worst == 0), "%s/%s: decoding logits %g apart", cfgs[k].model_type, precs[p],
+                  worst);
+            free(lg[0]), free(lg[1]);
+        }
+}
+
 // A sequence longer than the sliding window is refused, scored or decoded,
 // naming the window; within it, it is computed (and a refused step appends nothing).
 static void sequences_longer_than_the_sliding_window_are_refused(void) {
@@ -630,6 +693,7 @@ int main(void) {
     RUN(a_bf16_models_matrix_parameters_are_its_stored_values);
     RUN(new_parameters_have_their_hugging_face_names_and_shapes);
     RUN(a_shared_prompt_gives_the_sources_rows_and_logits);
+    RUN(a_bf16_cache_holds_what_an_f32_cache_holds);
     RUN(sequences_longer_than_the_sliding_window_are_refused);
     RUN(bad_input_is_refused_with_a_reason);
     RUN(tiny_model_initialises_from_its_seed);

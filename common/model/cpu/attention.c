@@ -1,10 +1,11 @@
 // cpu/attention.c — causal attention with grouped key/value heads (ops.h),
 // forward and backward, one task per (sequence, query head), longest
 // sequences first. A sequence that brings few new rows (decoding) goes a query
-// row at a time, the query heads that share a key/value head together (sgemm
-// on their scores and outputs); longer ones (prefill, training) in blocks of
-// BQ query rows, with sgemm on the (rows × keys) score block and the keys
-// above the diagonal zeroed. The backward recomputes the
+// row at a time, the query heads that share a key/value head together
+// (sgemm on an f32 cache, the kernels' kv_scores and kv_mix on bf16); longer
+// ones (prefill, training) in blocks of BQ query rows, with sgemm on the
+// (rows × keys) score block and the keys above the diagonal zeroed (a bf16
+// cache's rows widened to f32 first). The backward recomputes the
 // probabilities from q, k and the forward's log-sum-exp (lse):
 //   P = exp(S − lse),  dV += Pᵀ dO,  dP = dO Vᵀ,  D = rowsum(dO ∘ O),
 //   dS = P ∘ (dP − D),  dQ = dS K / √HS,  dK += dSᵀ Q / √HS.
@@ -13,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "model/cpu/cpu.h"
+#include "model/cpu/kernels.h"
 #include "model/cpu/pool.h"
 #include "util.h"
 
@@ -23,7 +26,9 @@
 typedef struct {
     float *out, *lse;                 // forward outputs
     float *dq, *dk, *dv;              // backward outputs; dk, dv at row stride ld
-    const float *dout, *q, *k, *v, *o, *lse_in;
+    const float *dout, *q, *o, *lse_in;
+    const void *k, *v;                // f32, or bf16 in the forward (kvt)
+    rl_dtype kvt;
     const rl_attn_seq *seqs;
     const int *order;                 // sequences, longest first
     int NH, NKV, HS, ld;
@@ -51,37 +56,61 @@ static int *longest_first(const rl_attn_seq *seqs, int nseq) {
 }
 
 // S (bn, T) = Q Kᵀ / √HS for query rows [j0, j0 + bn) of sequence sq, head h,
-// against its keys [0, T).
-static void scores(float *S, const attn_args *a, rl_attn_seq sq, int h, int j0, int bn, int T) {
-    int HS = a->HS, qs = a->NH * HS, ks = a->NKV * HS, hk = h / (a->NH / a->NKV);
+// against its keys K [0, T) (f32, at row stride ldk).
+static void scores(float *S, const attn_args *a, rl_attn_seq sq, int h, int j0, int bn, int T, const float *K,
+                   int ldk) {
+    int HS = a->HS, qs = a->NH * HS;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bn, T, HS, 1.0f / sqrtf((float)HS),
-                a->q + (size_t)(sq.q0 + j0) * qs + (size_t)h * HS, qs, a->k + (size_t)sq.kv0 * ks + (size_t)hk * HS,
-                ks, 0.0f, S, T);
+                a->q + (size_t)(sq.q0 + j0) * qs + (size_t)h * HS, qs, K, ldk, 0.0f, S, T);
+}
+
+// Key (kv = 0) or value (1) head hk of sequence sq, as f32 at row stride
+// *ld: the rows themselves, or for a bf16 cache its T rows widened into w (T, HS).
+static const float *kv_head(const attn_args *a, rl_attn_seq sq, int hk, int kv, int T, float *w, int *ld) {
+    size_t ks = (size_t)a->NKV * a->HS, at = (size_t)sq.kv0 * ks + (size_t)hk * a->HS;
+    const void *base = kv ? a->v : a->k;
+    if (a->kvt != DT_BF16) {
+        *ld = (int)ks;
+        return (const float *)base + at;
+    }
+    const uint16_t *r = (const uint16_t *)base + at;
+    for (int t = 0; t < T; t++) dt_bf16_to_f32(w + (size_t)t * a->HS, r + (size_t)t * ks, (size_t)a->HS);
+    *ld = a->HS;
+    return w;
 }
 
 // Forward of a few new rows (decoding), for the G = NH/NKV query heads that
 // share key/value head hk at once, a row at a time: S (G × T) = Q Kᵀ / √HS,
 // each row's exp(S − rowmax), O (G × HS) = that · V divided by its sum. The
 // G query rows of one position are contiguous (row stride HS), so is their
-// output; K and V are read once for the G of them.
+// output; K and V are read once for the G of them: an f32 cache by sgemm, a
+// bf16 cache by the kernels' kv_scores and kv_mix (sgemm measured as fast as
+// those on f32 rows; on bf16 rows they read half the bytes).
 static void attend_rows(const attn_args *a, rl_attn_seq sq, int hk) {
     int NH = a->NH, HS = a->HS, G = NH / a->NKV, qs = NH * HS, ks = a->NKV * HS;
+    size_t at = (size_t)sq.kv0 * ks + (size_t)hk * HS;
     float *S = xmalloc(((size_t)G * (sq.pos0 + sq.n) + (size_t)G) * sizeof(float));
-    float *inv = S + (size_t)G * (sq.pos0 + sq.n);
-    const float *K = a->k + (size_t)sq.kv0 * ks + (size_t)hk * HS, *V = a->v + (size_t)sq.kv0 * ks + (size_t)hk * HS;
+    float *inv = S + (size_t)G * (sq.pos0 + sq.n), scale = 1.0f / sqrtf((float)HS);
     for (int j = 0; j < sq.n; j++) {
         int T = sq.pos0 + j + 1;
         const float *q = a->q + (size_t)(sq.q0 + j) * qs + (size_t)hk * G * HS;
         float *o = a->out + (size_t)(sq.q0 + j) * qs + (size_t)hk * G * HS;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, T, HS, 1.0f / sqrtf((float)HS), q, HS, K, ks, 0.0f,
-                    S, T);
+        if (a->kvt == DT_BF16)
+            cpu_K->kv_scores(S, q, G, (const uint16_t *)a->k + at, (size_t)ks, T, HS, scale);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, T, HS, scale, q, HS, (const float *)a->k + at,
+                        ks, 0.0f, S, T);
         for (int g = 0; g < G; g++) {
             float *p = S + (size_t)g * T;
             float mx = cpu_row_max(p, T), sum = cpu_K->exp_row(p, p, T, mx, 1.0f);
             inv[g] = 1.0f / sum;
             if (a->lse) a->lse[(size_t)(sq.q0 + j) * NH + hk * G + g] = mx + logf(sum);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, HS, T, 1.0f, S, T, V, ks, 0.0f, o, HS);
+        if (a->kvt == DT_BF16)
+            cpu_K->kv_mix(o, S, G, T, (const uint16_t *)a->v + at, (size_t)ks, HS);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, HS, T, 1.0f, S, T, (const float *)a->v + at,
+                        ks, 0.0f, o, HS);
         for (int g = 0; g < G; g++)
 #pragma omp simd
             for (int d = 0; d < HS; d++) o[(size_t)g * HS + d] *= inv[g];
@@ -92,11 +121,14 @@ static void attend_rows(const attn_args *a, rl_attn_seq sq, int hk) {
 // Forward in blocks: the causal exp(S − rowmax) row by row, O = that · V,
 // then each output row divided by its sum.
 static void attend_blocks(const attn_args *a, rl_attn_seq sq, int h) {
-    int NH = a->NH, HS = a->HS, qs = NH * HS, ks = a->NKV * HS, hk = h / (NH / a->NKV);
-    float *S = xmalloc((size_t)BQ * (sq.pos0 + sq.n + 1) * sizeof(float)), *inv = S + (size_t)BQ * (sq.pos0 + sq.n);
+    int NH = a->NH, HS = a->HS, qs = NH * HS, hk = h / (NH / a->NKV), Tmax = sq.pos0 + sq.n, ldk, ldv;
+    float *S = xmalloc((size_t)BQ * (Tmax + 1) * sizeof(float)), *inv = S + (size_t)BQ * Tmax;
+    float *wide = a->kvt == DT_BF16 ? xmalloc((size_t)2 * Tmax * HS * sizeof(float)) : NULL;
+    const float *K = kv_head(a, sq, hk, 0, Tmax, wide, &ldk),
+                *V = kv_head(a, sq, hk, 1, Tmax, wide ? wide + (size_t)Tmax * HS : NULL, &ldv);
     for (int j0 = 0; j0 < sq.n; j0 += BQ) {
         int bn = sq.n - j0 < BQ ? sq.n - j0 : BQ, T = sq.pos0 + j0 + bn;
-        scores(S, a, sq, h, j0, bn, T);
+        scores(S, a, sq, h, j0, bn, T, K, ldk);
         for (int r = 0; r < bn; r++) {
             float *p = S + (size_t)r * T;
             int Tr = sq.pos0 + j0 + r + 1;
@@ -106,13 +138,13 @@ static void attend_blocks(const attn_args *a, rl_attn_seq sq, int h) {
             if (a->lse) a->lse[(size_t)(sq.q0 + j0 + r) * NH + h] = mx + logf(sum);
         }
         float *o = a->out + (size_t)(sq.q0 + j0) * qs + (size_t)h * HS;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bn, HS, T, 1.0f, S, T,
-                    a->v + (size_t)sq.kv0 * ks + (size_t)hk * HS, ks, 0.0f, o, qs);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bn, HS, T, 1.0f, S, T, V, ldv, 0.0f, o, qs);
         for (int r = 0; r < bn; r++)
 #pragma omp simd
             for (int d = 0; d < HS; d++) o[(size_t)r * qs + d] *= inv[r];
     }
     free(S);
+    free(wide);
 }
 
 // Task s·NH + h: the s-th longest sequence, query head h; for a sequence
@@ -126,11 +158,11 @@ static void attention_task(void *ctx, int task, int end) {
     else if (h % G == 0) attend_rows(a, sq, h / G);
 }
 
-void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v,
+void cpu_attention(float *out, float *lse, const float *q, const void *k, const void *v, rl_dtype kvt,
                    const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS) {
     (void)N;
     int *order = longest_first(seqs, nseq);
-    attn_args a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .seqs = seqs, .order = order,
+    attn_args a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .kvt = kvt, .seqs = seqs, .order = order,
                    .NH = NH, .NKV = NKV, .HS = HS};
     pool_tasks(nseq * NH, attention_task, &a);
     free(order);
@@ -145,7 +177,8 @@ static void attention_backward_task(void *ctx, int task, int end) {
     rl_attn_seq sq = a->seqs[a->order[task / NH]];
     int h = task % NH, hk = h / (NH / a->NKV), Tmax = sq.pos0 + sq.n;
     float scale = 1.0f / sqrtf((float)HS);
-    const float *K = a->k + (size_t)sq.kv0 * ks + (size_t)hk * HS, *V = a->v + (size_t)sq.kv0 * ks + (size_t)hk * HS;
+    const float *K = (const float *)a->k + (size_t)sq.kv0 * ks + (size_t)hk * HS,
+                *V = (const float *)a->v + (size_t)sq.kv0 * ks + (size_t)hk * HS;
     float *dK = a->dk + (size_t)sq.kv0 * ld + (size_t)h * HS, *dV = a->dv + (size_t)sq.kv0 * ld + (size_t)h * HS;
     for (int t = 0; t < Tmax; t++) {
         memset(dK + (size_t)t * ld, 0, (size_t)HS * sizeof(float));
@@ -156,7 +189,7 @@ static void attention_backward_task(void *ctx, int task, int end) {
         int bn = sq.n - j0 < BQ ? sq.n - j0 : BQ, T = sq.pos0 + j0 + bn;
         size_t row0 = (size_t)(sq.q0 + j0) * qs + (size_t)h * HS;
         const float *Q = a->q + row0, *dO = a->dout + row0, *O = a->o + row0;
-        scores(P, a, sq, h, j0, bn, T);
+        scores(P, a, sq, h, j0, bn, T, K, ks);
         for (int r = 0; r < bn; r++) {
             float *p = P + (size_t)r * T;
             int Tr = sq.pos0 + j0 + r + 1;
@@ -217,7 +250,7 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
     float *buf = group > 1 ? xmalloc((size_t)2 * N * NH * HS * sizeof(float)) : NULL;
     int *order = longest_first(seqs, nseq);
     attn_args a = {.dq = dq, .dk = buf ? buf : dk, .dv = buf ? buf + (size_t)N * NH * HS : dv, .dout = dout,
-                   .q = q, .k = k, .v = v, .o = out, .lse_in = lse, .seqs = seqs, .order = order,
+                   .q = q, .k = k, .v = v, .kvt = DT_F32, .o = out, .lse_in = lse, .seqs = seqs, .order = order,
                    .NH = NH, .NKV = NKV, .HS = HS, .ld = NH * HS};
     pool_tasks(nseq * NH, attention_backward_task, &a);
     for (int s = 0; buf && s < nseq; s++) {

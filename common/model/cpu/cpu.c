@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "model/cpu/cpu.h"
 #include "model/cpu/mem.h"
 #include "model/cpu/pack.h"
@@ -258,14 +259,17 @@ static void cpu_rope_backward(float *x, const int32_t *pos, const float *cos_sin
     pool_for(N, 1, PAR_MIN / (H * HS), rope_part, &a);
 }
 
-static void cpu_scatter_rows(float *dst, const int32_t *rows, const float *src, int N, int W) {
+static void cpu_scatter_rows(void *dst, rl_dtype dt, const int32_t *rows, const float *src, int N, int W) {
     for (int i = 0; i < N; i++)
-        memcpy(dst + (size_t)rows[i] * W, src + (size_t)i * W, (size_t)W * sizeof(float));
+        if (dt == DT_BF16)
+            dt_f32_to_bf16((uint16_t *)dst + (size_t)rows[i] * W, src + (size_t)i * W, (size_t)W);
+        else
+            memcpy((float *)dst + (size_t)rows[i] * W, src + (size_t)i * W, (size_t)W * sizeof(float));
 }
 
-static void cpu_gather_rows(float *dst, const float *src, const int32_t *rows, int N, int W) {
-    for (int i = 0; i < N; i++)
-        memcpy(dst + (size_t)i * W, src + (size_t)rows[i] * W, (size_t)W * sizeof(float));
+static void cpu_gather_rows(void *dst, const void *src, rl_dtype dt, const int32_t *rows, int N, int W) {
+    size_t row = (size_t)W * (dt == DT_BF16 ? 2 : 4);
+    for (int i = 0; i < N; i++) memcpy((char *)dst + (size_t)i * row, (const char *)src + (size_t)rows[i] * row, row);
 }
 
 static void swiglu_part(void *ctx, int lo, int hi) {
@@ -391,6 +395,7 @@ const rl_ops *ops_cpu(void) {
         .rmsnorm = cpu_rmsnorm,
         .matmul = cpu_matmul,
         .rope = cpu_rope,
+        .kv_dtypes = 1u << DT_F32 | 1u << DT_BF16,
         .scatter_rows = cpu_scatter_rows,
         .gather_rows = cpu_gather_rows,
         .attention = cpu_attention,

@@ -26,7 +26,7 @@ static inline float cpu_row_max(const float *x, int n) {
 }
 
 // attention.c
-void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v,
+void cpu_attention(float *out, float *lse, const float *q, const void *k, const void *v, rl_dtype kvt,
                    const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                             const float *v, const float *out, const float *lse, const rl_attn_seq *seqs,

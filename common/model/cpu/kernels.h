@@ -56,12 +56,22 @@ typedef struct {
     void (*gemm)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt, int M, int K);
     // gemm's product, read from the same weights packed in panels (pack.h;
     // panels holds those of w's rows, w's first row at a panel's start), for
-    // the dtypes in panels_for (bit 1 << dt; NULL and 0 where a build has
-    // none): f32 by FMA (AVX-512); bf16 by vdpbf16ps (AVX512_BF16) where
-    // every x is a bf16 value, else gemm on w's rows.
+    // the dtypes in panels_for (bit 1 << dt; NULL and 0 in the portable
+    // build). The AVX2 build: f32 and bf16 weights (widened exactly) by FMA
+    // on 8 lanes, any inputs. AVX-512: f32 by FMA on 16 lanes; bf16 by
+    // vdpbf16ps (AVX512_BF16) where every x is a bf16 value, else gemm on
+    // w's rows, and as the AVX2 build on processors without AVX512_BF16.
     void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
                         const void *panels, int M, int K);
     unsigned panels_for;
+    // Decoding attention against one key/value head of a bf16 cache, for
+    // the G query heads that share it; keys and values are T rows of HS bf16
+    // at a row stride of ld elements, summed in f32:
+    // S (G, T) = scale · q (G, HS) · Kᵀ, each sum over HS in an order of the build's own;
+    void (*kv_scores)(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS, float scale);
+    // o (G, HS) = P (G, T) · V, each sum over t in order 0 .. T−1 (by FMA
+    // but in the portable build).
+    void (*kv_mix)(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS);
 } cpu_kernels;
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu

@@ -291,8 +291,10 @@ static int sm_count(void) {
     return n;
 }
 
-void cu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const rl_attn_seq *seqs,
-                  int nseq, int N, int NH, int NKV, int HS) {
+void cu_attention(float *out, float *lse, const float *q, const void *kv_k, const void *kv_v, rl_dtype kvt,
+                  const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS) {
+    cu_kv_f32_only(kvt, "attention");
+    const float *k = (const float *)kv_k, *v = (const float *)kv_v;
     if (N <= 0 || nseq <= 0) return;
     lane_dims(HS);   // aborts on a head too large, before any work is queued
     float scale = 1.0f / sqrtf((float)HS);

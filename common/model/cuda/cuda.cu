@@ -34,6 +34,7 @@ static const rl_ops cuda_ops = {
     .rmsnorm = cu_rmsnorm,
     .matmul = cu_matmul,
     .rope = cu_rope,
+    .kv_dtypes = 1u << DT_F32,
     .scatter_rows = cu_scatter_rows,
     .gather_rows = cu_gather_rows,
     .attention = cu_attention,

@@ -198,8 +198,9 @@ void cu_embed(float *out, const rl_mat *table, const int32_t *ids, int N);
 void cu_rmsnorm(float *out, const float *x, const float *g, int N, int C, float eps);
 void cu_rope(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
 void cu_rope_backward(float *x, const int32_t *pos, const float *cos_sin, int N, int H, int HS);
-void cu_scatter_rows(float *dst, const int32_t *rows, const float *src, int N, int W);
-void cu_gather_rows(float *dst, const float *src, const int32_t *rows, int N, int W);
+void cu_kv_f32_only(rl_dtype dt, const char *op);   // aborts unless dt is DT_F32
+void cu_scatter_rows(void *dst, rl_dtype dt, const int32_t *rows, const float *src, int N, int W);
+void cu_gather_rows(void *dst, const void *src, rl_dtype dt, const int32_t *rows, int N, int W);
 void cu_swiglu(float *out, const float *gate, const float *up, int N, int F);
 void cu_add(float *x, const float *y, size_t n);
 void cu_round_bf16(float *x, size_t n);
@@ -234,8 +235,8 @@ void cu_matmul_dw(float *dW, float *dbias, const float *dout, const float *x, in
 void cu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N);
 
 // attention.cu
-void cu_attention(float *out, float *lse, const float *q, const float *k, const float *v, const rl_attn_seq *seqs,
-                  int nseq, int N, int NH, int NKV, int HS);
+void cu_attention(float *out, float *lse, const float *q, const void *k, const void *v, rl_dtype kvt,
+                  const rl_attn_seq *seqs, int nseq, int N, int NH, int NKV, int HS);
 void cu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                            const float *v, const float *out, const float *lse, const rl_attn_seq *seqs, int nseq,
                            int N, int NH, int NKV, int HS);

@@ -99,12 +99,21 @@ static void copy_rows(float *dst, const int32_t *drows, const float *src, const 
     CU_LAUNCHED();
 }
 
-void cu_scatter_rows(float *dst, const int32_t *rows, const float *src, int N, int W) {
-    copy_rows(dst, rows, src, NULL, N, W);
+// This backend's key/value caches are f32 (ops.h kv_dtypes): any other dtype is a caller's bug.
+void cu_kv_f32_only(rl_dtype dt, const char *op) {
+    if (dt == DT_F32) return;
+    fprintf(stderr, "rlpipe: CUDA %s: rows of dtype %d, but this backend's are f32 only\n", op, (int)dt);
+    abort();
 }
 
-void cu_gather_rows(float *dst, const float *src, const int32_t *rows, int N, int W) {
-    copy_rows(dst, NULL, src, rows, N, W);
+void cu_scatter_rows(void *dst, rl_dtype dt, const int32_t *rows, const float *src, int N, int W) {
+    cu_kv_f32_only(dt, "scatter_rows");
+    copy_rows((float *)dst, rows, src, NULL, N, W);
+}
+
+void cu_gather_rows(void *dst, const void *src, rl_dtype dt, const int32_t *rows, int N, int W) {
+    cu_kv_f32_only(dt, "gather_rows");
+    copy_rows((float *)dst, NULL, (const float *)src, rows, N, W);
 }
 
 // gate, up (n) in; out (n), which may be gate; grid-stride over elements
