@@ -817,9 +817,11 @@ AVX2 static inline __attribute__((always_inline)) void panel_tile_bf16_avx2(floa
         }                                                            \
     } while (0)
 
-// f32 or bf16 weights (dt) from panels: input rows and steps in
-// panel_blocks' blocks, each block of inputs against one panel at a time
-// (its part of the step block in L1 while the inputs pass by it).
+// f32 or bf16 weights (dt) from panels: input rows in panel_blocks' blocks,
+// each block against one panel at a time, the panel's step blocks in turn:
+// the block's outputs for that panel stay in L1 from one step block to the
+// next (measured: 4096-row products 1.15 to 1.28 times the order with the
+// step blocks outside, which re-read every output row from memory).
 AVX2 static void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
                                   const void *panels, int M, int K) {
     (void)w;
@@ -828,9 +830,9 @@ AVX2 static void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N,
     panel_blocks(N, S, &most, &sc);
     for (int n0 = 0; n0 < N; n0 += most) {
         int nb = N - n0 < most ? N - n0 : most;
-        for (int s0 = 0; s0 < S; s0 += sc) {
-            int Sb = S - s0 < sc ? S - s0 : sc, add = s0 > 0, half = dt == DT_BF16 && (K & 1) && s0 + Sb == S;
-            for (int p = 0; p < np; p++) {
+        for (int p = 0; p < np; p++)
+            for (int s0 = 0; s0 < S; s0 += sc) {
+                int Sb = S - s0 < sc ? S - s0 : sc, add = s0 > 0, half = dt == DT_BF16 && (K & 1) && s0 + Sb == S;
                 int last = (p + 1) * PANEL_ROWS <= M ? PANEL_ROWS : M - p * PANEL_ROWS;
                 const char *P = (const char *)panels + (size_t)p * pb + (size_t)s0 * 64;
                 float *o = out + (size_t)n0 * ldo + (size_t)p * PANEL_ROWS;
@@ -848,7 +850,6 @@ AVX2 static void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N,
 #undef TILE
                 }
             }
-        }
     }
 }
 
