@@ -352,7 +352,7 @@ static void decode_slots(model_t *m, const args *a, int S, rl_rng *r) {
         die(__FILE__, __LINE__, "the slot does not hold the tokens appended");
     double body, head;
     flop_per_token(c, &body, &head);
-    double kv = (double)c->layers * 2.0 * c->kv_heads * c->head_dim * (model_cache_dtype(m) == DT_BF16 ? 2 : 4) * ctx;
+    double kv = (double)c->layers * 2.0 * c->kv_heads * c->head_dim * dt_size(model_cache_dtype(m)) * ctx;
     char what[64], more[128];
     snprintf(what, sizeof what, "%s_%s_%d", a->sample ? "sample" : "decode", model_precision_name(&a->mo), S);
     snprintf(more, sizeof more, "slots=%d wbytes=%.0f kvbytes=%.0f", S, weight_bytes(c, &a->mo), kv);

@@ -839,7 +839,7 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     rl_dtype kt = DT_F32;
     if (with_cache) {
         kt = m->kv_dt;
-        size_t row = KVD * (kt == DT_BF16 ? 2 : 4);   // bytes
+        size_t row = KVD * dt_size(kt);   // bytes
         char *kl = (char *)m->kvk + (size_t)l * m->kv_stride * row;
         char *vl = (char *)m->kvv + (size_t)l * m->kv_stride * row;
         o->scatter_rows(kl, kt, m->rows, s->k, N, (int)KVD);
@@ -1475,8 +1475,8 @@ int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
     const char *f32 = getenv("RLPIPE_KV_F32");
     m->kc_dt = m->o.act == DT_BF16 && m->ops->kv_dtypes >> DT_BF16 & 1 && !(f32 && *f32 && strcmp(f32, "0"))
                    ? DT_BF16 : DT_F32;
-    m->kc = m->ops->alloc(n * (m->kc_dt == DT_BF16 ? 2 : 4));
-    m->vc = m->ops->alloc(n * (m->kc_dt == DT_BF16 ? 2 : 4));
+    m->kc = m->ops->alloc(n * dt_size(m->kc_dt));
+    m->vc = m->ops->alloc(n * dt_size(m->kc_dt));
     m->slot_len = xmalloc((size_t)slots * sizeof(int));
     m->slot_used = xmalloc((size_t)slots);
     memset(m->slot_len, 0, (size_t)slots * sizeof(int));

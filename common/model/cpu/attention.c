@@ -118,44 +118,49 @@ static void attend_rows(const attn_args *a, rl_attn_seq sq, int hk) {
     free(S);
 }
 
-// Forward in blocks: the causal exp(S − rowmax) row by row, O = that · V,
-// then each output row divided by its sum.
-static void attend_blocks(const attn_args *a, rl_attn_seq sq, int h) {
-    int NH = a->NH, HS = a->HS, qs = NH * HS, hk = h / (NH / a->NKV), Tmax = sq.pos0 + sq.n, ldk, ldv;
+// Forward in blocks, query heads [h0, h0 + nh) that share one key/value
+// head: the causal exp(S − rowmax) row by row, O = that · V, then each output
+// row divided by its sum. A bf16 cache's head is widened once for the nh.
+static void attend_blocks(const attn_args *a, rl_attn_seq sq, int h0, int nh) {
+    int NH = a->NH, HS = a->HS, qs = NH * HS, hk = h0 / (NH / a->NKV), Tmax = sq.pos0 + sq.n, ldk, ldv;
     float *S = xmalloc((size_t)BQ * (Tmax + 1) * sizeof(float)), *inv = S + (size_t)BQ * Tmax;
     float *wide = a->kvt == DT_BF16 ? xmalloc((size_t)2 * Tmax * HS * sizeof(float)) : NULL;
     const float *K = kv_head(a, sq, hk, 0, Tmax, wide, &ldk),
                 *V = kv_head(a, sq, hk, 1, Tmax, wide ? wide + (size_t)Tmax * HS : NULL, &ldv);
-    for (int j0 = 0; j0 < sq.n; j0 += BQ) {
-        int bn = sq.n - j0 < BQ ? sq.n - j0 : BQ, T = sq.pos0 + j0 + bn;
-        scores(S, a, sq, h, j0, bn, T, K, ldk);
-        for (int r = 0; r < bn; r++) {
-            float *p = S + (size_t)r * T;
-            int Tr = sq.pos0 + j0 + r + 1;
-            float mx = cpu_row_max(p, Tr), sum = cpu_K->exp_row(p, p, Tr, mx, 1.0f);
-            memset(p + Tr, 0, (size_t)(T - Tr) * sizeof(float));
-            inv[r] = 1.0f / sum;
-            if (a->lse) a->lse[(size_t)(sq.q0 + j0 + r) * NH + h] = mx + logf(sum);
-        }
-        float *o = a->out + (size_t)(sq.q0 + j0) * qs + (size_t)h * HS;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bn, HS, T, 1.0f, S, T, V, ldv, 0.0f, o, qs);
-        for (int r = 0; r < bn; r++)
+    for (int h = h0; h < h0 + nh; h++)
+        for (int j0 = 0; j0 < sq.n; j0 += BQ) {
+            int bn = sq.n - j0 < BQ ? sq.n - j0 : BQ, T = sq.pos0 + j0 + bn;
+            scores(S, a, sq, h, j0, bn, T, K, ldk);
+            for (int r = 0; r < bn; r++) {
+                float *p = S + (size_t)r * T;
+                int Tr = sq.pos0 + j0 + r + 1;
+                float mx = cpu_row_max(p, Tr), sum = cpu_K->exp_row(p, p, Tr, mx, 1.0f);
+                memset(p + Tr, 0, (size_t)(T - Tr) * sizeof(float));
+                inv[r] = 1.0f / sum;
+                if (a->lse) a->lse[(size_t)(sq.q0 + j0 + r) * NH + h] = mx + logf(sum);
+            }
+            float *o = a->out + (size_t)(sq.q0 + j0) * qs + (size_t)h * HS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bn, HS, T, 1.0f, S, T, V, ldv, 0.0f, o, qs);
+            for (int r = 0; r < bn; r++)
 #pragma omp simd
-            for (int d = 0; d < HS; d++) o[(size_t)r * qs + d] *= inv[r];
-    }
+                for (int d = 0; d < HS; d++) o[(size_t)r * qs + d] *= inv[r];
+        }
     free(S);
     free(wide);
 }
 
 // Task s·NH + h: the s-th longest sequence, query head h; for a sequence
-// with few new rows, the first query head of each group does the group's.
+// with few new rows, or in blocks over a bf16 cache (widened once), the first
+// query head of each group does the group's.
 static void attention_task(void *ctx, int task, int end) {
     (void)end;
     const attn_args *a = ctx;
     rl_attn_seq sq = a->seqs[a->order[task / a->NH]];
     int h = task % a->NH, G = a->NH / a->NKV;
-    if (sq.n >= BLOCK_ROWS) attend_blocks(a, sq, h);
-    else if (h % G == 0) attend_rows(a, sq, h / G);
+    if (sq.n >= BLOCK_ROWS && a->kvt != DT_BF16) attend_blocks(a, sq, h, 1);
+    else if (h % G != 0) return;
+    else if (sq.n >= BLOCK_ROWS) attend_blocks(a, sq, h, G);
+    else attend_rows(a, sq, h / G);
 }
 
 void cpu_attention(float *out, float *lse, const float *q, const void *k, const void *v, rl_dtype kvt,

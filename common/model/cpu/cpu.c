@@ -268,7 +268,7 @@ static void cpu_scatter_rows(void *dst, rl_dtype dt, const int32_t *rows, const 
 }
 
 static void cpu_gather_rows(void *dst, const void *src, rl_dtype dt, const int32_t *rows, int N, int W) {
-    size_t row = (size_t)W * (dt == DT_BF16 ? 2 : 4);
+    size_t row = (size_t)W * dt_size(dt);
     for (int i = 0; i < N; i++) memcpy((char *)dst + (size_t)i * row, (const char *)src + (size_t)rows[i] * row, row);
 }
 

@@ -734,17 +734,19 @@ AVX2 static inline __attribute__((always_inline)) void panel_store_avx2(float *o
                                                                        int last, int add, const int NX) {
 #pragma GCC unroll 8
     for (int j = 0; j < NX; j++) {
-        float *o = out + j * ldo, v[PANEL_ROWS];
-        _mm256_storeu_ps(v, acc[j][0]);
-        _mm256_storeu_ps(v + 8, acc[j][1]);
+        float *o = out + j * ldo;
         if (last == PANEL_ROWS && add) {
             _mm256_storeu_ps(o, _mm256_add_ps(acc[j][0], _mm256_loadu_ps(o)));
             _mm256_storeu_ps(o + 8, _mm256_add_ps(acc[j][1], _mm256_loadu_ps(o + 8)));
         } else if (last == PANEL_ROWS) {
             _mm256_storeu_ps(o, acc[j][0]);
             _mm256_storeu_ps(o + 8, acc[j][1]);
-        } else
+        } else {   // a short last panel
+            float v[PANEL_ROWS];
+            _mm256_storeu_ps(v, acc[j][0]);
+            _mm256_storeu_ps(v + 8, acc[j][1]);
             for (int i = 0; i < last; i++) o[i] = add ? o[i] + v[i] : v[i];
+        }
     }
 }
 
