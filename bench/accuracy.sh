@@ -7,7 +7,8 @@
 # The task and settings are bench/step.sh's and bench/trl.sh's
 # (experiments/smollm2: SmolLM2-135M-Instruct, add2 questions, GRPO 8 prompts
 # x 8 samples a step, <= 32 new tokens at temperature 0.7, lr 1e-5): rlpipe
-# through experiments/lib/rl-run.sh (bf16 sampler, TIS C = 2, --max-lag 2 or
+# through experiments/lib/rl-run.sh (bf16 sampler, TIS C = 2, the groups of
+# equal rewards unscored (rl-ratio --skip-uniform), --max-lag 2 or
 # --sync), TRL through bench/trl.sh with its own defaults (LOSS, default trl;
 # see bench/trl.sh). TRL trains on the questions of rlpipe's --sync run of the
 # same seed, in the order its learner took them (QUESTIONS=rlpipe, the
@@ -104,7 +105,7 @@ for seed in $SEEDS; do
         rm -rf "$run"
         echo "accuracy.sh: seed $seed, rlpipe $mode, $STEPS steps ..." >&2
         RLPIPE_BIN=$BIN "$root/experiments/lib/rl-run.sh" --init "$MODEL" --prompts "$DATA/train.jsonl" --out "$run" \
-            --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 --ratio "--clip 2" "${lag[@]}" \
+            --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 --ratio "--clip 2 --skip-uniform" "${lag[@]}" \
             --temperature 0.7 --max-new-tokens 32 --keep-every "$EVERY" --seed "$seed" >"$ERR" 2>&1 ||
             { cat "$ERR" >&2; die "the rlpipe $mode run, seed $seed, failed"; }
         evaluate "rlpipe $mode" "$seed" "$run/learn.jsonl" "$run"/ckpt/v[0-9]*

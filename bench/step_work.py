@@ -14,6 +14,8 @@ rl-learn read them), in matrix-product FLOP (2 per multiply-add):
     drawn (sampling) or scored (rl-ratio, rl-learn);
   - sampling, scoring and learning each: a group's prompt once, then each
     sample's completion tokens but its last (which is drawn, not fed);
+  - scoring: the groups rl-ratio scored (their records carry logp_learner;
+    rl-ratio --skip-uniform passes the groups of equal rewards on unscored);
   - learning: the groups whose samples have a non-zero GRPO advantage (the
     rewards not all equal), forward and backward (3 forwards).
 The limit is that work at the sgemm rate; "of limit" is the limit over the
@@ -69,7 +71,8 @@ def batch_work(recs, group, fl):
             n = len(r["ids"])
             gen += tokens_flop(body, att, P, n - 1) + head * n
         sample += gen
-        score += gen
+        if all("logp_learner" in r for r in grp):
+            score += gen
         rewards = [r.get("reward") for r in grp]
         if len(set(rewards)) > 1:   # every sample has an advantage; the prompt computed once
             learn += 3 * gen

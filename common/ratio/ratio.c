@@ -228,8 +228,14 @@ void ratio_store(const ratio_input *in, int scored, rec_t *r) {
 }
 
 void ratio_acc_init(ratio_acc *a) {
-    a->records = a->tokens = 0;
+    a->records = a->tokens = a->skipped = 0;
     mm_init(&a->mm);
+}
+
+void ratio_acc_skip(ratio_acc *a, const ratio_input *in) {
+    a->records++;
+    a->tokens += in->ids.n;
+    a->skipped++;
 }
 
 void ratio_acc_add(ratio_acc *a, const ratio_input *in, size_t capped) {
@@ -252,6 +258,7 @@ static int metrics(const ratio_acc *a, metric *out) {
     int n = 0, tok = m->n > 0, lag = m->n_lag > 0;
     out[n++] = (metric){"records", (double)a->records, 1};
     out[n++] = (metric){"tokens", (double)a->tokens, 1};
+    out[n++] = (metric){"skipped", (double)a->skipped, 1};
     out[n++] = (metric){"k1", mm_k1(m), 0};
     out[n++] = (metric){"k3", mm_k3(m), 0};
     out[n++] = (metric){"ratio_mean", mm_ratio_mean(m), 0};

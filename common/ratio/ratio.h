@@ -95,13 +95,16 @@ void ratio_store(const ratio_input *in, int scored, rec_t *r);
 // Metrics over records: counts and the mismatch (mismatch.h).
 typedef struct {
     uint64_t records, tokens;
+    uint64_t skipped;   // records passed on unscored (scorer.h skip_uniform): counted, no mismatch
     mm_acc mm;
 } ratio_acc;
 
 void ratio_acc_init(ratio_acc *a);
 void ratio_acc_add(ratio_acc *a, const ratio_input *in, size_t capped);
+// A record passed on without learner log-probabilities.
+void ratio_acc_skip(ratio_acc *a, const ratio_input *in);
 // One JSON object and a newline: {"batch": index (omitted when < 0), "records",
-// "tokens", "k1", "k3", "ratio_mean", "ratio_min", "ratio_max", "capped_frac",
+// "tokens", "skipped", "k1", "k3", "ratio_mean", "ratio_min", "ratio_max", "capped_frac",
 // "masked_frac", "ess", "max_abs_p_diff", "lag_mean", "lag_max"}; a value
 // without tokens to define it (no token, no ver) is null.
 void ratio_acc_json(const ratio_acc *a, long batch, sbuf *out);

@@ -2,6 +2,7 @@
 #include "ratio/scorer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@ typedef struct {
     rec_t *rec;
     ratio_input in;
     char where[512];
+    int skip;           // passed on unscored (skip_uniform)
 } held_rec;
 
 struct scorer {
@@ -23,6 +25,7 @@ struct scorer {
     size_t cap, n;            // records held: at most cap
     model_seq *seqs;          // one forward's sequences (cap)
     ratio_acc batch, total;   // the current batch of `o.batch` records, and the run
+    uint64_t group_size;      // records a group holds (the header's sampling.group); 0: unknown
     long batches;             // metrics lines written
     int warn_state;           // 0: nothing to say, 1: warning pending, 2: given
     char warning[768];
@@ -119,7 +122,8 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
     sbuf b = {0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, put_cb);
-    msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 3 : 0));
+    int skip = o->model && o->skip_uniform;
+    msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 3 : 0) + (size_t)skip);
     pack_cstr(&pk, "mode");
     pack_cstr(&pk, ratio_mode_name(o->ratio.mode));
     if (capping) {
@@ -142,11 +146,61 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
         pack_cstr(&pk, "device");
         pack_cstr(&pk, model_device(o->model));
     }
+    if (skip) {
+        pack_cstr(&pk, "skip_uniform");
+        msgpack_pack_true(&pk);
+    }
     rec_set_raw(out, "ratio", 5, b.data, b.len);
     sbuf_free(&b);
 }
 
+uint64_t scr_take_group_size(scorer_t *s, const rec_t *in) {
+    long i = rec_find(in, "sampling");
+    s->group_size = 0;
+    if (i < 0) return 0;
+    size_t n;
+    const uint8_t *v = rec_value(in, (size_t)i, &n);
+    rec_t *m = rec_new();
+    rl_err e;
+    uint64_t g;
+    if (!rec_parse(m, v, n, &rec_default_limits, &e) && rec_get_uint(m, "group", &g) == REC_OK) s->group_size = g;
+    rec_free(m);
+    return s->group_size;
+}
+
 // ---- records --------------------------------------------------------------
+
+// The reward of held record h for skip_uniform: 0 and *r, or -1 where it
+// cannot be skipped (no group, no finite reward, or an advantage of its own).
+static int uniform_key(const held_rec *h, uint64_t *group, double *r) {
+    return rec_get_uint(h->rec, "group", group) == REC_OK && rec_get_f64(h->rec, "reward", r) == REC_OK &&
+                   isfinite(*r) && !rec_has(h->rec, "adv")
+               ? 0
+               : -1;
+}
+
+// Marks skip on the held records [0, n) that form whole groups of
+// group_size with equal rewards (runs of one "group" value; a run at either
+// end may be part of a group whose other records are not held: it is whole
+// only if it has group_size records).
+static void mark_uniform(scorer_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++) s->held[i].skip = 0;
+    if (!s->o.skip_uniform || !s->group_size) return;
+    for (size_t i = 0; i < n;) {
+        uint64_t g, gj;
+        double r, rj;
+        if (uniform_key(&s->held[i], &g, &r)) {
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        int same = 1;
+        for (; j < n && !uniform_key(&s->held[j], &gj, &rj) && gj == g; j++) same &= rj == r;
+        if (same && j - i == s->group_size)
+            for (size_t k = i; k < j; k++) s->held[k].skip = 1;
+        i = j;
+    }
+}
 
 // Learner log-probabilities of the n held records, in forwards of at most
 // forward_tokens tokens (a longer record goes alone).
@@ -156,7 +210,7 @@ static int score(scorer_t *s, size_t n, rl_err *err) {
         size_t j = i, k = 0, tokens = 0;
         for (; j < n; j++) {
             ratio_input *in = &s->held[j].in;
-            if (!in->ids.n) continue;   // nothing to score
+            if (!in->ids.n || s->held[j].skip) continue;   // nothing to score
             size_t t = in->prompt_ids.n + in->ids.n;
             if (k && tokens + t > s->o.forward_tokens) break;
             tokens += t;
@@ -190,11 +244,21 @@ int scr_flush(scorer_t *s, recw_t *w, rl_err *err) {
     s->n = 0;   // whatever happens, nothing stays held
     uint64_t ver = s->o.ver_learner;
     if (s->o.receiver) ver = rcv_hold(s->o.receiver);   // a verified push is installed here
+    if (s->o.model) mark_uniform(s, n);
     int rc = s->o.model ? score(s, n, err) : 0;
     if (s->o.receiver) rcv_release(s->o.receiver);
     if (rc) return -1;
     for (size_t i = 0; i < n; i++) {
         held_rec *h = &s->held[i];
+        if (h->skip) {   // unscored: what an earlier scoring left of ours goes
+            static const char *const OWN[] = {"logp_learner", "ver_learner", "w", "mask"};
+            for (size_t k = 0; k < sizeof OWN / sizeof *OWN; k++) rec_del(h->rec, OWN[k]);
+            if (recw_write(w, h->rec, err)) return -1;
+            ratio_acc_skip(&s->batch, &h->in);
+            ratio_acc_skip(&s->total, &h->in);
+            if (s->batch.records == s->o.batch && metrics_line(s, err)) return -1;
+            continue;
+        }
         if (s->o.model) {
             h->in.ver_learner = ver;
             h->in.has_ver_learner = 1;

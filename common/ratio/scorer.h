@@ -32,6 +32,12 @@ typedef struct {
     size_t forward_tokens;     // 0: SCR_FORWARD_TOKENS
     FILE *metrics;             // one JSON line per batch (flushed), or NULL
     const char *metrics_name;  // for messages
+    // With model: records of a whole group (the first header's sampling.group
+    // records of one "group", all held at once) whose rewards are all equal,
+    // none with an "adv", are passed on unchanged and unscored: an advantage
+    // from the group's rewards less their mean (rl-learn's grpo, drgrpo,
+    // rloo) is 0 for each, so none has a gradient to weight.
+    int skip_uniform;
 } scr_opts;
 
 typedef struct scorer scorer_t;
@@ -53,9 +59,13 @@ int scr_check_header(const rec_t *h, rl_err *err);
 // key of the first input header (model, seed, ...), and "ratio": the mode,
 // cap, mask, batch and learner model used.
 void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, char **argv, int no_provenance);
+// The first input header's sampling.group: the records a group holds, for
+// skip_uniform. Returns it, or 0 (none given: no group is known whole, and
+// nothing is skipped).
+uint64_t scr_take_group_size(scorer_t *s, const rec_t *in);
 
 // Checks r and holds a copy of it; once `batch` records are held, scores and
-// writes them to w. On a bad record, the records held before it are scored
+// writes them to w (with skip_uniform, the uniform groups among them unscored). On a bad record, the records held before it are scored
 // and written first, and err says what is wrong with it, then `where`.
 // 0, or -1 with err.
 int scr_add(scorer_t *s, const rec_t *r, const char *where, recw_t *w, rl_err *err);

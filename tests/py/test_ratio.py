@@ -324,7 +324,7 @@ def expected_metrics(recs_in, recs_out, kw):
     lag = [r["ver_learner"] - v for r in recs_in if "ver_learner" in r for v in r["ver"]]
     N = len(d)
     return {
-        "records": len(recs_in), "tokens": N,
+        "records": len(recs_in), "tokens": N, "skipped": 0,
         "k1": float(np.mean(-d)), "k3": float(np.mean(rho - 1 - d)),
         "ratio_mean": float(rho.mean()), "ratio_min": float(rho.min()), "ratio_max": float(rho.max()),
         "capped_frac": capped / N, "masked_frac": float(np.mean(~m)),
@@ -643,6 +643,72 @@ def model_every_other_field_passes_through_byte_identical():
             if k not in ours:
                 assert fo[k] == v, f"record {ri['id']}: field {k!r} changed"
         assert [k for k, _ in raw_fields(bo)][:len(fi)] == [k for k, _ in fi], f"record {ri['id']}: key order"
+
+
+def uniform_group_records():
+    """Groups of 4 (ids 4g .. 4g+3): which of them --skip-uniform may pass on unscored."""
+    recs = model_records(24, seed=23)
+    rewards = {0: [1.0] * 4,                 # uniform: skipped
+               1: [0.0, 1.0, 0.0, 0.0],      # mixed: scored
+               2: [0.0] * 4,                 # uniform, but one record has its own adv: scored
+               3: [0.5] * 4,                 # uniform, with an earlier run's fields: skipped, those removed
+               4: [1.0, 0.0, 1.0, 1.0],      # mixed: scored
+               5: [0.0] * 4}                 # uniform, but split by --batch 22 (records 20, 21 | 22, 23): scored
+    for r in recs:
+        r["group"] = r["id"] // 4
+        r["reward"] = rewards[r["group"]][r["id"] % 4]
+    recs[9]["adv"] = 0.25
+    for r in recs[12:16]:
+        r["logp_learner"] = [-1.0] * len(r["ids"])
+        r["ver_learner"] = 7
+        r["w"] = [1.0] * len(r["ids"])
+        r["mask"] = [1] * len(r["ids"])
+    return recs
+
+
+@model_case
+def model_skip_uniform_passes_whole_groups_of_equal_rewards_on_unscored():
+    recs = uniform_group_records()
+    hdr = header(sampling={"group": 4, "temperature": 1.0})
+    src = put("uniform.rlr", write_stream(recs, hdr=hdr, frame_every=3))
+    mpath = path("uniform-metrics.jsonl")
+    _, out, err = ratio("--model", model(), "--batch", "22", "--skip-uniform", "--metrics", mpath, src)
+    full = [o for o, _ in output_records(ratio("-q", "--model", model(), "--batch", "22", src)[1])]
+    got = output_records(out)
+    raw_in = data_records(objects(decompress(open(src, "rb").read())))
+    assert [o["id"] for o, _ in got] == [r["id"] for r in recs], "records in input order"
+    skipped = [o["id"] for o, _ in got if "logp_learner" not in o]
+    assert skipped == [0, 1, 2, 3, 12, 13, 14, 15], f"skipped {skipped}"
+    ours = {"logp_learner", "ver_learner", "w", "mask"}
+    for (ri, bi), (o, bo), f in zip(raw_in, got, full):
+        if o["id"] in skipped:   # every other field's bytes, in order; none of ours
+            want = [(k, v) for k, v in raw_fields(bi) if k not in ours]
+            assert raw_fields(bo) == want, f"record {o['id']}: not passed on as it came"
+        else:   # scored as without --skip-uniform, up to the order of f32 sums in another batch
+            assert o["ver_learner"] == 0 and len(o["w"]) == len(o["ids"]) == len(o["mask"]), f"record {o['id']}"
+            d = np.abs(arr(o["logp_learner"]) - arr(f["logp_learner"])) / np.maximum(1, np.abs(arr(f["logp_learner"])))
+            assert not len(d) or float(d.max()) <= 1e-5, f"record {o['id']}: logp_learner off by {d.max()}"
+    lines = [json.loads(l) for l in open(mpath)]
+    assert [l["skipped"] for l in lines] == [8, 0] and [l["records"] for l in lines] == [22, 2], lines
+    tok = sum(len(recs[i]["ids"]) for i in range(22) if i not in skipped)
+    assert re.search(r"skipped 8,", err), err
+    h = objects(decompress(out))[0][0]
+    assert h["ratio"]["skip_uniform"] is True, h["ratio"]
+    # the mismatch covers the scored tokens only: k1 from numpy over them
+    d = [float(x) - float(y) for o in got[:22] if "logp_learner" in o[0]
+         for x, y in zip(arr(o[0]["logp"]), arr(o[0]["logp_learner"]))]
+    assert len(d) == tok and abs(lines[0]["k1"] - float(np.mean(d))) <= 1e-9 * max(1, abs(np.mean(d))), lines[0]
+
+
+@model_case
+def model_skip_uniform_skips_nothing_without_the_group_size():
+    recs = uniform_group_records()
+    src = put("uniform-nogroup.rlr", write_stream(recs))
+    _, out, err = ratio("--model", model(), "--skip-uniform", src)
+    assert all("logp_learner" in o for o, _ in output_records(out))
+    assert "no sampling.group" in err and "skips none" in err, err
+    rc, _, err = ratio("--skip-uniform", src, ok=False)
+    assert rc == 2 and "--model" in err, f"exit {rc}: {err.strip()}"
 
 
 @model_case

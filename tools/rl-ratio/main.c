@@ -34,6 +34,9 @@ static const char USAGE[] =
     "                         unix:PATH or tcp:HOST:PORT; each batch is scored with the\n"
     "                         newest weights held, and its records say which (ver_learner)\n"
     "      --token-file FILE  a shared secret every sender must prove (required for tcp)\n"
+    "      --skip-uniform     pass on unscored (no logp_learner, w, mask) the records of\n"
+    "                         each whole group whose rewards are all equal and that carry\n"
+    "                         no adv: a group-baseline advantage is 0 for them\n"
     "\n"
     "Weights, with rho = exp(logp_learner - logp) per token:\n"
     "      --mode MODE        token: w = min(rho, C) per token (TIS, the default);\n"
@@ -64,13 +67,13 @@ typedef struct {
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
         {"listen", required_argument, 0, O_LISTEN}, {"token-file", required_argument, 0, O_TOKEN},
-        {"device", required_argument, 0, O_DEVICE},
+        {"device", required_argument, 0, O_DEVICE}, {"skip-uniform", no_argument, 0, O_SKIP},
         CLI_OUT_LONGOPTS,                           {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
@@ -95,12 +98,14 @@ static options parse_options(int argc, char **argv) {
         case O_METRICS: o.metrics = optarg; break;
         case O_LISTEN: o.listen = optarg; break;
         case O_TOKEN: o.token_file = optarg; break;
+        case O_SKIP: o.scr.skip_uniform = 1; break;
         }
     }
     if (o.scr.ratio.mode == RATIO_NONE && (o.scr.ratio.mask || o.scr.ratio.clip_set))
         cli_usage_error("--mode none gives every token weight 1: --clip and --mask do not apply");
     if (o.listen && !o.model) cli_usage_error("--listen replaces the weights of --model DIR: give it");
     if (o.token_file && !o.listen) cli_usage_error("--token-file is for --listen");
+    if (o.scr.skip_uniform && !o.model) cli_usage_error("--skip-uniform skips scoring by --model DIR: give it");
     if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
     if (o.scr.batch == 0) cli_usage_error("--batch: a batch holds at least one record");
     int records_to_stdout = !o.out.output || !strcmp(o.out.output, "-");
@@ -134,6 +139,9 @@ static void on_header(run_t *r, const rec_t *h, const char *name) {
         cli_die("%s: %s", e.msg, name);
     }
     if (r->w) return;   // later members join the first one's output
+    if (!scr_take_group_size(r->scr, h) && r->o->scr.skip_uniform)
+        cli_warn("%s: the first header gives no sampling.group: no group is known whole, "
+                 "and --skip-uniform skips none", name);
     rec_t *out = rec_new();
     scr_make_header(r->scr, h, out, r->argc, r->argv, r->o->out.no_provenance);
     recw_opts wo = recw_default_opts;
