@@ -50,7 +50,7 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
         s->nt = nt, s->total = total;
     }
     s->c = *model_cfg(m);
-    s->moments = nt > 0 && model_tensor_get(m, MODEL_EXP_AVG, 0, s->host + total) == 0;
+    s->moments = nt > 0 && model_train_buffer(m, MODEL_EXP_AVG) != NULL;
     size_t off = 0;
     for (size_t i = 0; i < nt; i++) {
         s->t[i] = model_tensor_at(m, i);
