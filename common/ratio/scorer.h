@@ -34,9 +34,10 @@ typedef struct {
     const char *metrics_name;  // for messages
     // With model: records of a whole group (the first header's sampling.group
     // records of one "group", all held at once) whose rewards are all equal,
-    // none with an "adv", are passed on unchanged and unscored: an advantage
-    // from the group's rewards less their mean (rl-learn's grpo, drgrpo,
-    // rloo) is 0 for each, so none has a gradient to weight.
+    // none with an "adv", are passed on unscored, without logp_learner,
+    // ver_learner, w and mask: an advantage from the group's rewards less
+    // their mean (rl-learn's grpo, drgrpo, rloo) is 0 for each, so none has
+    // a gradient to weight.
     int skip_uniform;
 } scr_opts;
 
@@ -65,8 +66,9 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
 uint64_t scr_take_group_size(scorer_t *s, const rec_t *in);
 
 // Checks r and holds a copy of it; once `batch` records are held, scores and
-// writes them to w (with skip_uniform, the uniform groups among them unscored). On a bad record, the records held before it are scored
-// and written first, and err says what is wrong with it, then `where`.
+// writes them to w (with skip_uniform, the uniform groups among them
+// unscored). On a bad record, the records held before it are scored and
+// written first, and err says what is wrong with it, then `where`.
 // 0, or -1 with err.
 int scr_add(scorer_t *s, const rec_t *r, const char *where, recw_t *w, rl_err *err);
 // Scores and writes every record held (the caller then flushes w).
