@@ -13,7 +13,8 @@ Tolerances: weights 1e-6 relative (float32 output), metrics 1e-9 relative.
 With a model (a tiny random Llama written here with safetensors.numpy), also:
 logp_learner does not depend on which records share a forward, it is a
 normalised distribution at the record's temperature, and ver_learner comes
-from state.json or from a checkpoint root's "latest".
+from state.json or from a checkpoint root's "latest"; --skip-uniform passes
+whole groups of equal rewards on unscored, and scores every other record.
 """
 import json
 import math
