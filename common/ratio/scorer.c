@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
+#include "records/fields.h"
 #include "sync/receiver.h"
 
 // A record waiting to be scored and written, with what was decoded from it.
@@ -155,16 +156,7 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
 }
 
 uint64_t scr_take_group_size(scorer_t *s, const rec_t *in) {
-    long i = rec_find(in, "sampling");
-    s->group_size = 0;
-    if (i < 0) return 0;
-    size_t n;
-    const uint8_t *v = rec_value(in, (size_t)i, &n);
-    rec_t *m = rec_new();
-    rl_err e;
-    uint64_t g;
-    if (!rec_parse(m, v, n, &rec_default_limits, &e) && rec_get_uint(m, "group", &g) == REC_OK) s->group_size = g;
-    rec_free(m);
+    fld_group_size(in, &s->group_size);
     return s->group_size;
 }
 
