@@ -400,16 +400,17 @@ static int discard(const char *root, const char *name, rl_err *err) {
     return rm_tree(to, err);
 }
 
-// Of the versions up to newest, removes all but the newest keep and the
-// multiples of every (> 0).
-static int remove_old(const char *root, uint64_t newest, int keep, uint64_t every, rl_err *err) {
+// Of the versions up to newest, removes all but the newest keep, the
+// multiples of every (> 0) and *latest (NULL: none), the newest complete one.
+static int remove_old(const char *root, uint64_t newest, int keep, uint64_t every, const uint64_t *latest,
+                      rl_err *err) {
     uint64_t *v;
     size_t n;
     if (ckpt_versions(root, &v, &n, err)) return -1;
     while (n && v[n - 1] > newest) n--;   // leftovers newer than latest: replaced when written
     int rc = 0;
     for (size_t i = 0; i + (size_t)keep < n && rc == 0; i++) {
-        if (every && v[i] % every == 0) continue;
+        if ((every && v[i] % every == 0) || (latest && v[i] == *latest)) continue;
         char name[32];
         version_name(name, sizeof name, v[i]);
         rc = discard(root, name, err);
@@ -483,6 +484,32 @@ static int withdraw(const char *root, const char *name, const uint64_t *latest, 
     return discard(root, name, err);
 }
 
+// The old versions removed as o->keep says, after root/path was written
+// (latest: the newest complete version, which stays).
+static int keep_rule(const ckpt_write_opts *o, const char *path, const uint64_t *latest, rl_err *err) {
+    if (o->keep > 0 && remove_old(o->root, o->version, o->keep, o->keep_every, latest, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return err_set(err, "%s written, but removing the old versions failed: %s", path, why);
+    }
+    return 0;
+}
+
+// Step 2 of a version (root/name, at path, published already): what late
+// writes, then latest names it. On failure it is withdrawn (*latest: the
+// version latest names, NULL: none).
+static int complete_locked(const ckpt_write_opts *o, const char *name, const char *path, const uint64_t *latest,
+                           ckpt_fill_fn late, void *ctx, rl_err *err) {
+    if (late && fill_late(o->root, name, late, ctx, err)) {
+        rl_err ignored;   // as far as that goes: a resume tidies the rest
+        withdraw(o->root, name, latest, &ignored);
+        return -1;
+    }
+    if (point(o->root, "latest", name, err)) return -1;
+    uint64_t now = o->version;
+    return keep_rule(o, path, &now, err);
+}
+
 static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late, void *ctx, rl_err *err) {
     const char *root = o->root;
     char path[CKPT_PATH], tmp[CKPT_PATH], name[32];
@@ -519,21 +546,8 @@ static int write_locked(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_f
         return -1;
     }
     if (fsync_path(root, 1, err) || point(root, "published", name, err)) return -1;
-
-    // 2. The rest, and the version is complete.
-    if (late && fill_late(root, name, late, ctx, err)) {
-        rl_err ignored;   // as far as that goes: a resume tidies the rest
-        withdraw(root, name, has_latest ? &latest : NULL, &ignored);
-        return -1;
-    }
-    if (point(root, "latest", name, err)) return -1;
-
-    if (o->keep > 0 && remove_old(root, o->version, o->keep, o->keep_every, err)) {
-        char why[sizeof err->msg];
-        snprintf(why, sizeof why, "%s", err->msg);
-        return err_set(err, "%s written, but removing the old versions failed: %s", path, why);
-    }
-    return 0;
+    if (o->weights_only) return keep_rule(o, path, has_latest ? &latest : NULL, err);
+    return complete_locked(o, name, path, has_latest ? &latest : NULL, late, ctx, err);
 }
 
 int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late, void *ctx, rl_err *err) {
@@ -544,6 +558,36 @@ int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late,
     int lock = lock_root(o->root, err);
     if (lock < 0) return -1;
     int rc = write_locked(o, fill, late, ctx, err);
+    close(lock);
+    return rc;
+}
+
+static int complete_checked(const ckpt_write_opts *o, ckpt_fill_fn late, void *ctx, rl_err *err) {
+    const char *root = o->root;
+    char path[CKPT_PATH], name[32];
+    if (remove_stale(root, err)) return -1;
+    uint64_t latest = 0, published = 0;
+    int has_latest = latest_version(root, &latest, err);
+    if (has_latest < 0) return -1;
+    version_name(name, sizeof name, o->version);
+    if (pathf(path, err, "%s/%s", root, name)) return -1;
+    if (has_latest && o->version <= latest)
+        return err_set(err, "%s: version %llu is complete already (%s/latest names v%06llu)", path,
+                       (unsigned long long)o->version, root, (unsigned long long)latest);
+    char pub[CKPT_PATH];
+    if (ckpt_resolve_published(root, pub, sizeof pub, &published, err)) return -1;
+    if (published != o->version || access(path, F_OK) != 0)
+        return err_set(err, "%s: not the version %s/published names (v%06llu): nothing to complete", path, root,
+                       (unsigned long long)published);
+    return complete_locked(o, name, path, has_latest ? &latest : NULL, late, ctx, err);
+}
+
+int ckpt_complete(const ckpt_write_opts *o, ckpt_fill_fn late, void *ctx, rl_err *err) {
+    if (!o->root || !o->root[0]) return err_set(err, "checkpoint directory not given");
+    if (o->keep < 0) return err_set(err, "keep %d: must be 0 (all) or positive", o->keep);
+    int lock = lock_root(o->root, err);
+    if (lock < 0) return -1;
+    int rc = complete_checked(o, late, ctx, err);
     close(lock);
     return rc;
 }
@@ -574,7 +618,7 @@ int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err) {
     int rc = remove_stale(root, err), has_latest = 0;
     if (rc == 0 && (has_latest = latest_version(root, &latest, err)) < 0) rc = -1;
     if (rc == 0 && has_latest) rc = remove_newer(root, latest, err);
-    if (rc == 0 && has_latest && keep > 0) rc = remove_old(root, latest, keep, keep_every, err);
+    if (rc == 0 && has_latest && keep > 0) rc = remove_old(root, latest, keep, keep_every, &latest, err);
     close(lock);
     return rc;
 }

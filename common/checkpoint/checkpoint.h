@@ -1,8 +1,9 @@
 // checkpoint.h — checkpoint directories (doc/design.md §3): a root DIR holding
 // version directories DIR/v000017/, a file DIR/latest naming the newest
 // complete one and a file DIR/published naming the newest whose weights are
-// written (latest, or the next while its optimizer state is written). Every tool that takes "a model directory or a checkpoint"
-// resolves it here. How a version is published is here too; what goes into
+// written (latest, or a newer one: while its optimizer state is written, or
+// written without it). Every tool that takes "a model directory or a
+// checkpoint" resolves it here. How a version is published is here too; what goes into
 // it (a model, its optimizer state) is the learner's (learn/ckpt_model.h).
 #ifndef RLPIPE_CHECKPOINT_H
 #define RLPIPE_CHECKPOINT_H
@@ -39,6 +40,8 @@ typedef struct {
     uint64_t keep_every;       // > 0: with keep > 0, versions that are multiples of it stay too
     hfw_write_opts save;       // the weights' dtype (f32 when zero) and shard size (hfweights.h),
                                // for the writer of the model (learn/ckpt_model.h)
+    int weights_only;          // 1: step 1 of ckpt_publish alone (the weights published, latest
+                               // left at the newest complete version; ckpt_complete may finish it)
 } ckpt_write_opts;
 
 // Writes files of one version into the empty directory dir, each fsynced: 0, or -1 with err.
@@ -59,25 +62,41 @@ typedef int (*ckpt_fill_fn)(const char *dir, void *ctx, rl_err *err);
 //    this step fails, the version is removed again and published points back
 //    at latest.
 //
+// With o->weights_only, step 2 is left out: root/published names the version,
+// root/latest still names the newest complete one, and the version holds the
+// weights only until ckpt_complete writes the rest (a run that saves its
+// optimizer state only now and then: a sampler follows every version, a
+// resume continues from the newest complete one).
+//
 // A kill at any moment leaves the complete versions intact. Old versions are
 // renamed to a .tmp- name before they are deleted, so a directory named
-// v<digits> that latest names, or an older one, is always complete; one newer
-// than latest (published may name it) holds at least the weights, or is a
-// writer's leftover when published does not name it either.
+// v<digits> that latest names, or an older one, is always complete (or
+// weights-only: then it holds every file but the optimizer state); one newer
+// than latest holds at least the weights (a weights-only version, or the one
+// published names while its optimizer state is written), or is a writer's
+// leftover (a resume removes them all: ckpt_tidy).
 //
 // One writer per root: root/.lock is held (flock) during the call, and a
 // second writer fails. Entries root/.tmp-*, root/.latest.tmp-* and
 // root/.published.tmp-* that a killed writer left are removed first. The
 // version must be newer than the one root/latest names: a complete version is
 // never replaced. A vNNNNNN newer than latest is a leftover of a writer killed
-// before it finished, and is replaced. 0, or -1 with err naming the path and
-// the reason.
+// before it finished, or a weights-only version, and is replaced. Afterwards
+// (o->keep > 0), of the versions up to this one the newest keep stay, the
+// multiples of keep_every, and the one latest names; the others go. 0, or -1
+// with err naming the path and the reason.
 int ckpt_publish(const ckpt_write_opts *o, ckpt_fill_fn fill, ckpt_fill_fn late, void *ctx, rl_err *err);
+// Step 2 of ckpt_publish for version o->version, which a weights_only write
+// published (root/published names it, and it is newer than latest): what
+// late writes is moved in, root/latest names it, and old versions go as
+// o->keep says. Its other files stay as they are (o->state_json and
+// copy_from are not used). 0, or -1 with err.
+int ckpt_complete(const ckpt_write_opts *o, ckpt_fill_fn late, void *ctx, rl_err *err);
 
 // Finishes what a killed writer left undone, for a run that resumes from
 // latest: the temporaries removed; the versions newer than latest (a version
-// whose optimizer state was never written) removed and published set back to
-// latest, so that no sampler is given weights the resumed run did not make;
+// whose optimizer state was never written, or weights-only ones) removed and
+// published set back to latest, so that no sampler is given weights the resumed run did not make;
 // and of the versions up to latest the newest keep (and the multiples of
 // keep_every) kept, as ckpt_write would have (keep 0: all). Holds root/.lock
 // meanwhile. 0, or -1 with err.

@@ -39,7 +39,7 @@ void ckpt_snap_free(ckpt_snap *s) {
     free(s);
 }
 
-int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
+int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, rl_err *err) {
     size_t nt = model_ntensors(m), total = 0;
     for (size_t i = 0; i < nt; i++) total += model_tensor_at(m, i).n;
     if (nt != s->nt || total != s->total) {   // the first snapshot (or another model): reallocated
@@ -50,7 +50,7 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
         s->nt = nt, s->total = total;
     }
     s->c = *model_cfg(m);
-    s->moments = nt > 0 && model_train_buffer(m, MODEL_EXP_AVG) != NULL;
+    s->moments = !weights_only && nt > 0 && model_train_buffer(m, MODEL_EXP_AVG) != NULL;
     size_t off = 0;
     for (size_t i = 0; i < nt; i++) {
         s->t[i] = model_tensor_at(m, i);
@@ -133,7 +133,15 @@ int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err) {
 
 int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
     ckpt_snap *s = ckpt_snap_new();
-    int rc = ckpt_snap_take(s, m, d, parts, err) ? -1 : ckpt_snap_write(o, s, err);
+    int rc = ckpt_snap_take(s, m, d, parts, o->weights_only, err) ? -1 : ckpt_snap_write(o, s, err);
+    ckpt_snap_free(s);
+    return rc;
+}
+
+int ckpt_complete_state(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
+    ckpt_snap *s = ckpt_snap_new();
+    fill_ctx c = {.o = o, .s = s};
+    int rc = ckpt_snap_take(s, m, d, parts, 0, err) ? -1 : ckpt_complete(o, s->moments ? fill_optimizer : NULL, &c, err);
     ckpt_snap_free(s);
     return rc;
 }

@@ -20,8 +20,10 @@
 // training state (tensors "<param>.exp_avg" and "<param>.exp_avg_sq", F32,
 // the parameter's shape, and when the weights are saved at 16 bits the F32
 // parameters "<param>" too, so that a resume continues from them exactly),
-// and root/latest names the version. 0, or -1 with err naming the path and
-// the reason.
+// and root/latest names the version. With o->weights_only, no
+// optimizer.safetensors: the version is published, latest stays where it was
+// (checkpoint.h), and ckpt_complete_state may finish it later. 0, or -1 with
+// err naming the path and the reason.
 int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err);
 // The same on rank 0 of a sharded optimizer (zero.h): the moments of every
 // rank's part go into optimizer.safetensors, gathered while the others call
@@ -36,12 +38,19 @@ typedef struct ckpt_snap ckpt_snap;
 ckpt_snap *ckpt_snap_new(void);
 void ckpt_snap_free(ckpt_snap *s);
 // Copies m into s (d, parts: rank 0 of a sharded optimizer, gathering the
-// other ranks' parts of the moments as ckpt_write_zero does; else NULL). The
-// snapshot names m's tensors: m must outlive it. 0, or -1 with err.
-int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, rl_err *err);
+// other ranks' parts of the moments as ckpt_write_zero does; else NULL): the
+// parameters, and AdamW's moments unless weights_only (then no rank gathers).
+// The snapshot names m's tensors: m must outlive it. 0, or -1 with err.
+int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, rl_err *err);
 // Publishes s as ckpt_write publishes a model. Touches no model, so it may
 // run on another thread than the one training. 0, or -1 with err.
 int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err);
+
+// Completes version o->version, published weights-only from m (which has not
+// changed since), with m's optimizer state (ckpt_complete): then latest names
+// it. d, parts as ckpt_write_zero (the other ranks call zero_gather_moments),
+// or NULL. 0, or -1 with err.
+int ckpt_complete_state(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err);
 
 // Loads dir/optimizer.safetensors (in a version directory) into the model's
 // AdamW moments, and its parameters when the file has them (model_train_init

@@ -31,7 +31,7 @@ learn=(--init m --batch 32 --lr 1e-4 --max-steps 3 r.rlr)
 
 # same_run NAME A B TOL: checkpoints A and B hold the same versions and files;
 # every version's config.json and state.json are equal, its weights and AdamW
-# moments within TOL of each tensor's largest value (0: bit for bit); the
+# moments (where it has them) within TOL of each tensor's largest value (0: bit for bit); the
 # metrics A.jsonl and B.jsonl have the same steps with losses and gradient
 # norms within TOL relative.
 same_run() {
@@ -52,6 +52,8 @@ for v in va:
     for f in ("config.json", "state.json"):
         assert open(f"{a}/{v}/{f}").read() == open(f"{b}/{v}/{f}").read(), f"{v}/{f} differs"
     for f in ("model.safetensors", "optimizer.safetensors"):
+        if f not in fa:   # a version without AdamW's state (--state-every), in both
+            continue
         ta, tb = load_file(f"{a}/{v}/{f}"), load_file(f"{b}/{v}/{f}")
         assert ta.keys() == tb.keys(), f"{v}/{f}: not the same tensors"
         for k in ta:
@@ -79,6 +81,20 @@ check "RLPIPE_DIST=1: one rank, its collectives 'self', AdamW's moments of all p
     grep -q '^rl-learn: 1 ranks (self); AdamW.s moments of 78144 of 78144 parameters' err
 same_run "RLPIPE_DIST=1: the checkpoints and metrics of one process, bit for bit" one self 0
 
+# --state-every 2: AdamW's state in v0, v2 and the last, v3; the ranks leave out
+# the moments' gather together (a rank that gathered alone would hang the job).
+state_every() {  # state_every NAME DIR: v1 without optimizer.safetensors, v0, v2 and v3 with it
+    check "$1: AdamW's state in v0, v2 and v3 only" "$(ls "$2"/v*/optimizer.safetensors 2>&1)" \
+        eval '[ ! -e '"$2"'/v000001/optimizer.safetensors ] && [ -e '"$2"'/v000002/optimizer.safetensors ] &&
+              [ -e '"$2"'/v000003/optimizer.safetensors ] && [ "$(cat '"$2"'/latest)" = v000003 ]'
+}
+rl-learn -q "${learn[@]}" --state-every 2 --out one_se --metrics one_se.jsonl 2>err ||
+    fail "--state-every 2, one process" "$(head -c 300 err)"
+RLPIPE_DIST=1 rl-learn -q "${learn[@]}" --state-every 2 --out self_se --metrics self_se.jsonl 2>err ||
+    fail "--state-every 2, RLPIPE_DIST=1" "$(head -c 300 err)"
+state_every "--state-every 2, RLPIPE_DIST=1" self_se
+same_run "--state-every 2, RLPIPE_DIST=1: one process's checkpoints and metrics, bit for bit" one_se self_se 0
+
 # ---- several ranks
 if ! mpi_ready; then   # (the single-rank path above ran)
     skip "mpirun -np 2 and 3" "$no_mpi"
@@ -96,6 +112,11 @@ for n in 2 3; do
               grep -q ", $n ranks$" err_'$n
     same_run "mpirun -np $n: the checkpoints and metrics of one process, within 1e-5" one np$n 1e-5
 done
+
+mpi 2 rl-learn "${learn[@]}" --state-every 2 --out np2_se --metrics np2_se.jsonl 2>err ||
+    fail "--state-every 2, mpirun -np 2" "$(head -c 400 err)"
+state_every "--state-every 2, mpirun -np 2" np2_se
+same_run "--state-every 2, mpirun -np 2: one process's checkpoints and metrics, within 1e-5" one_se np2_se 1e-5
 
 # ---- --resume under MPI: two steps, then the third, as the run that took three at once
 mpi 2 rl-learn --init m --batch 32 --lr 1e-4 --max-steps 2 r.rlr --out res --metrics res.jsonl 2>err || fail "--resume: the first two steps" "$(head -c 300 err)"

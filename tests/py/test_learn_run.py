@@ -205,6 +205,75 @@ def keep_2_keeps_only_the_two_newest_versions():
     assert versions(c) == [0, 2, 4, 5], f"--keep 2 --keep-every 2: {versions(c)}"
 
 
+STATE_SRC = write("state.rlr", rollouts([2] * 10, seed=13))   # 5 steps of batch 4
+STATE_OPTS = ("--batch", "4", "--lr", "1e-2", "--keep", "0", "-q")
+
+
+def has_state(c, v):
+    return os.path.isfile(os.path.join(vdir(c, v), "optimizer.safetensors"))
+
+
+@case
+def state_every_3_writes_adamw_state_in_the_multiples_of_3_and_the_last_version_only():
+    full, c, c4 = path("c_state_full"), path("c_state3"), path("c_state3_max4")
+    learn_ok("--init", MODEL, "--out", full, *STATE_OPTS, STATE_SRC)
+    learn_ok("--init", MODEL, "--out", c, *STATE_OPTS, "--state-every", "3", STATE_SRC)
+    learn_ok("--init", MODEL, "--out", c4, *STATE_OPTS, "--state-every", "3", "--max-steps", "4", STATE_SRC)
+    assert versions(c) == [0, 1, 2, 3, 4, 5], versions(c)
+    assert [v for v in versions(c) if has_state(c, v)] == [0, 3, 5], "state in v0, the multiples of 3 and the last"
+    assert [v for v in versions(c4) if has_state(c4, v)] == [0, 3, 4], "--max-steps 4: the last is v4"
+    assert latest(c) == "v000005\n" and latest(c4) == "v000004\n"
+    for v in range(6):   # the same weights and state.json as with the state in every version
+        same_files(vdir(full, v), vdir(c, v), names=("model.safetensors", "state.json"))
+        if has_state(c, v):
+            same_files(vdir(full, v), vdir(c, v), names=("optimizer.safetensors",))
+        else:
+            ckpt_check.check_weights(c, v, MODEL_SHAPES)
+    same_files(vdir(full, 4), vdir(c4, 4))
+
+
+def wait_for_published(c, v, p, timeout=20):
+    """Waits until c/published names version v or a later one."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            with open(os.path.join(c, "published")) as f:
+                if int(f.read()[1:]) >= v:
+                    return
+        except (FileNotFoundError, ValueError):
+            pass
+        assert p.poll() is None, f"rl-learn exited {p.returncode} before version {v}"
+        time.sleep(0.002)
+    raise AssertionError(f"no version {v} published in {timeout} s")
+
+
+@case
+def stopped_after_a_weights_only_version_resume_goes_back_to_the_newest_state_and_ends_bit_exact():
+    c = path("c_state_term")
+    opts = ("--batch", "4", "--lr", "1e-2", "--keep", "0", "--state-every", "2")
+    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", c, *opts], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    # 3 whole batches and one record more: 3 steps, then rl-learn waits for input
+    p.stdin.write(b"".join(rltest.member_bytes(rollouts([2] * 10, seed=13))[:1 + 13]))
+    p.stdin.flush()
+    wait_for_published(c, 3, p)
+    time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=20)
+    err = err.decode()
+    assert p.returncode == 0, f"exit {p.returncode}: {err[-300:]}"
+    assert err.endswith(f"rl-learn: stopped by a signal; newest checkpoint {c}/v000003 (weights only: --resume "
+                        "continues from v000002)\n"), err[-300:]
+    assert latest(c) == "v000002\n" and not has_state(c, 3)
+    check_complete(c, 2)
+    err = learn_ok("--resume", "--out", c, *opts, STATE_SRC)
+    assert "resuming at version 2: skipping the 8 records" in err, err
+    assert [v for v in versions(c) if has_state(c, v)] == [0, 2, 4, 5] and latest(c) == "v000005\n"
+    full = path("c_state_full")   # every version with its state (the case above)
+    for v in (3, 4, 5):
+        same_files(vdir(full, v), vdir(c, v), names=("model.safetensors",))
+    same_files(vdir(full, 5), vdir(c, 5))
+
+
 # ---- 2. resuming -----------------------------------------------------------------------------
 
 RESUME_SRC = write("resume.rlr", rollouts([2] * 9, seed=5))   # 4 steps of batch 4, 2 records left

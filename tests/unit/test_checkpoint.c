@@ -4,7 +4,8 @@
 // before the optimizer state; --keep removes only the oldest; a written version
 // is never replaced; errors name the path; and a writer killed (SIGKILL) at any
 // moment leaves latest naming a complete version, from which the next writer
-// goes on.
+// goes on. A version written without its optimizer state is published while
+// latest stays at the newest complete one, which --keep keeps.
 // A version written in the background holds the model as it was when saved,
 // whatever the model does meanwhile, and its failure is reported once.
 #include <dirent.h>
@@ -450,6 +451,83 @@ static void published_is_followed_only_when_newer_than_latest(void) {
     CHECK(v[0] == 3 && v[1] == 4 && v[2] == 5 && five && v[3] == 4,
           "published alone: v%llu, older than latest: v%llu, newer: v%llu; ckpt_resolve: v%llu",
           (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2], (unsigned long long)v[3]);
+}
+
+// The versions in root, as "1 3" ("" when none).
+static const char *versions_in(const char *root, char *buf, size_t size) {
+    uint64_t *vs;
+    size_t n, at = 0;
+    rl_err err;
+    buf[0] = 0;
+    if (ckpt_versions(root, &vs, &n, &err)) return buf;
+    for (size_t i = 0; i < n; i++) at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? " " : "", (unsigned long long)vs[i]);
+    free(vs);
+    return buf;
+}
+
+// A version written weights-only (rl-learn --state-every) is published for the
+// samplers while latest stays at the newest complete version, which --keep
+// never removes; ckpt_complete_state adds the optimizer state later (then it
+// resumes, bit for bit); a resume's tidy removes the weights-only versions.
+static void weights_only_versions_are_published_while_latest_stays_complete(void) {
+    char root[512], state[128], pub[64], lat[64], vs[4][64], dir[1024];
+    rl_err err;
+    CHECK(tmpdir(root, sizeof root), "mkdtemp: %s", strerror(errno));
+    model_t *m = trained_model(7, &err);
+    CHECK(m, "%s", err.msg);
+    int rc = write_version(root, 1, m, 1, NULL, &err);
+    for (uint64_t v = 2; v <= 3 && rc == 0; v++) {
+        ckpt_write_opts o = {.root = root, .version = v, .state_json = state_of(v, state, sizeof state), .keep = 1,
+                             .weights_only = 1};
+        rc = ckpt_write(&o, m, &err);
+    }
+    CHECK(rc == 0, "%s", err.msg);
+    versions_in(root, vs[0], sizeof vs[0]);
+    file_text(root, "published", pub, sizeof pub);
+    file_text(root, "latest", lat, sizeof lat);
+    snprintf(dir, sizeof dir, "%s/v000003", root);
+    int v3_weights = exists(dir, "model.safetensors") && exists(dir, "state.json") && !exists(dir, "optimizer.safetensors");
+    CHECK(!strcmp(vs[0], "1 3"), "with keep 1: versions %s, want 1 (latest) and 3 (the newest)", vs[0]);
+    CHECK(!strcmp(pub, "v000003\n") && !strcmp(lat, "v000001\n"), "published '%s', latest '%s'", pub, lat);
+    CHECK(v3_weights, "v000003 should hold the weights and state.json, not optimizer.safetensors");
+
+    // Completed with the model's state: latest names it, the version before goes (keep 1), and it resumes.
+    ckpt_write_opts c = {.root = root, .version = 3, .keep = 1};
+    rc = ckpt_complete_state(&c, m, NULL, NULL, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    versions_in(root, vs[1], sizeof vs[1]);
+    file_text(root, "latest", lat, sizeof lat);
+    model_t *back = model_load(dir, NULL, &err);
+    int resumes = back && model_train_init(back, &err) == 0 && ckpt_read_optimizer(dir, back, &err) == 0 &&
+                  same_bits(m, back, MODEL_EXP_AVG) && same_bits(m, back, MODEL_EXP_AVG_SQ);
+    model_free(back);
+    int again = ckpt_complete_state(&c, m, NULL, NULL, &err);
+    char again_msg[sizeof err.msg];
+    snprintf(again_msg, sizeof again_msg, "%s", err.msg);
+
+    // Two more weights-only versions: only the one published names can be completed; tidy removes both.
+    for (uint64_t v = 4; v <= 5 && rc == 0; v++) {
+        ckpt_write_opts o = {.root = root, .version = v, .state_json = state_of(v, state, sizeof state), .keep = 2,
+                             .weights_only = 1};
+        rc = ckpt_write(&o, m, &err);
+    }
+    versions_in(root, vs[2], sizeof vs[2]);
+    c.version = 4;
+    int older = rc == 0 ? ckpt_complete_state(&c, m, NULL, NULL, &err) : 0;
+    int tidied = ckpt_tidy(root, 2, 0, &err);
+    versions_in(root, vs[3], sizeof vs[3]);
+    file_text(root, "published", pub, sizeof pub);
+    file_text(root, "latest", lat, sizeof lat);
+    model_free(m);
+    rm_rf(root);
+    CHECK(!strcmp(vs[1], "3") && !strcmp(lat, "v000003\n"), "completed: versions %s, latest '%s'", vs[1], lat);
+    CHECK(resumes, "v000003's optimizer state does not reload as the model's: %s", err.msg);
+    CHECK(again < 0 && strstr(again_msg, "complete already"), "completing v000003 twice: %s", again_msg);
+    CHECK(rc == 0 && !strcmp(vs[2], "3 4 5"), "after v4, v5 weights-only with keep 2: versions %s (%s)", vs[2],
+          err.msg);
+    CHECK(older < 0, "v000004, older than the published v000005, was completed");
+    CHECK(tidied == 0 && !strcmp(vs[3], "3") && !strcmp(pub, "v000003\n") && !strcmp(lat, "v000003\n"),
+          "after tidy: versions %s, published '%s', latest '%s'", vs[3], pub, lat);
 }
 
 static void errors_name_the_path(void) {
@@ -977,6 +1055,7 @@ int main(int argc, char **argv) {
     RUN(a_failed_late_write_withdraws_the_published_weights);
     RUN(tidy_withdraws_the_weights_of_a_version_a_killed_writer_left_incomplete);
     RUN(published_is_followed_only_when_newer_than_latest);
+    RUN(weights_only_versions_are_published_while_latest_stays_complete);
     RUN(errors_name_the_path);
     RUN(a_version_written_in_the_background_holds_the_model_as_it_was_when_saved);
     RUN(a_failed_background_write_is_reported_once);

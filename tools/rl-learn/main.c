@@ -45,6 +45,10 @@ static const char USAGE[] =
     "      --no-skip          with --resume, train on the input from its first record\n"
     "      --keep K           keep the K newest versions (default 5; 0 = all)\n"
     "      --keep-every N     and every version that is a multiple of N\n"
+    "      --state-every N    AdamW's state only in versions that are multiples of N\n"
+    "                         and the last (default 1: every version); the others hold\n"
+    "                         the weights, which samplers follow, and --resume goes\n"
+    "                         back to the newest version with the state\n"
     "      --save-dtype D     the weights of each version in f32 (default), bf16 or f16\n"
     "                         (the f32 ones stay in optimizer.safetensors for --resume)\n"
     "      --max-shard-size B weights of more than B bytes (suffix k, M, G) are written as\n"
@@ -100,7 +104,7 @@ static const char USAGE[] =
 
 typedef struct {
     const char *init, *config, *out, *metrics;
-    uint64_t seed, max_steps, keep_every;
+    uint64_t seed, max_steps, keep_every, state_every;
     double init_std, collective_timeout;
     int resume, no_skip, keep, keep_last, quiet, progress;
     rl_device device;
@@ -113,13 +117,14 @@ static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
-           O_SHARD, O_COLL_TIMEOUT };
+           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
         {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
         {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
         {"keep-every", required_argument, 0, O_KEEP_EVERY}, {"device", required_argument, 0, O_DEVICE},
+        {"state-every", required_argument, 0, O_STATE_EVERY},
         {"chat-arg", required_argument, 0, O_CHATARG},
         {"save-dtype", required_argument, 0, O_SAVE_DTYPE}, {"max-shard-size", required_argument, 0, O_SHARD},
         {"batch", required_argument, 0, O_BATCH},     {"micro", required_argument, 0, O_MICRO},
@@ -135,7 +140,7 @@ static options parse_options(int argc, char **argv) {
         {"progress", no_argument, 0, O_PROGRESS},     {"help", no_argument, 0, 'h'},
         {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
         {"version", no_argument, 0, 'V'},             {0, 0, 0, 0}};
-    options o = {.init_std = 0.02, .keep = 5, .collective_timeout = 600,
+    options o = {.init_std = 0.02, .keep = 5, .state_every = 1, .collective_timeout = 600,
                  .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1,
                          .micro = 1, .batch = 64, .opt = adamw_default_opts}};
     adamw_opts *a = &o.lrn.opt;
@@ -154,6 +159,10 @@ static options parse_options(int argc, char **argv) {
         case O_NO_SKIP: o.no_skip = 1; break;
         case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
         case O_KEEP_EVERY: o.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
+        case O_STATE_EVERY:
+            if (!(o.state_every = cli_parse_uint("--state-every", optarg, UINT32_MAX, 0)))
+                cli_usage_error("--state-every: must be at least 1");
+            break;
         case O_SAVE_DTYPE:
             if (dt_parse(optarg, &o.save.dtype) || dt_scaled(o.save.dtype))
                 cli_usage_error("--save-dtype: expected f32, bf16 or f16, got '%s'", optarg);
@@ -246,12 +255,19 @@ static void set_idle(volatile sig_atomic_t *flag) {
     pthread_mutex_unlock(&idle_lock);
 }
 
-static void set_stop_message(const char *root, uint64_t version) {
+// version: the newest version written; complete: the newest with AdamW's
+// state (what --resume continues from), older with --state-every.
+static void set_stop_message(const char *root, uint64_t version, uint64_t complete) {
     sigset_t all, old;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, &old);
-    snprintf(stop_message, sizeof stop_message, "rl-learn: stopped by a signal; newest checkpoint %s/v%06llu\n", root,
-             (unsigned long long)version);
+    if (complete == version)
+        snprintf(stop_message, sizeof stop_message, "rl-learn: stopped by a signal; newest checkpoint %s/v%06llu\n",
+                 root, (unsigned long long)version);
+    else
+        snprintf(stop_message, sizeof stop_message,
+                 "rl-learn: stopped by a signal; newest checkpoint %s/v%06llu (weights only: --resume continues "
+                 "from v%06llu)\n", root, (unsigned long long)version, (unsigned long long)complete);
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
@@ -261,6 +277,8 @@ typedef struct {
     const options *o;
     model_t *m;
     uint64_t version, steps, skip;   // the model's version; steps taken since --init
+    uint64_t complete;       // the newest version written with AdamW's state
+    int weights_only;        // the version being (or last) written has no AdamW state (--state-every)
     char from[4096];         // the model directory tokenizer files are copied from ("": none)
     double t0;               // when rl-learn started (cli_now)
     dist_t *d;               // the ranks
@@ -288,7 +306,8 @@ static int report(const options *o, int metrics, const lrn_metrics *m, rl_err *e
 // signal names, and the step that made it is reported.
 static int published(void *ctx, uint64_t version, rl_err *err) {
     run_t *r = ctx;
-    set_stop_message(r->o->out, version);
+    if (!r->weights_only) r->complete = version;
+    set_stop_message(r->o->out, version, r->complete);
     if (r->has_pending) {
         double now = clock_now();
         r->pending.save_s = now - r->step_end;
@@ -320,25 +339,35 @@ static void wait_at_exit(void) {
     if (exit_writer) ckpt_writer_wait(exit_writer, &e);
 }
 
+// The options of writing version r->version.
+static ckpt_write_opts write_opts(const run_t *r, const char *state_json) {
+    return (ckpt_write_opts){.root = r->o->out, .version = r->version, .state_json = state_json,
+                             .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
+                             .keep_every = r->o->keep_every, .save = r->o->save, .weights_only = r->weights_only};
+}
+
 // Writes version r->version, made by step m (NULL: the initial model). In the
 // background unless data-parallel or the initial model: then done on return.
+// Without AdamW's state unless it is the initial model or a multiple of
+// --state-every (every rank decides alike).
 static void save(run_t *r, learner_t *l, const lrn_metrics *m) {
     rl_err e;
+    int weights_only = m && r->version % r->o->state_every != 0;
     if (r->rank) {   // the other ranks send their parts of AdamW's moments to rank 0's checkpoint
-        if (zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
+        r->weights_only = weights_only;
+        if (!weights_only && zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
         return;
     }
     double end = clock_now();
-    finish_writing(r);   // (the writer reads pending until then)
+    finish_writing(r);   // (the writer reads pending and weights_only until then)
+    r->weights_only = weights_only;
     r->has_pending = m != NULL;
     if (m) r->pending = *m;
     r->step_end = end;
     sbuf st = {0};
     ckpt_state_json(&st, &r->o->lrn, r->version, r->steps, r->skip + (l ? lrn_consumed(l) : 0), r->o->seed);
     sbuf_putc(&st, 0);
-    ckpt_write_opts w = {.root = r->o->out, .version = r->version, .state_json = (const char *)st.data,
-                         .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
-                         .keep_every = r->o->keep_every, .save = r->o->save};
+    ckpt_write_opts w = write_opts(r, (const char *)st.data);
     store(&busy_write, 1);
     int rc = ckpt_writer_save(r->writer, &w, r->m, r->dp ? r->d : NULL, r->parts, &e);
     sbuf_free(&st);
@@ -349,6 +378,26 @@ static void save(run_t *r, learner_t *l, const lrn_metrics *m) {
     if (r->from[0] && (size_t)snprintf(r->from, sizeof r->from, "%s/v%06llu", r->o->out,
                                        (unsigned long long)r->version) >= sizeof r->from)
         cli_die("path too long: %s", r->o->out);
+}
+
+// At the end of a run whose last version was written without AdamW's state
+// (--state-every), the state goes into it (the model has not changed since),
+// so that it is the one --resume continues from. Every rank calls it.
+static void complete_last(run_t *r) {
+    rl_err e;
+    finish_writing(r);   // (rank 0: the writer reads weights_only until then)
+    if (!r->weights_only) return;
+    r->weights_only = 0;
+    if (r->rank) {
+        if (zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
+        return;
+    }
+    store(&busy_write, 1);
+    ckpt_write_opts w = write_opts(r, NULL);
+    if (ckpt_complete_state(&w, r->m, r->dp ? r->d : NULL, r->parts, &e)) die_all(r, e.msg);
+    r->complete = r->version;
+    set_stop_message(r->o->out, r->version, r->complete);
+    set_idle(&busy_write);
 }
 
 // The model's training state: all of AdamW's moments, or this rank's part.
@@ -620,7 +669,8 @@ int main(int argc, char **argv) {
     if (metrics_file &&
         (run.metrics = open(o.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o.resume ? 0 : O_TRUNC), 0666)) < 0)
         cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
-    set_stop_message(o.out, run.version);
+    run.complete = run.version;
+    set_stop_message(o.out, run.version, run.complete);
     set_idle(&busy_step);
     if (run.skip && !o.quiet)
         fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
@@ -649,7 +699,7 @@ int main(int argc, char **argv) {
                  lrn_dropped(l, NULL));
     lrn_end(l);
     if (!done) train(&run, l, o.keep_last, &tokens);
-    finish_writing(&run);
+    complete_last(&run);
     if (metrics_file && close(run.metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
     char ranks[32] = "";
     if (dist_size(run.d) > 1) snprintf(ranks, sizeof ranks, ", %d ranks", dist_size(run.d));
