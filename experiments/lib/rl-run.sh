@@ -14,6 +14,8 @@
 #   --ratio "ARGS"     rl-ratio's weighting options (default "--clip 2")
 #   --seed S           sampler and learner seed (default 1)
 #   --keep-every E     versions kept for evaluation (default 25)
+#   --state-every N    versions with AdamW's state, for a resume (default: E's;
+#                      the others hold the weights alone: rl-learn --state-every)
 #   --max-new-tokens N (default 48)
 #   --temperature T    the sampler's (default 1)
 #   --samplers K       K samplers (default 1), each with --batch N/K and its own
@@ -26,15 +28,16 @@
 # lag statistics), log/{sample,ratio,learn,sync}.log (with several samplers
 # log/sample1.log ... and log/merge.log), and run.json (wall
 # time, exit statuses). The run ends when rl-learn has taken --steps steps:
-# rl-ratio and rl-sample then end by SIGPIPE (status 141), and rl-sync once
-# its receivers have gone. A learner that fails ends the samplers and the
-# scorer (SIGTERM): they could wait for its weights and records for ever.
+# rl-ratio and rl-sample then end by SIGPIPE (status 141), or rl-sample by
+# the SIGTERM sent it once rl-learn has exited and rl-ratio at the end of its
+# input (status 0), and rl-sync once its receivers have gone: they could wait
+# for the learner's weights and records for ever.
 # Exit 0 when rl-learn and rl-sync exit 0 and the others 0 or 141.
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
-keep_every=25 max_new=48 temperature=1 samplers=1 ranks=1
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
+keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--state-every N] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --ratio) ratio=$2; shift ;;
     --seed) seed=$2; shift ;;
     --keep-every) keep_every=$2; shift ;;
+    --state-every) state_every=$2; shift ;;
     --max-new-tokens) max_new=$2; shift ;;
     --temperature) temperature=$2; shift ;;
     --samplers) samplers=$2; shift ;;
@@ -59,6 +63,8 @@ while [ $# -gt 0 ]; do
     shift || usage
 done
 [ -n "$init" ] && [ -n "$prompts" ] && [ -n "$out" ] || usage
+state_every=${state_every:-$keep_every}
+[ "$state_every" = 0 ] && state_every=1   # (--keep-every 0: the state in every version)
 share=$((batch / samplers))
 if [ "$samplers" -lt 1 ] || [ $((share * samplers)) != "$batch" ] || [ $((share % group)) != 0 ]; then
     echo "rl-run.sh: --batch $batch must split into --samplers $samplers shares of whole groups of $group" >&2
@@ -106,15 +112,20 @@ rollouts() {
         tee "$out/rollouts.rlr" |
         {
             "${learner[@]}" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
-                --keep 1 --keep-every "$keep_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
+                --keep 1 --keep-every "$keep_every" --state-every "$state_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
             rc=$?
-            # A learner that failed leaves the samplers waiting for its weights
-            # (--sync, or at the lag bound) and the scorer waiting for records:
-            # nothing writes into the closed pipe, so no SIGPIPE ends them.
-            # Stop them (again while any is left: one may have been starting).
-            if [ $rc != 0 ]; then
-                for _ in 1 2 3 4 5; do pkill -TERM -f -- "--listen unix:$out/" || break; sleep 1; done
-            fi
+            # A learner that ended leaves the samplers waiting for its weights
+            # (--sync, or at the lag bound) and the scorer waiting for records;
+            # when what they wrote last fitted into the pipes' buffers, nothing
+            # writes into the closed pipe, so no SIGPIPE ends them (a learner
+            # that failed, or one that took its last steps while the next
+            # batch came). Stop the samplers (SIGTERM: they close their
+            # streams and exit 0, and rl-ratio then ends at its input's end),
+            # and after a failure rl-ratio too; again while any is left (one
+            # may have been starting).
+            pat="--listen unix:$out/sample"
+            [ $rc = 0 ] || pat="--listen unix:$out/"
+            for _ in 1 2 3 4 5; do pkill -TERM -f -- "$pat" || break; sleep 1; done
             exit $rc
         }
     echo "${PIPESTATUS[*]}" >"$out/pipe.status"
