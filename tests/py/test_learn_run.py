@@ -247,20 +247,29 @@ def wait_for_published(c, v, p, timeout=20):
     raise AssertionError(f"no version {v} published in {timeout} s")
 
 
-@case
-def stopped_after_a_weights_only_version_resume_goes_back_to_the_newest_state_and_ends_bit_exact():
-    c = path("c_state_term")
-    opts = ("--batch", "4", "--lr", "1e-2", "--keep", "0", "--state-every", "2")
-    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", c, *opts], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-    # 3 whole batches and one record more: 3 steps, then rl-learn waits for input
-    p.stdin.write(b"".join(rltest.member_bytes(rollouts([2] * 10, seed=13))[:1 + 13]))
+def term_while_waiting(args, objs, wait):
+    """rl-learn ARGS given the msgpack objects objs on an input kept open;
+    once wait(p) returns, SIGTERM. It must exit 0; returns its stderr."""
+    p = subprocess.Popen([LEARN, *args], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(b"".join(objs))
     p.stdin.flush()
-    wait_for_published(c, 3, p)
+    wait(p)
     time.sleep(0.1)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=20)
     err = err.decode()
     assert p.returncode == 0, f"exit {p.returncode}: {err[-300:]}"
+    return err
+
+
+@case
+def stopped_after_a_weights_only_version_resume_goes_back_to_the_newest_state_and_ends_bit_exact():
+    c = path("c_state_term")
+    opts = ("--batch", "4", "--lr", "1e-2", "--keep", "0", "--state-every", "2")
+    # 3 whole batches and one record more: 3 steps, then rl-learn waits for input
+    err = term_while_waiting(("--init", MODEL, "--out", c, *opts),
+                             rltest.member_bytes(rollouts([2] * 10, seed=13))[:1 + 13],
+                             lambda p: wait_for_published(c, 3, p))
     assert err.endswith(f"rl-learn: stopped by a signal; newest checkpoint {c}/v000003 (weights only: --resume "
                         "continues from v000002)\n"), err[-300:]
     assert latest(c) == "v000002\n" and not has_state(c, 3)
@@ -342,18 +351,10 @@ def wait_for_version(c, v, p, timeout=20):
 @case
 def sigterm_while_waiting_for_input_exits_0_naming_the_newest_checkpoint():
     c = path("c_term")
-    p = subprocess.Popen([LEARN, "--init", MODEL, "--out", c, "--batch", "2"], stdin=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
     # 3 whole batches and the first record of a 4th group: 3 steps; the pipe stays open
-    objs = rltest.member_bytes(rollouts([2, 2, 2, 2], seed=11))[:1 + 7]
-    p.stdin.write(b"".join(objs))
-    p.stdin.flush()
-    wait_for_version(c, 3, p)
-    time.sleep(0.1)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=20)
-    err = err.decode()
-    assert p.returncode == 0, f"exit {p.returncode}: {err[-300:]}"
+    err = term_while_waiting(("--init", MODEL, "--out", c, "--batch", "2"),
+                             rltest.member_bytes(rollouts([2, 2, 2, 2], seed=11))[:1 + 7],
+                             lambda p: wait_for_version(c, 3, p))
     assert check_all_versions_complete(c) == 3
     assert err.endswith(f"rl-learn: stopped by a signal; newest checkpoint {c}/v000003\n"), err[-300:]
     assert "steps (versions" not in err, "a stopped run writes no summary line"
