@@ -3,8 +3,9 @@
 // complete one and a file DIR/published naming the newest whose weights are
 // written (latest, or a newer one: while its optimizer state is written, or
 // written without it). Every tool that takes "a model directory or a
-// checkpoint" resolves it here. How a version is published is here too; what goes into
-// it (a model, its optimizer state) is the learner's (learn/ckpt_model.h).
+// checkpoint" resolves it here. How a version is published is here too; what
+// goes into it (a model, its optimizer state) is the learner's
+// (learn/ckpt_model.h).
 #ifndef RLPIPE_CHECKPOINT_H
 #define RLPIPE_CHECKPOINT_H
 
@@ -96,8 +97,8 @@ int ckpt_complete(const ckpt_write_opts *o, ckpt_fill_fn late, void *ctx, rl_err
 // Finishes what a killed writer left undone, for a run that resumes from
 // latest: the temporaries removed; the versions newer than latest (a version
 // whose optimizer state was never written, or weights-only ones) removed and
-// published set back to latest, so that no sampler is given weights the resumed run did not make;
-// and of the versions up to latest the newest keep (and the multiples of
+// published set back to latest, so that no sampler is given weights the
+// resumed run did not make; and of the versions up to latest the newest keep (and the multiples of
 // keep_every) kept, as ckpt_write would have (keep 0: all). Holds root/.lock
 // meanwhile. 0, or -1 with err.
 int ckpt_tidy(const char *root, int keep, uint64_t keep_every, rl_err *err);

@@ -141,7 +141,8 @@ int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const
 int ckpt_complete_state(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
     ckpt_snap *s = ckpt_snap_new();
     fill_ctx c = {.o = o, .s = s};
-    int rc = ckpt_snap_take(s, m, d, parts, 0, err) ? -1 : ckpt_complete(o, s->moments ? fill_optimizer : NULL, &c, err);
+    int rc = ckpt_snap_take(s, m, d, parts, 0, err) ? -1
+                                                    : ckpt_complete(o, s->moments ? fill_optimizer : NULL, &c, err);
     ckpt_snap_free(s);
     return rc;
 }

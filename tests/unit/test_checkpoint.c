@@ -460,7 +460,8 @@ static const char *versions_in(const char *root, char *buf, size_t size) {
     rl_err err;
     buf[0] = 0;
     if (ckpt_versions(root, &vs, &n, &err)) return buf;
-    for (size_t i = 0; i < n; i++) at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? " " : "", (unsigned long long)vs[i]);
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(buf + at, size - at, "%s%llu", i ? " " : "", (unsigned long long)vs[i]);
     free(vs);
     return buf;
 }
@@ -486,7 +487,8 @@ static void weights_only_versions_are_published_while_latest_stays_complete(void
     file_text(root, "published", pub, sizeof pub);
     file_text(root, "latest", lat, sizeof lat);
     snprintf(dir, sizeof dir, "%s/v000003", root);
-    int v3_weights = exists(dir, "model.safetensors") && exists(dir, "state.json") && !exists(dir, "optimizer.safetensors");
+    int v3_weights =
+        exists(dir, "model.safetensors") && exists(dir, "state.json") && !exists(dir, "optimizer.safetensors");
     CHECK(!strcmp(vs[0], "1 3"), "with keep 1: versions %s, want 1 (latest) and 3 (the newest)", vs[0]);
     CHECK(!strcmp(pub, "v000003\n") && !strcmp(lat, "v000001\n"), "published '%s', latest '%s'", pub, lat);
     CHECK(v3_weights, "v000003 should hold the weights and state.json, not optimizer.safetensors");
