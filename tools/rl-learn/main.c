@@ -561,8 +561,11 @@ static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, uint6
         const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
         recr_event ev = RECR_END;
         while (!done && (ev = src_next(s, rec)) != RECR_END && ev != RECR_ERROR) {
-            if (ev == RECR_HEADER && !is_training_kind(rec))
+            if (ev == RECR_HEADER && !is_training_kind(rec)) {
+                src_close(s);   // (freed before the exit, so that a leak check finds nothing)
+                rec_free(rec);
                 cli_die("member of another kind than \"rollouts\" or \"examples\": %s", name);
+            }
             if (ev == RECR_HEADER) {
                 lrn_member(l, rec);
                 put_event(r, EV_HEADER, rec, NULL);
@@ -584,7 +587,13 @@ static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, uint6
                 cli_progress_print(&prog, "%llu records read, %zu held for step %llu", (unsigned long long)nread,
                                    lrn_held(l), (unsigned long long)r->version + 1);
         }
-        if (!done && ev == RECR_ERROR) cli_die("%s", src_error(s));
+        if (!done && ev == RECR_ERROR) {
+            char why[2048];
+            snprintf(why, sizeof why, "%s", src_error(s));
+            src_close(s);
+            rec_free(rec);
+            cli_die("%s", why);
+        }
         src_close(s);
     }
     cli_progress_done(&prog);
