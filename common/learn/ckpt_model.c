@@ -138,11 +138,14 @@ int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const
     return rc;
 }
 
+int ckpt_snap_complete(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err) {
+    fill_ctx c = {.o = o, .s = s};
+    return ckpt_complete(o, s->moments ? fill_optimizer : NULL, &c, err);
+}
+
 int ckpt_complete_state(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
     ckpt_snap *s = ckpt_snap_new();
-    fill_ctx c = {.o = o, .s = s};
-    int rc = ckpt_snap_take(s, m, d, parts, 0, err) ? -1
-                                                    : ckpt_complete(o, s->moments ? fill_optimizer : NULL, &c, err);
+    int rc = ckpt_snap_take(s, m, d, parts, 0, err) ? -1 : ckpt_snap_complete(o, s, err);
     ckpt_snap_free(s);
     return rc;
 }

@@ -46,10 +46,12 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
 // run on another thread than the one training. 0, or -1 with err.
 int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err);
 
-// Completes version o->version, published weights-only from m (which has not
-// changed since), with m's optimizer state (ckpt_complete): then latest names
-// it. d, parts as ckpt_write_zero (the other ranks call zero_gather_moments),
-// or NULL. 0, or -1 with err.
+// Completes version o->version, published weights-only, with the optimizer
+// state of s (ckpt_complete): then latest names it. 0, or -1 with err.
+int ckpt_snap_complete(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err);
+// The same from m (which has not changed since the version was written), in
+// a snapshot of its own; d, parts as ckpt_write_zero (the other ranks call
+// zero_gather_moments), or NULL. 0, or -1 with err.
 int ckpt_complete_state(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err);
 
 // Loads dir/optimizer.safetensors (in a version directory) into the model's

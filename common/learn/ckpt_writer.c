@@ -72,6 +72,12 @@ int ckpt_writer_save(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m,
     return 0;
 }
 
+int ckpt_writer_complete(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts,
+                         rl_err *err) {
+    if (ckpt_writer_wait(w, err) || ckpt_snap_take(w->snap, m, d, parts, 0, err)) return -1;
+    return ckpt_snap_complete(o, w->snap, err);
+}
+
 void ckpt_writer_free(ckpt_writer *w) {
     if (!w) return;
     rl_err e;

@@ -32,6 +32,12 @@ ckpt_writer *ckpt_writer_new(ckpt_done_fn done, ckpt_failed_fn failed, void *ctx
 // err.
 int ckpt_writer_save(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts,
                      rl_err *err);
+// Waits for the version being written, then completes version o->version
+// (published weights-only) with m's optimizer state, as ckpt_complete_state
+// does, on the caller's thread and in the writer's snapshot, so that no
+// second copy of the model is made. 0, or -1 with err.
+int ckpt_writer_complete(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts,
+                         rl_err *err);
 // Waits until no version is being written: 0, or -1 with the error of the
 // last write (once: the error is then cleared).
 int ckpt_writer_wait(ckpt_writer *w, rl_err *err);

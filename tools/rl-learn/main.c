@@ -394,7 +394,7 @@ static void complete_last(run_t *r) {
     }
     store(&busy_write, 1);
     ckpt_write_opts w = write_opts(r, NULL);
-    if (ckpt_complete_state(&w, r->m, r->dp ? r->d : NULL, r->parts, &e)) die_all(r, e.msg);
+    if (ckpt_writer_complete(r->writer, &w, r->m, r->dp ? r->d : NULL, r->parts, &e)) die_all(r, e.msg);
     r->complete = r->version;
     set_stop_message(r->o->out, r->version, r->complete);
     set_idle(&busy_write);
