@@ -29,12 +29,15 @@
 # whose rewards are all equal, which have no advantage, are not scored;
 # RATIO="--clip 2" scores every record, as before that option).
 #
+# TIS=C (default unset): no scorer; rl-learn --tis C weighs the tokens from
+# its own forward (experiments/lib/rl-run.sh --tis), and RATIO is not used.
+#
 # rl-learn writes AdamW's state (1.1 GB) into the first and last versions
 # only (STATE_EVERY, default 1000: rl-learn --state-every; STATE_EVERY=1
 # writes it into every version, as before that option), as TRL's run beside
 # it saves no optimizer state at all.
 #
-# Environment: MODES (default "inflight sync"), RATIO, STATE_EVERY, BENCH_OUT, BUILD, BIN (as the
+# Environment: MODES (default "inflight sync"), RATIO, TIS, STATE_EVERY, BENCH_OUT, BUILD, BIN (as the
 # Makefile). Results: the table on stdout and in BENCH_OUT/step.txt, the
 # runs under BENCH_OUT/step/. Takes about 2 x STEPS x 40 s on 2 cores.
 set -uo pipefail
@@ -45,6 +48,9 @@ STEPS=${1:-6}
 MODES=${MODES:-inflight sync}
 RATIO=${RATIO:---clip 2 --skip-uniform}
 STATE_EVERY=${STATE_EVERY:-1000}
+TIS=${TIS:-}
+weigh=(--ratio "$RATIO") weighs="rl-ratio $RATIO"
+[[ -z $TIS ]] || weigh=(--tis "$TIS") weighs="no rl-ratio: rl-learn --tis $TIS"
 positive STEPS STATE_EVERY
 ((STEPS >= 2)) || die "STEPS must be at least 2 (the first is left out)"
 FWD=$BUILD/bench/forward
@@ -102,7 +108,7 @@ for mode in $MODES; do
     MON_PID=$!
     echo "step.sh: $mode, $STEPS steps ..." >&2
     RLPIPE_BIN=$BIN "$root/experiments/lib/rl-run.sh" --init "$D/model" --prompts "$D/data/train.jsonl" --out "$run" \
-        --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 --ratio "$RATIO" "${lag[@]}" \
+        --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 "${weigh[@]}" "${lag[@]}" \
         --temperature 0.7 --max-new-tokens 32 --keep-every 1000 --state-every "$STATE_EVERY" --seed 1 >"$ERR" 2>&1
     rc=$?
     kill "$MON_PID" 2>/dev/null
@@ -119,7 +125,7 @@ sgemm=$(awk -v a="$sgemm0" -v b="$sgemm1" 'BEGIN{ print (a > b ? a : b) }')
     echo "rlpipe RL step benchmark: $("$BIN"/rl-learn --version 2>&1 | head -n1)"
     echo "machine: ${cpu:-unknown CPU} (${simd:-no AVX2}), $(nproc) cores (shared machine); $(date -u +%Y-%m-%d)"
     echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(loadavg)"
-    echo "SmolLM2-135M-Instruct, GRPO 8 x 8 samples a step, <= 32 new tokens, bf16 sampler, rl-ratio $RATIO, rl-learn --state-every $STATE_EVERY; steps 2..$STEPS"
+    echo "SmolLM2-135M-Instruct, GRPO 8 x 8 samples a step, <= 32 new tokens, bf16 sampler, $weighs, rl-learn --state-every $STATE_EVERY; steps 2..$STEPS"
     echo "sgemm (OpenBLAS, 2 threads, 1024 x 576 -> 1536): $sgemm GFLOP/s (before the runs $sgemm0, after them $sgemm1)"
     echo
     "$PY" "$here/step_work.py" --sgemm "$sgemm" --model "$D/model" $(for m in $MODES; do echo "$m=$D/$m"; done)

@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "learn/zero.h"
+#include "ratio/ratio.h"
 #include "records/fields.h"
 #include "records/json.h"
 
@@ -281,6 +282,11 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
     if (get_floats(r, "w", s->n, 1, &s->w, err) < 0 || get_floats(r, "logp_learner", s->n, 0, &s->lp_learner, err) < 0 ||
         get_floats(r, "logp", s->n, 0, &s->lp, err) < 0)
         return -1;
+    if (l->o.tis > 0 && (s->w || s->lp_learner))
+        return err_set(err, "\"%s\" is rl-ratio's: with --tis the learner weighs the tokens itself (leave out "
+                            "one of the two)", s->w ? "w" : "logp_learner");
+    if (l->o.tis > 0 && !s->lp)
+        return err_set(err, "no \"logp\" (the sampler's log-probabilities): --tis weighs the tokens by them");
     if (!chat && rec_has(r, "mask")) {
         u8_vec v = {0};
         int bad = rec_get_u8s(r, "mask", &v) != REC_OK;
@@ -413,7 +419,22 @@ typedef struct {
     int first_epoch;
     double loss;
     uint64_t clipped;
+    double k3;                 // tis: Σ ρ − 1 − log ρ over the tokens, and how many were capped
+    uint64_t capped;
 } loss_ctx;
+
+// --tis: token j's weight min(π_old / μ, C) as rl-ratio's token mode makes it
+// (ratio.h, the same float), with log π_old = old; k3 and capped counted.
+static double tis_weight(loss_ctx *c, const lseq *s, size_t j, float old) {
+    ratio_opts ro = ratio_default_opts;
+    ro.clip = c->l->o.tis;
+    float w;
+    uint8_t mask;
+    c->capped += ratio_weights(&ro, &s->lp[j], &old, 1, &w, &mask);
+    double lr = (double)old - (double)s->lp[j];
+    c->k3 += exp(lr) - 1 - lr;
+    return w;
+}
 
 static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *d) {
     (void)r0;
@@ -423,14 +444,15 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *
         lseq *s = c->mb[c->k];
         size_t j = c->j;
         double w = s->w ? s->w[j] : 1, mask = s->mask ? s->mask[j] : 1, lp = logp[i], g, v;
+        if (o->loss == LOSS_PPO && c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
+        if (o->tis > 0) w = tis_weight(c, s, j, o->loss == LOSS_PPO ? s->pi_old[j] : logp[i]);
         if (o->loss == LOSS_SFT) {
             v = -mask * lp;                   // −Σ log π_θ over the completion tokens kept
             g = -mask;
-        } else if (o->loss == LOSS_PG) {
+        } else if (o->loss == LOSS_PG) {      // (w held constant: its gradient is not taken)
             v = -w * mask * s->a * lp;
             g = -w * mask * s->a;
         } else {   // PPO: −w·mask·min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = π_θ / π_old
-            if (c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
             double rho = exp(lp - (double)s->pi_old[j]);
             double lo = 1 - o->ppo_eps, hi = 1 + o->ppo_eps, rc = rho < lo ? lo : rho > hi ? hi : rho;
             double un = rho * s->a, cl = rc * s->a;
@@ -613,12 +635,13 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         free(tr);
         return 1;
     }
-    // loss, entropy, tokens and PPO's clipped tokens: this rank's, then summed over the ranks
-    double sums[4] = {c.loss, 0, 0, (double)c.clipped};
+    // loss, entropy, tokens, PPO's clipped tokens, and --tis's k3 and capped
+    // tokens: this rank's, then summed over the ranks
+    double sums[6] = {c.loss, 0, 0, (double)c.clipped, c.k3, (double)c.capped};
     for (size_t i = 0; i < ntr; i++)
         for (size_t t = 0; t < tr[i]->n; t++, sums[2]++) sums[1] += tr[i]->ent[t];
     free(tr);
-    if (l->o.dist && dist_sum(l->o.dist, sums, 4, err)) return -1;
+    if (l->o.dist && dist_sum(l->o.dist, sums, 6, err)) return -1;
     m->step = steps + 1;
     m->version = version + 1;
     m->epoch = l->epoch + 1;
@@ -628,6 +651,11 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     m->entropy = sums[2] > 0 ? sums[1] / sums[2] : 0;
     m->ppo = l->o.loss == LOSS_PPO;
     m->ppo_clipped = sums[2] > 0 ? sums[3] / sums[2] : 0;
+    if (l->o.tis > 0 && sums[2] > 0) {   // the records carry no logp_learner: ρ is the forward's
+        m->has_k3 = m->has_capped = 1;
+        m->k3 = sums[4] / sums[2];
+        m->capped = sums[5] / sums[2];
+    }
     m->seconds = clock_now() - t0;
     return 0;
 }

@@ -34,6 +34,13 @@ typedef struct {
     norm_kind norm;
     double norm_const;          // NORM_CONST: the divisor N
     double ppo_eps;             // PPO's clip range ε
+    // > 0: truncated importance sampling in the learner (--tis C): each
+    // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (ratio.h),
+    // with π_old the learner's own forward at the batch's first epoch (for pg,
+    // the forward being differentiated, held constant) and μ the record's
+    // "logp"; records carrying rl-ratio's "w" or "logp_learner" are refused.
+    // 0: w and logp_learner as the records give them.
+    double tis;
     int epochs;                 // PPO: steps per batch (>= 1)
     int micro;                  // micro-batches per step, at least (gradient accumulation)
     size_t micro_tokens;        // 0: LRN_MICRO_TOKENS
@@ -74,6 +81,7 @@ typedef struct {
     double loss, grad_norm, lr, entropy;        // entropy: mean over trained tokens (nats)
     double lag_mean, lag_max;         // learner version before the step − ver, over tokens
     double k3, capped;                // mean(ρ − 1 − log ρ), ρ = exp(logp_learner − logp); fraction w < ρ
+                                      // (with tis: over the trained tokens, ρ from the learner's forward)
     int ppo;
     double ppo_clipped;               // PPO: fraction of trained tokens whose clipped term was taken
     double seconds, tokens_per_s;     // of the step; fwd_tokens per second

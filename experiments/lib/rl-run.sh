@@ -4,6 +4,12 @@
 #   rl-sample --listen S | rl-ratio --listen R | tee rollouts.rlr | rl-learn --out ckpt/
 #   rl-sync --watch ckpt/ --to S --to R          (every new version pushed in flight)
 #
+# or, with --tis C, the learner weighing the tokens itself from its own
+# forward (rl-learn --tis C) and no scorer:
+#
+#   rl-sample --listen S | tee rollouts.rlr | rl-learn --tis C --out ckpt/
+#   rl-sync --watch ckpt/ --to S
+#
 # Usage: rl-run.sh --init DIR --prompts FILE --out RUN [OPTION]...
 #   --dtype T          sampler precision (default bf16)
 #   --group G          samples per prompt (default 8)
@@ -12,6 +18,8 @@
 #   --lr X             learning rate (default 1e-4)
 #   --max-lag K        in-flight, lag bounded by K (default 2); --sync: the baseline
 #   --ratio "ARGS"     rl-ratio's weighting options (default "--clip 2")
+#   --tis C            no rl-ratio: rl-learn --tis C weighs the tokens (its place in
+#                      the pipe and in run.json's exit statuses is taken by cat)
 #   --seed S           sampler and learner seed (default 1)
 #   --keep-every E     versions kept for evaluation (default 25)
 #   --state-every N    versions with AdamW's state, for a resume (default: E's;
@@ -23,7 +31,7 @@
 #                      rl-cat --merge --round (N/K)/G, so that --max-lag stays exact
 #   --ranks R          the learner as R data-parallel ranks: mpirun -np R rl-learn
 #
-# RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl
+# RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl (not with --tis)
 # (metrics), rollouts.rlr (the records the learner trained on, for replay and
 # lag statistics), log/{sample,ratio,learn,sync}.log (with several samplers
 # log/sample1.log ... and log/merge.log), and run.json (wall
@@ -36,8 +44,8 @@
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
-keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS] [--seed S] [--keep-every E] [--state-every N] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
+keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis=
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -51,6 +59,7 @@ while [ $# -gt 0 ]; do
     --max-lag) lag="--max-lag $2"; shift ;;
     --sync) lag="--sync" ;;
     --ratio) ratio=$2; shift ;;
+    --tis) tis=$2; shift ;;
     --seed) seed=$2; shift ;;
     --keep-every) keep_every=$2; shift ;;
     --state-every) state_every=$2; shift ;;
@@ -105,13 +114,18 @@ rollouts() {
     for i in $(seq "$samplers"); do wait -n; src=$?; case $src in 0 | 141) ;; *) rc=$src ;; esac; done
     return $rc
 }
+# the scorer: rl-ratio, or with --tis none (the learner weighs the tokens)
+score() {
+    if [ -n "$tis" ]; then cat; return; fi
+    "$BIN/rl-ratio" --model "$init" --listen "$r_addr" --batch "$batch" $ratio --metrics "$out/ratio.jsonl" \
+        2>"$log/ratio.log"
+}
 (
     rollouts |
-        "$BIN/rl-ratio" --model "$init" --listen "$r_addr" --batch "$batch" $ratio --metrics "$out/ratio.jsonl" \
-            2>"$log/ratio.log" |
+        score |
         tee "$out/rollouts.rlr" |
         {
-            "${learner[@]}" --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
+            "${learner[@]}" ${tis:+--tis "$tis"} --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
                 --keep 1 --keep-every "$keep_every" --state-every "$state_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
             rc=$?
             # A learner that ended leaves the samplers waiting for its weights
@@ -135,7 +149,7 @@ to=()
 if [ "$samplers" = 1 ]; then to+=(--to "unix:$out/sample.sock")
 else for i in $(seq "$samplers"); do to+=(--to "unix:$out/sample$i.sock"); done
 fi
-to+=(--to "$r_addr")
+[ -n "$tis" ] || to+=(--to "$r_addr")
 # rl-sync waits (--retry) for the receivers to listen and for version 0
 "$BIN/rl-sync" --watch "$out/ckpt" "${to[@]}" --retry 60 2>"$log/sync.log" &
 sync=$!
@@ -149,6 +163,8 @@ for _ in $(seq 300); do kill -0 $sync 2>/dev/null || break; sleep 0.1; done
 kill -TERM $sync 2>/dev/null && echo "rl-run.sh: rl-sync still running 30 s after the pipeline: stopped" >&2
 wait $sync
 sync_rc=$?
+weigh=$ratio
+[ -z "$tis" ] || weigh="rl-learn --tis $tis"
 ok=1
 case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
@@ -156,7 +172,7 @@ case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
 printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s}\n' \
     "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$group" "$batch" "$steps" \
-    "$lr" "$lag" "$ratio" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" >"$out/run.json"
+    "$lr" "$lag" "$weigh" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2
     for f in "$log"/*.log; do echo "== $f" >&2; tail -n 3 "$f" >&2; done

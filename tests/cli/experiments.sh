@@ -45,6 +45,22 @@ expect "make again: exit 0" 0 '' -- demo
 check "make again: no stage rerun, the same last line" "stderr: $(head -c 300 err); stdout: $(tail -n 1 out)" \
     eval '! grep -q "\.\.\. done" err && [ "$(tail -n 1 out)" = "$last" ]'
 
+# --tis: no scorer in the pipe; the learner weighs the tokens (rl-learn --tis),
+# in flight with its lag bound, and the pipeline ends as with rl-ratio.
+expect "rl-run.sh --tis 2, in flight: exit 0" 0 '' -- timeout 300 \
+    env RLPIPE_BIN="$RLPIPE_BIN" "$RLPIPE_ROOT/experiments/lib/rl-run.sh" --init d/sft --prompts d/data/train.jsonl \
+    --out "$T/tis" --max-lag 1 --group 4 --batch 16 --steps 3 --tis 2
+# (the weights themselves are test_learn_run.py's: this SFT model earns no
+# reward yet, so no step here has a sequence to weigh)
+check "... 3 steps, lag <= 1, no rl-ratio, no ratio.jsonl, no socket left" \
+    "$(cat tis/run.json 2>&1); $(head -c 400 tis/learn.jsonl 2>&1)" "$PY" -c '
+import json, os, sys
+j = json.load(open("tis/run.json"))
+assert j["exit"]["rl-learn"] == 0 and j["exit"]["rl-sync"] == 0 and j["ratio"] == "rl-learn --tis 2", j
+assert not os.path.exists("tis/ratio.jsonl") and not [f for f in os.listdir("tis") if "sock" in f]
+m = [json.loads(x) for x in open("tis/learn.jsonl")]
+assert [x["step"] for x in m] == [1, 2, 3] and all(x["lag_max"] <= 1 for x in m), m'
+
 # A learner that fails leaves nothing waiting. Here one that reads the first
 # batch and exits 1 without a version: the sampler (--sync) waits for weights
 # that never come and the scorer for records, and nothing writes into the

@@ -63,6 +63,8 @@ usage "--beta1 1" '--beta1' --init m --out ck --beta1 1
 usage "--eps 1" '--eps' --init m --out ck --eps 1
 usage "--keep -1" '--keep' --init m --out ck --keep -1
 usage "--state-every 0" '--state-every: must be at least 1' --init m --out ck --state-every 0
+usage "--tis 0" '--tis: the cap C must be above 0' --init m --out ck --tis 0
+usage "--tis with --loss sft" '--tis weighs the pg and ppo losses, not sft' --init m --out ck --tis 2 --loss sft
 usage "--seed x" '--seed' --config m/config.json --out ck --seed x
 usage "--metrics naming an input" 'the metrics file r.rlr is also an input' --init m --out ck --metrics r.rlr
 rm -rf ck

@@ -123,9 +123,11 @@ def advantages(recs, kind="grpo"):
     return a
 
 
-def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None):
+def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None, tis=None):
     """pi_old: for ppo, log π_old per record (list of tensors); default the
-    record's logp_learner, else the current log-probs (detached)."""
+    record's logp_learner, else the current log-probs (detached). tis: the
+    cap C of rl-learn --tis, w = min(π_old / μ, C) held constant, π_old the
+    current log-probs (detached) and μ the record's logp."""
     a = advantages(recs, adv) if loss != "sft" else [0.0] * len(recs)
     if norm == "seqs":
         z = len(recs)
@@ -138,6 +140,8 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None
         lp = ref_logprobs(ref, r)
         n = len(r["ids"])
         w = torch.tensor(r.get("w", [1.0] * n), dtype=torch.float64)
+        if tis is not None:
+            w = torch.exp(lp.detach() - torch.tensor(r["logp"], dtype=torch.float64)).clamp(max=tis)
         m = torch.tensor(r.get("mask", [1] * n), dtype=torch.float64)
         if loss == "sft":
             total = total - (m * lp).sum()
@@ -236,6 +240,35 @@ def ppo_gradients_match_autograd_with_logp_learner_as_pi_old():
 def ppo_without_logp_learner_takes_its_own_logprobs_as_pi_old():
     d = model("ppo2", seed=8)
     check_grads(d, records(seed=6), ("--loss", "ppo", "--norm", "const:7"), loss="ppo", norm="const:7")
+
+
+def tis_records(d, seed):
+    """Records of rl-sample's fields (no w): the sampler's logp within ±0.5
+    of the reference's own log-probs, so that π/μ lies on both sides of 1.2."""
+    ref = llama_ref.Llama(d)
+    rng = random.Random(seed)
+    recs = records(seed=seed, w=False, shared_prompt=True)
+    ratios = []
+    for r in recs:
+        lp = ref_logprobs(ref, r).detach()
+        r["logp"] = [f32(float(x) + rng.uniform(-0.5, 0.5)) for x in lp]
+        ratios += [math.exp(float(x) - mu) for x, mu in zip(lp, r["logp"])]
+    assert min(ratios) < 1 and sum(x > 1.2 for x in ratios) >= 5 and sum(x < 1.2 for x in ratios) >= 5
+    return recs
+
+
+@case
+def pg_with_tis_weighs_each_token_by_min_of_its_own_ratio_and_c():
+    # rl-learn --tis C: w = min(π/μ, C) from the learner's own forward, held
+    # constant; no rl-ratio before it (the records carry only the sampler's logp).
+    d = model("tis", seed=10)
+    check_grads(d, tis_records(d, 11), ("--tis", "1.2"), loss="pg", tis=1.2)
+
+
+@case
+def ppo_with_tis_takes_pi_old_and_the_weights_from_the_first_forward():
+    d = model("tisppo", seed=12)
+    check_grads(d, tis_records(d, 13), ("--loss", "ppo", "--tis", "1.2"), loss="ppo", tis=1.2)
 
 
 @case

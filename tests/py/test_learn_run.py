@@ -486,6 +486,63 @@ def w_of_the_wrong_length_is_an_error_naming_the_record():
     bad_record("w", change, '"w" has 3 values for 2 completion tokens')
 
 
+def sampled(recs, seed):
+    """The records as rl-sample writes them: the sampler's logp, here the
+    float64 model's own within ±0.5, so that π/μ lies on both sides of 1.2."""
+    ref = llama_ref.Llama(MODEL)
+    rng = random.Random(seed)
+    for r in recs:
+        p, ids = r["prompt_ids"], r["ids"]
+        h = ref.forward(torch.tensor([p + ids[:-1]]))[0, len(p) - 1:]
+        lp = torch.log_softmax(ref.logits(h), dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
+        r["logp"] = [rltest.f32(float(x) + rng.uniform(-0.5, 0.5)) for x in lp]
+    return recs
+
+
+@case
+def tis_in_the_learner_steps_as_rl_ratio_on_the_learners_weights_then_rl_learn():
+    # rl-learn --tis C computes rl-ratio --clip C's weights from its own
+    # forward: on records scored with the learner's own weights (lag 0), one
+    # step of each gives the same weights and the same mismatch metrics.
+    recs = sampled(rollouts([4] * 4, seed=21), 22)
+    src = write("tis.rlr", recs)
+    rc, scored, err = rltest.run("rl-ratio", "--model", MODEL, "--clip", "1.2", "-q", src)
+    assert rc == 0, err
+    a, b = path("c_tis_ratio"), path("c_tis_learn")
+    # AdamW with eps 1 moves each weight by about lr·g: the step shows the gradient
+    sgd = ("--batch", "16", "-q", "--adam-eps", "1", "--lr", "1", "--weight-decay", "0")
+    learn_ok("--init", MODEL, "--out", a, *sgd, "--metrics", a + ".jsonl", input=scored)
+    learn_ok("--init", MODEL, "--out", b, *sgd, "--metrics", b + ".jsonl", "--tis", "1.2", src)
+    ma, mb = metrics(a + ".jsonl")[0], metrics(b + ".jsonl")[0]
+    assert 0.1 < ma["capped"] < 0.9 and ma["capped"] == mb["capped"], (ma["capped"], mb["capped"])
+    for k in ("k3", "loss", "grad_norm"):
+        assert abs(ma[k] - mb[k]) <= 1e-5 * abs(ma[k]), (k, ma[k], mb[k])
+    wa, wb = load_file(os.path.join(vdir(a, 1), "model.safetensors")), load_file(os.path.join(vdir(b, 1), "model.safetensors"))
+    worst = 0.0
+    for k in wa:
+        step = (wa[k] - MODEL_TENSORS[k]).norm()
+        assert step > 0, k
+        worst = max(worst, float((wa[k] - wb[k]).norm() / step))
+        assert (wa[k] - wb[k]).norm() <= 1e-4 * step, f"{k}: {(wa[k] - wb[k]).norm()} against a step of {step}"
+    print(f"  the two steps differ by {worst:.1e} of a step; capped {ma['capped']:.3f}, k3 {ma['k3']:.4g}")
+
+
+@case
+def tis_refuses_records_weighed_by_rl_ratio_and_records_without_logp():
+    recs = sampled(rollouts([2] * 4, seed=13), 14)
+    for key, expect in (("w", '"w" is rl-ratio\'s'), ("logp_learner", '"logp_learner" is rl-ratio\'s'),
+                        ("logp", 'no "logp"')):
+        bad = [dict(r) for r in recs]
+        if key == "logp":
+            bad[5].pop("logp")
+        else:
+            bad[5][key] = [1.0] * len(bad[5]["ids"])
+        src = write(f"tis_{key}.rlr", bad)
+        rc, _, err = learn("--init", MODEL, "--out", path(f"c_tis_{key}"), "--batch", "2", "--tis", "2", "-q", src)
+        assert rc == 1 and expect in err and f"{src} record 5" in err, (rc, err)
+        assert check_all_versions_complete(path(f"c_tis_{key}")) == 2
+
+
 @case
 def a_token_id_outside_the_vocabulary_is_an_error_naming_the_record():
     def change(r):

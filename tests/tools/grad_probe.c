@@ -3,7 +3,7 @@
 //
 //   grad_probe --model DIR [--loss pg|ppo|sft] [--adv grpo|drgrpo|rloo]
 //              [--norm seqs|tokens|const:N] [--eps E] [--micro M]
-//              [--micro-tokens T] RECORDS OUT.safetensors
+//              [--micro-tokens T] [--tis C] RECORDS OUT.safetensors
 //
 // Reads every record of RECORDS (a record stream or JSON lines), makes them
 // one batch and runs the first half of a step (lrn_grad: advantages, loss,
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"loss", required_argument, 0, 'l'},
         {"adv", required_argument, 0, 'a'},   {"norm", required_argument, 0, 'n'},
         {"eps", required_argument, 0, 'e'},   {"micro", required_argument, 0, 'M'},
-        {"micro-tokens", required_argument, 0, 'T'}, {0, 0, 0, 0}};
+        {"micro-tokens", required_argument, 0, 'T'}, {"tis", required_argument, 0, 't'}, {0, 0, 0, 0}};
     const char *dir = NULL;
     lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1, .micro = 1,
                   .batch = SIZE_MAX, .opt = adamw_default_opts};   // one batch of every record
@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
         case 'e': o.ppo_eps = atof(optarg); break;
         case 'M': o.micro = atoi(optarg); break;
         case 'T': o.micro_tokens = (size_t)atol(optarg); break;
+        case 't': o.tis = atof(optarg); break;
         default: die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
         }
         if (bad) die(e.msg);

@@ -69,6 +69,9 @@ static const char USAGE[] =
     "      --norm N           seqs (default), tokens or const:N\n"
     "      --eps E            PPO clip range (default 0.2)\n"
     "      --epochs K         PPO: steps on each batch (default 1)\n"
+    "      --tis C            weigh each token by min(pi/mu, C) here, as rl-ratio --clip C\n"
+    "                         would, pi from this learner's own forward (the first\n"
+    "                         epoch's), mu the record's logp: no rl-ratio in the pipe\n"
     "\n"
     "Optimizer (AdamW as torch.optim.AdamW):\n"
     "      --lr X             peak learning rate (default 1e-6)\n"
@@ -98,6 +101,7 @@ static const char USAGE[] =
     "\n"
     "Examples:\n"
     "  rl-sample --model m/ train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
+    "  rl-sample --model m/ train.jsonl | rl-learn --tis 2 --init m/ --out ckpt/\n"
     "  rl-learn --loss sft --init m/ --out sft/ --batch 32 examples.jsonl\n"
     "  rl-learn --resume --out ckpt/ --max-steps 100 saved/*.rlr\n"
     "  ... | mpirun -np 4 rl-learn --init m/ --out ckpt/ --batch 256\n";
@@ -117,7 +121,7 @@ static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
-           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY };
+           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
@@ -131,6 +135,7 @@ static options parse_options(int argc, char **argv) {
         {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
         {"loss", required_argument, 0, O_LOSS},       {"adv", required_argument, 0, O_ADV},
         {"norm", required_argument, 0, O_NORM},       {"eps", required_argument, 0, O_EPS},
+        {"tis", required_argument, 0, O_TIS},
         {"epochs", required_argument, 0, O_EPOCHS},   {"lr", required_argument, 0, O_LR},
         {"warmup", required_argument, 0, O_WARMUP},   {"schedule", required_argument, 0, O_SCHEDULE},
         {"total-steps", required_argument, 0, O_TOTAL}, {"weight-decay", required_argument, 0, O_WD},
@@ -184,6 +189,10 @@ static options parse_options(int argc, char **argv) {
         case O_NORM:
             if (lrn_parse_norm(optarg, &o.lrn.norm, &o.lrn.norm_const, &e)) cli_usage_error("%s", e.msg);
             break;
+        case O_TIS:
+            o.lrn.tis = cli_parse_f64("--tis", optarg, 0, 1e30, 0);
+            if (!(o.lrn.tis > 0)) cli_usage_error("--tis: the cap C must be above 0");
+            break;
         case O_EPS: o.lrn.ppo_eps = cli_parse_f64("--eps", optarg, 0, 1, 1); break;
         case O_EPOCHS: o.lrn.epochs = (int)cli_parse_uint("--epochs", optarg, 1000, 0); break;
         case O_LR: a->lr = cli_parse_f64("--lr", optarg, 0, 1e3, 0); break;
@@ -218,6 +227,7 @@ static options parse_options(int argc, char **argv) {
     if (o.lrn.micro < 1) cli_usage_error("--micro: at least one micro-batch per step");
     if (o.lrn.epochs < 1) cli_usage_error("--epochs: at least 1");
     if (o.lrn.epochs > 1 && o.lrn.loss != LOSS_PPO) cli_usage_error("--epochs: only the ppo loss takes several steps per batch");
+    if (o.lrn.tis > 0 && o.lrn.loss == LOSS_SFT) cli_usage_error("--tis weighs the pg and ppo losses, not sft");
     if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
         cli_usage_error("--schedule cosine needs --total-steps larger than --warmup");
     if (o.no_skip && !o.resume) cli_usage_error("--no-skip goes with --resume");
