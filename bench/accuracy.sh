@@ -27,7 +27,10 @@
 # TRL's `elapsed_s` (from the first step, its saves included, its model load
 # not). Run on a quiet machine: the times are wall times.
 #
-# Environment: TARGET (default 0.5): the accuracy whose time is compared;
+# TIS=C: rlpipe without the scorer, the learner weighing the tokens from its
+# own forward (rl-run.sh --tis C, rl-learn --tis C) instead of rl-ratio.
+#
+# Environment: TARGET (default 0.5): the accuracy whose time is compared; TIS;
 # EVERY; EVAL_MAX_NEW; QUESTIONS; LOSS (TRL's, as bench/trl.sh); BENCH_OUT,
 # BUILD, BIN (as the Makefile). Results: the table on stdout and in BENCH_OUT/accuracy.txt, the
 # evaluations in BENCH_OUT/accuracy/acc.jsonl, the runs' metrics under
@@ -43,6 +46,9 @@ EVERY=${EVERY:-2}
 TARGET=${TARGET:-0.5}
 EVAL_MAX_NEW=${EVAL_MAX_NEW:-48}
 QUESTIONS=${QUESTIONS:-rlpipe}
+TIS=${TIS:-}
+weigh=(--ratio "--clip 2 --skip-uniform") weighs="rl-ratio --clip 2 --skip-uniform"
+[[ -z $TIS ]] || weigh=(--tis "$TIS") weighs="no rl-ratio: rl-learn --tis $TIS"
 [[ $QUESTIONS == rlpipe || $QUESTIONS == own ]] || die "QUESTIONS: rlpipe or own, not '$QUESTIONS'"
 positive STEPS TRL_STEPS EVERY EVAL_MAX_NEW
 [[ $QUESTIONS == own ]] || ((TRL_STEPS <= STEPS)) ||
@@ -105,7 +111,7 @@ for seed in $SEEDS; do
         rm -rf "$run"
         echo "accuracy.sh: seed $seed, rlpipe $mode, $STEPS steps ..." >&2
         RLPIPE_BIN=$BIN "$root/experiments/lib/rl-run.sh" --init "$MODEL" --prompts "$DATA/train.jsonl" --out "$run" \
-            --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 --ratio "--clip 2 --skip-uniform" "${lag[@]}" \
+            --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 "${weigh[@]}" "${lag[@]}" \
             --temperature 0.7 --max-new-tokens 32 --keep-every "$EVERY" --seed "$seed" >"$ERR" 2>&1 ||
             { cat "$ERR" >&2; die "the rlpipe $mode run, seed $seed, failed"; }
         evaluate "rlpipe $mode" "$seed" "$run/learn.jsonl" "$run"/ckpt/v[0-9]*
@@ -125,7 +131,7 @@ done
 
 {
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)
-    echo "rlpipe time-to-accuracy benchmark: $("$BIN"/rl-learn --version 2>&1 | head -n1); TRL ${LOSS:-trl} loss"
+    echo "rlpipe time-to-accuracy benchmark: $("$BIN"/rl-learn --version 2>&1 | head -n1), $weighs; TRL ${LOSS:-trl} loss"
     echo "machine: ${cpu:-unknown CPU}, $(nproc) cores; $(date -u +%Y-%m-%d); load average at start: $LOAD0, at end: $(loadavg)"
     "$PY" - "$ACC" "$TARGET" "$EVAL_MAX_NEW" <<'EOF'
 import json, statistics, sys

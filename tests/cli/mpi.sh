@@ -25,6 +25,9 @@ for g in range(24):   # groups of 4, of different lengths, so that the shares di
                      "ids": [random.randrange(128) for _ in range(random.randint(2, 9))],
                      "reward": float(random.random() < 0.5)})
 open("r.rlr", "wb").write(rltest.write_stream(recs))
+# the same with the sampler's log-probabilities, for rl-learn --tis
+lp = [dict(r, logp=[-random.uniform(0.5, 4) for _ in r["ids"]]) for r in recs]
+open("tis.rlr", "wb").write(rltest.write_stream(lp))
 open("long.rlr", "wb").write(rltest.write_stream([dict(r, group=r["group"] + 24 * i) for i in range(8) for r in recs]))
 EOF
 learn=(--init m --batch 32 --lr 1e-4 --max-steps 3 r.rlr)
@@ -65,7 +68,10 @@ assert [m["step"] for m in ma] == [m["step"] for m in mb] and len(ma) == 3, f"st
 for x, y in zip(ma, mb):
     for k in ("samples", "groups", "trained", "tokens", "fwd_tokens"):
         assert x[k] == y[k], f"step {x['step']}: {k} {x[k]} and {y[k]}"
-    for k in ("loss", "grad_norm", "entropy", "reward_mean", "adv_std"):
+    for k in ("loss", "grad_norm", "entropy", "reward_mean", "adv_std", "k3", "capped"):
+        if x[k] is None or y[k] is None:   # (k3 and capped: records with logp and logp_learner, or --tis)
+            assert x[k] is None and y[k] is None, f"step {x['step']}: {k} {x[k]!r} and {y[k]!r}"
+            continue
         d = abs(x[k] - y[k]) / max(abs(x[k]), 1e-30)
         assert d <= max(tol, 1e-12) or (tol == 0 and x[k] == y[k]), f"step {x['step']}: {k} {x[k]!r} and {y[k]!r}"
 print(f"# {b} against {a}: {sum(v.startswith('v') for v in va)} versions, largest difference {worst:.2e} of a tensor's largest value")
@@ -95,6 +101,13 @@ RLPIPE_DIST=1 rl-learn -q "${learn[@]}" --state-every 2 --out self_se --metrics 
 state_every "--state-every 2, RLPIPE_DIST=1" self_se
 same_run "--state-every 2, RLPIPE_DIST=1: one process's checkpoints and metrics, bit for bit" one_se self_se 0
 
+rl-learn -q --init m --batch 32 --lr 1e-4 --max-steps 3 --tis 2 tis.rlr --out one_tis --metrics one_tis.jsonl 2>err ||
+    fail "--tis 2, one process" "$(head -c 300 err)"
+check "--tis 2: k3 and capped in every step's metrics" "$(head -c 300 one_tis.jsonl)" "$PY" -c '
+import json
+m = [json.loads(l) for l in open("one_tis.jsonl")]
+assert len(m) == 3 and all(x["k3"] > 0 and 0 <= x["capped"] <= 1 for x in m), m'
+
 # ---- several ranks
 if ! mpi_ready; then   # (the single-rank path above ran)
     skip "mpirun -np 2 and 3" "$no_mpi"
@@ -117,6 +130,11 @@ mpi 2 rl-learn "${learn[@]}" --state-every 2 --out np2_se --metrics np2_se.jsonl
     fail "--state-every 2, mpirun -np 2" "$(head -c 400 err)"
 state_every "--state-every 2, mpirun -np 2" np2_se
 same_run "--state-every 2, mpirun -np 2: one process's checkpoints and metrics, within 1e-5" one_se np2_se 1e-5
+
+# --tis 2: the learner's own weights; k3 and capped summed over the ranks
+mpi 2 rl-learn --init m --batch 32 --lr 1e-4 --max-steps 3 --tis 2 tis.rlr --out np2_tis --metrics np2_tis.jsonl 2>err ||
+    fail "--tis 2, mpirun -np 2" "$(head -c 400 err)"
+same_run "--tis 2, mpirun -np 2: one process's checkpoints and metrics (k3 and capped too), within 1e-5" one_tis np2_tis 1e-5
 
 # ---- --resume under MPI: two steps, then the third, as the run that took three at once
 mpi 2 rl-learn --init m --batch 32 --lr 1e-4 --max-steps 2 r.rlr --out res --metrics res.jsonl 2>err || fail "--resume: the first two steps" "$(head -c 300 err)"
