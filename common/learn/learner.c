@@ -10,9 +10,9 @@
 
 #include "clock.h"
 #include "learn/zero.h"
-#include "ratio/ratio.h"
 #include "records/fields.h"
 #include "records/json.h"
+#include "records/mismatch.h"
 
 // One record, as training needs it. Arrays of n completion tokens.
 typedef struct {
@@ -424,14 +424,13 @@ typedef struct {
 } loss_ctx;
 
 // --tis: token j's weight min(π_old / μ, C) as rl-ratio's token mode makes it
-// (ratio.h, the same float), with log π_old = old; k3 and capped counted.
+// (mismatch.h mm_tis_weight, the same float), with log π_old = old; k3 and
+// capped counted.
 static double tis_weight(loss_ctx *c, const lseq *s, size_t j, float old) {
-    ratio_opts ro = ratio_default_opts;
-    ro.clip = c->l->o.tis;
-    float w;
-    uint8_t mask;
-    c->capped += ratio_weights(&ro, &s->lp[j], &old, 1, &w, &mask);
     double lr = (double)old - (double)s->lp[j];
+    int cut;
+    float w = mm_tis_weight(lr, c->l->o.tis, &cut);
+    c->capped += (uint64_t)cut;
     c->k3 += exp(lr) - 1 - lr;
     return w;
 }

@@ -35,7 +35,7 @@ typedef struct {
     double norm_const;          // NORM_CONST: the divisor N
     double ppo_eps;             // PPO's clip range ε
     // > 0: truncated importance sampling in the learner (--tis C): each
-    // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (ratio.h),
+    // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (mismatch.h),
     // with π_old the learner's own forward at the batch's first epoch (for pg,
     // the forward being differentiated, held constant) and μ the record's
     // "logp"; records carrying rl-ratio's "w" or "logp_learner" are refused.

@@ -1,6 +1,5 @@
 #include "ratio/ratio.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,8 +53,6 @@ int ratio_parse_mask(const char *s, double *lo, double *hi, rl_err *err) {
 
 int ratio_capping(const ratio_opts *o) { return !o->mask || o->clip_set; }
 
-// A ratio as a float32 weight: beyond the float32 range it is FLT_MAX, not inf.
-static float weight_f32(double x) { return x > FLT_MAX ? FLT_MAX : (float)x; }
 
 static int inside(const ratio_opts *o, double rho) { return !o->mask || (rho >= o->lo && rho <= o->hi); }
 
@@ -72,14 +69,11 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
     }
     if (o->mode == RATIO_TOKEN) {
         for (size_t t = 0; t < n; t++) {
-            double rho = exp((double)logp_learner[t] - (double)logp[t]);
-            mask[t] = (uint8_t)inside(o, rho);
-            if (cap && rho > o->clip) {
-                w[t] = (float)o->clip;
-                capped++;
-            } else {
-                w[t] = weight_f32(rho);
-            }
+            double lr = (double)logp_learner[t] - (double)logp[t];
+            int cut;
+            mask[t] = (uint8_t)inside(o, exp(lr));
+            w[t] = mm_tis_weight(lr, cap ? o->clip : INFINITY, &cut);
+            capped += (size_t)cut;
         }
         return capped;
     }
@@ -88,7 +82,7 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
     for (size_t t = 0; t < n; t++) sum += (double)logp_learner[t] - (double)logp[t];
     double log_r = o->mode == RATIO_SEQ ? sum : sum / (double)n;
     int cut = cap && log_r > log(o->clip);
-    float wv = cut ? (float)o->clip : weight_f32(exp(log_r));
+    float wv = cut ? (float)o->clip : mm_weight_f32(exp(log_r));
     uint8_t m = (uint8_t)inside(o, exp(log_r));
     for (size_t t = 0; t < n; t++) {
         w[t] = wv;
