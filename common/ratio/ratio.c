@@ -53,7 +53,6 @@ int ratio_parse_mask(const char *s, double *lo, double *hi, rl_err *err) {
 
 int ratio_capping(const ratio_opts *o) { return !o->mask || o->clip_set; }
 
-
 static int inside(const ratio_opts *o, double rho) { return !o->mask || (rho >= o->lo && rho <= o->hi); }
 
 size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_learner, size_t n,
