@@ -427,11 +427,11 @@ typedef struct {
 // (mismatch.h mm_tis_weight, the same float), with log π_old = old; k3 and
 // capped counted.
 static double tis_weight(loss_ctx *c, const lseq *s, size_t j, float old) {
-    double lr = (double)old - (double)s->lp[j];
+    double lr = (double)old - (double)s->lp[j], rho = exp(lr);
     int cut;
-    float w = mm_tis_weight(lr, c->l->o.tis, &cut);
+    float w = mm_tis_weight(rho, c->l->o.tis, &cut);
     c->capped += (uint64_t)cut;
-    c->k3 += exp(lr) - 1 - lr;
+    c->k3 += rho - 1 - lr;
     return w;
 }
 

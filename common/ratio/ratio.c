@@ -68,10 +68,10 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
     }
     if (o->mode == RATIO_TOKEN) {
         for (size_t t = 0; t < n; t++) {
-            double lr = (double)logp_learner[t] - (double)logp[t];
+            double rho = exp((double)logp_learner[t] - (double)logp[t]);
             int cut;
-            mask[t] = (uint8_t)inside(o, exp(lr));
-            w[t] = mm_tis_weight(lr, cap ? o->clip : INFINITY, &cut);
+            mask[t] = (uint8_t)inside(o, rho);
+            w[t] = mm_tis_weight(rho, cap ? o->clip : INFINITY, &cut);
             capped += (size_t)cut;
         }
         return capped;

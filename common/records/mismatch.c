@@ -80,8 +80,7 @@ double mm_lag_mean(const mm_acc *a) { return ratio(a->sum_lag, a->n_lag); }
 
 float mm_weight_f32(double x) { return x > FLT_MAX ? FLT_MAX : (float)x; }
 
-float mm_tis_weight(double log_rho, double clip, int *capped) {
-    double rho = exp(log_rho);
+float mm_tis_weight(double rho, double clip, int *capped) {
     *capped = rho > clip;
     return *capped ? (float)clip : mm_weight_f32(rho);
 }
