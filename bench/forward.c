@@ -24,7 +24,11 @@
 // on f32 weights; and where the build has them, its products from the same
 // weights packed in panels (kernels.h gemm_panels, the panels made before
 // the timing, as the CPU backend makes them once per weight update): bf16
-// with bf16-valued inputs (bf16_panels) and f32 (f32_panels). The methods take turns within each repetition; each line
+// with bf16-valued inputs (bf16_panels) and f32 (f32_panels); int8 weights
+// and inputs (quantized per row, as ACT_I8) in tiles of 4 x 4 rows by dots_i8
+// (i8_tiles) and by the build's many-row product where it has one (i8,
+// kernels.h gemm_i8, its packing in the timing, as the backend calls it).
+// The methods take turns within each repetition; each line
 // adds gflops= and of_sgemm= (its speed over sgemm's).
 // --device cpu|cuda|auto: the backend of score and decode (default auto, as
 // the tools: CUDA's when built with it and a GPU is there).
@@ -147,12 +151,34 @@ static void cmd_sgemm(const args *a) {
     free(x), free(w), free(out);
 }
 
-enum { GEMM_METHODS = 7, GEMM_TILE_ROWS = 128, GEMM_SPAN = 96 << 20 };
+enum { GEMM_METHODS = 9, GEMM_TILE_ROWS = 128, GEMM_SPAN = 96 << 20 };
+
+// The int8 operands of methods 7 and 8: x and one copy of the weights quantized, their scales.
+typedef struct {
+    const int8_t *x, *w;
+    const float *sx, *sw;
+} gemm_i8_in;
+
+// The CPU backend's int8 product without a many-row kernel: tiles of 4 input
+// rows by 4 weight rows (kernels.h dots_i8), scaled as gemm_i8 scales.
+static void gemm_i8_tiles(float *out, const gemm_i8_in *q, int M, int N, int K) {
+    int32_t acc[16];
+    for (int m0 = 0; m0 < N; m0 += 4) {
+        int nw = N - m0 < 4 ? N - m0 : 4;
+        for (int n0 = 0; n0 < M; n0 += 4) {
+            int nx = M - n0 < 4 ? M - n0 : 4;
+            cpu_K->dots_i8(acc, q->x + (size_t)n0 * K, (size_t)K, nx, q->w + (size_t)m0 * K, (size_t)K, nw, K);
+            for (int j = 0; j < nx; j++)
+                for (int i = 0; i < nw; i++)
+                    out[(size_t)(n0 + j) * N + m0 + i] = (float)acc[j * nw + i] * q->sw[m0 + i] * q->sx[n0 + j];
+        }
+    }
+}
 
 // Method k of cmd_gemm on weight copy c: f32 weights wf, bf16 weights wb, input x (f32) or xr (bf16 values).
-// pb, pf: wb's and wf's copy c packed in panels.
+// pb, pf: wb's and wf's copy c packed in panels; q: the int8 operands, q->w the copy's.
 static void gemm_method(int k, float *out, const float *x, const float *xr, const float *wf, const uint16_t *wb,
-                        const void *pb, const void *pf, float *tile, int M, int N, int K) {
+                        const void *pb, const void *pf, const gemm_i8_in *q, float *tile, int M, int N, int K) {
     switch (k) {
     case 0:
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, x, K, wf, K, 0.0f, out, N);
@@ -169,13 +195,16 @@ static void gemm_method(int k, float *out, const float *x, const float *xr, cons
     case 3: cpu_K->gemm(out, (size_t)N, xr, M, wb, DT_BF16, N, K); break;
     case 5: cpu_K->gemm_panels(out, (size_t)N, xr, M, wb, DT_BF16, pb, N, K); break;
     case 6: cpu_K->gemm_panels(out, (size_t)N, x, M, wf, DT_F32, pf, N, K); break;
+    case 7: gemm_i8_tiles(out, q, M, N, K); break;
+    case 8: cpu_K->gemm_i8(out, (size_t)N, q->x, q->sx, M, q->w, q->sw, N, K); break;
     default: cpu_K->gemm(out, (size_t)N, x, M, wf, DT_F32, N, K); break;
     }
 }
 
 static void cmd_gemm(const args *a) {
     static const char *names[GEMM_METHODS] = {"sgemm_f32", "widen_sgemm_bf16", "kernel_bf16w", "kernel_bf16",
-                                              "kernel_f32", "kernel_bf16_panels", "kernel_f32_panels"};
+                                              "kernel_f32", "kernel_bf16_panels", "kernel_f32_panels",
+                                              "kernel_i8_tiles", "kernel_i8"};
     size_t M = (size_t)a->m, N = (size_t)a->n, K = (size_t)a->k;
     cpu_kernels_choose();
     openblas_set_num_threads(1);
@@ -195,6 +224,11 @@ static void cmd_gemm(const args *a) {
     rng_seed(&r, a->seed);
     for (size_t i = 0; i < M * K; i++) x[i] = (float)rng_normal(&r), xr[i] = bf16_to_f32(f32_to_bf16(x[i]));
     for (size_t i = 0; i < copies * N * K; i++) wf[i] = (float)rng_normal(&r) * 0.02f, wb[i] = f32_to_bf16(wf[i]);
+    // int8: the weights' rows and the input's quantized as the CPU backend does (quant_i8), all copies
+    int8_t *xq = xmalloc(M * K), *wq = xmalloc(copies * N * K);
+    float *sx = xmalloc(M * sizeof *sx), *sw = xmalloc(copies * N * sizeof *sw);
+    for (size_t i = 0; i < M; i++) sx[i] = cpu_K->quant_i8(xq + i * K, x + i * K, a->k);
+    for (size_t i = 0; i < copies * N; i++) sw[i] = cpu_K->quant_i8(wq + i * K, wf + i * K, a->k);
     for (size_t c = 0; c < copies; c++) {
         if (pb) pack_panels(pb + c * sb, wb + c * N * K, DT_BF16, a->n, a->k, 0, (int)np);
         if (pf) pack_panels(pf + c * sf, wf + c * N * K, DT_F32, a->n, a->k, 0, (int)np);
@@ -202,16 +236,18 @@ static void cmd_gemm(const args *a) {
     double t[GEMM_METHODS][MAX_REPS];
     for (int i = -1; i < a->reps; i++)   // one warm-up
         for (int k = 0; k < GEMM_METHODS; k++) {
-            if ((k == 5 && !pb) || (k == 6 && !pf)) continue;
+            if ((k == 5 && !pb) || (k == 6 && !pf) || (k == 8 && !cpu_K->gemm_i8)) continue;
             double t0 = bench_now();
-            for (size_t c = 0; c < copies; c++)
+            for (size_t c = 0; c < copies; c++) {
+                gemm_i8_in q = {.x = xq, .sx = sx, .w = wq + c * N * K, .sw = sw + c * N};
                 gemm_method(k, out, x, xr, wf + c * N * K, wb + c * N * K, pb ? pb + c * sb : NULL,
-                            pf ? pf + c * sf : NULL, tile, a->m, a->n, a->k);
+                            pf ? pf + c * sf : NULL, &q, tile, a->m, a->n, a->k);
+            }
             if (i >= 0) t[k][i] = (bench_now() - t0) / (double)copies;
         }
     double flop = 2.0 * M * N * K, base = bench_median(t[0], a->reps);
     for (int k = 0; k < GEMM_METHODS; k++) {
-        if ((k == 5 && !pb) || (k == 6 && !pf)) continue;
+        if ((k == 5 && !pb) || (k == 6 && !pf) || (k == 8 && !cpu_K->gemm_i8)) continue;
         char what[96], more[128];
         double med = bench_median(t[k], a->reps);
         snprintf(what, sizeof what, "gemm_%s_%dx%dx%d", names[k], a->m, a->n, a->k);
@@ -220,6 +256,7 @@ static void cmd_gemm(const args *a) {
         result_more(what, (double)M, flop, more, t[k], a->reps);
     }
     free(x), free(xr), free(out), free(wf), free(tile), free(wb);
+    free(xq), free(wq), free(sx), free(sw);
     cpu_mem_free(pb), cpu_mem_free(pf);
 }
 

@@ -84,13 +84,15 @@ static void int8_products_are_exact_on_every_build(void) {
 
 // Builds with a many-row int8 product give the bits of the definition:
 // (float)(exact sum) · sw[m] · sx[n], for shapes with partial blocks of
-// weight rows (16, 32) and of input rows (6), K not a multiple of 4, and K
-// past a multiple of 16.
+// weight rows (8, 16, 32) and of input rows (4, 6), K not a multiple of 4, K
+// past a multiple of 16, and more input rows than one block of them (192,
+// AVX2), the last block partial; values ±127 as the extremes of vpmaddubsw's
+// pairs (AVX2).
 static void many_row_int8_products_give_the_defined_bits(void) {
     rl_rng r;
     rng_seed(&r, 6);
-    const int shapes[][3] = {{1, 1, 1},     {5, 7, 3},    {6, 16, 64},   {13, 33, 100},
-                             {64, 96, 576}, {7, 50, 1536}, {3, 48, 150}, {8, 16, 15}};
+    const int shapes[][3] = {{1, 1, 1},     {5, 7, 3},     {6, 16, 64},  {13, 33, 100},  {64, 96, 576},
+                             {7, 50, 1536}, {3, 48, 150},  {8, 16, 15},  {401, 21, 36}, {4, 9, 8}};
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2];
         int8_t *x = malloc((size_t)N * K), *w = malloc((size_t)M * K);
@@ -98,6 +100,12 @@ static void many_row_int8_products_give_the_defined_bits(void) {
         float *out = malloc((size_t)N * (M + 3) * sizeof(float));
         fill_i8(x, (size_t)N * K, &r, -127);
         fill_i8(w, (size_t)M * K, &r, -127);
+        if (K == 8) {   // the extremes: ±127 only (input row 0's products all +127², odd weight rows' all −127²), some x 0
+            for (int n = 0; n < N; n++)
+                for (int k = 0; k < K; k++) x[n * K + k] = (int8_t)(n == 3 && k < 2 ? 0 : (k + n) % 3 ? 127 : -127);
+            for (int m = 0; m < M; m++)
+                for (int k = 0; k < K; k++) w[m * K + k] = (int8_t)((k % 3 ? 127 : -127) * (m % 2 ? -1 : 1));
+        }
         for (int n = 0; n < N; n++) sx[n] = (float)rng_uniform(&r) * 0.1f + 1e-3f;
         for (int m = 0; m < M; m++) sw[m] = (float)rng_uniform(&r) * 0.01f + 1e-4f;
         for (int b = 0; b < nbuilds; b++) {

@@ -855,6 +855,117 @@ AVX2 static void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N,
     }
 }
 
+// ---- AVX2 many-row int8 products (kernels.h gemm_i8) -----------------------
+// As the VNNI build's, without vpdpbusd: weight rows are packed 8 at a time
+// so that one vector holds 4 consecutive inputs of each of the 8 rows (K
+// rounded up to 4, zeros after), and each input row's 4 bytes are broadcast.
+// vpmaddubsw multiplies unsigned by signed bytes and adds them in pairs into
+// int16, saturating: |x| (at most 127) against the weights given x's signs
+// (vpsignb) keeps a pair within 2 · 127 · 127 = 32258, so none saturates, and
+// vpmaddwd by ones adds the pairs into the 8 rows' int32 sums: exact, with no
+// sums across lanes. A tile is 4 input rows by 2 packed blocks (16 weight
+// rows): 8 accumulators. The part's rows are packed once per call, then the
+// input rows are taken I8_NB at a time (their block stays in L2 while the
+// packed rows pass over it).
+enum { I8_NX = 4, I8_NB = 192, I8_GROUP = 128 << 10 };
+
+// Rows [0, rows) of w packed (the rest zero): p[(k / 4)·32 + 4r + k % 4] = w[r][k].
+AVX2 static void pack8_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K) {
+    int K4 = (K + 3) & ~3, whole = K >> 2;
+    memset(p, 0, (size_t)K4 * 8);
+    for (int r = 0; r < rows; r++) {
+        const int8_t *wr = w + r * ldw;
+        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * 32 + r * 4, wr + 4 * k4, 4);
+        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * 32 + r * 4 + (k & 3)] = wr[k];
+    }
+}
+
+// out[j·ldo + i] = (float)(Σ_k x_j[k] w_i[k]) · sw[i] · sx[j] for the NX input
+// rows of x (rows of K4 bytes) and the 16 weight rows packed in p0, p1; only
+// the first `rows` outputs of each row are stored.
+AVX2 static inline __attribute__((always_inline)) void i8_tile_avx2(float *out, size_t ldo, const int8_t *x, int K4,
+                                                                   const int8_t *p0, const int8_t *p1,
+                                                                   const float *sw, int rows, const float *sx,
+                                                                   const int NX) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i a0[I8_NX], a1[I8_NX];
+#pragma GCC unroll 4
+    for (int j = 0; j < NX; j++) a0[j] = a1[j] = _mm256_setzero_si256();
+    for (int k = 0; k < K4; k += 4) {
+        __m256i w0 = _mm256_load_si256((const __m256i *)(p0 + (size_t)k * 8));
+        __m256i w1 = _mm256_load_si256((const __m256i *)(p1 + (size_t)k * 8));
+#pragma GCC unroll 4
+        for (int j = 0; j < NX; j++) {
+            int32_t b;
+            memcpy(&b, x + (size_t)j * K4 + k, 4);
+            __m256i xb = _mm256_set1_epi32(b), xa = _mm256_abs_epi8(xb);
+            a0[j] = _mm256_add_epi32(a0[j], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, _mm256_sign_epi8(w0, xb)), ones));
+            a1[j] = _mm256_add_epi32(a1[j], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, _mm256_sign_epi8(w1, xb)), ones));
+        }
+    }
+    __m256 s0 = _mm256_loadu_ps(sw), s1 = _mm256_loadu_ps(sw + 8);
+#pragma GCC unroll 4
+    for (int j = 0; j < NX; j++) {   // (Σ x w) · sw · sx: the exact int32 to f32, then the two scales
+        __m256 sxj = _mm256_set1_ps(sx[j]);
+        __m256 v0 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a0[j]), s0), sxj);
+        __m256 v1 = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(a1[j]), s1), sxj);
+        float *o = out + (size_t)j * ldo;
+        if (rows == 16) {
+            _mm256_storeu_ps(o, v0);
+            _mm256_storeu_ps(o + 8, v1);
+        } else {
+            float t[16];
+            _mm256_storeu_ps(t, v0);
+            _mm256_storeu_ps(t + 8, v1);
+            memcpy(o, t, (size_t)rows * sizeof(float));
+        }
+    }
+}
+
+AVX2 static void gemm_i8_avx2(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
+                              const float *sw, int M, int K) {
+    int K4 = (K + 3) & ~3, blocks = (M + 15) / 16;
+    int8_t *xp = xmalloc((size_t)N * K4);                            // x, zeros after K
+    int8_t *pk = aligned_alloc(32, (size_t)blocks * 16 * K4);        // 16 rows a block, 2 × 8 packed
+    float *sws = xmalloc((size_t)blocks * 16 * sizeof(float));       // sw, zeros after M
+    if (!pk) abort();
+    for (int n = 0; n < N; n++) {
+        memcpy(xp + (size_t)n * K4, x + (size_t)n * K, (size_t)K);
+        memset(xp + (size_t)n * K4 + K, 0, (size_t)(K4 - K));
+    }
+    for (int b = 0; b < blocks; b++) {
+        int m0 = 16 * b, rows = M - m0 < 16 ? M - m0 : 16, r0 = rows < 8 ? rows : 8;
+        int8_t *p = pk + (size_t)b * 16 * K4;
+        pack8_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K);
+        pack8_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K);
+        for (int i = 0; i < 16; i++) sws[m0 + i] = i < rows ? sw[m0 + i] : 0;
+    }
+    int group = (int)(I8_GROUP / ((size_t)16 * K4));   // packed blocks that stay in L2 together
+    if (group < 1) group = 1;
+    for (int nb = 0; nb < N; nb += I8_NB) {
+        int ne = N - nb < I8_NB ? N : nb + I8_NB;
+        for (int g0 = 0; g0 < blocks; g0 += group) {
+            int g1 = blocks - g0 < group ? blocks : g0 + group;
+            for (int n0 = nb; n0 < ne; n0 += I8_NX) {
+                int nx = ne - n0 < I8_NX ? ne - n0 : I8_NX;
+                for (int b = g0; b < g1; b++) {   // a tile's input rows stay in L1 over the group
+                    int m0 = 16 * b, rows = M - m0 < 16 ? M - m0 : 16;
+                    const int8_t *p0 = pk + (size_t)b * 16 * K4, *p1 = p0 + (size_t)K4 * 8;
+                    float *o = out + (size_t)n0 * ldo + m0;
+                    if (nx == I8_NX) i8_tile_avx2(o, ldo, xp + (size_t)n0 * K4, K4, p0, p1, sws + m0, rows, sx + n0, I8_NX);
+                    else
+                        for (int j = 0; j < nx; j++)
+                            i8_tile_avx2(o + (size_t)j * ldo, ldo, xp + (size_t)(n0 + j) * K4, K4, p0, p1, sws + m0,
+                                         rows, sx + n0 + j, 1);
+                }
+            }
+        }
+    }
+    free(xp);
+    free(pk);
+    free(sws);
+}
+
 static const cpu_kernels *cpu_kernels_avx2(void) {
     static const cpu_kernels k = {.name = "avx2",
                                   .dot = dot_avx2,
@@ -868,6 +979,7 @@ static const cpu_kernels *cpu_kernels_avx2(void) {
                                   .quant_i8 = quant_i8_avx2,
                                   .quant_fp8 = quant_fp8_avx2,
                                   .dots_i8 = dots_i8_avx2,
+                                  .gemm_i8 = gemm_i8_avx2,
                                   .gemm = gemm_avx2,
                                   .gemm_panels = gemm_panels_avx2,
                                   .panels_for = 1u << DT_F32 | 1u << DT_BF16,
