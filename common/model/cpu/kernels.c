@@ -186,6 +186,20 @@ static const cpu_kernels *cpu_kernels_portable(void) {
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
+// The int8 many-row products' packing (gemm_i8): rows [0, rows) of w, 4
+// inputs of each of `lanes` rows side by side, the rest zero (rows past
+// `rows`, K rounded up to 4): p[(k / 4)·4·lanes + 4r + k % 4] = w[r][k].
+static void pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes) {
+    int K4 = (K + 3) & ~3, whole = K >> 2;
+    size_t step = (size_t)4 * lanes;
+    memset(p, 0, (size_t)K4 * lanes);
+    for (int r = 0; r < rows; r++) {
+        const int8_t *wr = w + r * ldw;
+        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * step + r * 4, wr + 4 * k4, 4);
+        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * step + r * 4 + (k & 3)] = wr[k];
+    }
+}
+
 AVX2 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -869,17 +883,6 @@ AVX2 static void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N,
 // packed rows pass over it).
 enum { I8_NX = 4, I8_NB = 192, I8_GROUP = 128 << 10 };
 
-// Rows [0, rows) of w packed (the rest zero): p[(k / 4)·32 + 4r + k % 4] = w[r][k].
-AVX2 static void pack8_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K) {
-    int K4 = (K + 3) & ~3, whole = K >> 2;
-    memset(p, 0, (size_t)K4 * 8);
-    for (int r = 0; r < rows; r++) {
-        const int8_t *wr = w + r * ldw;
-        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * 32 + r * 4, wr + 4 * k4, 4);
-        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * 32 + r * 4 + (k & 3)] = wr[k];
-    }
-}
-
 // out[j·ldo + i] = (float)(Σ_k x_j[k] w_i[k]) · sw[i] · sx[j] for the NX input
 // rows of x (rows of K4 bytes) and the 16 weight rows packed in p0, p1; only
 // the first `rows` outputs of each row are stored.
@@ -936,8 +939,8 @@ AVX2 static void gemm_i8_avx2(float *out, size_t ldo, const int8_t *x, const flo
     for (int b = 0; b < blocks; b++) {
         int m0 = 16 * b, rows = M - m0 < 16 ? M - m0 : 16, r0 = rows < 8 ? rows : 8;
         int8_t *p = pk + (size_t)b * 16 * K4;
-        pack8_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K);
-        pack8_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K);
+        pack4_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K, 8);
+        pack4_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K, 8);
         for (int i = 0; i < 16; i++) sws[m0 + i] = i < rows ? sw[m0 + i] : 0;
     }
     int group = (int)(I8_GROUP / ((size_t)16 * K4));   // packed blocks that stay in L2 together
@@ -1059,13 +1062,8 @@ enum { GEMM_NX = 6 };
 // Rows [0, rows) of w packed (the rest zero), 4 bytes at a time; rowsum (16)
 // their sums, from vpdpbusd of ones over the packed vectors.
 VNNI static void vnni_pack16(int8_t *p, int32_t *rowsum, const int8_t *w, size_t ldw, int rows, int K) {
-    int K4 = (K + 3) & ~3, whole = K >> 2;
-    memset(p, 0, (size_t)K4 * 16);
-    for (int r = 0; r < rows; r++) {
-        const int8_t *wr = w + r * ldw;
-        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * 64 + r * 4, wr + 4 * k4, 4);
-        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * 64 + r * 4 + (k & 3)] = wr[k];
-    }
+    int K4 = (K + 3) & ~3;
+    pack4_i8(p, w, ldw, rows, K, 16);
     __m512i s = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
     for (int k4 = 0; k4 < K4 / 4; k4++) s = _mm512_dpbusd_epi32(s, one, _mm512_load_si512(p + (size_t)k4 * 64));
     _mm512_storeu_si512(rowsum, s);
