@@ -100,7 +100,7 @@ static void many_row_int8_products_give_the_defined_bits(void) {
         float *out = malloc((size_t)N * (M + 3) * sizeof(float));
         fill_i8(x, (size_t)N * K, &r, -127);
         fill_i8(w, (size_t)M * K, &r, -127);
-        if (K == 8) {   // the extremes: ±127 only (input row 0's products all +127², odd weight rows' all −127²), some x 0
+        if (K == 8) {   // ±127 only (row 0's products by even weight rows all +127², by odd all −127²), some x 0
             for (int n = 0; n < N; n++)
                 for (int k = 0; k < K; k++) x[n * K + k] = (int8_t)(n == 3 && k < 2 ? 0 : (k + n) % 3 ? 127 : -127);
             for (int m = 0; m < M; m++)

@@ -878,9 +878,10 @@ AVX2 static void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N,
 // (vpsignb) keeps a pair within 2 · 127 · 127 = 32258, so none saturates, and
 // vpmaddwd by ones adds the pairs into the 8 rows' int32 sums: exact, with no
 // sums across lanes. A tile is 4 input rows by 2 packed blocks (16 weight
-// rows): 8 accumulators. The part's rows are packed once per call, then the
-// input rows are taken I8_NB at a time (their block stays in L2 while the
-// packed rows pass over it).
+// rows): 8 accumulators. The part's rows are packed once per call; then the
+// input rows are taken I8_NB at a time (their block stays in L2), the packed
+// rows in groups of I8_GROUP bytes (in L2), and each tile's 4 input rows go
+// over the whole group while they are in L1.
 enum { I8_NX = 4, I8_NB = 192, I8_GROUP = 128 << 10 };
 
 // out[j·ldo + i] = (float)(Σ_k x_j[k] w_i[k]) · sw[i] · sx[j] for the NX input
@@ -902,8 +903,10 @@ AVX2 static inline __attribute__((always_inline)) void i8_tile_avx2(float *out, 
             int32_t b;
             memcpy(&b, x + (size_t)j * K4 + k, 4);
             __m256i xb = _mm256_set1_epi32(b), xa = _mm256_abs_epi8(xb);
-            a0[j] = _mm256_add_epi32(a0[j], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, _mm256_sign_epi8(w0, xb)), ones));
-            a1[j] = _mm256_add_epi32(a1[j], _mm256_madd_epi16(_mm256_maddubs_epi16(xa, _mm256_sign_epi8(w1, xb)), ones));
+            __m256i q0 = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(w0, xb));   // int16 pairs
+            __m256i q1 = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(w1, xb));
+            a0[j] = _mm256_add_epi32(a0[j], _mm256_madd_epi16(q0, ones));
+            a1[j] = _mm256_add_epi32(a1[j], _mm256_madd_epi16(q1, ones));
         }
     }
     __m256 s0 = _mm256_loadu_ps(sw), s1 = _mm256_loadu_ps(sw + 8);
@@ -955,7 +958,8 @@ AVX2 static void gemm_i8_avx2(float *out, size_t ldo, const int8_t *x, const flo
                     int m0 = 16 * b, rows = M - m0 < 16 ? M - m0 : 16;
                     const int8_t *p0 = pk + (size_t)b * 16 * K4, *p1 = p0 + (size_t)K4 * 8;
                     float *o = out + (size_t)n0 * ldo + m0;
-                    if (nx == I8_NX) i8_tile_avx2(o, ldo, xp + (size_t)n0 * K4, K4, p0, p1, sws + m0, rows, sx + n0, I8_NX);
+                    if (nx == I8_NX)
+                        i8_tile_avx2(o, ldo, xp + (size_t)n0 * K4, K4, p0, p1, sws + m0, rows, sx + n0, I8_NX);
                     else
                         for (int j = 0; j < nx; j++)
                             i8_tile_avx2(o + (size_t)j * ldo, ldo, xp + (size_t)(n0 + j) * K4, K4, p0, p1, sws + m0,
