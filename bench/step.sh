@@ -21,9 +21,11 @@
 # "of limit" is that time over the wall time, for each step, their median,
 # and the whole span's (steps in flight vary: one may find its records
 # ready). And where the time went: rl-learn's
-# step and its checkpoint's write (its metrics' seconds and save_s), and the
-# CPU time of each process, read from /proc every 0.2 s; "idle" is the
-# cores' time that no process of the pipeline used.
+# step and its checkpoint's write (its metrics' seconds and save_s), the
+# CPU time of each process and the processors' idle time, read from /proc
+# every 0.2 s (bench/monitor.py); "other" is the cores' time that neither a
+# tool of the pipeline nor idling took (tee, the kernel's writeback, the
+# monitor).
 #
 # rl-ratio's options are RATIO (default "--clip 2 --skip-uniform": the groups
 # whose rewards are all equal, which have no advantage, are not scored;
@@ -84,27 +86,10 @@ sgemm_rate() {
 }
 sgemm0=$(sgemm_rate)
 
-# monitor RUN OUT: every 0.2 s, "seconds name cpu-seconds" of each tool of the
-# run whose command line names RUN (utime + stime of /proc/PID/stat).
-monitor() {
-    local run=$1 out=$2 tick pid name
-    tick=$(getconf CLK_TCK)
-    : >"$out"
-    while :; do
-        for pid in $(pgrep -f -- "$run" 2>/dev/null); do
-            name=$(cat "/proc/$pid/comm" 2>/dev/null) || continue
-            case $name in rl-sample | rl-ratio | rl-learn | rl-sync) ;; *) continue ;; esac
-            awk -v t="$(date +%s.%N)" -v n="$name" -v k="$tick" '{ sub(/^.*\) /, ""); print t, n, ($12 + $13) / k }' \
-                "/proc/$pid/stat" 2>/dev/null >>"$out"
-        done
-        sleep 0.2
-    done
-}
-
 for mode in $MODES; do
     case $mode in inflight) lag=(--max-lag 2) ;; sync) lag=(--sync) ;; *) die "MODES: inflight or sync, not $mode" ;; esac
     run=$D/$mode
-    monitor "$run/" "$D/$mode.cpu" &
+    "$PY" "$here/monitor.py" "$run/" "$D/$mode.cpu" &
     MON_PID=$!
     echo "step.sh: $mode, $STEPS steps ..." >&2
     RLPIPE_BIN=$BIN "$root/experiments/lib/rl-run.sh" --init "$D/model" --prompts "$D/data/train.jsonl" --out "$run" \

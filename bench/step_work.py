@@ -5,7 +5,8 @@ its time at the machine's sgemm rate, and where the cores went (bench/step.sh).
 usage: step_work.py --sgemm GFLOPS --model DIR NAME=RUN [NAME=RUN ...]
 
 For each run RUN (rl-run.sh's output: learn.jsonl, rollouts.rlr, and NAME's
-CPU samples in RUN/../NAME.cpu, lines "seconds tool cpu-seconds"), step k's
+CPU samples in RUN/../NAME.cpu, bench/monitor.py's lines "seconds tool
+cpu-seconds" and "seconds idle idle-seconds"), step k's
 work is counted from the records of its batch (rollouts.rlr, in the order
 rl-learn read them), in matrix-product FLOP (2 per multiply-add):
   - a token through the layers: 2 x (the layer matrices' parameters), plus
@@ -20,8 +21,10 @@ rl-learn read them), in matrix-product FLOP (2 per multiply-add):
     rewards not all equal), forward and backward (3 forwards).
 The limit is that work at the sgemm rate; "of limit" is the limit over the
 step's wall time. CPU: each tool's cores in use over the step (CPU time over
-wall time); "idle" is the machine's cores less all of theirs (so other
-work on the machine counts as idle: measure on a quiet one).
+wall time); "idle" the processors' idle time (or waiting for I/O) over the
+wall time, and "other" the machine's cores less the tools' and idle: what
+else ran (tee, the kernel's writeback, the monitor; other jobs: measure on
+a quiet machine).
 """
 import argparse
 import json
@@ -81,7 +84,7 @@ def batch_work(recs, group, fl):
 
 
 def cpu_series(path):
-    series = {t: [] for t in TOOLS}
+    series = {t: [] for t in TOOLS + ("idle",)}
     with open(path) as f:
         for line in f:
             parts = line.split()
@@ -109,14 +112,15 @@ def report(name, run, group, fl, sgemm, cores):
         up.feed(rltest.decompress(f.read(), allow_cut=True))
     recs = [o for o in up if isinstance(o, dict) and "ids" in o and "prompt_ids" in o]
     series = cpu_series(os.path.join(os.path.dirname(run), name + ".cpu"))
-    if not series["rl-learn"]:
-        die(f"{name}: no CPU samples of rl-learn")
+    if not series["rl-learn"] or not series["idle"]:
+        die(f"{name}: no CPU samples of rl-learn, or no idle time (bench/monitor.py's lines)")
     t0 = series["rl-learn"][0][0]   # rl-learn's elapsed counts from its start (within one sample)
     print(f"{name}: step, wall s, work TFLOP (sample + score + learn), limit s, of limit, rl-learn's step and "
-          f"checkpoint s (its metrics' seconds and save_s), cores in use (sample / ratio / learn / sync), idle cores")
+          f"checkpoint s (its metrics' seconds and save_s), cores in use (sample / ratio / learn / sync), cores "
+          f"idle, cores taken by other work")
     print("| step | wall s | TFLOP | sample | score | learn | limit s | of limit | step s | ckpt s | rl-sample | rl-ratio "
-          "| rl-learn | rl-sync | idle |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| rl-learn | rl-sync | idle | other |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows, off, prev = [], 0, 0.0
     for m in learn:
         n = m["samples"]
@@ -127,34 +131,35 @@ def report(name, run, group, fl, sgemm, cores):
         wall = m["elapsed"] - prev
         a, b = t0 + prev, t0 + m["elapsed"]
         use = {t: (cpu_at(series[t], b) - cpu_at(series[t], a)) / wall for t in TOOLS}
-        idle = max(0.0, cores - sum(use.values()))
+        idle = (cpu_at(series["idle"], b) - cpu_at(series["idle"], a)) / wall
+        other = max(0.0, cores - idle - sum(use.values()))
         work = s + c + l
         limit = work / (sgemm * 1e9)
         ckpt = m.get("save_s", float("nan"))   # (rl-learn before save_s: not reported)
         row = dict(step=m["step"], wall=wall, work=work, s=s, c=c, l=l, limit=limit, frac=limit / wall, use=use,
-                   idle=idle, learn=m["seconds"], ckpt=ckpt)
+                   idle=idle, other=other, learn=m["seconds"], ckpt=ckpt)
         rows.append(row)
         prev = m["elapsed"]
         print(f"| {m['step']} | {wall:.1f} | {work / 1e12:.2f} | {s / 1e12:.2f} | {c / 1e12:.2f} | {l / 1e12:.2f} "
               f"| {limit:.1f} | {limit / wall:.2f} | {m['seconds']:.1f} | {ckpt:.1f} | " +
-              " | ".join(f"{use[t]:.2f}" for t in TOOLS) + f" | {idle:.2f} |")
+              " | ".join(f"{use[t]:.2f}" for t in TOOLS) + f" | {idle:.2f} | {other:.2f} |")
     later = rows[1:]
-    keys = ("wall", "work", "limit", "frac", "idle", "learn", "ckpt")
+    keys = ("wall", "work", "limit", "frac", "idle", "other", "learn", "ckpt")
     med = {k: statistics.median(r[k] for r in later) for k in keys}
     use = {t: statistics.median(r["use"][t] for r in later) for t in TOOLS}
     last = rows[-1]["step"]
     print(f"| median 2..{last} | {med['wall']:.1f} | {med['work'] / 1e12:.2f} | | | | {med['limit']:.1f} "
           f"| {med['frac']:.2f} | {med['learn']:.1f} | {med['ckpt']:.1f} | " +
-          " | ".join(f"{use[t]:.2f}" for t in TOOLS) + f" | {med['idle']:.2f} |")
+          " | ".join(f"{use[t]:.2f}" for t in TOOLS) + f" | {med['idle']:.2f} | {med['other']:.2f} |")
     # Steps in flight vary (a step may find its records ready): the whole
     # span's limit over its wall time says more than a median step.
     wall, limit = sum(r["wall"] for r in later), sum(r["limit"] for r in later)
     print(f"| all 2..{last}, a step | {wall / len(later):.1f} | | | | | {limit / len(later):.1f} | {limit / wall:.2f} "
-          f"| | | | | | | |")
+          f"| | | | | | | | |")
     print()
     print(f"RESULT what=step_{name} median_s={med['wall']:.3f} mean_s={wall / len(later):.3f} "
           f"work_tflop={med['work'] / 1e12:.4f} limit_s={med['limit']:.3f} of_limit={med['frac']:.3f} "
-          f"of_limit_all={limit / wall:.3f} idle_cores={med['idle']:.3f} ckpt_s={med['ckpt']:.3f}")
+          f"of_limit_all={limit / wall:.3f} idle_cores={med['idle']:.3f} other_cores={med['other']:.3f} ckpt_s={med['ckpt']:.3f}")
     print()
     return med["wall"], wall / len(later)
 
