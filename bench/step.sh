@@ -39,7 +39,11 @@
 # writes it into every version, as before that option), as TRL's run beside
 # it saves no optimizer state at all.
 #
-# Environment: MODES (default "inflight sync"), RATIO, TIS, STATE_EVERY, BENCH_OUT, BUILD, BIN (as the
+# SAVE_DTYPE=bf16 (default f32): rl-learn writes each version's weights in
+# bf16 (rl-learn --save-dtype), what the bf16 sampler loads: the same values
+# reach it, in half the bytes.
+#
+# Environment: MODES (default "inflight sync"), RATIO, TIS, STATE_EVERY, SAVE_DTYPE, BENCH_OUT, BUILD, BIN (as the
 # Makefile). Results: the table on stdout and in BENCH_OUT/step.txt, the
 # runs under BENCH_OUT/step/. Takes about 2 x STEPS x 40 s on 2 cores.
 set -uo pipefail
@@ -50,6 +54,7 @@ STEPS=${1:-6}
 MODES=${MODES:-inflight sync}
 RATIO=${RATIO:---clip 2 --skip-uniform}
 STATE_EVERY=${STATE_EVERY:-1000}
+SAVE_DTYPE=${SAVE_DTYPE:-f32}
 TIS=${TIS:-}
 weigh=(--ratio "$RATIO") weighs="rl-ratio $RATIO"
 [[ -z $TIS ]] || weigh=(--tis "$TIS") weighs="no rl-ratio: rl-learn --tis $TIS"
@@ -94,7 +99,7 @@ for mode in $MODES; do
     echo "step.sh: $mode, $STEPS steps ..." >&2
     RLPIPE_BIN=$BIN "$root/experiments/lib/rl-run.sh" --init "$D/model" --prompts "$D/data/train.jsonl" --out "$run" \
         --dtype bf16 --group 8 --batch 64 --steps "$STEPS" --lr 1e-5 "${weigh[@]}" "${lag[@]}" \
-        --temperature 0.7 --max-new-tokens 32 --keep-every 1000 --state-every "$STATE_EVERY" --seed 1 >"$ERR" 2>&1
+        --temperature 0.7 --max-new-tokens 32 --keep-every 1000 --state-every "$STATE_EVERY" --save-dtype "$SAVE_DTYPE" --seed 1 >"$ERR" 2>&1
     rc=$?
     kill "$MON_PID" 2>/dev/null
     wait "$MON_PID" 2>/dev/null
@@ -110,7 +115,7 @@ sgemm=$(awk -v a="$sgemm0" -v b="$sgemm1" 'BEGIN{ print (a > b ? a : b) }')
     echo "rlpipe RL step benchmark: $("$BIN"/rl-learn --version 2>&1 | head -n1)"
     echo "machine: ${cpu:-unknown CPU} (${simd:-no AVX2}), $(nproc) cores (shared machine); $(date -u +%Y-%m-%d)"
     echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(loadavg)"
-    echo "SmolLM2-135M-Instruct, GRPO 8 x 8 samples a step, <= 32 new tokens, bf16 sampler, $weighs, rl-learn --state-every $STATE_EVERY; steps 2..$STEPS"
+    echo "SmolLM2-135M-Instruct, GRPO 8 x 8 samples a step, <= 32 new tokens, bf16 sampler, $weighs, rl-learn --state-every $STATE_EVERY --save-dtype $SAVE_DTYPE; steps 2..$STEPS"
     echo "sgemm (OpenBLAS, 2 threads, 1024 x 576 -> 1536): $sgemm GFLOP/s (before the runs $sgemm0, after them $sgemm1)"
     echo
     "$PY" "$here/step_work.py" --sgemm "$sgemm" --model "$D/model" $(for m in $MODES; do echo "$m=$D/$m"; done)

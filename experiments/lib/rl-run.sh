@@ -24,6 +24,9 @@
 #   --keep-every E     versions kept for evaluation (default 25)
 #   --state-every N    versions with AdamW's state, for a resume (default: E's;
 #                      the others hold the weights alone: rl-learn --state-every)
+#   --save-dtype D     the weights of each version in f32 (default) or bf16 (what a
+#                      bf16 sampler loads, half the bytes to write; AdamW's state
+#                      keeps the f32 weights: rl-learn --save-dtype)
 #   --max-new-tokens N (default 48)
 #   --temperature T    the sampler's (default 1)
 #   --samplers K       K samplers (default 1), each with --batch N/K and its own
@@ -44,8 +47,8 @@
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
-keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis=
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
+keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis= save_dtype=f32
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -63,6 +66,7 @@ while [ $# -gt 0 ]; do
     --seed) seed=$2; shift ;;
     --keep-every) keep_every=$2; shift ;;
     --state-every) state_every=$2; shift ;;
+    --save-dtype) save_dtype=$2; shift ;;
     --max-new-tokens) max_new=$2; shift ;;
     --temperature) temperature=$2; shift ;;
     --samplers) samplers=$2; shift ;;
@@ -126,7 +130,7 @@ score() {
         tee "$out/rollouts.rlr" |
         {
             "${learner[@]}" ${tis:+--tis "$tis"} --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
-                --keep 1 --keep-every "$keep_every" --state-every "$state_every" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
+                --keep 1 --keep-every "$keep_every" --state-every "$state_every" --save-dtype "$save_dtype" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
             rc=$?
             # A learner that ended leaves the samplers waiting for its weights
             # (--sync, or at the lag bound) and the scorer waiting for records;
