@@ -56,7 +56,9 @@ def main():
     with open(sys.argv[2], "w") as out:
         pids, n = {}, 0
         while True:
-            if n % 5 == 0:   # new processes: looked for every second
+            # New processes: looked for every sample until rl-learn is seen (its
+            # first sample marks its start for step_work.py), then every second.
+            if n % 5 == 0 or "rl-learn" not in pids.values():
                 pids = tools_of(pattern)
             n += 1
             now = time.time()
