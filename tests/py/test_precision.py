@@ -6,8 +6,8 @@ against independent definitions:
     signs, zero) is ml_dtypes' conversion after clipping to ±448;
   - the products of the CPU backend (tests/tools/precision_tool product, through
     ops_cpu()->matmul) on each of its kernel builds (RLPIPE_CPU_PORTABLE=1,
-    RLPIPE_CPU=avx2, and the default, AVX-512 VNNI where the processor has
-    it): the W8A8 int8 product equals ops.h's definition bit for bit (the
+    RLPIPE_CPU=avx2, RLPIPE_CPU=avx512, and the default, AVX-512 VNNI, or
+    AMX for bf16 products, where the processor has them): the W8A8 int8 product equals ops.h's definition bit for bit (the
     quantizers are f32 arithmetic and the sums exact int32, so every build
     must give the same bits), the fp8 and bf16 products agree with a float64
     sum within f32 summation error;
@@ -39,7 +39,8 @@ WORK = tempfile.mkdtemp(prefix="rlpipe-precision.", dir=os.environ.get("TMPDIR")
 E4M3 = ml_dtypes.float8_e4m3fn
 U = 2.0 ** -24                      # f32 unit roundoff
 # The kernel builds, as the environment selects them (kernels.h)
-KERNELS = {"default": {}, "avx2": {"RLPIPE_CPU": "avx2"}, "portable": {"RLPIPE_CPU_PORTABLE": "1"}}
+KERNELS = {"default": {}, "avx512": {"RLPIPE_CPU": "avx512"}, "avx2": {"RLPIPE_CPU": "avx2"},
+           "portable": {"RLPIPE_CPU_PORTABLE": "1"}}
 # e4m3's values from 0 to 448 (codes 0x00 .. 0x7e), and the midpoints between neighbours
 E4M3_VALUES = np.arange(127, dtype=np.uint8).view(E4M3).astype(np.float64)
 E4M3_MIDS = (E4M3_VALUES[:-1] + E4M3_VALUES[1:]) / 2
@@ -212,7 +213,7 @@ def the_w8a8_int8_product_is_ops_h_definition_bit_for_bit_on_every_kernel_build(
     assert names["portable"] == "portable", f"RLPIPE_CPU_PORTABLE=1 ran the {names['portable']} kernels"
     assert names["avx2"] in ("avx2", "portable"), f"RLPIPE_CPU=avx2 ran the {names['avx2']} kernels"
     print(f"  kernels: default {names['default']}, RLPIPE_CPU=avx2 {names['avx2']}, portable; "
-          f"{len(SHAPES)} shapes, identical bits" + ("" if names["default"] == "avx512-vnni" else
+          f"{len(SHAPES)} shapes, identical bits" + ("" if names["default"] in ("avx512-vnni", "avx512-amx") else
                                                    " (no AVX-512 VNNI here: its kernels untested)"))
 
 

@@ -7,7 +7,8 @@
 // follow their definitions (model/ops.h rl_act, dtype.h f32_to_bf16), fp8
 // rows read back as dtype.h's e4m3 values, and decoding attention's products
 // on a bf16 cache match a double-precision sum. The builds the processor runs
-// are tested (and listed first); one without AVX-512 VNNI tests two.
+// are tested (and listed first); one without AVX-512 VNNI tests two, one
+// with AMX four.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,13 @@
 #include "rng.h"
 
 // The builds this processor runs, chosen as RLPIPE_CPU_PORTABLE and RLPIPE_CPU ask.
-static const cpu_kernels *builds[3];
+static const cpu_kernels *builds[4];
 static int nbuilds;
 
 static void find_builds(void) {
-    const char *env[3][2] = {{"RLPIPE_CPU_PORTABLE", "1"}, {"RLPIPE_CPU", "avx2"}, {"RLPIPE_CPU", "best"}};
-    for (int i = 0; i < 3; i++) {
+    const char *env[4][2] = {
+        {"RLPIPE_CPU_PORTABLE", "1"}, {"RLPIPE_CPU", "avx2"}, {"RLPIPE_CPU", "avx512"}, {"RLPIPE_CPU", "best"}};
+    for (int i = 0; i < 4; i++) {
         unsetenv("RLPIPE_CPU_PORTABLE");
         unsetenv("RLPIPE_CPU");
         setenv(env[i][0], env[i][1], 1);
@@ -135,13 +137,16 @@ static void many_row_int8_products_give_the_defined_bits(void) {
 // product from weights packed in panels (kernels.h gemm_panels, for the
 // dtypes a build has it for): groups of 3 panels of 16 rows and fewer (M = 50: 3 + 1, the
 // last short), tiles of 8, 4, 2 and 1 input rows, odd K, blocks of rows
-// (300 x 2000), and f32 inputs, which it hands to the rows as stored. The
+// (300 x 2000), and f32 inputs, which it hands to the rows as stored; for
+// AMX's tiles of 16 rows by 2 panels, rows and panels not a multiple of
+// 2 × 16 (40 x 80, 33 x 20) and pairs not a multiple of 16 (K = 1000, 31). The
 // columns past M of out are left alone.
 static void many_row_float_products_match_a_double_reference(void) {
     rl_rng r;
     rng_seed(&r, 7);
     const int shapes[][3] = {{5, 1, 1},   {5, 4, 16},   {5, 7, 3},      {6, 9, 31},   {9, 5, 33},
-                             {13, 33, 100}, {8, 6, 64}, {64, 96, 576}, {7, 50, 1536}, {300, 7, 2000}};
+                             {13, 33, 100}, {8, 6, 64}, {64, 96, 576}, {7, 50, 1536}, {300, 7, 2000},
+                             {40, 80, 1000}, {33, 20, 31}};
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2];
         size_t ldo = (size_t)M + 3;

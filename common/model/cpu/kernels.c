@@ -1,6 +1,6 @@
 // cpu/kernels.c — row kernels of the CPU backend (see kernels.h): a portable
 // version, one for x86-64 processors with AVX2, FMA and F16C, and int8
-// products with AVX-512 VNNI; their functions carry their own target
+// products with AVX-512 VNNI (and bf16 panels on AMX tiles, amx.c); their functions carry their own target
 // attribute so that the rest of the build stays portable. Floating-point
 // kernels accumulate in f32, int8 products exactly in int32.
 #include "model/cpu/kernels.h"
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "model/cpu/amx.h"
 #include "model/cpu/pack.h"
 #include "util.h"
 
@@ -1521,6 +1522,14 @@ AVX512BF16 static void gemm_panels_avx512bf16(float *out, size_t ldo, const floa
     else gemm_panels_f32(out, ldo, x, N, panels, M, K);
 }
 
+// With AMX-BF16, bf16 panels go to the tiles (amx.h), but for inputs that
+// are not all bf16 values.
+AVX512BF16 static void gemm_panels_amx(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
+                                       const void *panels, int M, int K) {
+    if (dt == DT_BF16 && amx_gemm_panels_bf16(out, ldo, x, N, panels, M, K)) return;
+    gemm_panels_avx512bf16(out, ldo, x, N, w, dt, panels, M, K);
+}
+
 static const cpu_kernels *cpu_kernels_vnni(void) {
     static cpu_kernels k;
     const cpu_kernels *a = cpu_kernels_avx2();
@@ -1539,9 +1548,21 @@ static const cpu_kernels *cpu_kernels_vnni(void) {
     }
     return &k;
 }
+
+// The VNNI build with bf16 panels multiplied on AMX tiles
+static const cpu_kernels *cpu_kernels_amx(void) {
+    static cpu_kernels k;
+    const cpu_kernels *v = cpu_kernels_vnni();
+    if (!v || v->gemm_panels != gemm_panels_avx512bf16 || !amx_available()) return NULL;
+    k = *v;
+    k.name = "avx512-amx";
+    k.gemm_panels = gemm_panels_amx;
+    return &k;
+}
 #else
 static const cpu_kernels *cpu_kernels_avx2(void) { return NULL; }
 static const cpu_kernels *cpu_kernels_vnni(void) { return NULL; }
+static const cpu_kernels *cpu_kernels_amx(void) { return NULL; }
 #endif
 
 // ---- The choice -------------------------------------------------------------
@@ -1552,7 +1573,8 @@ void cpu_kernels_choose(void) {
     const char *want = getenv("RLPIPE_CPU");
     const cpu_kernels *k = NULL;
     if (!getenv("RLPIPE_CPU_PORTABLE")) {
-        if (!want || strcmp(want, "avx2")) k = cpu_kernels_vnni();
+        if (!want || (strcmp(want, "avx2") && strcmp(want, "avx512"))) k = cpu_kernels_amx();
+        if (!k && (!want || strcmp(want, "avx2"))) k = cpu_kernels_vnni();
         if (!k) k = cpu_kernels_avx2();
     }
     cpu_K = k ? k : cpu_kernels_portable();

@@ -1,4 +1,5 @@
-// cpu/kernels.h — the inner loops of the CPU backend, in three builds:
+// cpu/kernels.h — the inner loops of the CPU backend, in four builds:
+// AVX-512 with AMX (bf16 panels on AMX tiles, amx.h; the rest as the next),
 // AVX-512 with VNNI (for int8 products; the rest as AVX2), AVX2 + FMA + F16C,
 // and portable C, the first the processor has chosen at run time.
 // Each works on one row or one contiguous run; cpu.c, attention.c and train.c
@@ -11,7 +12,7 @@
 #include "model/ops.h"
 
 typedef struct {
-    const char *name;   // "avx512-vnni", "avx2" or "portable"
+    const char *name;   // "avx512-amx", "avx512-vnni", "avx2" or "portable"
     // Σ_k x[k] · w[k] for one weight row w of K elements stored as W->dtype;
     // scales: that row's int8 or fp8 scales (NULL otherwise), each applied to
     // the sum over its group.
@@ -61,6 +62,7 @@ typedef struct {
     // on 8 lanes, any inputs. AVX-512: f32 by FMA on 16 lanes; bf16 by
     // vdpbf16ps (AVX512_BF16) where every x is a bf16 value, else gemm on
     // w's rows, and as the AVX2 build on processors without AVX512_BF16.
+    // AMX: bf16 on AMX tiles (amx.h) where every x is a bf16 value.
     void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
                         const void *panels, int M, int K);
     unsigned panels_for;
@@ -77,7 +79,8 @@ typedef struct {
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
 // calls it) to the best build the processor has, else to the portable one.
 // The environment can ask for less: RLPIPE_CPU_PORTABLE=1 the portable
-// build, RLPIPE_CPU=avx2 no AVX-512 (tests run each path on one machine).
+// build, RLPIPE_CPU=avx512 no AMX, RLPIPE_CPU=avx2 no AVX-512 (tests run
+// each path on one machine).
 extern const cpu_kernels *cpu_K;
 void cpu_kernels_choose(void);
 
