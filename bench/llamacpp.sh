@@ -206,11 +206,24 @@ r = r[-1]
 print("RESULT what=llama-bench tg type=%s wait=%s tokens=%d seconds=%.6f flash_attn=%s"
       % (sys.argv[1], sys.argv[2], r["n_gen"], r["avg_ns"] / 1e9, r.get("flash_attn")))' "${LCTYPE[$1]}" "$2"
 }
+# llama.cpp repacks Q8_0 weights for its AMX kernels where the processor has
+# AMX-INT8; its batched bench then crashed (SIGSEGV, on an Intel Xeon with
+# AMX, 2026-11-28). A run that fails so is measured again with --no-repack
+# (its AVX-512 kernels), and the table says so.
 lc_batched() {   # DTYPE WAIT PP TG PL tg|pp: llama-batched-bench, S_TG or S_PP
+    local type=${LCTYPE[$1]} rc
+    lc_batched_run "$@" && return
+    rc=$?
+    echo "llama-batched-bench $type failed with its weight repacking (status $rc): again with --no-repack" >&2
+    grep -qx "$type" "$W/lc-norepack" 2>/dev/null || echo "$type" >>"$W/lc-norepack"
+    lc_batched_run "$@" --no-repack
+}
+lc_batched_run() {   # DTYPE WAIT PP TG PL tg|pp [llama.cpp options]
     local type=${LCTYPE[$1]} wait=$2 pp=$3 tg=$4 pl=$5 k=$6
+    shift 6
     lc_env "$wait"
     "${LCENV[@]}" "$LCB/llama-batched-bench" -m "$M/smollm2-$type.gguf" -c $((pl * (pp + tg) + 256)) -npp "$pp" \
-        -ntg "$tg" -npl "$pl" -t 2 --output-format jsonl | "$PY" -c '
+        -ntg "$tg" -npl "$pl" -t 2 --output-format jsonl "$@" | "$PY" -c '
 import json, sys
 t, w, k = sys.argv[1:]
 r = [json.loads(l) for l in sys.stdin if l.startswith("{")]
@@ -229,6 +242,7 @@ add() {   # KEY FIELD LINE: one round's RESULT line
     echo "$3 key=${1// /_}" >>"$RES"
 }
 
+rm -f "$W/lc-norepack"
 for ((r = 1; r <= RUNS; r++)); do
     echo "round $r of $RUNS" >&2
     measure_result "membw" median_s "$MEMBW" --mib 1024 --reps 5
@@ -301,5 +315,7 @@ per_s() { awk -v t="$(median <<<"${TIMES[$1]:-}")" -v n="$2" 'BEGIN { print (t >
     echo "rl-sample: tg = S x $((NEW - 1)) tokens over (time of $NEW new tokens - time of 1); prefill: the run of 1 new" \
         "token (prefill and one sampled token per prompt); sampling at temperature 1, log-probabilities and" \
         "records included; llama.cpp: llama-bench tg$NEW, llama-batched-bench S_TG and S_PP"
+    [[ -s $W/lc-norepack ]] && echo "llama-batched-bench of $(tr '\n' ' ' <"$W/lc-norepack")failed with its" \
+        "weight repacking (its AMX kernels) and was measured with --no-repack"
 } | tee "$W/llamacpp.txt"
 ((NFAIL == 0)) || { echo "llamacpp.sh: $NFAIL measurements failed" >&2; exit 1; }

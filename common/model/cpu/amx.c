@@ -9,6 +9,7 @@
 // tile, so nothing is read past a panel.
 #include "model/cpu/amx.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "model/cpu/kernels.h"
 #include "model/cpu/pack.h"
 #include "util.h"
 
@@ -53,25 +55,11 @@ static __thread uint16_t *amx_xb;
 static __thread size_t amx_xb_n;
 
 // Rows x (nb, K) into xb (rows, ldx) as bf16, zero past K and below nb;
-// 0 when some x is not a bf16 value (its low 16 bits not zero).
-AMX static int rows_to_bf16(uint16_t *xb, size_t ldx, int rows, const float *x, int nb, int K) {
+// 0 when some x is not a bf16 value.
+static int rows_to_bf16(uint16_t *xb, size_t ldx, int rows, const float *x, int nb, int K) {
     for (int n = 0; n < nb; n++) {
-        const float *xr = x + (size_t)n * K;
         uint16_t *d = xb + (size_t)n * ldx;
-        __m512i low = _mm512_setzero_si512();
-        int k = 0;
-        for (; k + 16 <= K; k += 16) {
-            __m512i v = _mm512_loadu_si512(xr + k);
-            low = _mm512_or_si512(low, v);
-            _mm256_storeu_si256((__m256i *)(d + k), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-        }
-        if (k < K) {
-            __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
-            __m512i v = _mm512_maskz_loadu_epi32(m, xr + k);
-            low = _mm512_or_si512(low, v);
-            _mm256_mask_storeu_epi16(d + k, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-        }
-        if (_mm512_test_epi32_mask(low, _mm512_set1_epi32(0xffff))) return 0;
+        if (!cpu_exact_bf16(d, x + (size_t)n * K, (size_t)K)) return 0;
         memset(d + K, 0, (ldx - (size_t)K) * sizeof *d);
     }
     memset(xb + (size_t)nb * ldx, 0, (size_t)(rows - nb) * ldx * sizeof *xb);
@@ -162,3 +150,10 @@ AMX int amx_gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, cons
     _tile_release();
     return ok;
 }
+#else
+int amx_available(void) { return 0; }
+int amx_gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *panels, int M, int K) {
+    (void)out, (void)ldo, (void)x, (void)N, (void)panels, (void)M, (void)K;
+    return 0;
+}
+#endif

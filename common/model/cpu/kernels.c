@@ -1291,7 +1291,7 @@ AVX512 static void round_bf16_avx512(float *x, int n) {
 
 // xb (n) = x as bf16 when every x is a bf16 value (returns 1), else 0 (xb
 // then partly written).
-AVX512 static int exact_bf16(uint16_t *xb, const float *x, size_t n) {
+AVX512 int cpu_exact_bf16(uint16_t *xb, const float *x, size_t n) {
     __m512i low = _mm512_setzero_si512();
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -1328,7 +1328,7 @@ AVX512BF16 static void gemm_avx512bf16(float *out, size_t ldo, const float *x, i
         int nb = N - n0 < GEMM_NB ? N - n0 : GEMM_NB;
         float *o = out + (size_t)n0 * ldo;
         const float *xn = x + (size_t)n0 * K;
-        if (dt != DT_BF16 || !exact_bf16(gemm_xb, xn, (size_t)nb * K)) {
+        if (dt != DT_BF16 || !cpu_exact_bf16(gemm_xb, xn, (size_t)nb * K)) {
             gemm_rows512(o, ldo, xn, nb, wv, dt, M, K);
             continue;
         }
@@ -1492,7 +1492,7 @@ AVX512BF16 static void gemm_panels_bf16(float *out, size_t ldo, const float *x, 
         float *o = out + (size_t)n0 * ldo;
         const float *xn = x + (size_t)n0 * K;
         for (int n = 0; n < nb && exact; n++) {
-            exact = exact_bf16(gemm_xb + n * ldx, xn + (size_t)n * K, (size_t)K);
+            exact = cpu_exact_bf16(gemm_xb + n * ldx, xn + (size_t)n * K, (size_t)K);
             if (K & 1) gemm_xb[n * ldx + K] = 0;
         }
         if (!exact) {

@@ -76,6 +76,10 @@ typedef struct {
     void (*kv_mix)(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS);
 } cpu_kernels;
 
+// xb[i] = x[i] as bf16 for i < n when every x[i] is a bf16 value (its low
+// 16 bits zero): returns 1; else 0, xb partly written. AVX-512 processors only.
+int cpu_exact_bf16(uint16_t *xb, const float *x, size_t n);
+
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
 // calls it) to the best build the processor has, else to the portable one.
 // The environment can ask for less: RLPIPE_CPU_PORTABLE=1 the portable
