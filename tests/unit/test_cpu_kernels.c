@@ -89,12 +89,16 @@ static void int8_products_are_exact_on_every_build(void) {
 // weight rows (8, 16, 32) and of input rows (4, 6), K not a multiple of 4, K
 // past a multiple of 16, and more input rows than one block of them (192,
 // AVX2), the last block partial; values ±127 as the extremes of vpmaddubsw's
-// pairs (AVX2).
+// pairs (AVX2); for AMX's tiles of 16 input rows by 2 panels of 16 weight
+// rows, both not a multiple of 2 × 16 and K not one of 64 (40 x 80 x 1000,
+// 33 x 20 x 63), from w's rows and, for a build that reads them, from its
+// panels (pack.h).
 static void many_row_int8_products_give_the_defined_bits(void) {
     rl_rng r;
     rng_seed(&r, 6);
     const int shapes[][3] = {{1, 1, 1},     {5, 7, 3},     {6, 16, 64},  {13, 33, 100},  {64, 96, 576},
-                             {7, 50, 1536}, {3, 48, 150},  {8, 16, 15},  {401, 21, 36}, {4, 9, 8}};
+                             {7, 50, 1536}, {3, 48, 150},  {8, 16, 15},  {401, 21, 36}, {4, 9, 8},
+                             {40, 80, 1000}, {33, 20, 63}};
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2];
         int8_t *x = malloc((size_t)N * K), *w = malloc((size_t)M * K);
@@ -110,19 +114,24 @@ static void many_row_int8_products_give_the_defined_bits(void) {
         }
         for (int n = 0; n < N; n++) sx[n] = (float)rng_uniform(&r) * 0.1f + 1e-3f;
         for (int m = 0; m < M; m++) sw[m] = (float)rng_uniform(&r) * 0.01f + 1e-4f;
-        for (int b = 0; b < nbuilds; b++) {
-            if (!builds[b]->gemm_i8) continue;
-            builds[b]->gemm_i8(out, (size_t)M + 3, x, sx, N, w, sw, M, K);
+        int np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+        void *pw = aligned_alloc(64, (size_t)np * panel_bytes(DT_I8, K));
+        pack_panels(pw, w, DT_I8, M, K, 0, np);
+        for (int b = 0; b < nbuilds * 2; b++) {   // each build from w's rows, then from its panels
+            const cpu_kernels *B = builds[b % nbuilds];
+            int panels = b >= nbuilds;
+            if (!B->gemm_i8 || (panels && !B->i8_panels)) continue;
+            B->gemm_i8(out, (size_t)M + 3, x, sx, N, w, panels ? pw : NULL, sw, M, K);
             for (int n = 0; n < N; n++)
                 for (int m = 0; m < M; m++) {
                     int64_t acc = 0;
                     for (int k = 0; k < K; k++) acc += (int64_t)x[(size_t)n * K + k] * w[(size_t)m * K + k];
                     float want = (float)acc * sw[m] * sx[n], got = out[(size_t)n * (M + 3) + m];
-                    CHECK(memcmp(&got, &want, 4) == 0, "%s: %dx%dx%d, out[%d][%d] %.9g, want %.9g", builds[b]->name,
-                          N, M, K, n, m, got, want);
+                    CHECK(memcmp(&got, &want, 4) == 0, "%s%s: %dx%dx%d, out[%d][%d] %.9g, want %.9g", B->name,
+                          panels ? " panels" : "", N, M, K, n, m, got, want);
                 }
         }
-        free(x), free(w), free(sx), free(sw), free(out);
+        free(x), free(w), free(sx), free(sw), free(out), free(pw);
     }
 }
 
@@ -266,17 +275,20 @@ static void decode_attention_products_on_a_bf16_cache_match_a_double_reference(v
     }
 }
 
-// pack.h's panels hold w[16p + i][k] at (p·K + k)·16 + i for f32 and
-// w[16p + i][2q + j] at (p·KP + q)·32 + 2i + j for bf16, and zeros past the
-// last row and input: odd and even K, a last panel short of 16 rows or full,
-// one element; packing panels [p0, p1) writes only those.
+// pack.h's panels hold w[16p + i][k] at (p·K + k)·16 + i for f32,
+// w[16p + i][2q + j] at (p·KP + q)·32 + 2i + j for bf16 and
+// w[16p + i][4q + j] at (p·KQ + q)·64 + 4i + j for int8, and zeros past the
+// last row and input: K odd, even, and not a multiple of 4, a last panel
+// short of 16 rows or full, one element; packing panels [p0, p1) writes
+// only those.
 static void panels_hold_each_weight_where_the_layout_says(void) {
     const int shapes[][2] = {{1, 1}, {16, 2}, {17, 3}, {33, 576}, {48, 31}};
+    const rl_dtype dts[] = {DT_F32, DT_BF16, DT_I8};
     for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++)
-        for (int bf = 0; bf < 2; bf++) {
-            rl_dtype dt = bf ? DT_BF16 : DT_F32;
-            int M = shapes[t][0], K = shapes[t][1], KP = (K + 1) / 2, np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
-            int steps = bf ? KP : K, per = bf ? 2 : 1;   // 64 bytes a step: a pair of bf16, or one f32
+        for (int d = 0; d < 3; d++) {
+            rl_dtype dt = dts[d];
+            int M = shapes[t][0], K = shapes[t][1], np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+            int per = (int)(4 / dt_size(dt)), steps = (K + per - 1) / per;   // 64 bytes a step: 4 bytes a row
             size_t pb = panel_bytes(dt, K), es = dt_size(dt);
             CHECK(pb == (size_t)steps * 64, "%s %dx%d: %zu bytes a panel", dt_name(dt), M, K, pb);
             unsigned char *w = malloc((size_t)M * K * es), *p = malloc((size_t)np * pb);

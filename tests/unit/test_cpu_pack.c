@@ -1,13 +1,14 @@
 // test_cpu_pack.c — the CPU backend's panels (model/cpu/pack.h) follow the
-// matrix they copy, f32 or bf16: a product of many rows from a matrix gives
+// matrix they copy, f32, bf16 or int8: a product of many rows from a matrix gives
 // the product of what was last uploaded into it, after whole or partial
 // uploads and after a free and a new matrix in its place, and the same
 // values as the product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32
 // rounding; a matrix not fixed, written in place, is never read from
-// panels. Each case runs on the processor's best build of the kernels and
-// on its AVX2 build (whose panels are read 8 lanes at a time); on a
-// processor with neither there are no panels, and the same checks test the
-// rows' product.
+// panels; W8A8 int8 products (read from panels with AMX) keep the bits of
+// the product without panels through every upload. Each case runs on the
+// processor's best build of the kernels and on its AVX2 build (whose
+// panels are read 8 lanes at a time); on a processor with neither there
+// are no panels, and the same checks test the rows' product.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,52 @@ static void products_follow_every_upload_into_the_matrix(void) {
     free(w), free(x);
 }
 
+// W8A8 int8 weights (ACT_I8), which a build with i8_panels (AMX) reads from
+// panels: after a first upload, a whole one, one row's, and a new matrix
+// after a free, the product has the bits of the same product with no panels
+// (RLPIPE_CPU_PANELS=0: the weights packed again from the rows at that
+// product); the int32 sums are exact, so a panel left stale shows as other
+// bits.
+static void int8_products_follow_every_upload_into_the_matrix(void) {
+    const rl_ops *o = ops_cpu();
+    rl_rng r;
+    rng_seed(&r, 13);
+    float *x = malloc(N * K * sizeof *x), *a = malloc(N * M * sizeof *a), *b = malloc(N * M * sizeof *b);
+    float *sw = malloc(M * sizeof *sw);
+    int8_t *w = malloc(M * K);
+    for (int i = 0; i < N * K; i++) x[i] = (float)rng_normal(&r);
+    float *dx = o->alloc(N * K * 4), *dout = o->alloc(N * M * 4);
+    o->upload(dx, x, N * K * 4);
+    rl_mat W = {.dtype = DT_I8, .rows = M, .cols = K, .group = K, .act = ACT_I8, .fixed = 1,
+                .data = o->alloc(M * K), .scales = o->alloc(M * 4)};
+    const char *when[] = {"first upload", "a whole upload", "one row's upload", "a new matrix after a free"};
+    for (int c = 0; c < 4; c++) {
+        if (c == 3) {
+            o->free(W.data);
+            W.data = o->alloc(M * K);
+        }
+        int r0 = c == 2 ? 37 : 0, r1 = c == 2 ? 38 : M;
+        for (int i = r0 * K; i < r1 * K; i++) w[i] = (int8_t)((int)(rng_u64(&r) % 255) - 127);
+        for (int m = 0; m < M; m++) sw[m] = (float)rng_uniform(&r) * 0.01f + 1e-4f;
+        o->upload((char *)W.data + (size_t)r0 * K, w + (size_t)r0 * K, (size_t)(r1 - r0) * K);
+        o->upload(W.scales, sw, M * 4);
+        for (int pass = 0; pass < 2; pass++) {   // from the panels (twice: made, then kept), then without
+            unsetenv("RLPIPE_CPU_PANELS");
+            o->matmul(dout, dx, &W, NULL, N);
+            o->download(a, dout, N * M * 4);
+        }
+        setenv("RLPIPE_CPU_PANELS", "0", 1);
+        o->matmul(dout, dx, &W, NULL, N);
+        o->download(b, dout, N * M * 4);
+        unsetenv("RLPIPE_CPU_PANELS");
+        int differ = 0;
+        for (int i = 0; i < N * M; i++) differ += memcmp(a + i, b + i, 4) != 0;
+        CHECK(differ == 0, "%s: %d of %d outputs differ from the product without panels", when[c], differ, N * M);
+    }
+    o->free(W.data), o->free(W.scales), o->free(dx), o->free(dout);
+    free(x), free(a), free(b), free(sw), free(w);
+}
+
 // A matrix not fixed (ops.h rl_mat: a trained one) may be written by ops in
 // place, as the optimizer writes the learner's weights: no panels, so the
 // next product sees the new values.
@@ -125,6 +172,7 @@ int main(void) {
         cpu_kernels_choose();
         printf("# kernels: %s\n", cpu_K->name);
         RUN(products_follow_every_upload_into_the_matrix);
+        RUN(int8_products_follow_every_upload_into_the_matrix);
         RUN(a_matrix_written_in_place_is_never_read_from_panels);
     }
     unsetenv("RLPIPE_CPU");

@@ -1,5 +1,6 @@
-// cpu/amx.h — the many-row product of bf16 weights on Intel's AMX tiles
-// (AMX-BF16: Sapphire Rapids and later Xeons), for kernels.h's gemm_panels.
+// cpu/amx.h — many-row products on Intel's AMX tiles (AMX-BF16 and
+// AMX-INT8: Sapphire Rapids and later Xeons): bf16 weights for kernels.h's
+// gemm_panels, W8A8 int8 for its gemm_i8.
 //
 // A tile multiply (tdpbf16ps) takes 16 input rows × 32 bf16 inputs against
 // a tile of 16 steps × 16 outputs, where a step is a pair of inputs for 16
@@ -15,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// 1 when the processor has AMX-BF16 and the kernel let this process use the
-// tiles' registers (asked once, for the whole process); else 0.
+// 1 when the processor has AMX-BF16 and AMX-INT8 and the kernel let this
+// process use the tiles' registers (asked once, for the whole process); else 0.
 int amx_available(void);
 
 // out[n·ldo + m] = Σ_k x[n·K + k] w[m·K + k] for n < N, m < M, from w's bf16
@@ -25,5 +26,12 @@ int amx_available(void);
 // written; the caller computes it another way). Call only when
 // amx_available().
 int amx_gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *panels, int M, int K);
+
+// kernels.h gemm_i8's product: out[n·ldo + m] = (float)(Σ_k x[n·K + k]
+// w[m·K + k]) · sw[m] · sx[n], the sums exact in int32 (tdpbssd), so the
+// same bits as every other build; from w's int8 panels (pack.h), or, when
+// panels is NULL, from w packed here. Call only when amx_available().
+void amx_gemm_i8(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
+                 const void *panels, const float *sw, int M, int K);
 
 #endif

@@ -60,7 +60,7 @@ typedef struct {
     const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
-    const void *panels;      // W packed (pack.h), for kernels.h gemm_panels
+    const void *panels;      // W packed (pack.h), for kernels.h gemm_panels and gemm_i8
     // A product's input quantized (ops.h rl_act), and each row's scale:
     // ACT_I8 rows in xq8 (N, K), ACT_FP8 rows in x (their e4m3 values).
     const int8_t *xq8;
@@ -165,7 +165,8 @@ static void matmul_i8_part(void *ctx, int lo, int hi) {
     int M = W->rows, K = W->cols, N = a->N;
     int32_t acc[16];
     if (N > FEW_ROWS && cpu_K->gemm_i8) {
-        cpu_K->gemm_i8(a->out + lo, (size_t)M, a->xq8, a->xscale, N, (const int8_t *)W->data + (size_t)lo * K,
+        const char *p = a->panels ? (const char *)a->panels + (size_t)(lo / PANEL_ROWS) * panel_bytes(DT_I8, K) : NULL;
+        cpu_K->gemm_i8(a->out + lo, (size_t)M, a->xq8, a->xscale, N, (const int8_t *)W->data + (size_t)lo * K, p,
                        W->scales + lo, hi - lo, K);
         return;
     }
@@ -221,6 +222,7 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
         a.xq8 = q.q8;
         if (q.qf) a.x = q.qf;
         if (W->act == ACT_I8) part = matmul_i8_part;
+        if (W->act == ACT_I8 && N > FEW_ROWS && cpu_K->i8_panels) a.panels = cpu_panels(W);
     } else if (N > FEW_ROWS && (cpu_K->panels_for >> W->dtype & 1)) {
         a.panels = cpu_panels(W);
     }

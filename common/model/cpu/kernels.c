@@ -187,10 +187,8 @@ static const cpu_kernels *cpu_kernels_portable(void) {
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-// The int8 many-row products' packing (gemm_i8): rows [0, rows) of w, 4
-// inputs of each of `lanes` rows side by side, the rest zero (rows past
-// `rows`, K rounded up to 4): p[(k / 4)·4·lanes + 4r + k % 4] = w[r][k].
-static void pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes) {
+// The int8 many-row products' packing (kernels.h)
+void cpu_pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes) {
     int K4 = (K + 3) & ~3, whole = K >> 2;
     size_t step = (size_t)4 * lanes;
     memset(p, 0, (size_t)K4 * lanes);
@@ -930,7 +928,8 @@ AVX2 static inline __attribute__((always_inline)) void i8_tile_avx2(float *out, 
 }
 
 AVX2 static void gemm_i8_avx2(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
-                              const float *sw, int M, int K) {
+                              const void *panels, const float *sw, int M, int K) {
+    (void)panels;
     int K4 = (K + 3) & ~3, blocks = (M + 15) / 16;
     int8_t *xp = xmalloc((size_t)N * K4);                            // x, zeros after K
     int8_t *pk = aligned_alloc(32, (size_t)blocks * 16 * K4);        // 16 rows a block, 2 × 8 packed
@@ -943,8 +942,8 @@ AVX2 static void gemm_i8_avx2(float *out, size_t ldo, const int8_t *x, const flo
     for (int b = 0; b < blocks; b++) {
         int m0 = 16 * b, rows = M - m0 < 16 ? M - m0 : 16, r0 = rows < 8 ? rows : 8;
         int8_t *p = pk + (size_t)b * 16 * K4;
-        pack4_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K, 8);
-        pack4_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K, 8);
+        cpu_pack4_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K, 8);
+        cpu_pack4_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K, 8);
         for (int i = 0; i < 16; i++) sws[m0 + i] = i < rows ? sw[m0 + i] : 0;
     }
     int group = (int)(I8_GROUP / ((size_t)16 * K4));   // packed blocks that stay in L2 together
@@ -1068,7 +1067,7 @@ enum { GEMM_NX = 6 };
 // their sums, from vpdpbusd of ones over the packed vectors.
 VNNI static void vnni_pack16(int8_t *p, int32_t *rowsum, const int8_t *w, size_t ldw, int rows, int K) {
     int K4 = (K + 3) & ~3;
-    pack4_i8(p, w, ldw, rows, K, 16);
+    cpu_pack4_i8(p, w, ldw, rows, K, 16);
     __m512i s = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
     for (int k4 = 0; k4 < K4 / 4; k4++) s = _mm512_dpbusd_epi32(s, one, _mm512_load_si512(p + (size_t)k4 * 64));
     _mm512_storeu_si512(rowsum, s);
@@ -1104,7 +1103,8 @@ VNNI static inline __attribute__((always_inline)) void vnni_gemm_tile(float *out
 }
 
 VNNI static void gemm_i8_vnni(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
-                              const float *sw, int M, int K) {
+                              const void *panels, const float *sw, int M, int K) {
+    (void)panels;
     int K4 = (K + 3) & ~3;
     uint8_t *xu = xmalloc((size_t)N * K4);          // x + 128, zeros (128) after K
     int8_t *pk = aligned_alloc(64, (size_t)K4 * 32); // two packed blocks of 16 rows
@@ -1549,7 +1549,7 @@ static const cpu_kernels *cpu_kernels_vnni(void) {
     return &k;
 }
 
-// The VNNI build with bf16 panels multiplied on AMX tiles
+// The VNNI build with bf16 panels and int8 products on AMX tiles
 static const cpu_kernels *cpu_kernels_amx(void) {
     static cpu_kernels k;
     const cpu_kernels *v = cpu_kernels_vnni();
@@ -1557,6 +1557,8 @@ static const cpu_kernels *cpu_kernels_amx(void) {
     k = *v;
     k.name = "avx512-amx";
     k.gemm_panels = gemm_panels_amx;
+    k.gemm_i8 = amx_gemm_i8;
+    k.i8_panels = 1;
     return &k;
 }
 #else

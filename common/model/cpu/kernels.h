@@ -1,7 +1,8 @@
 // cpu/kernels.h — the inner loops of the CPU backend, in four builds:
-// AVX-512 with AMX (bf16 panels on AMX tiles, amx.h; the rest as the next),
-// AVX-512 with VNNI (for int8 products; the rest as AVX2), AVX2 + FMA + F16C,
-// and portable C, the first the processor has chosen at run time.
+// AVX-512 with AMX (bf16 panels and int8 products on AMX tiles, amx.h; the
+// rest as the next), AVX-512 with VNNI (for int8 products; the rest as
+// AVX2), AVX2 + FMA + F16C, and portable C, the first the processor has
+// chosen at run time.
 // Each works on one row or one contiguous run; cpu.c, attention.c and train.c
 // spread them over threads.
 #ifndef RLPIPE_CPU_KERNELS_H
@@ -45,8 +46,12 @@ typedef struct {
     // Many input rows (NULL where a build has no faster way than dots_i8):
     // out[n·ldo + m] = (float)(Σ_k x[n·K + k] w[m·K + k]) · sw[m] · sx[n] for
     // n < N, m < M (ops.h ACT_I8's product; the sum exact in int32).
+    // panels: w packed (pack.h, w's first row at a panel's start) for a
+    // build with i8_panels set (AMX), which packs w itself when NULL; the
+    // others ignore it.
     void (*gemm_i8)(float *out, size_t ldo, const int8_t *x, const float *sx, int N, const int8_t *w,
-                    const float *sw, int M, int K);
+                    const void *panels, const float *sw, int M, int K);
+    int i8_panels;   // 1: gemm_i8 reads int8 panels (the backend makes them once per weight update)
     // Many input rows against f32 or bf16 weight rows as stored (dt; NULL
     // where a build has no faster way than converting them for sgemm):
     // out[n·ldo + m] = Σ_k x[n·K + k] w[m·K + k] for n < N, m < M, summed in
@@ -79,6 +84,10 @@ typedef struct {
 // xb[i] = x[i] as bf16 for i < n when every x[i] is a bf16 value (its low
 // 16 bits zero): returns 1; else 0, xb partly written. AVX-512 processors only.
 int cpu_exact_bf16(uint16_t *xb, const float *x, size_t n);
+// The int8 many-row products' packing: rows [0, rows) of w (row stride ldw),
+// 4 inputs of each of `lanes` rows side by side, zero past `rows` and past K
+// rounded up to 4: p[(k / 4)·4·lanes + 4r + k % 4] = w[r][k] (K4 · lanes bytes).
+void cpu_pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes);
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
 // calls it) to the best build the processor has, else to the portable one.

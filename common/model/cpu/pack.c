@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/cpu/kernels.h"
 #include "model/cpu/mem.h"
 #include "model/cpu/pack.h"
 #include "model/cpu/pool.h"
@@ -15,6 +16,10 @@ void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0,
         char *P = (char *)panels + (size_t)p * pb;
         memset(P, 0, pb);
         int rows = M - p * PANEL_ROWS < PANEL_ROWS ? M - p * PANEL_ROWS : PANEL_ROWS;
+        if (dt == DT_I8) {   // the layout of the int8 products' own packing
+            cpu_pack4_i8((int8_t *)P, (const int8_t *)w + (size_t)p * PANEL_ROWS * K, (size_t)K, rows, K, PANEL_ROWS);
+            continue;
+        }
         for (int i = 0; i < rows; i++) {   // row by row: reads in order, writes in one panel (L1)
             size_t row = (size_t)(p * PANEL_ROWS + i) * K;
             if (dt == DT_F32) {
@@ -84,7 +89,8 @@ static int panels_allowed(void) {
 }
 
 const void *cpu_panels(const rl_mat *W) {
-    if (!W->fixed || !panels_allowed() || (W->dtype != DT_BF16 && W->dtype != DT_F32)) return NULL;
+    if (!W->fixed || !panels_allowed() || (W->dtype != DT_BF16 && W->dtype != DT_F32 && W->dtype != DT_I8))
+        return NULL;
     pthread_mutex_lock(&mu);
     for (size_t i = 0; i < ntab; i++)
         if (tab[i].data == W->data && tab[i].rows == W->rows && tab[i].cols == W->cols &&

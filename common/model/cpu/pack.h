@@ -1,13 +1,15 @@
-// cpu/pack.h — f32 and bf16 weight matrices packed once in panels for the
-// many-row product (kernels.h gemm_panels), kept beside the matrices they
-// copy.
+// cpu/pack.h — f32, bf16 and int8 weight matrices packed once in panels
+// for the many-row products (kernels.h gemm_panels, gemm_i8), kept beside
+// the matrices they copy.
 //
 // The layout: panel p holds weight rows [16p, 16p + 16), 64 bytes for each
 // step along the inputs, a step's 16 rows side by side:
 //     f32:  panels[(p·K + k)·16 + i]          = w[16p + i][k];
 //     bf16: panels[(p·KP + q)·32 + 2i + j]    = w[16p + i][2q + j],  KP = ceil(K / 2)
-// (a bf16 step is a pair of inputs, as vdpbf16ps multiplies them), zero
-// past the last row and the last input. A product walks each panel from its
+//     int8: panels[(p·KQ + q)·64 + 4i + j]    = w[16p + i][4q + j],  KQ = ceil(K / 4)
+// (a bf16 step is a pair of inputs, as vdpbf16ps multiplies them, an int8
+// step 4 inputs, as vpdpbusd and AMX's tdpbssd do), zero past the last row
+// and the last input. A product walks each panel from its
 // start to its end, adding into 16 outputs at once (no sums across lanes),
 // where the rows' own layout asks one row per output and the lanes summed
 // at the end. Decoding's many-row products read the weights from memory at
@@ -27,16 +29,17 @@
 
 enum { PANEL_ROWS = 16 };
 
-// Bytes of one panel of K inputs: 64 a step (f32: one input, bf16: a pair)
+// Bytes of one panel of K inputs: 64 a step (f32: one input, bf16: a pair,
+// int8: 4)
 static inline size_t panel_bytes(rl_dtype dt, int K) {
-    return (dt == DT_BF16 ? (size_t)(K + 1) / 2 : (size_t)K) * 64;
+    return (dt == DT_BF16 ? (size_t)(K + 1) / 2 : dt == DT_I8 ? (size_t)(K + 3) / 4 : (size_t)K) * 64;
 }
 
-// Panels [p0, p1) of the matrix w (M, K), f32 or bf16 (dt), into panels
-// (the layout above).
+// Panels [p0, p1) of the matrix w (M, K), f32, bf16 or int8 (dt), into
+// panels (the layout above).
 void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0, int p1);
 
-// The panels of the fixed f32 or bf16 matrix W, made now (spread over the
+// The panels of the fixed f32, bf16 or int8 matrix W, made now (spread over the
 // threads) if its data was written since, or never packed; NULL for a
 // matrix not fixed, or when RLPIPE_CPU_PANELS=0 forbids them (the product
 // then reads the rows as stored).
