@@ -135,6 +135,8 @@ static int rows_to_bf16(uint16_t *xb, size_t ldx, int rows, const float *x, int 
         }                                                                         \
     } while (0)
 
+// bf16: the input rows copied as bf16 in blocks padded to whole tiles (or
+// 0 returned when one is not a bf16 value), against the panels as they are.
 AMX int amx_gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, const uint16_t *panels, int M,
                              int K) {
     int KP = (K + 1) / 2, chunks = (KP + TILE_PAIRS - 1) / TILE_PAIRS, whole = KP / TILE_PAIRS;
@@ -180,6 +182,7 @@ AMX int amx_gemm_panels_bf16(float *out, size_t ldo, const float *x, int N, cons
     _tile_release();
     return ok;
 }
+
 // int8: from w's panels (pack.h: 64 bytes a step of 4 inputs), or, without
 // them, from w packed into a buffer of the thread's; the input rows copied
 // in blocks padded to whole tiles. tdpbssd sums signed bytes exactly in
