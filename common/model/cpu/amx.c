@@ -18,7 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "model/cpu/kernels.h"
+#include "model/cpu/bf16.h"
 #include "model/cpu/pack.h"
 #include "util.h"
 
@@ -115,7 +115,7 @@ static void tails_copy(char (*tail)[TILE_ROWS * 64], const char *P0, const char 
 static int rows_to_bf16(uint16_t *xb, size_t ldx, int rows, const float *x, int nb, int K) {
     for (int n = 0; n < nb; n++) {
         uint16_t *d = xb + (size_t)n * ldx;
-        if (!cpu_exact_bf16(d, x + (size_t)n * K, (size_t)K)) return 0;
+        if (!bf16_exact(d, x + (size_t)n * K, (size_t)K)) return 0;
         memset(d + K, 0, (ldx - (size_t)K) * sizeof *d);
     }
     memset(xb + (size_t)nb * ldx, 0, (size_t)(rows - nb) * ldx * sizeof *xb);

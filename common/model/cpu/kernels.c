@@ -11,6 +11,7 @@
 
 #include "dtype.h"
 #include "model/cpu/amx.h"
+#include "model/cpu/bf16.h"
 #include "model/cpu/pack.h"
 #include "util.h"
 
@@ -186,18 +187,6 @@ static const cpu_kernels *cpu_kernels_portable(void) {
 #include <immintrin.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// The int8 many-row products' packing (kernels.h)
-void cpu_pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes) {
-    int K4 = (K + 3) & ~3, whole = K >> 2;
-    size_t step = (size_t)4 * lanes;
-    memset(p, 0, (size_t)K4 * lanes);
-    for (int r = 0; r < rows; r++) {
-        const int8_t *wr = w + r * ldw;
-        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * step + r * 4, wr + 4 * k4, 4);
-        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * step + r * 4 + (k & 3)] = wr[k];
-    }
-}
 
 AVX2 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -942,8 +931,8 @@ AVX2 static void gemm_i8_avx2(float *out, size_t ldo, const int8_t *x, const flo
     for (int b = 0; b < blocks; b++) {
         int m0 = 16 * b, rows = M - m0 < 16 ? M - m0 : 16, r0 = rows < 8 ? rows : 8;
         int8_t *p = pk + (size_t)b * 16 * K4;
-        cpu_pack4_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K, 8);
-        cpu_pack4_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K, 8);
+        pack4_i8(p, w + (size_t)m0 * K, (size_t)K, r0, K, 8);
+        pack4_i8(p + (size_t)K4 * 8, w + (size_t)(m0 + r0) * K, (size_t)K, rows - r0, K, 8);
         for (int i = 0; i < 16; i++) sws[m0 + i] = i < rows ? sw[m0 + i] : 0;
     }
     int group = (int)(I8_GROUP / ((size_t)16 * K4));   // packed blocks that stay in L2 together
@@ -1067,7 +1056,7 @@ enum { GEMM_NX = 6 };
 // their sums, from vpdpbusd of ones over the packed vectors.
 VNNI static void vnni_pack16(int8_t *p, int32_t *rowsum, const int8_t *w, size_t ldw, int rows, int K) {
     int K4 = (K + 3) & ~3;
-    cpu_pack4_i8(p, w, ldw, rows, K, 16);
+    pack4_i8(p, w, ldw, rows, K, 16);
     __m512i s = _mm512_setzero_si512(), one = _mm512_set1_epi8(1);
     for (int k4 = 0; k4 < K4 / 4; k4++) s = _mm512_dpbusd_epi32(s, one, _mm512_load_si512(p + (size_t)k4 * 64));
     _mm512_storeu_si512(rowsum, s);
@@ -1289,27 +1278,6 @@ AVX512 static void round_bf16_avx512(float *x, int n) {
     }
 }
 
-// xb (n) = x as bf16 when every x is a bf16 value (returns 1), else 0 (xb
-// then partly written).
-AVX512 int cpu_exact_bf16(uint16_t *xb, const float *x, size_t n) {
-    __m512i low = _mm512_setzero_si512();
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i v = _mm512_loadu_si512(x + i);
-        low = _mm512_or_si512(low, v);
-        _mm256_storeu_si256((__m256i *)(xb + i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
-        if ((i & 1023) == 0 && _mm512_test_epi32_mask(low, _mm512_set1_epi32(0xffff))) return 0;
-    }
-    if (_mm512_test_epi32_mask(low, _mm512_set1_epi32(0xffff))) return 0;
-    for (; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, 4);
-        if (u & 0xffff) return 0;
-        xb[i] = (uint16_t)(u >> 16);
-    }
-    return 1;
-}
-
 // Each thread's copy of a block of a product's input rows in bf16 (GEMM_NB x K)
 static __thread uint16_t *gemm_xb;
 static __thread size_t gemm_xb_n;
@@ -1328,7 +1296,7 @@ AVX512BF16 static void gemm_avx512bf16(float *out, size_t ldo, const float *x, i
         int nb = N - n0 < GEMM_NB ? N - n0 : GEMM_NB;
         float *o = out + (size_t)n0 * ldo;
         const float *xn = x + (size_t)n0 * K;
-        if (dt != DT_BF16 || !cpu_exact_bf16(gemm_xb, xn, (size_t)nb * K)) {
+        if (dt != DT_BF16 || !bf16_exact(gemm_xb, xn, (size_t)nb * K)) {
             gemm_rows512(o, ldo, xn, nb, wv, dt, M, K);
             continue;
         }
@@ -1492,7 +1460,7 @@ AVX512BF16 static void gemm_panels_bf16(float *out, size_t ldo, const float *x, 
         float *o = out + (size_t)n0 * ldo;
         const float *xn = x + (size_t)n0 * K;
         for (int n = 0; n < nb && exact; n++) {
-            exact = cpu_exact_bf16(gemm_xb + n * ldx, xn + (size_t)n * K, (size_t)K);
+            exact = bf16_exact(gemm_xb + n * ldx, xn + (size_t)n * K, (size_t)K);
             if (K & 1) gemm_xb[n * ldx + K] = 0;
         }
         if (!exact) {

@@ -81,14 +81,6 @@ typedef struct {
     void (*kv_mix)(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS);
 } cpu_kernels;
 
-// xb[i] = x[i] as bf16 for i < n when every x[i] is a bf16 value (its low
-// 16 bits zero): returns 1; else 0, xb partly written. AVX-512 processors only.
-int cpu_exact_bf16(uint16_t *xb, const float *x, size_t n);
-// The int8 many-row products' packing: rows [0, rows) of w (row stride ldw),
-// 4 inputs of each of `lanes` rows side by side, zero past `rows` and past K
-// rounded up to 4: p[(k / 4)·4·lanes + 4r + k % 4] = w[r][k] (K4 · lanes bytes).
-void cpu_pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes);
-
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu
 // calls it) to the best build the processor has, else to the portable one.
 // The environment can ask for less: RLPIPE_CPU_PORTABLE=1 the portable

@@ -1,14 +1,24 @@
-// cpu/pack.c — pack.h: the panel layout, and the table of the matrices
-// packed so far.
+// cpu/pack.c — pack.h: the panel layouts (and the int8 products' packing
+// they share), and the table of the matrices packed so far.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/cpu/kernels.h"
 #include "model/cpu/mem.h"
 #include "model/cpu/pack.h"
 #include "model/cpu/pool.h"
 #include "util.h"
+
+void pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes) {
+    int K4 = (K + 3) & ~3, whole = K >> 2;
+    size_t step = (size_t)4 * lanes;
+    memset(p, 0, (size_t)K4 * lanes);
+    for (int r = 0; r < rows; r++) {
+        const int8_t *wr = w + r * ldw;
+        for (int k4 = 0; k4 < whole; k4++) memcpy(p + (size_t)k4 * step + r * 4, wr + 4 * k4, 4);
+        for (int k = 4 * whole; k < K; k++) p[(size_t)whole * step + r * 4 + (k & 3)] = wr[k];
+    }
+}
 
 void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0, int p1) {
     size_t pb = panel_bytes(dt, K);
@@ -17,7 +27,7 @@ void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0,
         memset(P, 0, pb);
         int rows = M - p * PANEL_ROWS < PANEL_ROWS ? M - p * PANEL_ROWS : PANEL_ROWS;
         if (dt == DT_I8) {   // the layout of the int8 products' own packing
-            cpu_pack4_i8((int8_t *)P, (const int8_t *)w + (size_t)p * PANEL_ROWS * K, (size_t)K, rows, K, PANEL_ROWS);
+            pack4_i8((int8_t *)P, (const int8_t *)w + (size_t)p * PANEL_ROWS * K, (size_t)K, rows, K, PANEL_ROWS);
             continue;
         }
         for (int i = 0; i < rows; i++) {   // row by row: reads in order, writes in one panel (L1)

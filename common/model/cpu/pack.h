@@ -35,6 +35,12 @@ static inline size_t panel_bytes(rl_dtype dt, int K) {
     return (dt == DT_BF16 ? (size_t)(K + 1) / 2 : dt == DT_I8 ? (size_t)(K + 3) / 4 : (size_t)K) * 64;
 }
 
+// The int8 products' packing: rows [0, rows) of w (row stride ldw), 4
+// inputs of each of `lanes` rows side by side, zero past `rows` and past K
+// rounded up to 4: p[(k / 4)·4·lanes + 4r + k % 4] = w[r][k] (K4 · lanes
+// bytes). With 16 lanes, one int8 panel.
+void pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes);
+
 // Panels [p0, p1) of the matrix w (M, K), f32, bf16 or int8 (dt), into
 // panels (the layout above).
 void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0, int p1);
