@@ -50,21 +50,23 @@ static void fill_i8(int8_t *v, size_t n, rl_rng *r, int lo) {
 }
 
 // Every build: out[j][i] = Σ_k x[j][k] w[i][k] exactly, for every tile of up
-// to 4 by 4 rows, strides longer than K, values over all of [-127, 127] (the
-// range quantization gives: AVX2's sign trick cannot take -128).
+// to 4 input rows by 16 weight rows (VNNI sums blocks of 16 / nx weight rows
+// across lanes together: whole and partial blocks), strides longer than K,
+// values over all of [-127, 127] (the range quantization gives: AVX2's sign
+// trick cannot take -128).
 static void int8_products_are_exact_on_every_build(void) {
     rl_rng r;
     rng_seed(&r, 3);
     for (size_t t = 0; t < sizeof KS / sizeof *KS; t++) {
         int K = KS[t];
         size_t ld = (size_t)K + 5;
-        int8_t *x = malloc(4 * ld), *w = malloc(4 * ld);
+        int8_t *x = malloc(4 * ld), *w = malloc(16 * ld);
         fill_i8(x, 4 * ld, &r, -127);
-        fill_i8(w, 4 * ld, &r, -127);
+        fill_i8(w, 16 * ld, &r, -127);
         if (K > 3) x[2] = w[1] = 127, w[2] = x[3] = -127;
         for (int nx = 1; nx <= 4; nx++)
-            for (int nw = 1; nw <= 4; nw++) {
-                int64_t want[16];
+            for (int nw = 1; nw <= 16; nw++) {
+                int64_t want[64];
                 for (int j = 0; j < nx; j++)
                     for (int i = 0; i < nw; i++) {
                         int64_t s = 0;
@@ -72,7 +74,7 @@ static void int8_products_are_exact_on_every_build(void) {
                         want[j * nw + i] = s;
                     }
                 for (int b = 0; b < nbuilds; b++) {
-                    int32_t got[16];
+                    int32_t got[64];
                     builds[b]->dots_i8(got, x, ld, nx, w, ld, nw, K);
                     for (int e = 0; e < nx * nw; e++)
                         CHECK(got[e] == want[e], "%s: K %d, tile %dx%d, entry %d: %d, want %lld", builds[b]->name, K,

@@ -158,20 +158,20 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
 }
 
 // ACT_I8: out[n][m] = (Σ_k q[n][k] w[m][k]) · sw[m] · s[n], in tiles of 4
-// input rows by 4 weight rows (the weights read once from memory).
+// input rows by 16 weight rows (the weights read once from memory).
 static void matmul_i8_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     const rl_mat *W = a->W;
     int M = W->rows, K = W->cols, N = a->N;
-    int32_t acc[16];
+    int32_t acc[4 * 16];
     if (N > FEW_ROWS && cpu_K->gemm_i8) {
         const char *p = a->panels ? (const char *)a->panels + (size_t)(lo / PANEL_ROWS) * panel_bytes(DT_I8, K) : NULL;
         cpu_K->gemm_i8(a->out + lo, (size_t)M, a->xq8, a->xscale, N, (const int8_t *)W->data + (size_t)lo * K, p,
                        W->scales + lo, hi - lo, K);
         return;
     }
-    for (int m0 = lo; m0 < hi; m0 += 4) {
-        int nw = hi - m0 < 4 ? hi - m0 : 4;
+    for (int m0 = lo; m0 < hi; m0 += 16) {
+        int nw = hi - m0 < 16 ? hi - m0 : 16;
         for (int n0 = 0; n0 < N; n0 += 4) {
             int nx = N - n0 < 4 ? N - n0 : 4;
             cpu_K->dots_i8(acc, a->xq8 + (size_t)n0 * K, (size_t)K, nx, (const int8_t *)W->data + (size_t)m0 * K,

@@ -40,8 +40,8 @@ typedef struct {
     // One row x (K) to fp8 e4m3 (ops.h ACT_FP8), the values kept as f32: q (K); returns its scale.
     float (*quant_fp8)(float *q, const float *x, int K);
     // out[j·nw + i] = Σ_k x[j·ldx + k] · w[i·ldw + k], exact in int32, for
-    // j < nx and i < nw (each 1 to 4): int8 input rows against int8 weight
-    // rows, all values in [-127, 127] as quantization gives them.
+    // j < nx (1 to 4) and i < nw (1 to 16): int8 input rows against int8
+    // weight rows, all values in [-127, 127] as quantization gives them.
     void (*dots_i8)(int32_t *out, const int8_t *x, size_t ldx, int nx, const int8_t *w, size_t ldw, int nw, int K);
     // Many input rows (NULL where a build has no faster way than dots_i8):
     // out[n·ldo + m] = (float)(Σ_k x[n·K + k] w[m·K + k]) · sw[m] · sx[n] for

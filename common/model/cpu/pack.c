@@ -24,12 +24,12 @@ void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0,
     size_t pb = panel_bytes(dt, K);
     for (int p = p0; p < p1; p++) {
         char *P = (char *)panels + (size_t)p * pb;
-        memset(P, 0, pb);
         int rows = M - p * PANEL_ROWS < PANEL_ROWS ? M - p * PANEL_ROWS : PANEL_ROWS;
-        if (dt == DT_I8) {   // the layout of the int8 products' own packing
+        if (dt == DT_I8) {   // the layout of the int8 products' own packing (which clears the panel)
             pack4_i8((int8_t *)P, (const int8_t *)w + (size_t)p * PANEL_ROWS * K, (size_t)K, rows, K, PANEL_ROWS);
             continue;
         }
+        memset(P, 0, pb);
         for (int i = 0; i < rows; i++) {   // row by row: reads in order, writes in one panel (L1)
             size_t row = (size_t)(p * PANEL_ROWS + i) * K;
             if (dt == DT_F32) {
@@ -113,7 +113,7 @@ const void *cpu_panels(const rl_mat *W) {
     size_t bytes = (size_t)np * panel_bytes(W->dtype, W->cols);
     pack_args a = {.panels = take_buffer(bytes), .W = W};
     pthread_mutex_unlock(&mu);
-    pool_for(np, 1, 8, pack_part, &a);   // every byte: pack_panels clears each panel first
+    pool_for(np, 1, 8, pack_part, &a);   // every byte: each panel is cleared as it is packed
     pthread_mutex_lock(&mu);
     if (ntab == captab) {
         captab = captab ? 2 * captab : 64;
