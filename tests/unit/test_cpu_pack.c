@@ -4,7 +4,7 @@
 // uploads and after a free and a new matrix in its place, and the same
 // values as the product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32
 // rounding; a matrix not fixed, written in place, is never read from
-// panels; W8A8 int8 products (read from panels with AMX) keep the bits of
+// stale panels (products of many rows pack panels for themselves); W8A8 int8 products (read from panels with AMX) keep the bits of
 // the product without panels through every upload. Each case runs on the
 // processor's best build of the kernels and on its AVX2 build (whose
 // panels are read 8 lanes at a time); on a processor with neither there
@@ -22,6 +22,7 @@
 #include "rng.h"
 
 enum { N = 24, M = 70, K = 96 };   // more input rows than decoding's few-row kernels take
+enum { MANY = 2048 };              // rows from which cpu.c packs a matrix not fixed for one product (ONCE_ROWS)
 
 // Rows [r0, r1) of w (M, K) new random values, at dt's precision
 static void new_rows(float *w, int r0, int r1, rl_dtype dt, rl_rng *r) {
@@ -41,14 +42,14 @@ static void upload_rows(const rl_ops *o, const rl_mat *W, const float *w, int r0
     free(host);
 }
 
-// x · Wᵀ from the backend against x · wᵀ in double, within 1e-5 of Σ|x w|
-static void check_product(const rl_ops *o, const rl_mat *W, float *dx, float *dout, const float *x, const float *w,
-                          const char *when) {
-    float *out = malloc(N * M * sizeof *out);
-    o->upload(dx, x, N * K * 4);
-    o->matmul(dout, dx, W, NULL, N);
-    o->download(out, dout, N * M * 4);
-    for (int n = 0; n < N; n++)
+// x (rows, K) · Wᵀ from the backend against x · wᵀ in double, within 1e-5 of Σ|x w|
+static void check_rows(const rl_ops *o, const rl_mat *W, float *dx, float *dout, const float *x, const float *w,
+                       int rows, const char *when) {
+    float *out = malloc((size_t)rows * M * sizeof *out);
+    o->upload(dx, x, (size_t)rows * K * 4);
+    o->matmul(dout, dx, W, NULL, rows);
+    o->download(out, dout, (size_t)rows * M * 4);
+    for (int n = 0; n < rows; n++)
         for (int m = 0; m < M; m++) {
             double want = 0, mag = 0;
             for (int k = 0; k < K; k++) {
@@ -59,6 +60,11 @@ static void check_product(const rl_ops *o, const rl_mat *W, float *dx, float *do
                   dt_name(W->dtype), when, n, m, out[n * M + m], want);
         }
     free(out);
+}
+
+static void check_product(const rl_ops *o, const rl_mat *W, float *dx, float *dout, const float *x, const float *w,
+                          const char *when) {
+    check_rows(o, W, dx, dout, x, w, N, when);
 }
 
 static void products_follow_every_upload_into_the_matrix(void) {
@@ -142,25 +148,28 @@ static void int8_products_follow_every_upload_into_the_matrix(void) {
 }
 
 // A matrix not fixed (ops.h rl_mat: a trained one) may be written by ops in
-// place, as the optimizer writes the learner's weights: no panels, so the
-// next product sees the new values.
+// place, as the optimizer writes the learner's weights: no panels kept, so
+// the next product sees the new values, at a few rows (read from the rows)
+// and at many (panels packed for each product, their buffer used again).
 static void a_matrix_written_in_place_is_never_read_from_panels(void) {
     const rl_ops *o = ops_cpu();
     rl_rng r;
     rng_seed(&r, 12);
-    float *w = malloc(M * K * sizeof *w), *x = malloc(N * K * sizeof *x), *step = malloc(M * K * sizeof *step);
-    for (int i = 0; i < N * K; i++) x[i] = (float)rng_normal(&r);
-    float *dx = o->alloc(N * K * 4), *dout = o->alloc(N * M * 4), *dstep = o->alloc(M * K * 4);
+    float *w = malloc(M * K * sizeof *w), *x = malloc((size_t)MANY * K * sizeof *x), *step = malloc(M * K * sizeof *step);
+    for (int i = 0; i < MANY * K; i++) x[i] = (float)rng_normal(&r);
+    float *dx = o->alloc((size_t)MANY * K * 4), *dout = o->alloc((size_t)MANY * M * 4), *dstep = o->alloc(M * K * 4);
     unsetenv("RLPIPE_CPU_PANELS");
     rl_mat W = {.dtype = DT_F32, .rows = M, .cols = K, .data = o->alloc(M * K * 4), .fixed = 0};
     new_rows(w, 0, M, DT_F32, &r);
     upload_rows(o, &W, w, 0, M);
     check_product(o, &W, dx, dout, x, w, "before the step");
+    check_rows(o, &W, dx, dout, x, w, MANY, "many rows, before the step");
     new_rows(step, 0, M, DT_F32, &r);
     o->upload(dstep, step, M * K * 4);
     o->add(W.data, dstep, (size_t)M * K);   // in place, not through upload
     o->download(w, W.data, M * K * 4);
     check_product(o, &W, dx, dout, x, w, "after a step in place");
+    check_rows(o, &W, dx, dout, x, w, MANY, "many rows, after a step in place");
     o->free(W.data), o->free(dx), o->free(dout), o->free(dstep);
     free(w), free(x), free(step);
 }

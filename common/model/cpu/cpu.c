@@ -26,6 +26,14 @@ void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 #define FEW_ROWS 4
 // Weight rows converted to f32 per sgemm call when weights are not f32.
 #define TILE_ROWS 128
+// Products of at least this many rows on a matrix that is not fixed (a
+// learner's) pack its panels for themselves, the packing (reading and
+// writing the matrix once) a few % of the product's time there. One
+// thread, f32, N × 1536 × 576 (bench/forward gemm): on an Intel Xeon the
+// panels ran at 1.05 to 1.11 times OpenBLAS sgemm's GFLOP/s at N = 256 and
+// 2048, the rows at 0.68 to 0.80; on the AMD EPYC (AVX-512) panels 1.14
+// times the rows at N = 4096 (bench/RESULTS.md).
+#define ONCE_ROWS 1024
 
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
@@ -212,6 +220,7 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
     args a = {.out = out, .x = x, .W = W, .vec = bias, .N = N};
     pool_fn part = N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
     int K = W->cols;
+    void *once = NULL;   // panels made for this product alone
     quant_args q = {.x = x, .K = K, .act = W->act};
     if (W->act != ACT_F32) {   // the input's rows quantized once, before the weight rows are shared out
         q.scale = xmalloc((size_t)N * sizeof(float));
@@ -225,9 +234,11 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
         if (W->act == ACT_I8 && N > FEW_ROWS && cpu_K->i8_panels) a.panels = cpu_panels(W);
     } else if (N > FEW_ROWS && (cpu_K->panels_for >> W->dtype & 1)) {
         a.panels = cpu_panels(W);
+        if (!a.panels && N >= ONCE_ROWS) a.panels = once = cpu_panels_once(W);
     }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
     else pool_for(W->rows, PANEL_ROWS, 0, part, &a);
+    cpu_panels_release(once, W);
     free(q.scale);
     free(q.q8);
     free(q.qf);

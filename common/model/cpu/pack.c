@@ -86,6 +86,15 @@ typedef struct {
     const rl_mat *W;
 } pack_args;
 
+// Keeps the buffer p of bytes as a spare. Called under mu.
+static void keep_spare(void *p, size_t bytes) {
+    if (nspares == capspares) {
+        capspares = capspares ? 2 * capspares : 64;
+        spares = xrealloc(spares, capspares * sizeof *spares);
+    }
+    spares[nspares++] = (spare){p, bytes};
+}
+
 static void pack_part(void *ctx, int lo, int hi) {
     const pack_args *a = ctx;
     pack_panels(a->panels, a->W->data, a->W->dtype, a->W->rows, a->W->cols, lo, hi);
@@ -98,9 +107,32 @@ static int panels_allowed(void) {
     return !(e && strcmp(e, "0") == 0);
 }
 
+static int packable(const rl_mat *W) {
+    return panels_allowed() && (W->dtype == DT_BF16 || W->dtype == DT_F32 || W->dtype == DT_I8);
+}
+
+static size_t panels_size(const rl_mat *W) {
+    return (size_t)((W->rows + PANEL_ROWS - 1) / PANEL_ROWS) * panel_bytes(W->dtype, W->cols);
+}
+
+void *cpu_panels_once(const rl_mat *W) {
+    if (!packable(W)) return NULL;
+    pthread_mutex_lock(&mu);
+    pack_args a = {.panels = take_buffer(panels_size(W)), .W = W};
+    pthread_mutex_unlock(&mu);
+    pool_for((W->rows + PANEL_ROWS - 1) / PANEL_ROWS, 1, 8, pack_part, &a);
+    return a.panels;
+}
+
+void cpu_panels_release(void *panels, const rl_mat *W) {
+    if (!panels) return;
+    pthread_mutex_lock(&mu);
+    keep_spare(panels, panels_size(W));
+    pthread_mutex_unlock(&mu);
+}
+
 const void *cpu_panels(const rl_mat *W) {
-    if (!W->fixed || !panels_allowed() || (W->dtype != DT_BF16 && W->dtype != DT_F32 && W->dtype != DT_I8))
-        return NULL;
+    if (!W->fixed || !packable(W)) return NULL;
     pthread_mutex_lock(&mu);
     for (size_t i = 0; i < ntab; i++)
         if (tab[i].data == W->data && tab[i].rows == W->rows && tab[i].cols == W->cols &&
@@ -109,11 +141,10 @@ const void *cpu_panels(const rl_mat *W) {
             pthread_mutex_unlock(&mu);
             return p;
         }
-    int np = (W->rows + PANEL_ROWS - 1) / PANEL_ROWS;
-    size_t bytes = (size_t)np * panel_bytes(W->dtype, W->cols);
+    size_t bytes = panels_size(W);
     pack_args a = {.panels = take_buffer(bytes), .W = W};
     pthread_mutex_unlock(&mu);
-    pool_for(np, 1, 8, pack_part, &a);   // every byte: each panel is cleared as it is packed
+    pool_for((W->rows + PANEL_ROWS - 1) / PANEL_ROWS, 1, 8, pack_part, &a);   // every byte: each panel is cleared as it is packed
     pthread_mutex_lock(&mu);
     if (ntab == captab) {
         captab = captab ? 2 * captab : 64;
@@ -134,11 +165,7 @@ void cpu_panels_forget(const void *p, size_t bytes, int freed) {
             if (freed) {
                 cpu_mem_free(tab[i].panels);
             } else {
-                if (nspares == capspares) {
-                    capspares = capspares ? 2 * capspares : 64;
-                    spares = xrealloc(spares, capspares * sizeof *spares);
-                }
-                spares[nspares++] = (spare){tab[i].panels, tab[i].pbytes};
+                keep_spare(tab[i].panels, tab[i].pbytes);
             }
             tab[i] = tab[--ntab];
         } else {

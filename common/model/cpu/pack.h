@@ -51,6 +51,15 @@ void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0,
 // then reads the rows as stored).
 const void *cpu_panels(const rl_mat *W);
 
+// The panels of the f32, bf16 or int8 matrix W, fixed or not, made now for
+// one product (spread over the threads): for a learner's matrices, which
+// AdamW writes in place at every step. Given back with cpu_panels_release,
+// which keeps the buffer for the next panels of its size (fresh memory
+// costs a page fault and a cleared page each time). NULL when
+// RLPIPE_CPU_PANELS=0 forbids them.
+void *cpu_panels_once(const rl_mat *W);
+void cpu_panels_release(void *panels, const rl_mat *W);
+
 // Forgets the panels of every matrix whose data overlaps [p, p + bytes):
 // when freed (the matrix's memory is given back) they and every spare are
 // freed, else (it is written) they are kept as spares for the next panels of
