@@ -217,20 +217,22 @@ static void many_row_float_products_match_a_double_reference(void) {
 // double sums: scores S (G, T) = scale · q Kᵀ within 1e-5 of Σ|q k|, and the
 // mix o (G, HS) = P V within 1e-5 of Σ|p v|. Key/value rows sit at a stride
 // wider than a head (the other heads between them); the shapes cover G from
-// 1 to 7 (groups of 3 heads and fewer), HS of whole vectors of 32 and 8 and
-// a tail, T from 1 key to beyond the rows fetched ahead, and one row short
-// of a block of 4 keys. Nothing is written past G·T scores or G·HS outputs.
+// 1 to 7 (groups of 3 heads and fewer), HS of whole vectors of 64, 32, 16
+// and 8 and a tail, T from 1 key to beyond the rows fetched ahead, and one
+// row short of a block of 4 keys. Nothing is written past G·T scores or G·HS
+// outputs. The AVX-512 builds' mix has the AVX2 build's bits (each column
+// summed over t in the same order by FMA).
 static void decode_attention_products_on_a_bf16_cache_match_a_double_reference(void) {
     rl_rng r;
     rng_seed(&r, 11);
     const int shapes[][3] = {{1, 1, 8}, {3, 1, 64}, {3, 5, 64}, {2, 7, 12}, {7, 37, 128}, {4, 64, 40},
-                             {3, 150, 64}, {1, 3, 3}, {5, 21, 100}};
+                             {3, 150, 64}, {1, 3, 3}, {5, 21, 100}, {3, 9, 80}, {2, 6, 24}, {4, 19, 136}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         int G = shapes[c][0], T = shapes[c][1], HS = shapes[c][2];
         size_t ld = (size_t)HS * 3 + 5, extra = 16;
         float *q = malloc((size_t)G * HS * sizeof(float)), *P = malloc((size_t)G * T * sizeof(float));
         float *S = malloc(((size_t)G * T + extra) * sizeof(float));
-        float *o = malloc(((size_t)G * HS + extra) * sizeof(float));
+        float *o = malloc(((size_t)G * HS + extra) * sizeof(float)), *o2 = NULL;   // o2: the AVX2 build's
         uint16_t *K = malloc((size_t)T * ld * 2), *V = malloc((size_t)T * ld * 2);
         for (size_t i = 0; i < (size_t)G * HS; i++) q[i] = bf16_to_f32(f32_to_bf16((float)rng_normal(&r)));
         for (size_t i = 0; i < (size_t)G * T; i++) P[i] = (float)rng_uniform(&r) / (float)T;
@@ -268,12 +270,19 @@ static void decode_attention_products_on_a_bf16_cache_match_a_double_reference(v
                           B->name, G, T, HS, g, d, got, want);
                 }
             }
+            if (strcmp(B->name, "avx2") == 0) {
+                o2 = malloc((size_t)G * HS * sizeof(float));
+                memcpy(o2, o, (size_t)G * HS * sizeof(float));
+            } else if (o2 && strncmp(B->name, "avx512", 6) == 0) {
+                CHECK(memcmp(o, o2, (size_t)G * HS * sizeof(float)) == 0, "%s mix: G %d, T %d, HS %d: not avx2's bits",
+                      B->name, G, T, HS);
+            }
             for (size_t i = 0; i < extra; i++) {
                 CHECK(S[(size_t)G * T + i] == -7.0f, "%s scores: G %d, T %d, HS %d wrote past G·T", B->name, G, T, HS);
                 CHECK(o[(size_t)G * HS + i] == -7.0f, "%s mix: G %d, T %d, HS %d wrote past G·HS", B->name, G, T, HS);
             }
         }
-        free(q), free(P), free(S), free(o), free(K), free(V);
+        free(q), free(P), free(S), free(o), free(o2), free(K), free(V);
     }
 }
 

@@ -1328,6 +1328,100 @@ AVX512 static void round_bf16_avx512(float *x, int n) {
     }
 }
 
+// ---- Decoding attention on 16 lanes (kernels.h kv_scores, kv_mix) ------------
+// The AVX2 build's loops on 16 lanes: scores of 4 keys for up to 3 query
+// heads (12 accumulators), their lanes summed 4 keys at a time (hsum4x16);
+// the mix 64 columns at a time for up to 3 heads, each column's sum over t in
+// the same order by FMA as the AVX2 build's, so the mix has its bits. The
+// key and value rows KV_AHEAD ahead are fetched as there.
+AVX512 static inline __attribute__((always_inline)) void scores4_avx512(float *S, int T, const float *q, int gn,
+                                                                       const uint16_t *const k[4], int HS,
+                                                                       float scale, int nt) {
+    __m512 acc[3][4];
+    for (int g = 0; g < 3; g++)
+        for (int j = 0; j < 4; j++) acc[g][j] = _mm512_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= HS; d += 16)
+        for (int j = 0; j < 4; j++) {
+            __m512 kv = load16((const char *)k[j], d, 0, DT_BF16, 0);
+            for (int g = 0; g < gn; g++)
+                acc[g][j] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)g * HS + d), kv, acc[g][j]);
+        }
+    for (int g = 0; g < gn; g++) {
+        float s[4];
+        _mm_storeu_ps(s, hsum4x16(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));
+        for (int j = 0; j < nt; j++) {
+            for (int e = d; e < HS; e++) s[j] += q[(size_t)g * HS + e] * bf16_to_f32(k[j][e]);
+            S[(size_t)g * T + j] = s[j] * scale;
+        }
+    }
+}
+
+AVX512 static void kv_scores_avx512(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS,
+                                    float scale) {
+    for (int g0 = 0; g0 < G; g0 += 3) {
+        int gn = G - g0 < 3 ? G - g0 : 3;
+        for (int t0 = 0; t0 < T; t0 += 4) {
+            int nt = T - t0 < 4 ? T - t0 : 4;
+            const uint16_t *k[4];
+            for (int j = 0; j < 4; j++) k[j] = K + (size_t)(t0 + (j < nt ? j : nt - 1)) * ld;
+            for (int j = 0; g0 == 0 && j < 4 && t0 + KV_AHEAD + j < T; j++)
+                kv_fetch(K + (size_t)(t0 + KV_AHEAD + j) * ld, HS);
+            float *s = S + (size_t)g0 * T + t0;
+            const float *qg = q + (size_t)g0 * HS;
+            if (gn == 3) scores4_avx512(s, T, qg, 3, k, HS, scale, nt);
+            else if (gn == 2) scores4_avx512(s, T, qg, 2, k, HS, scale, nt);
+            else scores4_avx512(s, T, qg, 1, k, HS, scale, nt);
+        }
+    }
+}
+
+// o (gn, 16·w columns from d0) = P (gn, T) · V's columns (w: 1 or 4)
+AVX512 static inline __attribute__((always_inline)) void mix_avx512(float *o, const float *P, int T, int gn,
+                                                                   const uint16_t *V, size_t ld, int HS, int d0,
+                                                                   int w) {
+    __m512 acc[3][4];
+    for (int g = 0; g < 3; g++)
+        for (int i = 0; i < 4; i++) acc[g][i] = _mm512_setzero_ps();
+    for (int t = 0; t < T; t++) {
+        const uint16_t *v = V + (size_t)t * ld;
+        if (d0 == 0 && t + KV_AHEAD < T) kv_fetch(v + KV_AHEAD * ld, HS);
+        __m512 p[3];
+        for (int g = 0; g < gn; g++) p[g] = _mm512_set1_ps(P[(size_t)g * T + t]);
+        for (int i = 0; i < w; i++) {
+            __m512 x = load16((const char *)v, d0 + 16 * i, 0, DT_BF16, 0);
+            for (int g = 0; g < gn; g++) acc[g][i] = _mm512_fmadd_ps(p[g], x, acc[g][i]);
+        }
+    }
+    for (int g = 0; g < gn; g++)
+        for (int i = 0; i < w; i++) _mm512_storeu_ps(o + (size_t)g * HS + d0 + 16 * i, acc[g][i]);
+}
+
+#define KV_MIX512(W)                                                           \
+    switch (gn) {                                                              \
+    case 1: mix_avx512(og, Pg, T, 1, V, ld, HS, d0, W); break;                \
+    case 2: mix_avx512(og, Pg, T, 2, V, ld, HS, d0, W); break;                \
+    default: mix_avx512(og, Pg, T, 3, V, ld, HS, d0, W); break;               \
+    }
+
+// Columns 64 at a time, then 16, then the AVX2 build's 8 and one by one.
+AVX512 static void kv_mix_avx512(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS) {
+    for (int g0 = 0; g0 < G; g0 += 3) {
+        int gn = G - g0 < 3 ? G - g0 : 3, d0 = 0;
+        float *og = o + (size_t)g0 * HS;
+        const float *Pg = P + (size_t)g0 * T;
+        for (; d0 + 64 <= HS; d0 += 64) KV_MIX512(4)
+        for (; d0 + 16 <= HS; d0 += 16) KV_MIX512(1)
+        for (; d0 + 8 <= HS; d0 += 8) KV_MIX(1)
+        for (; d0 < HS; d0++)
+            for (int g = 0; g < gn; g++) {
+                float s = 0;
+                for (int t = 0; t < T; t++) s = fmaf(Pg[(size_t)g * T + t], bf16_to_f32(V[(size_t)t * ld + d0]), s);
+                og[(size_t)g * HS + d0] = s;
+            }
+    }
+}
+
 // Each thread's copy of a block of a product's input rows in bf16 (GEMM_NB x K)
 static __thread uint16_t *gemm_xb;
 static __thread size_t gemm_xb_n;
@@ -1563,6 +1657,8 @@ static const cpu_kernels *cpu_kernels_vnni(void) {
         k.gemm = bf16 ? gemm_avx512bf16 : gemm_avx512;
         k.gemm_panels = bf16 ? gemm_panels_avx512bf16 : gemm_panels_avx512;
         k.round_bf16 = round_bf16_avx512;
+        k.kv_scores = kv_scores_avx512;
+        k.kv_mix = kv_mix_avx512;
     }
     return &k;
 }
