@@ -635,6 +635,46 @@ AVX2 static inline void kv_fetch(const uint16_t *row, int HS) {
     for (int d = 0; d < HS; d += 32) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
 }
 
+// The scores s[0 .. nt) of one query head q, summed over the elements
+// before d, finished over the rest and stored scaled into S.
+static inline void scores_store(float *S, float *s, const float *q, const uint16_t *const k[4], int d, int HS,
+                                float scale, int nt) {
+    for (int j = 0; j < nt; j++) {
+        for (int e = d; e < HS; e++) s[j] += q[e] * bf16_to_f32(k[j][e]);
+        S[j] = s[j] * scale;
+    }
+}
+
+// The columns [d0, HS) of the mix one by one (fmaf, in the vector builds' order)
+static void mix_columns(float *og, const float *Pg, int T, int gn, const uint16_t *V, size_t ld, int HS, int d0) {
+    for (; d0 < HS; d0++)
+        for (int g = 0; g < gn; g++) {
+            float s = 0;
+            for (int t = 0; t < T; t++) s = fmaf(Pg[(size_t)g * T + t], bf16_to_f32(V[(size_t)t * ld + d0]), s);
+            og[(size_t)g * HS + d0] = s;
+        }
+}
+
+// Keys 4 at a time for up to 3 query heads at a time, each block by SCORES4
+// (a build's scores4_*): the keys are read from memory once for G ≤ 3
+// (SmolLM2, Qwen3's smaller models), from cache after.
+#define KV_SCORES_WALK(SCORES4)                                                        \
+    for (int g0 = 0; g0 < G; g0 += 3) {                                                \
+        int gn = G - g0 < 3 ? G - g0 : 3;                                              \
+        for (int t0 = 0; t0 < T; t0 += 4) {                                            \
+            int nt = T - t0 < 4 ? T - t0 : 4;                                          \
+            const uint16_t *k[4];                                                      \
+            for (int j = 0; j < 4; j++) k[j] = K + (size_t)(t0 + (j < nt ? j : nt - 1)) * ld; \
+            for (int j = 0; g0 == 0 && j < 4 && t0 + KV_AHEAD + j < T; j++)            \
+                kv_fetch(K + (size_t)(t0 + KV_AHEAD + j) * ld, HS);                    \
+            float *s = S + (size_t)g0 * T + t0;                                        \
+            const float *qg = q + (size_t)g0 * HS;                                     \
+            if (gn == 3) SCORES4(s, T, qg, 3, k, HS, scale, nt);                       \
+            else if (gn == 2) SCORES4(s, T, qg, 2, k, HS, scale, nt);                  \
+            else SCORES4(s, T, qg, 1, k, HS, scale, nt);                               \
+        }                                                                              \
+    }
+
 // Scores of 4 keys k[0..3] (the last repeated where fewer than 4 are left:
 // nt are stored) for gn (1 to 3) query heads at q: 12 accumulators of 8
 // lanes, each key's 8 elements widened once for the gn heads; the 4 keys'
@@ -657,32 +697,13 @@ AVX2 static inline __attribute__((always_inline)) void scores4_avx2(float *S, in
         __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[g][0], acc[g][1]), _mm256_hadd_ps(acc[g][2], acc[g][3]));
         float s[4];
         _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-        for (int j = 0; j < nt; j++) {
-            for (int e = d; e < HS; e++) s[j] += q[(size_t)g * HS + e] * bf16_to_f32(k[j][e]);
-            S[(size_t)g * T + j] = s[j] * scale;
-        }
+        scores_store(S + (size_t)g * T, s, q + (size_t)g * HS, k, d, HS, scale, nt);
     }
 }
 
-// Keys 4 at a time for up to 3 query heads at a time: the keys are read from
-// memory once for G ≤ 3 (SmolLM2, Qwen3's smaller models), from cache after.
 AVX2 static void kv_scores_avx2(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS,
                                 float scale) {
-    for (int g0 = 0; g0 < G; g0 += 3) {
-        int gn = G - g0 < 3 ? G - g0 : 3;
-        for (int t0 = 0; t0 < T; t0 += 4) {
-            int nt = T - t0 < 4 ? T - t0 : 4;
-            const uint16_t *k[4];
-            for (int j = 0; j < 4; j++) k[j] = K + (size_t)(t0 + (j < nt ? j : nt - 1)) * ld;
-            for (int j = 0; g0 == 0 && j < 4 && t0 + KV_AHEAD + j < T; j++)
-                kv_fetch(K + (size_t)(t0 + KV_AHEAD + j) * ld, HS);
-            float *s = S + (size_t)g0 * T + t0;
-            const float *qg = q + (size_t)g0 * HS;
-            if (gn == 3) scores4_avx2(s, T, qg, 3, k, HS, scale, nt);
-            else if (gn == 2) scores4_avx2(s, T, qg, 2, k, HS, scale, nt);
-            else scores4_avx2(s, T, qg, 1, k, HS, scale, nt);
-        }
-    }
+    KV_SCORES_WALK(scores4_avx2)
 }
 
 // o (gn, 8·w columns from d0) = P (gn, T) · V's columns, for gn (1 to 3)
@@ -722,12 +743,7 @@ AVX2 static void kv_mix_avx2(float *o, const float *P, int G, int T, const uint1
         const float *Pg = P + (size_t)g0 * T;
         for (; d0 + 32 <= HS; d0 += 32) KV_MIX(4)
         for (; d0 + 8 <= HS; d0 += 8) KV_MIX(1)
-        for (; d0 < HS; d0++)
-            for (int g = 0; g < gn; g++) {
-                float s = 0;
-                for (int t = 0; t < T; t++) s = fmaf(Pg[(size_t)g * T + t], bf16_to_f32(V[(size_t)t * ld + d0]), s);
-                og[(size_t)g * HS + d0] = s;
-            }
+        mix_columns(og, Pg, T, gn, V, ld, HS, d0);
     }
 }
 
@@ -1350,30 +1366,13 @@ AVX512 static inline __attribute__((always_inline)) void scores4_avx512(float *S
     for (int g = 0; g < gn; g++) {
         float s[4];
         _mm_storeu_ps(s, hsum4x16(acc[g][0], acc[g][1], acc[g][2], acc[g][3]));
-        for (int j = 0; j < nt; j++) {
-            for (int e = d; e < HS; e++) s[j] += q[(size_t)g * HS + e] * bf16_to_f32(k[j][e]);
-            S[(size_t)g * T + j] = s[j] * scale;
-        }
+        scores_store(S + (size_t)g * T, s, q + (size_t)g * HS, k, d, HS, scale, nt);
     }
 }
 
 AVX512 static void kv_scores_avx512(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS,
                                     float scale) {
-    for (int g0 = 0; g0 < G; g0 += 3) {
-        int gn = G - g0 < 3 ? G - g0 : 3;
-        for (int t0 = 0; t0 < T; t0 += 4) {
-            int nt = T - t0 < 4 ? T - t0 : 4;
-            const uint16_t *k[4];
-            for (int j = 0; j < 4; j++) k[j] = K + (size_t)(t0 + (j < nt ? j : nt - 1)) * ld;
-            for (int j = 0; g0 == 0 && j < 4 && t0 + KV_AHEAD + j < T; j++)
-                kv_fetch(K + (size_t)(t0 + KV_AHEAD + j) * ld, HS);
-            float *s = S + (size_t)g0 * T + t0;
-            const float *qg = q + (size_t)g0 * HS;
-            if (gn == 3) scores4_avx512(s, T, qg, 3, k, HS, scale, nt);
-            else if (gn == 2) scores4_avx512(s, T, qg, 2, k, HS, scale, nt);
-            else scores4_avx512(s, T, qg, 1, k, HS, scale, nt);
-        }
-    }
+    KV_SCORES_WALK(scores4_avx512)
 }
 
 // o (gn, 16·w columns from d0) = P (gn, T) · V's columns (w: 1 or 4)
@@ -1413,12 +1412,7 @@ AVX512 static void kv_mix_avx512(float *o, const float *P, int G, int T, const u
         for (; d0 + 64 <= HS; d0 += 64) KV_MIX512(4)
         for (; d0 + 16 <= HS; d0 += 16) KV_MIX512(1)
         for (; d0 + 8 <= HS; d0 += 8) KV_MIX(1)
-        for (; d0 < HS; d0++)
-            for (int g = 0; g < gn; g++) {
-                float s = 0;
-                for (int t = 0; t < T; t++) s = fmaf(Pg[(size_t)g * T + t], bf16_to_f32(V[(size_t)t * ld + d0]), s);
-                og[(size_t)g * HS + d0] = s;
-            }
+        mix_columns(og, Pg, T, gn, V, ld, HS, d0);
     }
 }
 
