@@ -4,8 +4,9 @@
 // uploads and after a free and a new matrix in its place, and the same
 // values as the product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32
 // rounding; a matrix not fixed, written in place, is never read from
-// stale panels (products of many rows pack panels for themselves); W8A8 int8 products (read from panels with AMX) keep the bits of
-// the product without panels through every upload. Each case runs on the
+// stale panels (products of many rows pack panels for themselves); W8A8
+// int8 products (read from panels with AMX) keep the bits of the product
+// without panels through every upload. Each case runs on the
 // processor's best build of the kernels and on its AVX2 build (whose
 // panels are read 8 lanes at a time); on a processor with neither there
 // are no panels, and the same checks test the rows' product.
@@ -155,7 +156,8 @@ static void a_matrix_written_in_place_is_never_read_from_panels(void) {
     const rl_ops *o = ops_cpu();
     rl_rng r;
     rng_seed(&r, 12);
-    float *w = malloc(M * K * sizeof *w), *x = malloc((size_t)MANY * K * sizeof *x), *step = malloc(M * K * sizeof *step);
+    float *w = malloc(M * K * sizeof *w), *step = malloc(M * K * sizeof *step);
+    float *x = malloc((size_t)MANY * K * sizeof *x);
     for (int i = 0; i < MANY * K; i++) x[i] = (float)rng_normal(&r);
     float *dx = o->alloc((size_t)MANY * K * 4), *dout = o->alloc((size_t)MANY * M * 4), *dstep = o->alloc(M * K * 4);
     unsetenv("RLPIPE_CPU_PANELS");

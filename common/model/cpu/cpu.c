@@ -32,7 +32,8 @@ void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 // thread, f32, N × 1536 × 576 (bench/forward gemm): on an Intel Xeon the
 // panels ran at 1.05 to 1.11 times OpenBLAS sgemm's GFLOP/s at N = 256 and
 // 2048, the rows at 0.68 to 0.80; on the AMD EPYC (AVX-512) panels 1.14
-// times the rows at N = 4096 (bench/RESULTS.md).
+// times the rows at N = 4096 (bench/RESULTS.md). At 256 and 512 rows (2
+// threads, the weights in cache) the packing cost what the panels gained.
 #define ONCE_ROWS 1024
 
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }

@@ -194,8 +194,8 @@ static const cpu_kernels *cpu_kernels_portable(void) {
 // bytes this far ahead of the ones they read (prefetcht0), which the
 // hardware prefetcher alone does not keep up with. One-slot decoding of
 // SmolLM2-135M on 2 threads of an Intel Xeon (AMX; bench/RESULTS.md): int8
-// 107 -> 130 to 146 tokens/s, bf16 55 -> 67 to 72; f32, at the memory's
-// speed already, unchanged. Prefetches past a matrix's end are harmless (a
+// 101 to 110 -> 151 to 157 tokens/s, bf16 52 to 55 -> 74 to 80; f32, at
+// the memory's speed already, unchanged. Prefetches past a matrix's end are harmless (a
 // hint never faults).
 enum { AHEAD_ROW = 2048, AHEAD_I8 = 4096 };
 

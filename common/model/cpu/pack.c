@@ -144,7 +144,8 @@ const void *cpu_panels(const rl_mat *W) {
     size_t bytes = panels_size(W);
     pack_args a = {.panels = take_buffer(bytes), .W = W};
     pthread_mutex_unlock(&mu);
-    pool_for((W->rows + PANEL_ROWS - 1) / PANEL_ROWS, 1, 8, pack_part, &a);   // every byte: each panel is cleared as it is packed
+    // every byte: each panel is cleared as it is packed
+    pool_for((W->rows + PANEL_ROWS - 1) / PANEL_ROWS, 1, 8, pack_part, &a);
     pthread_mutex_lock(&mu);
     if (ntab == captab) {
         captab = captab ? 2 * captab : 64;
