@@ -115,14 +115,17 @@ static size_t panels_size(const rl_mat *W) {
     return (size_t)((W->rows + PANEL_ROWS - 1) / PANEL_ROWS) * panel_bytes(W->dtype, W->cols);
 }
 
-void *cpu_panels_once(const rl_mat *W) {
-    if (!packable(W)) return NULL;
+// W packed now (spread over the threads) into a buffer of panels' size
+static void *pack_new(const rl_mat *W) {
     pthread_mutex_lock(&mu);
     pack_args a = {.panels = take_buffer(panels_size(W)), .W = W};
     pthread_mutex_unlock(&mu);
+    // every byte: each panel is cleared as it is packed
     pool_for((W->rows + PANEL_ROWS - 1) / PANEL_ROWS, 1, 8, pack_part, &a);
     return a.panels;
 }
+
+void *cpu_panels_once(const rl_mat *W) { return packable(W) ? pack_new(W) : NULL; }
 
 void cpu_panels_release(void *panels, const rl_mat *W) {
     if (!panels) return;
@@ -141,20 +144,17 @@ const void *cpu_panels(const rl_mat *W) {
             pthread_mutex_unlock(&mu);
             return p;
         }
-    size_t bytes = panels_size(W);
-    pack_args a = {.panels = take_buffer(bytes), .W = W};
     pthread_mutex_unlock(&mu);
-    // every byte: each panel is cleared as it is packed
-    pool_for((W->rows + PANEL_ROWS - 1) / PANEL_ROWS, 1, 8, pack_part, &a);
+    void *p = pack_new(W);
     pthread_mutex_lock(&mu);
     if (ntab == captab) {
         captab = captab ? 2 * captab : 64;
         tab = xrealloc(tab, captab * sizeof *tab);
     }
     tab[ntab++] = (packed){W->data, (size_t)W->rows * W->cols * dt_size(W->dtype), W->rows, W->cols, W->dtype,
-                           a.panels, bytes};
+                           p, panels_size(W)};
     pthread_mutex_unlock(&mu);
-    return a.panels;
+    return p;
 }
 
 void cpu_panels_forget(const void *p, size_t bytes, int freed) {
