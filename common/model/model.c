@@ -751,9 +751,12 @@ static void group_free(model_t *m, wgroup *g, wbuf_table_fn *table) {
 }
 
 // Group g for N tokens: one zero-filled block of the backend for its table,
-// kept while later batches fit.
+// kept while later batches fit. Regrown by a quarter at least: batches of
+// varying sizes would otherwise map and clear a new block (hundreds of MB for
+// a learner) each time one is a little larger than all before it.
 static void group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N) {
     if (N <= g->cap) return;
+    if (g->cap && N < g->cap + g->cap / 4) N = g->cap + g->cap / 4;
     group_free(m, g, table);
     wbuf t[WT_MAX];
     size_t nt = table(m, (size_t)N, t), bytes = 0;

@@ -480,6 +480,17 @@ static void sumsq_accumulates_in_double_and_zero_clears(void) {
     double s = O->sumsq(x, n), e = fabs(s - ref) / ref;
     printf("# sumsq of %zu: relative error %.2e\n", n, e);
     CHECK(e <= 1e-12, "sumsq %.17g, reference %.17g", s, ref);
+    // Whole numbers: every partial sum is exact, so any order gives the
+    // reference's bits; lengths around the lanes and chunks miss no element.
+    for (size_t len = 1; len <= n; len = len < 40 ? len + 1 : len * 3 + 1) {
+        double whole = 0;
+        for (size_t i = 0; i < len; i++) {
+            x[i] = (float)((int)(i * 7919 % 2001) - 1000);
+            whole += (double)x[i] * x[i];
+        }
+        double got = O->sumsq(x, len);
+        CHECK(got == whole, "sumsq of %zu whole numbers %.17g, exactly %.17g", len, got, whole);
+    }
     O->zero(x, n);
     for (size_t i = 0; i < n; i++) CHECK(x[i] == 0, "element %zu is %g after zero", i, x[i]);
     CHECK(O->sumsq(x, n) == 0, "sumsq of zeros");

@@ -202,15 +202,33 @@ void cpu_zero(float *x, size_t n) {
     pool_for(chunks(n), 1, PAR_MIN / CHUNK, zero_part, &f);
 }
 
+// Σ x² of x[0, n) in double: element i into lane i % SQ_LANES, the lanes
+// then summed in a fixed tree. Each square of a float is exact in double, so
+// an FMA gives the same bits as a multiply and an add: every build (and any
+// vector width the compiler chooses) has the same sum. Eight chains, not
+// one: a single running sum waits on each add (4 cycles an element).
+// (Four pairs in registers: SSE2's width, which every x86-64 build has.)
+enum { SQ_LANES = 8 };
+typedef double sq_pair __attribute__((vector_size(16)));
+static double sumsq_lanes(const float *x, size_t n) {
+    sq_pair a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};   // lanes 0 1, 2 3, 4 5, 6 7
+    size_t i = 0;
+    for (; i + SQ_LANES <= n; i += SQ_LANES) {
+        const float *p = x + i;
+        sq_pair v0 = {p[0], p[1]}, v1 = {p[2], p[3]}, v2 = {p[4], p[5]}, v3 = {p[6], p[7]};
+        a0 += v0 * v0, a1 += v1 * v1, a2 += v2 * v2, a3 += v3 * v3;
+    }
+    double l[SQ_LANES] = {a0[0], a0[1], a1[0], a1[1], a2[0], a2[1], a3[0], a3[1]};
+    for (int k = 0; i < n; i++, k++) l[k] += (double)x[i] * x[i];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 static void sumsq_part(void *ctx, int lo, int hi) {
     const flat *f = ctx;
     for (int c = lo; c < hi; c++) {
         size_t i0, i1;
         chunk_range(f, c, c + 1, &i0, &i1);
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = i0; i < i1; i++) s += (double)f->g[i] * f->g[i];
-        f->part[c] = s;
+        f->part[c] = sumsq_lanes(f->g + i0, i1 - i0);
     }
 }
 
