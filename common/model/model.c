@@ -812,6 +812,14 @@ static void act_round(const model_t *m, float *x, size_t n) {
 // read first). The activations go to s; h (N, F) is the MLP's hidden product
 // (may be s->gate). with_cache: keys and values also go to the cache rows
 // m->rows, and attention reads the cache.
+// out[i] = x · W[i]ᵀ (+ bias[i]) for the n products of one input (ops.h matmul_many).
+static void matmul_many(const rl_ops *o, float *const *out, const float *x, const rl_mat *const *W,
+                        const float *const *bias, int n, int N) {
+    if (o->matmul_many) o->matmul_many(out, x, W, bias, n, N);
+    else
+        for (int i = 0; i < n; i++) o->matmul(out[i], x, W[i], bias[i], N);
+}
+
 static void layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
                           int with_cache) {
     const model_config *c = &m->c;
@@ -822,9 +830,9 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     float eps = (float)c->rms_eps;
     o->rmsnorm(s->n1, x, L->attn_norm, N, C, eps);
     act_round(m, s->n1, NC);
-    o->matmul(L->qn ? s->qr : s->q, s->n1, &L->q, L->bq, N);
-    o->matmul(L->kn ? s->kr : s->k, s->n1, &L->k, L->bk, N);
-    o->matmul(s->v, s->n1, &L->v, L->bv, N);
+    float *qkv[3] = {L->qn ? s->qr : s->q, L->kn ? s->kr : s->k, s->v};
+    matmul_many(o, qkv, s->n1, (const rl_mat *[3]){&L->q, &L->k, &L->v}, (const float *[3]){L->bq, L->bk, L->bv}, 3,
+                N);
     act_round(m, L->qn ? s->qr : s->q, (size_t)N * NH * HS);
     act_round(m, L->kn ? s->kr : s->k, (size_t)N * KVD);
     act_round(m, s->v, (size_t)N * KVD);   // as the KV cache holds it
@@ -863,8 +871,8 @@ static void layer_forward(model_t *m, int l, const float *x, float *next, const 
     act_round(m, s->xm, NC);
     o->rmsnorm(s->n2, s->xm, L->mlp_norm, N, C, eps);
     act_round(m, s->n2, NC);
-    o->matmul(s->gate, s->n2, &L->gate, L->bgate, N);
-    o->matmul(s->up, s->n2, &L->up, L->bup, N);
+    matmul_many(o, (float *[2]){s->gate, s->up}, s->n2, (const rl_mat *[2]){&L->gate, &L->up},
+                (const float *[2]){L->bgate, L->bup}, 2, N);
     act_round(m, s->gate, (size_t)N * F);
     act_round(m, s->up, (size_t)N * F);
     o->swiglu(h, s->gate, s->up, N, F);

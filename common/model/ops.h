@@ -71,6 +71,12 @@ typedef struct rl_ops {
     void (*rmsnorm)(float *out, const float *x, const float *g, int N, int C, float eps);
     // out (N, M) = x (N, K) · Wᵀ (+ bias (M) when not NULL); f32 accumulation
     void (*matmul)(float *out, const float *x, const rl_mat *W, const float *bias, int N);
+    // The n products of one input: out[i] (N, W[i] rows) = x · W[i]ᵀ (+ bias[i]),
+    // each with matmul's bits; one call, so that the backend can share all
+    // their rows among its threads at once (q, k and v; gate and up). NULL:
+    // the model calls matmul for each.
+    void (*matmul_many)(float *const *out, const float *x, const rl_mat *const *W, const float *const *bias, int n,
+                        int N);
     // x (N, H, HS) rotated in place, Hugging Face rotate-half convention:
     // pairs (i, i + HS/2) turn by the angle whose (cos, sin) the table holds:
     // cos_sin (max_pos, HS/2, 2) = s·cos, s·sin of pos·inv_freq[i], inv_freq and

@@ -217,33 +217,96 @@ static void bias_part(void *ctx, int lo, int hi) {
         for (int m = 0; m < M; m++) a->out[(size_t)n * M + m] += a->vec[m];
 }
 
+// The input x of products with W's act, quantized once (ops.h rl_act) into
+// q, before the weight rows are shared out; a's input (x itself for ACT_F32)
+// and scales point to it.
+static void quant_input(quant_args *q, args *a, const float *x, const rl_mat *W, int N) {
+    *q = (quant_args){.x = x, .K = W->cols, .act = W->act};
+    a->x = x;
+    if (W->act == ACT_F32) return;
+    int K = W->cols;
+    q->scale = xmalloc((size_t)N * sizeof(float));
+    if (W->act == ACT_I8) q->q8 = xmalloc((size_t)N * K);
+    else q->qf = xmalloc((size_t)N * K * sizeof(float));
+    pool_for(N, 1, PAR_MIN / K, quant_part, q);
+    a->xscale = q->scale;
+    a->xq8 = q->q8;
+    if (q->qf) a->x = q->qf;
+}
+
+static void quant_free(quant_args *q) {
+    free(q->scale);
+    free(q->q8);
+    free(q->qf);
+}
+
+// The part that computes a product of N input rows on weights W.
+static pool_fn matmul_part(const rl_mat *W, int N) {
+    if (W->act == ACT_I8) return matmul_i8_part;
+    return N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
+}
+
 static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
     args a = {.out = out, .x = x, .W = W, .vec = bias, .N = N};
-    pool_fn part = N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
-    int K = W->cols;
+    pool_fn part = matmul_part(W, N);
     void *once = NULL;   // panels made for this product alone
-    quant_args q = {.x = x, .K = K, .act = W->act};
-    if (W->act != ACT_F32) {   // the input's rows quantized once, before the weight rows are shared out
-        q.scale = xmalloc((size_t)N * sizeof(float));
-        if (W->act == ACT_I8) q.q8 = xmalloc((size_t)N * K);
-        else q.qf = xmalloc((size_t)N * K * sizeof(float));
-        pool_for(N, 1, PAR_MIN / K, quant_part, &q);
-        a.xscale = q.scale;
-        a.xq8 = q.q8;
-        if (q.qf) a.x = q.qf;
-        if (W->act == ACT_I8) part = matmul_i8_part;
-        if (W->act == ACT_I8 && N > FEW_ROWS && cpu_K->i8_panels) a.panels = cpu_panels(W);
-    } else if (N > FEW_ROWS && (cpu_K->panels_for >> W->dtype & 1)) {
+    quant_args q;
+    quant_input(&q, &a, x, W, N);
+    if (W->act == ACT_I8) {
+        if (N > FEW_ROWS && cpu_K->i8_panels) a.panels = cpu_panels(W);
+    } else if (W->act == ACT_F32 && N > FEW_ROWS && (cpu_K->panels_for >> W->dtype & 1)) {
         a.panels = cpu_panels(W);
         if (!a.panels && N >= ONCE_ROWS) a.panels = once = cpu_panels_once(W);
     }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
     else pool_for(W->rows, PANEL_ROWS, 0, part, &a);
     cpu_panels_release(once, W);
-    free(q.scale);
-    free(q.q8);
-    free(q.qf);
+    quant_free(&q);
     if (bias) pool_for(N, 1, PAR_MIN / W->rows, bias_part, &a);
+}
+
+// matmul_many for a few input rows (a decode step): the weight rows of all
+// the products, one after another, shared out in one call of the pool, not
+// one each (a product of one row is a few µs of work; every call of the pool
+// waits for its slowest thread). Each row is computed by matmul's own part.
+enum { MANY_MAX = 4 };
+typedef struct {
+    args a[MANY_MAX];
+    pool_fn part[MANY_MAX];
+    int off[MANY_MAX + 1];   // product i has rows [off[i], off[i + 1]) of the whole
+    int n;
+} many_args;
+
+static void matmul_many_part(void *ctx, int lo, int hi) {
+    many_args *s = ctx;
+    for (int i = 0; i < s->n; i++) {
+        int a0 = lo > s->off[i] ? lo : s->off[i], a1 = hi < s->off[i + 1] ? hi : s->off[i + 1];
+        if (a0 < a1) s->part[i](&s->a[i], a0 - s->off[i], a1 - s->off[i]);
+    }
+}
+
+static void cpu_matmul_many(float *const *out, const float *x, const rl_mat *const *W, const float *const *bias, int n,
+                            int N) {
+    int fuse = N <= FEW_ROWS && n <= MANY_MAX;
+    for (int i = 1; fuse && i < n; i++) fuse = W[i]->act == W[0]->act && W[i]->cols == W[0]->cols;
+    if (!fuse) {
+        for (int i = 0; i < n; i++) cpu_matmul(out[i], x, W[i], bias[i], N);
+        return;
+    }
+    many_args s = {.n = n};
+    quant_args q;
+    quant_input(&q, &s.a[0], x, W[0], N);
+    for (int i = 0; i < n; i++) {
+        s.a[i] = (args){.out = out[i], .x = s.a[0].x, .xq8 = s.a[0].xq8, .xscale = s.a[0].xscale, .W = W[i],
+                        .vec = bias[i], .N = N};
+        s.part[i] = matmul_part(W[i], N);
+        s.off[i + 1] = s.off[i] + W[i]->rows;
+    }
+    if ((long)s.off[n] * W[0]->cols * N < PAR_MIN) matmul_many_part(&s, 0, s.off[n]);
+    else pool_for(s.off[n], 1, 0, matmul_many_part, &s);
+    quant_free(&q);
+    for (int i = 0; i < n; i++)
+        if (bias[i]) pool_for(N, 1, PAR_MIN / W[i]->rows, bias_part, &s.a[i]);
 }
 
 // dir 1 turns by +angle (rope), -1 by -angle (its transpose, rope_backward)
@@ -408,6 +471,7 @@ const rl_ops *ops_cpu(void) {
         .embed = cpu_embed,
         .rmsnorm = cpu_rmsnorm,
         .matmul = cpu_matmul,
+        .matmul_many = cpu_matmul_many,
         .rope = cpu_rope,
         .kv_dtypes = 1u << DT_F32 | 1u << DT_BF16,
         .scatter_rows = cpu_scatter_rows,
