@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "cpu_builds.h"
 #include "dtype.h"
-#include "model/cpu/kernels.h"
 #include "model/ops.h"
 #include "rng.h"
 
@@ -123,15 +123,12 @@ static void products_of_mixed_precisions_have_matmuls_bits(void) {
     free(x), free(a), free(b);
 }
 
+static void cases(void) {
+    RUN(products_of_one_input_have_matmuls_bits);
+    RUN(products_of_mixed_precisions_have_matmuls_bits);
+}
+
 int main(void) {
-    ops_cpu();   // chooses the best build once
-    for (int b = 0; b < 2; b++) {
-        if (b) setenv("RLPIPE_CPU", "avx2", 1);
-        cpu_kernels_choose();
-        printf("# kernels: %s\n", cpu_K->name);
-        RUN(products_of_one_input_have_matmuls_bits);
-        RUN(products_of_mixed_precisions_have_matmuls_bits);
-    }
-    unsetenv("RLPIPE_CPU");
+    on_best_and_avx2(cases);
     CHECK_DONE();
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cpu_builds.h"
 #include "dtype.h"
 #include "model/cpu/kernels.h"
 #include "model/cpu/pack.h"
@@ -176,16 +177,13 @@ static void a_matrix_written_in_place_is_never_read_from_panels(void) {
     free(w), free(x), free(step);
 }
 
+static void cases(void) {
+    RUN(products_follow_every_upload_into_the_matrix);
+    RUN(int8_products_follow_every_upload_into_the_matrix);
+    RUN(a_matrix_written_in_place_is_never_read_from_panels);
+}
+
 int main(void) {
-    ops_cpu();   // chooses the best build once
-    for (int b = 0; b < 2; b++) {
-        if (b) setenv("RLPIPE_CPU", "avx2", 1);
-        cpu_kernels_choose();
-        printf("# kernels: %s\n", cpu_K->name);
-        RUN(products_follow_every_upload_into_the_matrix);
-        RUN(int8_products_follow_every_upload_into_the_matrix);
-        RUN(a_matrix_written_in_place_is_never_read_from_panels);
-    }
-    unsetenv("RLPIPE_CPU");
+    on_best_and_avx2(cases);
     CHECK_DONE();
 }
