@@ -808,10 +808,6 @@ static void act_round(const model_t *m, float *x, size_t n) {
     if (m->o.act == DT_BF16) m->ops->round_bf16(x, n);
 }
 
-// Layer l over N tokens: x (N, C) in, next (N, C) out (next may be x: it is
-// read first). The activations go to s; h (N, F) is the MLP's hidden product
-// (may be s->gate). with_cache: keys and values also go to the cache rows
-// m->rows, and attention reads the cache.
 // out[i] = x · W[i]ᵀ (+ bias[i]) for the n products of one input (ops.h matmul_many).
 static void matmul_many(const rl_ops *o, float *const *out, const float *x, const rl_mat *const *W,
                         const float *const *bias, int n, int N) {
@@ -820,6 +816,10 @@ static void matmul_many(const rl_ops *o, float *const *out, const float *x, cons
         for (int i = 0; i < n; i++) o->matmul(out[i], x, W[i], bias[i], N);
 }
 
+// Layer l over N tokens: x (N, C) in, next (N, C) out (next may be x: it is
+// read first). The activations go to s; h (N, F) is the MLP's hidden product
+// (may be s->gate). with_cache: keys and values also go to the cache rows
+// m->rows, and attention reads the cache.
 static void layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
                           int with_cache) {
     const model_config *c = &m->c;

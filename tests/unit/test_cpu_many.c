@@ -14,7 +14,7 @@
 #include "model/ops.h"
 #include "rng.h"
 
-enum { K = 576, MAXN = 24, NMAT = 3 };   // 118 rows of 576: one row is shared out over the threads
+enum { K = 576, MAXN = 24, NMAT = 3 };   // 118 rows of 576: even one input row's products are shared out
 static const int rows_of[NMAT] = {70, 24, 24};   // q, k, v of a model with 3 times fewer key heads
 
 typedef struct {

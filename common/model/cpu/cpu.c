@@ -295,10 +295,11 @@ static void cpu_matmul_many(float *const *out, const float *x, const rl_mat *con
     }
     many_args s = {.n = n};
     quant_args q;
-    quant_input(&q, &s.a[0], x, W[0], N);
+    args in = {0};   // the input, quantized once for all
+    quant_input(&q, &in, x, W[0], N);
     for (int i = 0; i < n; i++) {
-        s.a[i] = (args){.out = out[i], .x = s.a[0].x, .xq8 = s.a[0].xq8, .xscale = s.a[0].xscale, .W = W[i],
-                        .vec = bias[i], .N = N};
+        s.a[i] = (args){.out = out[i], .x = in.x, .xq8 = in.xq8, .xscale = in.xscale, .W = W[i], .vec = bias[i],
+                        .N = N};
         s.part[i] = matmul_part(W[i], N);
         s.off[i + 1] = s.off[i] + W[i]->rows;
     }

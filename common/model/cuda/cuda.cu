@@ -33,6 +33,7 @@ static const rl_ops cuda_ops = {
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .matmul = cu_matmul,
+    .matmul_many = NULL,   // the model calls matmul for each product
     .rope = cu_rope,
     .kv_dtypes = 1u << DT_F32,
     .scatter_rows = cu_scatter_rows,
