@@ -22,8 +22,12 @@ struct ckpt_snap {
     model_config c;
     size_t nt, total;        // tensors; their elements
     model_tensor *t;         // [nt] names and shapes (the names are the model's: it must outlive the snapshot)
-    float *host;             // [3][total]: the parameters, exp_avg, exp_avg_sq (flat, tensor order)
-    int moments;             // the model has training state: host holds the moments
+    const float *params;     // [total] the parameters (flat, tensor order): copy, or the model's own
+    float *copy;             // [total] the parameters' copy, when made
+    float *moment;           // [2][total] exp_avg, exp_avg_sq, when the snapshot has them
+    int moments;             // the model has training state: moment holds the moments
+    void (*release)(void *); // called once the parameters are read no more (ckpt_snap_on_release)
+    void *release_ctx;
 };
 
 ckpt_snap *ckpt_snap_new(void) {
@@ -35,32 +39,48 @@ ckpt_snap *ckpt_snap_new(void) {
 void ckpt_snap_free(ckpt_snap *s) {
     if (!s) return;
     free(s->t);
-    free(s->host);
+    free(s->copy);
+    free(s->moment);
     free(s);
 }
 
-int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, rl_err *err) {
+int ckpt_snap_borrowed(const ckpt_snap *s) { return s->params && s->params != s->copy; }
+
+void ckpt_snap_on_release(ckpt_snap *s, void (*fn)(void *ctx), void *ctx) {
+    s->release = fn;
+    s->release_ctx = ctx;
+}
+
+int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, int borrow,
+                   rl_err *err) {
     size_t nt = model_ntensors(m), total = 0;
     for (size_t i = 0; i < nt; i++) total += model_tensor_at(m, i).n;
-    if (nt != s->nt || total != s->total) {   // the first snapshot (or another model): reallocated
+    if (nt != s->nt || total != s->total) {   // the first snapshot (or another model): reallocated when used
         free(s->t);
-        free(s->host);
+        free(s->copy);
+        free(s->moment);
         s->t = xmalloc((nt ? nt : 1) * sizeof *s->t);
-        s->host = xmalloc((total ? 3 * total : 1) * sizeof(float));
+        s->copy = s->moment = NULL;
         s->nt = nt, s->total = total;
     }
     s->c = *model_cfg(m);
     s->moments = !weights_only && nt > 0 && model_train_buffer(m, MODEL_EXP_AVG) != NULL;
+    s->params = borrow ? model_host_params(m) : NULL;
+    if (!s->params && !s->copy) s->copy = xmalloc((total ? total : 1) * sizeof(float));
+    if (s->moments && !s->moment) s->moment = xmalloc((total ? 2 * total : 1) * sizeof(float));
     size_t off = 0;
     for (size_t i = 0; i < nt; i++) {
         s->t[i] = model_tensor_at(m, i);
-        for (int k = 0; k < (s->moments ? 3 : 1); k++)
-            if (model_tensor_get(m, k ? opt_which[k - 1] : MODEL_PARAM, i, s->host + (size_t)k * total + off) < 0)
+        float *to[3] = {s->params ? NULL : s->copy + off, s->moments ? s->moment + off : NULL,
+                        s->moments ? s->moment + total + off : NULL};
+        for (int k = 0; k < 3; k++)
+            if (to[k] && model_tensor_get(m, k ? opt_which[k - 1] : MODEL_PARAM, i, to[k]) < 0)
                 return err_set(err, "cannot read the training state of %s from the model", s->t[i].name);
         off += s->t[i].n;
     }
+    if (!s->params) s->params = s->copy;
     // The other ranks' parts of the moments (this one's are in place).
-    if (s->moments && d) return zero_gather_moments(m, d, parts, s->host + total, s->host + 2 * total, err);
+    if (s->moments && d) return zero_gather_moments(m, d, parts, s->moment, s->moment + total, err);
     return 0;
 }
 
@@ -77,7 +97,7 @@ static void snap_tensors(const ckpt_snap *s, int k, const char *suffix, st_out *
             name = names[i];
         }
         out[stride * i + at] = (st_out){.name = name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
-                                        .data = s->host + (size_t)k * s->total + off};
+                                        .data = k ? s->moment + (size_t)(k - 1) * s->total + off : s->params + off};
         off += t->n;
     }
 }
@@ -113,6 +133,8 @@ static int fill_model(const char *dir, void *ctx, rl_err *err) {
     snap_tensors(s, 0, "", w, 1, 0, NULL);
     int rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
     free(w);
+    // An optimizer file beside 16-bit weights holds the parameters again.
+    if (s->release && !(s->moments && c->o->save.dtype != DT_F32)) s->release(s->release_ctx);
     return rc;
 }
 
@@ -133,7 +155,7 @@ int ckpt_write(const ckpt_write_opts *o, const model_t *m, rl_err *err) {
 
 int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
     ckpt_snap *s = ckpt_snap_new();
-    int rc = ckpt_snap_take(s, m, d, parts, o->weights_only, err) ? -1 : ckpt_snap_write(o, s, err);
+    int rc = ckpt_snap_take(s, m, d, parts, o->weights_only, 1, err) ? -1 : ckpt_snap_write(o, s, err);
     ckpt_snap_free(s);
     return rc;
 }
@@ -145,7 +167,7 @@ int ckpt_snap_complete(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err
 
 int ckpt_complete_state(const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts, rl_err *err) {
     ckpt_snap *s = ckpt_snap_new();
-    int rc = ckpt_snap_take(s, m, d, parts, 0, err) ? -1 : ckpt_snap_complete(o, s, err);
+    int rc = ckpt_snap_take(s, m, d, parts, 0, 1, err) ? -1 : ckpt_snap_complete(o, s, err);
     ckpt_snap_free(s);
     return rc;
 }

@@ -32,18 +32,30 @@ int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const
 
 // The same in two halves, so that a version can be written while the model
 // trains on (ckpt_writer.h): a snapshot holds host copies of what a version
-// holds (the config, the parameters, AdamW's moments), 3 x 4 bytes a
-// parameter, kept from one snapshot to the next.
+// holds (the config, the parameters, AdamW's moments), up to 3 x 4 bytes a
+// parameter, kept from one snapshot to the next; or it reads the parameters
+// where the model keeps them in host memory (model_host_params).
 typedef struct ckpt_snap ckpt_snap;
 ckpt_snap *ckpt_snap_new(void);
 void ckpt_snap_free(ckpt_snap *s);
-// Copies m into s (d, parts: rank 0 of a sharded optimizer, gathering the
+// Takes m into s (d, parts: rank 0 of a sharded optimizer, gathering the
 // other ranks' parts of the moments as ckpt_write_zero does; else NULL): the
 // parameters, and AdamW's moments unless weights_only (then no rank gathers).
-// The snapshot names m's tensors: m must outlive it. 0, or -1 with err.
-int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, rl_err *err);
-// Publishes s as ckpt_write publishes a model. Touches no model, so it may
-// run on another thread than the one training. 0, or -1 with err.
+// The moments are copied; the parameters too, but with borrow where the
+// model keeps them in host memory: then s reads them there, and they must
+// not change until s is written (or until its release callback, below). The
+// snapshot names m's tensors: m must outlive it. 0, or -1 with err.
+int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, int borrow,
+                   rl_err *err);
+// 1 when s reads the model's parameters in place (ckpt_snap_take's borrow).
+int ckpt_snap_borrowed(const ckpt_snap *s);
+// fn(ctx) is called by ckpt_snap_write (on its thread) once the parameters
+// are read no more: after the weights are written, unless an optimizer file
+// beside 16-bit weights reads them again (then the end of the write releases them).
+void ckpt_snap_on_release(ckpt_snap *s, void (*fn)(void *ctx), void *ctx);
+// Publishes s as ckpt_write publishes a model. Touches no model but for the
+// parameters s borrowed, which it only reads, so it may run on another
+// thread than the one training. 0, or -1 with err.
 int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err);
 
 // Completes version o->version, published weights-only, with the optimizer

@@ -1163,6 +1163,13 @@ float *model_train_buffer(const model_t *m, int which) {
     return m->grads ? state_of(m, which) : NULL;
 }
 
+const float *model_host_params(const model_t *m) {
+    if (!m->ops->host_memory || !m->w.params) return NULL;
+    for (size_t i = 0, at = 0; i < m->nt; at += m->t[i].n, i++)   // every tensor in params, in order
+        if (m->t[i].poff != at) return NULL;
+    return m->w.params;
+}
+
 const rl_ops *model_ops(const model_t *m) { return m->ops; }
 
 // The residual stream (N, C) entering layer l (l = layers: after the last).

@@ -101,6 +101,12 @@ void model_train_range(const model_t *m, size_t *lo, size_t *hi);
 // (MODEL_GRAD), nparams floats each, and the moments (MODEL_EXP_AVG,
 // MODEL_EXP_AVG_SQ) of the range, hi − lo floats; NULL without training state.
 float *model_train_buffer(const model_t *m, int which);
+// The parameters of an f32 model in host memory, flat in the tensor table's
+// order (model_tensor_at: tensor i after the n of those before it), when
+// the backend's memory is the host's (the CPU's); NULL otherwise. Another
+// thread may read them while the model computes, until something changes
+// them (model_adamw, model_tensor_set, a collective on the buffer).
+const float *model_host_params(const model_t *m);
 const rl_ops *model_ops(const model_t *m);
 
 // A loss L = Σ_r ℓ_r(logp_r) over the scored tokens, numbered r = 0, 1, ...

@@ -59,6 +59,9 @@ typedef struct {
 
 typedef struct rl_ops {
     const char *name;
+    // 1: the backend's memory is the host's, so that any thread may read it
+    // in place (the CPU's); 0: only upload and download reach it (a GPU's).
+    int host_memory;
     void *(*alloc)(size_t bytes);                                  // zero-filled; aborts when out of memory
     void (*free)(void *p);
     void (*upload)(void *dst, const void *src, size_t bytes);      // host -> backend

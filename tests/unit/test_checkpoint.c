@@ -580,9 +580,10 @@ static int version_is(const char *root, uint64_t v, const model_t *m, rl_err *er
     char dir[2048];
     snprintf(dir, sizeof dir, "%s/v%06llu", root, (unsigned long long)v);
     model_t *back = model_load(dir, NULL, err);
-    int same = back && model_train_init(back, err) == 0 && ckpt_read_optimizer(dir, back, err) == 0 &&
-               same_bits(m, back, MODEL_PARAM) && same_bits(m, back, MODEL_EXP_AVG) &&
+    int read = back && model_train_init(back, err) == 0 && ckpt_read_optimizer(dir, back, err) == 0;
+    int same = read && same_bits(m, back, MODEL_PARAM) && same_bits(m, back, MODEL_EXP_AVG) &&
                same_bits(m, back, MODEL_EXP_AVG_SQ);
+    if (read && !same) err_set(err, "%s: the parameters or the moments differ", dir);
     model_free(back);
     return same;
 }
@@ -622,13 +623,16 @@ static void a_version_written_in_the_background_holds_the_model_as_it_was_when_s
     ckpt_write_opts o = {.root = root, .version = 1, .state_json = state_of(1, state, sizeof state),
                          .copy_from = copy_from};
     int saved1 = ckpt_writer_save(w, &o, m, NULL, NULL, &err);
-    // What the caller's strings and the model become while version 1 is written does not reach it.
+    // What the caller's strings and the model become while version 1 is
+    // written does not reach it (the parameters changed once it has read them).
+    ckpt_writer_wait_model(w);
     copy_state(m, second);
     state_of(2, state, sizeof state);
     snprintf(copy_from, sizeof copy_from, "%s/none", base);
     o.version = 2;
     o.copy_from = tokdir;
     int saved2 = saved1 == 0 ? ckpt_writer_save(w, &o, m, NULL, NULL, &err) : -1;
+    ckpt_writer_wait_model(w);
     copy_state(m, first);
     int waited = saved2 == 0 ? ckpt_writer_wait(w, &err) : -1;
     char text[256], v1[2048];
@@ -648,6 +652,67 @@ static void a_version_written_in_the_background_holds_the_model_as_it_was_when_s
     CHECK(!busy, "the writer is busy after a wait");
     CHECK(g.n == 2 && g.versions[0] == 1 && g.versions[1] == 2, "done called %d times", g.n);
     CHECK(!g.on_caller, "done was called on the caller's thread");
+}
+
+// A done callback that holds the writer's thread until the caller opens the
+// gate (or 20 s pass), and notes whether it was opened.
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t opened;
+    int open, was_open;
+} gate;
+
+static int done_at_gate(void *ctx, uint64_t version, rl_err *err) {
+    (void)version, (void)err;
+    gate *g = ctx;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open && pthread_cond_timedwait(&g->opened, &g->lock, &until) == 0) {}
+    g->was_open = g->open;
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+static void open_gate(gate *g) {
+    pthread_mutex_lock(&g->lock);
+    g->open = 1;
+    pthread_cond_broadcast(&g->opened);
+    pthread_mutex_unlock(&g->lock);
+}
+
+// F32 weights (the optimizer file then holds the moments alone), and 16-bit
+// weights with the F32 parameters in the optimizer file.
+static void the_parameters_are_free_to_change_once_the_weights_are_written(void) {
+    for (int half = 0; half < 2; half++) {
+        char base[512], root[1024], state[128];
+        rl_err err;
+        CHECK(tmpdir(base, sizeof base), "mkdtemp: %s", strerror(errno));
+        snprintf(root, sizeof root, "%s/ckpt", base);
+        model_t *m = trained_model(1, &err), *first = trained_model(1, &err), *second = trained_model(2, &err);
+        CHECK(m && first && second, "%s", err.msg);
+        gate g = {.lock = PTHREAD_MUTEX_INITIALIZER, .opened = PTHREAD_COND_INITIALIZER};
+        ckpt_writer *w = ckpt_writer_new(done_at_gate, NULL, &g);
+        ckpt_write_opts o = {.root = root, .version = 1, .state_json = state_of(1, state, sizeof state),
+                             .save = {.dtype = half ? DT_BF16 : DT_F32}};
+        int saved = ckpt_writer_save(w, &o, m, NULL, NULL, &err);
+        // Returns while the version is not done: its done callback waits at the gate.
+        ckpt_writer_wait_model(w);
+        copy_state(m, second);
+        open_gate(&g);
+        int waited = saved == 0 ? ckpt_writer_wait(w, &err) : -1;
+        int is_first = waited == 0 && version_is(root, 1, first, &err);
+        ckpt_writer_free(w);
+        model_free(m);
+        model_free(first);
+        model_free(second);
+        rm_rf(base);
+        CHECK(saved == 0 && waited == 0, "%s weights: %s", half ? "bf16" : "f32", err.msg);
+        CHECK(g.was_open, "%s weights: the wait for the parameters lasted until the version was done",
+              half ? "bf16" : "f32");
+        CHECK(is_first, "%s weights: the version is not the model as saved: %s", half ? "bf16" : "f32", err.msg);
+    }
 }
 
 static void a_failed_background_write_is_reported_once(void) {
@@ -1060,6 +1125,7 @@ int main(int argc, char **argv) {
     RUN(weights_only_versions_are_published_while_latest_stays_complete);
     RUN(errors_name_the_path);
     RUN(a_version_written_in_the_background_holds_the_model_as_it_was_when_saved);
+    RUN(the_parameters_are_free_to_change_once_the_weights_are_written);
     RUN(a_failed_background_write_is_reported_once);
     RUN(removes_stale_temporaries);
     RUN(tidy_finishes_what_a_writer_killed_while_removing_left);

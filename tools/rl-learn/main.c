@@ -539,7 +539,12 @@ static int train(run_t *r, learner_t *l, int keep_last, uint64_t *tokens) {
         lrn_metrics m;
         rl_err e;
         store(&busy_step, 1);
-        int rc = lrn_step(l, r->version, r->steps, &m, &e);
+        int rc = lrn_grad(l, r->version, r->steps, &m, &e);
+        if (rc == 0) {
+            // The last version may still be reading the parameters the step changes.
+            if (r->writer) ckpt_writer_wait_model(r->writer);
+            rc = lrn_apply(l, &m, &e);
+        }
         if (rc < 0) die_all(r, e.msg);
         if (rc > 0) {   // abandoned: the newest checkpoint is the model before the step
             finish_writing(r);

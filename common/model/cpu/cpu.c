@@ -464,6 +464,7 @@ static void cpu_sample(int32_t *tok, double *logp, const float *logits, const sm
 const rl_ops *ops_cpu(void) {
     static const rl_ops ops = {
         .name = "cpu",
+        .host_memory = 1,
         .alloc = cpu_mem_alloc,
         .free = cpu_free,
         .upload = cpu_upload,

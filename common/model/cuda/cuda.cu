@@ -25,6 +25,7 @@ static void cu_sync(void) { CU_CHECK(cudaDeviceSynchronize()); }
 
 static const rl_ops cuda_ops = {
     .name = "cuda",
+    .host_memory = 0,   // device memory: upload and download reach it
     .alloc = cu_alloc,
     .free = cu_free,
     .upload = cu_upload,
