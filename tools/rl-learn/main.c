@@ -541,8 +541,11 @@ static int train(run_t *r, learner_t *l, int keep_last, uint64_t *tokens) {
         store(&busy_step, 1);
         int rc = lrn_grad(l, r->version, r->steps, &m, &e);
         if (rc == 0) {
-            // The last version may still be reading the parameters the step changes.
+            // The last version may still be reading the parameters the step
+            // changes: the wait counts in the step's seconds.
+            double t0 = clock_now();
             if (r->writer) ckpt_writer_wait_model(r->writer);
+            m.seconds += clock_now() - t0;
             rc = lrn_apply(l, &m, &e);
         }
         if (rc < 0) die_all(r, e.msg);
