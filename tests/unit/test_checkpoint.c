@@ -654,6 +654,26 @@ static void a_version_written_in_the_background_holds_the_model_as_it_was_when_s
     CHECK(!g.on_caller, "done was called on the caller's thread");
 }
 
+static void a_snapshot_reads_a_cpu_models_parameters_in_place_when_allowed(void) {
+    rl_err err;
+    model_t *m = trained_model(1, &err);
+    CHECK(m, "%s", err.msg);
+    ckpt_snap *s = ckpt_snap_new();
+    int took = ckpt_snap_take(s, m, NULL, NULL, 1, 1, &err) == 0, borrowed = ckpt_snap_borrowed(s);
+    int took_copy = ckpt_snap_take(s, m, NULL, NULL, 1, 0, &err) == 0, copied = !ckpt_snap_borrowed(s);
+    ckpt_snap_free(s);
+    const float *in_place = model_host_params(m);
+    size_t n = model_tensor_at(m, 0).n;
+    float *first = malloc(n * sizeof *first);
+    int first_is = in_place && model_tensor_get(m, MODEL_PARAM, 0, first) == 0 &&
+                   !memcmp(first, in_place, n * sizeof *first);
+    free(first);
+    model_free(m);
+    CHECK(took && took_copy, "%s", err.msg);
+    CHECK(borrowed && copied, "borrowed %d with borrow, copied %d without", borrowed, copied);
+    CHECK(first_is, "model_host_params is not the first tensor's parameters");
+}
+
 // A done callback that holds the writer's thread until the caller opens the
 // gate (or 20 s pass), and notes whether it was opened.
 typedef struct {
@@ -1125,6 +1145,7 @@ int main(int argc, char **argv) {
     RUN(weights_only_versions_are_published_while_latest_stays_complete);
     RUN(errors_name_the_path);
     RUN(a_version_written_in_the_background_holds_the_model_as_it_was_when_saved);
+    RUN(a_snapshot_reads_a_cpu_models_parameters_in_place_when_allowed);
     RUN(the_parameters_are_free_to_change_once_the_weights_are_written);
     RUN(a_failed_background_write_is_reported_once);
     RUN(removes_stale_temporaries);
