@@ -125,6 +125,8 @@ typedef struct {
     const ckpt_snap *s;
 } fill_ctx;
 
+int ckpt_params_again(const ckpt_write_opts *o) { return o->save.dtype != DT_F32; }
+
 // What a sampler loads: config.json and the weights.
 static int fill_model(const char *dir, void *ctx, rl_err *err) {
     const fill_ctx *c = ctx;
@@ -133,15 +135,14 @@ static int fill_model(const char *dir, void *ctx, rl_err *err) {
     snap_tensors(s, 0, "", w, 1, 0, NULL);
     int rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
     free(w);
-    // An optimizer file beside 16-bit weights holds the parameters again.
-    if (s->release && !(s->moments && c->o->save.dtype != DT_F32)) s->release(s->release_ctx);
+    if (s->release && !(s->moments && ckpt_params_again(c->o))) s->release(s->release_ctx);
     return rc;
 }
 
 // What only a resume needs, written once the weights are published.
 static int fill_optimizer(const char *dir, void *ctx, rl_err *err) {
     const fill_ctx *c = ctx;
-    return write_optimizer(dir, c->s, c->o->save.dtype != DT_F32, err);
+    return write_optimizer(dir, c->s, ckpt_params_again(c->o), err);
 }
 
 int ckpt_snap_write(const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err) {

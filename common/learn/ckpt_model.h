@@ -47,6 +47,9 @@ void ckpt_snap_free(ckpt_snap *s);
 // snapshot names m's tensors: m must outlive it. 0, or -1 with err.
 int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, int borrow,
                    rl_err *err);
+// 1 when a version written with o that holds AdamW's state holds the F32
+// parameters a second time, in optimizer.safetensors: beside 16-bit weights.
+int ckpt_params_again(const ckpt_write_opts *o);
 // 1 when s reads the model's parameters in place (ckpt_snap_take's borrow).
 int ckpt_snap_borrowed(const ckpt_snap *s);
 // fn(ctx) is called by ckpt_snap_write (on its thread) once the parameters
