@@ -10,7 +10,7 @@ PREFIX ?= /usr/local
 CC ?= cc
 OPT ?= -O2
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wformat=2 -Wno-format-nonliteral
-BASE_CFLAGS := -std=gnu11 -g -D_GNU_SOURCE -Icommon $(WARN)
+BASE_CFLAGS := -std=gnu11 -g -D_GNU_SOURCE -Ilib $(WARN)
 SAN_FLAGS := -O1 -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The sanitizer build uses clang where there is one: its UBSan also catches
 # arithmetic on a NULL pointer (NULL + 0), which gcc's does not.
@@ -23,25 +23,25 @@ BUILD ?= build
 BIN ?= bin
 
 TOOLS := $(notdir $(wildcard tools/rl-*))
-LIB_SRC := $(wildcard common/*.c common/*/*.c common/model/cpu/*.c)
+LIB_SRC := $(wildcard lib/*.c lib/*/*.c lib/model/cpu/*.c)
 
-# The CUDA backend (common/model/cuda/*.cu) is built when nvcc is found, for
+# The CUDA backend (lib/model/cuda/*.cu) is built when nvcc is found, for
 # Ampere (sm_80) and Hopper (sm_90), with PTX for later GPUs; CUDA=0 leaves it
-# out (common/model/cuda/absent.c then says so at run time). The tools link the
+# out (lib/model/cuda/absent.c then says so at run time). The tools link the
 # static CUDA runtime and open cuBLAS when the backend starts: they start
 # without a GPU, a driver or cuBLAS (and compute on the CPU).
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 CUDA ?= $(if $(NVCC),1,0)
 ifeq ($(CUDA),1)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_SRC := $(wildcard common/model/cuda/*.cu)
+CUDA_SRC := $(wildcard lib/model/cuda/*.cu)
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CUDA_SRC))
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
-NVCC_FLAGS := -O3 -g -std=c++17 -Icommon $(CUDA_ARCH) -Xcompiler -Wall,-Wextra --expt-relaxed-constexpr
+NVCC_FLAGS := -O3 -g -std=c++17 -Ilib $(CUDA_ARCH) -Xcompiler -Wall,-Wextra --expt-relaxed-constexpr
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 else
-LIB_SRC += common/model/cuda/absent.c
+LIB_SRC += lib/model/cuda/absent.c
 CUDA_OBJ :=
 CUDA_LIBS :=
 endif
@@ -56,17 +56,17 @@ AUX := $(patsubst %.c,$(BUILD)/%,$(AUX_SRC))
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
 -include $(BUILD)/deps.mk
 endif
-# MPI (optional: rl-learn's data-parallel ranks, common/dist/) where mpicc is;
+# MPI (optional: rl-learn's data-parallel ranks, lib/parallel/) where mpicc is;
 # MPI=0 leaves it out. NCCL with the CUDA build (opened at run time).
 MPI ?= $(if $(HAVE_MPI),1,0)
 ifeq ($(MPI),1)
 MPI_CFLAGS := -DRL_HAVE_MPI $(shell mpicc --showme:compile)
 MPI_LIBS := $(shell mpicc --showme:link)
 endif
-$(BUILD)/obj/common/dist/dist.o $(BUILD)/asan/common/dist/dist.o: TGT_CFLAGS = $(MPI_CFLAGS)
+$(BUILD)/obj/lib/parallel/dist.o $(BUILD)/asan/lib/parallel/dist.o: TGT_CFLAGS = $(MPI_CFLAGS)
 ifeq ($(CUDA),1)
 NCCL_H := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
-$(BUILD)/obj/common/dist/nccl_comm.o: TGT_CFLAGS = $(if $(NCCL_H),-DRL_HAVE_NCCL -isystem $(dir $(NCCL_H))) -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/lib/parallel/nccl_comm.o: TGT_CFLAGS = $(if $(NCCL_H),-DRL_HAVE_NCCL -isystem $(dir $(NCCL_H))) -isystem $(CUDA_HOME)/include
 endif
 PKG_CFLAGS := $(if $(PKGS),$(shell pkg-config --cflags $(PKGS)))
 PKG_LIBS := $(if $(PKGS),$(shell pkg-config --libs $(PKGS)))
@@ -90,18 +90,18 @@ $(BUILD)/deps.mk: scripts/deps.sh
 
 # Normal build: optimised objects, a static library, the tools. The CPU
 # kernels are written for the vectoriser, which -O3 turns fully on.
-$(BUILD)/obj/common/model/cpu/%.o: OPT = -O3
+$(BUILD)/obj/lib/model/cpu/%.o: OPT = -O3
 # The conversions of weights pushed or loaded (bf16, f16) are loops for the vectoriser too.
-$(BUILD)/obj/common/dtype.o: OPT = -O3
+$(BUILD)/obj/lib/dtype.o: OPT = -O3
 # The sampler's exponentials are matched bit for bit by the GPU's (cuda/sample.cu):
 # no multiply-add may be fused here either (x86-64 has none without -mfma; others do).
-$(BUILD)/obj/common/model/sampling.o: OPT = -O2 -ffp-contract=off
+$(BUILD)/obj/lib/model/sampling.o: OPT = -O2 -ffp-contract=off
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/common/model/cuda/%.o: common/model/cuda/%.cu $(BUILD)/deps.mk
+$(BUILD)/obj/lib/model/cuda/%.o: lib/model/cuda/%.cu $(BUILD)/deps.mk
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 

@@ -26,7 +26,7 @@ own), and completed greedily in f32, B at a time with left padding, for at
 most N new tokens (default 32, experiments/smollm2's MAX_NEW); a completion
 ends at an eos id of the config, the generation config or the tokenizer. Its
 text (special tokens left out) scores 1 when its last number equals the
-answer, as rl-sample's "number" verifier decides (common/sample/verifier.c).
+answer, as rl-sample's "number" verifier decides (lib/sample/verifier.c).
 
 One JSON line per model on standard output:
     {"model": DIR, "accuracy": A, "samples": N, "tokens_mean": T}
@@ -41,7 +41,7 @@ import os
 import sys
 import time
 
-# ---- the number verifier, as common/sample/verifier.c reads numbers ---------
+# ---- the number verifier, as lib/sample/verifier.c reads numbers ---------
 # On UTF-8 bytes, as the C code: only ASCII characters are digits, signs,
 # spaces or letters.
 SPACE = b" \t\n\r\v\f"

@@ -1,4 +1,4 @@
-// forward — the timing driver of bench/forward.sh and bench/gpu.sh: writes a
+// forward — the timing driver of bench/forward.sh and bench/cuda.sh: writes a
 // random model, times cblas_sgemm, the scoring forward (model_score) and
 // KV-cache decoding (model_step, or model_step_sample with --sample). Each
 // timed command prints one line (decode: one per slot count)

@@ -1,4 +1,4 @@
-"""PyTorch side of bench/gpu.sh: what the GPU can do (GEMM rates, copy
+"""PyTorch side of bench/cuda.sh: what the GPU can do (GEMM rates, copy
 bandwidth), the models and record files both sides use, and the PyTorch
 references of scoring and KV-cache decoding on the same GPU (the learner's is
 bench/learn_ref.py train --device cuda). Prints RESULT lines in

@@ -23,7 +23,7 @@ embeddings, none on norm weights), as rl-learn's defaults.
 Threads: torch.set_num_threads(--threads, default 2); run it with
 OMP_WAIT_POLICY=PASSIVE (learn.sh does).
 
---device cuda (bench/gpu.sh): the model, the batches and the optimizer on
+--device cuda (bench/cuda.sh): the model, the batches and the optimizer on
 the GPU, each step timed from a torch.cuda.synchronize() before it to one
 after it; float32 products exact (torch.set_float32_matmul_precision
 "highest"), or with --tf32 on TF32 tensor cores ("high"). Record files may

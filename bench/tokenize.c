@@ -1,5 +1,5 @@
 // tokenize — the timing driver of bench/tokenize.sh: encode throughput of
-// common/text/tokenizer.c on a file of texts. Loads the tokenizer (not timed),
+// lib/tokenizer/tokenizer.c on a file of texts. Loads the tokenizer (not timed),
 // encodes every text once untimed (warm-up), then REPS times timed, and prints
 //   RESULT what=ours texts=N bytes=B tokens=T median_s=S mb_s=M tok_s=K times=t1,t2,...
 // where B is the texts' UTF-8 bytes, T the ids of one pass, M = B / S / 1e6
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "text/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_REPS 64   // bench_median takes at most 64
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/tokenize.sh [NAME...] -- encode throughput of common/text/tokenizer.c next
+# bench/tokenize.sh [NAME...] -- encode throughput of lib/tokenizer/tokenizer.c next
 # to Hugging Face's `tokenizers`, both on one thread, on the same texts.
 #
 # Files (tests/py/hf_tokenizer_files.py; default: llama3 qwen2.5 smollm2):

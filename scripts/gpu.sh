@@ -1,7 +1,7 @@
 #!/bin/bash
 # scripts/gpu.sh — the GPU tests and benchmark on a machine that has a GPU but
-# no package access (../shared/GPU.md): the Debian libraries travel with the
-# tree as .deb files, are unpacked beside it, and the build points into them.
+# no package access: the Debian libraries travel with the tree as .deb files,
+# are unpacked beside it, and the build points into them.
 #
 #   scripts/gpu.sh fetch          here (Debian, with apt): download the .deb files
 #                                 into .deps/gpu/ (git-ignored), and the Python
@@ -9,7 +9,7 @@
 #   scripts/gpu.sh run [bench]    on the GPU machine, with .deps/gpu carried:
 #                                 unpack, build with CUDA (BUILD=build-gpu,
 #                                 BIN=bin-gpu), run the GPU unit and CLI tests,
-#                                 and with "bench" bench/gpu.sh; logs and the
+#                                 and with "bench" bench/cuda.sh; logs and the
 #                                 results go to $OUT (or /tmp/rlpipe-gpu): at
 #                                 most 7 files, as the device tool brings back 8
 #
@@ -75,7 +75,7 @@ run() {
         # models and records (gigabytes) stay out of $OUT: only the results travel back
         local bo=/tmp/rlpipe-bench
         mkdir -p $bo
-        BUILD=$B BIN=bin-gpu BENCH_OUT=$bo bash bench/gpu.sh 2>&1 | tee "$out/bench.log" | tail -40
+        BUILD=$B BIN=bin-gpu BENCH_OUT=$bo bash bench/cuda.sh 2>&1 | tee "$out/bench.log" | tail -40
         [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
         cp $bo/gpu.txt $bo/gpu.results $bo/gpu.log "$out/" 2>/dev/null
     fi

@@ -18,7 +18,7 @@ FUZZ_BINS := $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_NAMES))
 FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
               -Wno-pass-failed
 # The CPU backend only: a harness parses, it computes nothing on a GPU.
-FUZZ_LIB_SRC := $(filter-out common/model/cuda/absent.c,$(LIB_SRC)) common/model/cuda/absent.c
+FUZZ_LIB_SRC := $(filter-out lib/model/cuda/absent.c,$(LIB_SRC)) lib/model/cuda/absent.c
 FUZZ_LIBS = $(PKG_LIBS) -pthread -lm
 
 .PHONY: fuzz fuzz-build fuzz-seeds

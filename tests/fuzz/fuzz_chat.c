@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "text/jinja.h"
+#include "template/jinja.h"
 
 static const char DEFAULT_VARS[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"hi \\u00e9\"},"

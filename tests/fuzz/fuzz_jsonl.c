@@ -12,7 +12,7 @@
 #include "records/json.h"
 #include "records/jsonl.h"
 #include "sample/prompts.h"
-#include "text/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static tokenizer *tiny;
 

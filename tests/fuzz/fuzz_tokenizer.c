@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "text/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define CONTINUE_IDS 64   // ids decoded one by one with TOK_CONTINUE
 

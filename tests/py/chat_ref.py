@@ -1,4 +1,4 @@
-"""The assistant mask that common/text/chat.h defines for a chat template without
+"""The assistant mask that lib/template/chat.h defines for a chat template without
 {% generation %} blocks, computed from transformers' renderings and the
 tokenizers' offsets (nothing of rlpipe's code): shared by test_chat.py and
 test_chat_tools.py.

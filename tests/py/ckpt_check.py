@@ -1,4 +1,4 @@
-"""Checks of rl-learn's checkpoint directories (man/rl-learn.1, common/checkpoint/checkpoint.h),
+"""Checks of rl-learn's checkpoint directories (man/rl-learn.1, lib/checkpoint/checkpoint.h),
 read by hand and with safetensors, not by rlpipe: shared by test_learn_run.py
 and test_faults.py.
 

@@ -20,7 +20,7 @@ It also emulates the sampler's precisions (rl-sample --dtype, model.h): the
 weight-only ones (bf16w, f16, int8w: matrices rounded, all else as at f32)
 and those that round the activations too (bf16, and the W8A8 int8 and fp8,
 whose decoder-layer products quantize their inputs per token), exactly as
-common/model/model.c and ops.h define them; see PRECISIONS.
+lib/model/model.c and ops.h define them; see PRECISIONS.
 """
 import json
 import math

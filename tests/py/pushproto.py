@@ -1,5 +1,5 @@
 """An independent implementation of rlpipe's weight-push protocol
-(common/sync/push.h, man/rl-sync.1), written from its description with Python's
+(lib/sync/push.h, man/rl-sync.1), written from its description with Python's
 socket, struct, hmac and hashlib, Debian's msgpack and xxhash, and numpy:
 nothing of rlpipe's own code. Both ends:
 

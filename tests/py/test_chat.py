@@ -1,4 +1,4 @@
-"""Chat templates (common/text/chat.c on common/text/jinja*.c) against transformers 4.46's
+"""Chat templates (lib/template/chat.c on lib/template/jinja*.c) against transformers 4.46's
 apply_chat_template, through tests/tools/chat_tool.
 
 The templates are the public ones of the models, from files the tests obtain:

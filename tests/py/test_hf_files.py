@@ -1,4 +1,4 @@
-"""Model directories as Hugging Face writes and reads them (common/checkpoint/hfweights.c,
+"""Model directories as Hugging Face writes and reads them (lib/checkpoint/hfweights.c,
 man/rl-learn.1 --save-dtype and --max-shard-size).
 
 The reference is transformers 4.46 itself: its save_pretrained writes the

@@ -1,4 +1,4 @@
-"""common/text/jinja*.c against the reference it imitates: transformers'
+"""lib/template/jinja*.c against the reference it imitates: transformers'
 _compile_jinja_template (jinja2's ImmutableSandboxedEnvironment with
 trim_blocks, lstrip_blocks, loopcontrols, {% generation %}, its tojson,
 raise_exception and strftime_now), driven through tests/tools/jinja_render.

@@ -3,7 +3,7 @@ them so, from the sources and from the built objects (nm):
 
   - an include names its folder, and goes downward only: each layer includes
     from the layers the table LOWER gives it, never from a sibling or above;
-    the backends (model/cpu, model/cuda) and the ranks' collectives (dist)
+    the backends (model/cpu, model/cuda) and the ranks' collectives (parallel)
     see model/ops.h and nothing else of the model;
   - the objects of the library form no cycle (object A uses a symbol that B
     defines, B one that A defines, directly or around a loop);
@@ -21,40 +21,41 @@ import subprocess
 from rltest import BIN, ROOT, case, finish
 
 BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
-COMMON = os.path.join(ROOT, "common")
+LIB = os.path.join(ROOT, "lib")
 
-# What each layer may include besides itself (the leaves are common/*.h).
+# What each layer may include besides itself (the leaves are lib/*.h).
 LOWER = {
     "leaves": set(),
     "records": {"leaves"},
     "checkpoint": {"leaves", "records"},
-    "text": {"leaves", "records"},
+    "tokenizer": {"leaves", "records"},
+    "template": {"leaves", "records", "tokenizer"},
     "model": {"leaves", "records", "checkpoint"},
     "model/cpu": {"leaves", "model/ops.h"},
     "model/cuda": {"leaves", "model/ops.h"},
-    "dist": {"leaves", "model/ops.h"},
+    "parallel": {"leaves", "model/ops.h"},
     "sync": {"leaves", "records", "checkpoint", "model"},
-    "sample": {"leaves", "records", "checkpoint", "text", "model", "sync"},
+    "sample": {"leaves", "records", "checkpoint", "tokenizer", "template", "model", "sync"},
     "ratio": {"leaves", "records", "checkpoint", "model", "sync"},
-    "learn": {"leaves", "records", "checkpoint", "text", "model", "dist"},
-    "cli": {"leaves", "records", "checkpoint", "text", "model", "sync"},
+    "learn": {"leaves", "records", "checkpoint", "tokenizer", "template", "model", "parallel"},
+    "cli": {"leaves", "records", "checkpoint", "tokenizer", "template", "model", "sync"},
 }
 
 # The layers each tool's binary may hold code of.
 LINKS = {
     "rl-cat": {"leaves", "records", "sync", "cli"},
     "rl-sync": {"leaves", "records", "checkpoint", "sync", "cli"},
-    "rl-sample": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "sync", "sample",
+    "rl-sample": {"leaves", "records", "checkpoint", "tokenizer", "template", "model", "model/cpu", "model/cuda", "sync", "sample",
                   "cli"},
-    "rl-ratio": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "sync", "ratio",
+    "rl-ratio": {"leaves", "records", "checkpoint", "tokenizer", "template", "model", "model/cpu", "model/cuda", "sync", "ratio",
                  "cli"},
-    "rl-learn": {"leaves", "records", "checkpoint", "text", "model", "model/cpu", "model/cuda", "dist", "learn",
+    "rl-learn": {"leaves", "records", "checkpoint", "tokenizer", "template", "model", "model/cpu", "model/cuda", "parallel", "learn",
                  "cli"},
 }
 
 
 def layer_of(rel):
-    """The layer of a path under common/ ("records/reader.h" -> "records")."""
+    """The layer of a path under lib/ ("records/reader.h" -> "records")."""
     parts = rel.split("/")
     if len(parts) == 1:
         return "leaves"
@@ -64,9 +65,9 @@ def layer_of(rel):
 
 
 def sources():
-    for path in glob.glob(os.path.join(COMMON, "**", "*"), recursive=True):
+    for path in glob.glob(os.path.join(LIB, "**", "*"), recursive=True):
         if path.endswith((".c", ".h", ".cu")):
-            yield os.path.relpath(path, COMMON)
+            yield os.path.relpath(path, LIB)
 
 
 @case
@@ -74,14 +75,14 @@ def includes_name_their_folder_and_go_downward():
     bad = []
     for rel in sources():
         here = layer_of(rel)
-        with open(os.path.join(COMMON, rel)) as f:
+        with open(os.path.join(LIB, rel)) as f:
             for n, line in enumerate(f, 1):
                 m = re.match(r'#include "([^"]+)"', line)
                 if not m:
                     continue
                 inc = m.group(1)
-                if not os.path.exists(os.path.join(COMMON, inc)):
-                    bad.append(f"{rel}:{n}: {inc} is not common/{inc}: an include names its folder")
+                if not os.path.exists(os.path.join(LIB, inc)):
+                    bad.append(f"{rel}:{n}: {inc} is not lib/{inc}: an include names its folder")
                     continue
                 there = layer_of(inc)
                 if there != here and there not in LOWER[here] and inc not in LOWER[here]:
@@ -91,10 +92,10 @@ def includes_name_their_folder_and_go_downward():
 
 def library_objects():
     """The objects built from today's sources (not those a moved source left)."""
-    objs = [os.path.join(BUILD, "obj", "common", os.path.splitext(rel)[0] + ".o") for rel in sources()
+    objs = [os.path.join(BUILD, "obj", "lib", os.path.splitext(rel)[0] + ".o") for rel in sources()
             if not rel.endswith(".h")]
     objs = [o for o in objs if os.path.exists(o)]
-    assert objs, f"no objects under {BUILD}/obj/common (make BUILD=...)"
+    assert objs, f"no objects under {BUILD}/obj/lib (make BUILD=...)"
     return objs
 
 
@@ -148,7 +149,7 @@ def library_objects_form_no_cycle():
                 while True:
                     w = stack.pop()
                     on.discard(w)
-                    comp.append(os.path.relpath(w, os.path.join(BUILD, "obj", "common")))
+                    comp.append(os.path.relpath(w, os.path.join(BUILD, "obj", "lib")))
                     if w == v:
                         break
                 if len(comp) > 1:
@@ -160,7 +161,7 @@ def library_objects_form_no_cycle():
 def each_tool_links_only_its_layers():
     objs = library_objects()
     defs, _ = defined_and_used(objs)
-    layer = {s: layer_of(os.path.relpath(o, os.path.join(BUILD, "obj", "common"))) for s, o in defs.items()}
+    layer = {s: layer_of(os.path.relpath(o, os.path.join(BUILD, "obj", "lib"))) for s, o in defs.items()}
     bad = []
     for tool, allowed in LINKS.items():
         out = subprocess.run(["nm", "--defined-only", os.path.join(BIN, tool)], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""common/checkpoint/safetensors.c and common/checkpoint/config.c interoperate with Hugging Face.
+"""lib/checkpoint/safetensors.c and lib/checkpoint/config.c interoperate with Hugging Face.
 
 The reference is Hugging Face's own safetensors library (safetensors.numpy,
 safetensors.torch for bfloat16), driven against tests/tools/st_tool

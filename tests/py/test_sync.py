@@ -1,11 +1,11 @@
 """rl-sync against an independent receiver (pushproto.py: the protocol of
-common/sync/push.h written in Python from its description): what arrives is the
+lib/sync/push.h written in Python from its description): what arrives is the
 checkpoint's tensors, bit for bit as f32, and as PyTorch's float32 -> bfloat16
 / float16 rounding for a receiver that asks for those; a receiver that holds
 the version gets nothing; wrong tokens, models that do not fit and refused
 pushes fail with exit 1 and a message naming the receiver; --watch pushes each
 new version of a checkpoint root (written by rl-learn, or by hand the way
-common/checkpoint/checkpoint.c writes them), passes over versions that pile up, and ends
+lib/checkpoint/checkpoint.c writes them), passes over versions that pile up, and ends
 at --max-version, when the receivers go away, or on SIGTERM (man/rl-sync.1).
 
 Models are tiny (hidden 32, vocab 64): every push takes milliseconds; the
@@ -97,7 +97,7 @@ def perturbed(v):
 
 
 def write_version(root, v, weights=None, state=True, pointer="latest"):
-    """root/vNNNNNN written as common/checkpoint/checkpoint.c writes it: a temporary
+    """root/vNNNNNN written as lib/checkpoint/checkpoint.c writes it: a temporary
     directory renamed into place, then `pointer` ('latest', or 'published' as
     rl-learn names a version whose optimizer state is still on its way)
     replaced by a rename."""

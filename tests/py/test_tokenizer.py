@@ -1,4 +1,4 @@
-"""common/text/tokenizer.c (and its stages, common/text/tok_*.c) agrees with Hugging
+"""lib/tokenizer/tokenizer.c (and its stages, lib/tokenizer/tok_*.c) agrees with Hugging
 Face's `tokenizers` library, stage by stage.
 
 The reference is `tokenizers` 0.20.3 (in .deps/venv, whose python
@@ -770,7 +770,7 @@ def decoders_match_tokenizers():
 
 @case
 def streamed_decoding_concatenates_to_the_whole_decoding():
-    # As common/sample/generate.c streams: the first id alone, then each other with
+    # As lib/sample/generate.c streams: the first id alone, then each other with
     # TOK_CONTINUE. Equal to decoding the whole list, where that is UTF-8.
     files = [(TINY, Tokenizer.from_file(TINY))]
     for metaspace in (False, True):

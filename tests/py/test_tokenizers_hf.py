@@ -1,4 +1,4 @@
-"""common/text/tokenizer.c encodes and decodes every tokenizer.json we support
+"""lib/tokenizer/tokenizer.c encodes and decodes every tokenizer.json we support
 exactly as Hugging Face's `tokenizers` does, on TEXTS (20,000) strings each.
 
 The reference is `tokenizers` 0.20 (in .deps/venv); ours is driven through

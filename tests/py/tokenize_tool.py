@@ -1,4 +1,4 @@
-"""Drives $BUILD/tests/tools/tokenize (common/text/tokenizer.c) for the tokenizer
+"""Drives $BUILD/tests/tools/tokenize (lib/tokenizer/tokenizer.c) for the tokenizer
 tests: many texts or id lists in one process, in the tool's formats.
 
   encode(path, texts, special=False)       ids of each text (str or bytes);
@@ -7,7 +7,7 @@ tests: many texts or id lists in one process, in the tool's formats.
   decode(path, id_lists, skip_special, streamed=False)
                                            decoded bytes of each list of ids;
                                            streamed: `decode --continue`, id
-                                           by id as common/sample/generate.c streams
+                                           by id as lib/sample/generate.c streams
 Both raise AssertionError with the tool's message when it exits non-zero."""
 import os
 import subprocess

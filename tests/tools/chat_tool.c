@@ -1,4 +1,4 @@
-// chat_tool — drives common/text/chat.c for tests/py/test_chat.py, which compares
+// chat_tool — drives lib/template/chat.c for tests/py/test_chat.py, which compares
 // it with transformers' apply_chat_template.
 //
 //   chat_tool [--gen] [--mask] [--arg NAME=VALUE]... MODEL_DIR
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "records/json.h"
-#include "text/chat.h"
+#include "template/chat.h"
 
 static void die(const char *fmt, const char *a) {
     fprintf(stderr, "chat_tool: error: ");

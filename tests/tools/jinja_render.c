@@ -1,4 +1,4 @@
-// jinja_render — drives common/text/jinja*.c for tests/py/test_jinja.py, which
+// jinja_render — drives lib/template/jinja*.c for tests/py/test_jinja.py, which
 // compares it with transformers' own chat-template renderer (jinja2).
 //
 //   jinja_render [--spans] TEMPLATE VARS.json
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/jinja.h"
+#include "template/jinja.h"
 
 static const char USAGE[] =
     "Usage: jinja_render [--spans] TEMPLATE VARS.json\n"

@@ -1,4 +1,4 @@
-// st_tool — drives common/checkpoint/safetensors.c and common/checkpoint/config.c for the Python
+// st_tool — drives lib/checkpoint/safetensors.c and lib/checkpoint/config.c for the Python
 // tests (tests/py/test_safetensors.py), which compare it with Hugging Face's
 // own safetensors library.
 //

@@ -1,4 +1,4 @@
-// tokenize — drives common/text/tokenizer.c for tests/py/test_tokenizer.py and
+// tokenize — drives lib/tokenizer/tokenizer.c for tests/py/test_tokenizer.py and
 // tests/py/test_tokenizers_hf.py, which compare it with Hugging Face's
 // tokenizers library.
 //
@@ -13,7 +13,7 @@
 //       followed by the decoded bytes. --continue: each id decoded alone,
 //       with TOK_RAW_BYTES, and TOK_CONTINUE after the first that is not a
 //       skipped special token, the outputs concatenated (as
-//       common/sample/generate.c streams).
+//       lib/sample/generate.c streams).
 //   tokenize pieces TOKENIZER.json
 //       stdin: texts as for encode; stdout: per text, tok_pieces' records
 //       ("P <byte count>\n<bytes>\n" per piece, "A <id>\n" per added token),
@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static const char USAGE[] =
     "Usage: tokenize encode [--special] TOKENIZER.json < texts\n"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "text/jinja.h"
+#include "template/jinja.h"
 
 // Renders src with the JSON vars: the output (static buffer), or NULL with
 // the error message in last_err.

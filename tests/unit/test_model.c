@@ -13,7 +13,7 @@
 #include "check.h"
 #include "model/model.h"
 #include "rng.h"
-#include "text/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 // Two shapes: llama with grouped-query attention and a tied output layer, and
 // qwen2 (q/k/v biases) with multi-head attention and an untied one. head_dim

@@ -1,4 +1,4 @@
-// Unit tests of common/text/tokenizer.c and common/text/tok_regex.c on
+// Unit tests of lib/tokenizer/tokenizer.c and lib/tokenizer/tok_regex.c on
 // models/tiny/tokenizer.json (run from the repository root) and on small
 // tokenizer files written here. The expected ids are those of Hugging Face
 // tokenizers 0.20.3, encode(text, add_special_tokens=False) unless said;
@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "text/tok_regex.h"
-#include "text/tokenizer.h"
+#include "tokenizer/tok_regex.h"
+#include "tokenizer/tokenizer.h"
 
 #define TINY "models/tiny/tokenizer.json"
 

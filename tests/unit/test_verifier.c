@@ -1,4 +1,4 @@
-// Unit tests of common/sample/verifier.c: the built-in reward functions exact,
+// Unit tests of lib/sample/verifier.c: the built-in reward functions exact,
 // number and boxed, and the number and \boxed{} readers under them. This file
 // is also built with AddressSanitizer + UBSan.
 #include <string.h>

@@ -1,4 +1,4 @@
-// Unit tests of common/sample/vproc.c on real verifier commands: sh one-liners and
+// Unit tests of lib/sample/vproc.c on real verifier commands: sh one-liners and
 // python3 scripts that read JSON lines. SIGPIPE keeps its default action here,
 // so a write to a dead verifier that raised it would kill this program. This
 // file is also built with AddressSanitizer + UBSan.

@@ -1,0 +1,136 @@
+// learner.h — rl-learn's optimizer steps (doc/design.md §4). Records are held in
+// whole groups (consecutive records with the same "group"; a record without
+// one is a group of its own) until a step's batch is full; each step computes
+// the advantages of its groups, runs forward and backward over micro-batches
+// with the pg, ppo or sft loss, and takes one AdamW step. With PPO and
+// --epochs K, a batch gives K steps against the same π_old.
+#ifndef RLPIPE_LEARNER_H
+#define RLPIPE_LEARNER_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parallel/dist.h"
+#include "learn/adamw.h"
+#include "model/model.h"
+#include "records/record.h"
+#include "template/chat.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum { LOSS_PG, LOSS_PPO, LOSS_SFT } loss_kind;
+typedef enum { ADV_GRPO, ADV_DRGRPO, ADV_RLOO } adv_kind;
+typedef enum { NORM_SEQS, NORM_TOKENS, NORM_CONST } norm_kind;
+
+// grpo's ε in (r − mean) / (std + ε), std with Bessel's correction (as TRL's GRPO).
+#define LRN_GRPO_EPS 1e-4
+// Tokens (prompt + completion) of one forward: a micro-batch that would hold
+// more is split further, so that the saved activations stay bounded.
+#define LRN_MICRO_TOKENS 16384
+
+typedef struct {
+    loss_kind loss;
+    adv_kind adv;
+    norm_kind norm;
+    double norm_const;          // NORM_CONST: the divisor N
+    double ppo_eps;             // PPO's clip range ε
+    // > 0: truncated importance sampling in the learner (--tis C): each
+    // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (mismatch.h),
+    // with π_old the learner's own forward at the batch's first epoch (for pg,
+    // the forward being differentiated, held constant) and μ the record's
+    // "logp"; records carrying rl-ratio's "w" or "logp_learner" are refused.
+    // 0: w and logp_learner as the records give them.
+    double tis;
+    int epochs;                 // PPO: steps per batch (>= 1)
+    int micro;                  // micro-batches per step, at least (gradient accumulation)
+    size_t micro_tokens;        // 0: LRN_MICRO_TOKENS
+    size_t batch;               // sequences per step, at least (whole groups)
+    adamw_opts opt;
+    const tokenizer *tok;       // for records that carry text and no ids (may be NULL)
+    const chat_t *chat;         // for examples that carry "messages" (NULL: the model has no template)
+    const volatile sig_atomic_t *stop;   // set (by a signal): abandon the step between micro-batches
+    // Data-parallel (dist_active): each rank computes the gradient of its
+    // share of every batch's whole groups, and the step is zero.h's over
+    // `parts` (zero_parts); every rank is given every record, and takes every
+    // step. NULL: this process alone.
+    dist_t *dist;
+    const size_t *parts;
+} lrn_opts;
+
+// Parsers of the option values ("pg", "grpo", "seqs" | "tokens" | "const:N").
+int lrn_parse_loss(const char *s, loss_kind *out, rl_err *err);
+int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err);
+int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err);
+const char *lrn_loss_name(loss_kind k);
+const char *lrn_adv_name(adv_kind k);
+
+// The advantages of one group's rewards r (n), into a (n).
+void lrn_advantages(adv_kind k, const double *r, size_t n, double *a);
+
+// What one step did (doc/design.md §4 and rl-learn(1) METRICS). "has_" flags say
+// whether the records carried what a statistic needs.
+typedef struct {
+    uint64_t step, version;           // the step taken (1 for the first); the version it produced
+    uint64_t samples, groups, tokens; // sequences, groups, completion tokens in the step
+    uint64_t trained;                 // sequences with a gradient (others have advantage 0)
+    uint64_t fwd_tokens;              // prompt + completion tokens through the model
+    int epoch;                        // PPO: 1 .. epochs
+    int has_reward, has_lag, has_k3, has_capped;
+    double reward_mean, reward_std, accuracy;   // accuracy: fraction with reward > 0
+    double adv_mean, adv_std, adv_zero;         // adv_zero: fraction of sequences with advantage 0
+    double loss, grad_norm, lr, entropy;        // entropy: mean over trained tokens (nats)
+    double lag_mean, lag_max;         // learner version before the step − ver, over tokens
+    double k3, capped;                // mean(ρ − 1 − log ρ), ρ = exp(logp_learner − logp); fraction w < ρ
+                                      // (with tis: over the trained tokens, ρ from the learner's forward)
+    int ppo;
+    double ppo_clipped;               // PPO: fraction of trained tokens whose clipped term was taken
+    double seconds, tokens_per_s;     // of the step; fwd_tokens per second
+    double save_s;                    // writing the step's checkpoint (set by the caller)
+    double elapsed;                   // seconds since the learner started, checkpoint written (set by the caller)
+} lrn_metrics;
+
+typedef struct learner learner_t;
+
+learner_t *lrn_new(model_t *m, const lrn_opts *o);
+void lrn_free(learner_t *l);
+
+// Checks a record and holds what training needs from it. where: the record's
+// file and index for messages. 0, or -1 with err (what is wrong, then where).
+int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err);
+// Texts (prompt or completion) whose tokenizing dropped characters that have
+// no token, as transformers' tokenizers drops them; *first (when not NULL)
+// says what the first of them dropped, and where.
+size_t lrn_dropped(const learner_t *l, const char **first);
+// The input has ended: the last group is complete.
+void lrn_end(learner_t *l);
+// A new member of the input begins with this header: the groups held are
+// complete, and when its "sampling" says "group" (rl-sample writes it,
+// rl-ratio passes it on), each of its groups is complete once that many
+// records have arrived, without waiting for the next group's first record,
+// which a sampler pausing for the weights trained on this batch
+// (rl-sample --sync) will not send before.
+void lrn_member(learner_t *l, const rec_t *header);
+// 1 when a step can be taken: a full batch of complete groups is held (after
+// lrn_end with keep_last: any complete group).
+int lrn_ready(const learner_t *l, int keep_last);
+
+// Takes one optimizer step on the batch: `steps` steps were taken before it
+// (the schedule and the bias corrections count them), and the model's version
+// before it is `version` (for lag; it produces version + 1). 0 done (*m
+// filled); 1 abandoned because *o->stop was set (the model is unchanged); -1
+// with err (a gradient that is not finite).
+int lrn_step(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err);
+// Its two halves. lrn_grad: the model's gradient := the step's loss gradient
+// (forward and backward over the micro-batches; 1 when abandoned);
+// lrn_apply: clipping and AdamW, and the batch is let go after its last epoch.
+int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err);
+int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err);
+
+// Records consumed by finished batches (those steps are done), and held.
+uint64_t lrn_consumed(const learner_t *l);
+size_t lrn_held(const learner_t *l);
+
+// One JSON line (no newline) of the metrics.
+void lrn_metrics_json(const lrn_metrics *m, sbuf *out);
+
+#endif

@@ -1,0 +1,521 @@
+// chat.c — chat templates: loading, rendering, tokens and assistant masks (chat.h).
+#include "template/chat.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "records/json.h"
+
+#define CHAT_MAX_FILE (16u << 20)   // tokenizer_config.json or chat_template.jinja: templates are kilobytes
+#define CHAT_MAX_ARGS 64
+
+// The special tokens transformers passes to every template (special_tokens_map).
+static const char *const SPECIAL_KEYS[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                           "pad_token", "cls_token", "mask_token"};
+
+struct chat {
+    jinja_tpl *tpl;
+    const tokenizer *tok;
+    char *source;                 // where the template came from, for messages
+    int has_generation;           // the template marks assistant text with {% generation %}
+    // special tokens and user arguments: "name" then the JSON of its value (strings kept as given)
+    struct {
+        char *name, *json;
+    } vars[CHAT_MAX_ARGS + 16];
+    size_t n_vars;
+    int64_t eos, end_of_turn;
+};
+
+// ---- loading ---------------------------------------------------------------
+
+static void add_var(chat_t *c, const char *name, const char *json) {
+    for (size_t i = 0; i < c->n_vars; i++)
+        if (!strcmp(c->vars[i].name, name)) {
+            free(c->vars[i].json);
+            c->vars[i].json = xstrdup(json);
+            return;
+        }
+    c->vars[c->n_vars].name = xstrdup(name);
+    c->vars[c->n_vars].json = xstrdup(json);
+    c->n_vars++;
+}
+
+// A special token of tokenizer_config.json: a string or an AddedToken {"content": ...}.
+static const char *token_string(const cJSON *v) {
+    if (cJSON_IsString(v)) return v->valuestring;
+    if (cJSON_IsObject(v)) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(v, "content");
+        if (cJSON_IsString(s)) return s->valuestring;
+    }
+    return NULL;
+}
+
+static void add_string_var(chat_t *c, const char *name, const char *s) {
+    cJSON *j = cJSON_CreateString(s);
+    char *text = cJSON_PrintUnformatted(j);
+    if (!text) {
+        fprintf(stderr, "rlpipe: out of memory\n");
+        abort();
+    }
+    add_var(c, name, text);
+    cJSON_free(text);
+    cJSON_Delete(j);
+}
+
+static void read_special_tokens(chat_t *c, const cJSON *root) {
+    for (size_t k = 0; k < sizeof SPECIAL_KEYS / sizeof *SPECIAL_KEYS; k++) {
+        const char *s = token_string(cJSON_GetObjectItemCaseSensitive(root, SPECIAL_KEYS[k]));
+        if (s) add_string_var(c, SPECIAL_KEYS[k], s);
+    }
+    const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens"), *x;
+    if (!cJSON_IsArray(extra)) return;
+    cJSON *list = cJSON_CreateArray();
+    cJSON_ArrayForEach(x, extra) {
+        const char *s = token_string(x);
+        if (s) cJSON_AddItemToArray(list, cJSON_CreateString(s));
+    }
+    char *text = cJSON_PrintUnformatted(list);
+    if (text) add_var(c, "additional_special_tokens", text);
+    cJSON_free(text);
+    cJSON_Delete(list);
+}
+
+// The template text of tokenizer_config.json's "chat_template" into out; 1 if
+// found, 0 if absent, -1 with err.
+static int config_template(const cJSON *root, const char *path, sbuf *out, rl_err *err) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *x;
+    if (!t || cJSON_IsNull(t)) return 0;
+    if (cJSON_IsString(t)) {
+        sbuf_put(out, t->valuestring, strlen(t->valuestring));
+        return 1;
+    }
+    if (!cJSON_IsArray(t)) return err_set(err, "%s: \"chat_template\" is neither a string nor a list of templates", path);
+    cJSON_ArrayForEach(x, t) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(x, "template");
+        if (!cJSON_IsString(name) || !cJSON_IsString(text))
+            return err_set(err, "%s: \"chat_template\": each entry of the list needs a \"name\" and a \"template\"", path);
+        if (!strcmp(name->valuestring, "default")) {
+            sbuf_put(out, text->valuestring, strlen(text->valuestring));
+            return 1;
+        }
+    }
+    return err_set(err, "%s: \"chat_template\" lists templates but none named \"default\"", path);
+}
+
+static int probe_end_of_turn(chat_t *c);
+
+chat_t *chat_load(const char *dir, const tokenizer *tok, rl_err *err) {
+    chat_t *c = xmalloc(sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->tok = tok;
+    c->eos = c->end_of_turn = -1;
+    sbuf text = {0}, tpl = {0};
+    cJSON *root = NULL;
+    char *cfg_path = path_join(dir, "tokenizer_config.json");
+    char *jinja_path = path_join(dir, "chat_template.jinja");
+    int found = 0;
+    rl_err e;
+    err->msg[0] = 0;
+    if (read_whole_file(cfg_path, CHAT_MAX_FILE, &text, &e) == 0) {
+        root = cJSON_ParseWithLength((const char *)text.data, text.len);
+        if (!root || !cJSON_IsObject(root)) {
+            err_set(err, "%s: not a JSON object", cfg_path);
+            goto fail;
+        }
+        read_special_tokens(c, root);
+        if ((found = config_template(root, cfg_path, &tpl, err)) < 0) goto fail;
+        if (found) c->source = xstrdup(cfg_path);
+        const char *eos = token_string(cJSON_GetObjectItemCaseSensitive(root, "eos_token"));
+        if (eos) c->eos = tok_id(tok, eos);
+    } else if (errno != ENOENT) {
+        err_set(err, "%s", e.msg);
+        goto fail;
+    }
+    text.len = 0;
+    if (read_whole_file(jinja_path, CHAT_MAX_FILE, &text, &e) == 0) {
+        tpl.len = 0;
+        sbuf_put(&tpl, text.data, text.len);
+        free(c->source);
+        c->source = xstrdup(jinja_path);
+        found = 1;
+    } else if (errno != ENOENT) {
+        err_set(err, "%s", e.msg);
+        goto fail;
+    }
+    if (!found) goto fail;   // no template: err->msg stays ""
+    if (!(c->tpl = jinja_parse((const char *)tpl.data, tpl.len, c->source, err))) goto fail;
+    c->has_generation = jinja_has_generation(c->tpl);
+    if (probe_end_of_turn(c) < 0) c->end_of_turn = -1;
+    cJSON_Delete(root);
+    sbuf_free(&text);
+    sbuf_free(&tpl);
+    free(cfg_path);
+    free(jinja_path);
+    return c;
+fail:
+    cJSON_Delete(root);
+    sbuf_free(&text);
+    sbuf_free(&tpl);
+    free(cfg_path);
+    free(jinja_path);
+    chat_free(c);
+    return NULL;
+}
+
+void chat_free(chat_t *c) {
+    if (!c) return;
+    jinja_free(c->tpl);
+    for (size_t i = 0; i < c->n_vars; i++) {
+        free(c->vars[i].name);
+        free(c->vars[i].json);
+    }
+    free(c->source);
+    free(c);
+}
+
+int chat_set_arg(chat_t *c, const char *arg, rl_err *err) {
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) return err_set(err, "'%s': write NAME=VALUE (enable_thinking=false)", arg);
+    size_t nl = (size_t)(eq - arg);
+    char name[256];
+    if (nl >= sizeof name) return err_set(err, "'%s': the name is too long", arg);
+    memcpy(name, arg, nl);
+    name[nl] = 0;
+    for (size_t i = 0; i < nl; i++)
+        if (!(name[i] == '_' || (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+              (i && name[i] >= '0' && name[i] <= '9')))
+            return err_set(err, "'%s': \"%s\" is not a template variable's name", arg, name);
+    if (!strcmp(name, "messages") || !strcmp(name, "add_generation_prompt"))
+        return err_set(err, "'%s': rlpipe sets \"%s\" itself", arg, name);
+    if (c->n_vars >= CHAT_MAX_ARGS) return err_set(err, "more than %d template arguments", CHAT_MAX_ARGS);
+    const char *v = eq + 1;
+    jinja_arena *a = jinja_arena_new();
+    jinja_val *parsed;
+    rl_err e;
+    int is_json = jinja_from_json(a, v, strlen(v), &parsed, &e) == 0;
+    jinja_arena_free(a);
+    if (is_json) add_var(c, name, v);
+    else add_string_var(c, name, v);
+    return 0;
+}
+
+// ---- conversations as template values -------------------------------------
+
+static jinja_val *from_msgpack(jinja_arena *a, const msgpack_object *o, int depth) {
+    if (depth > 64) return NULL;
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL: return jinja_none(a);
+    case MSGPACK_OBJECT_BOOLEAN: return jinja_bool(a, o->via.boolean);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        return o->via.u64 > INT64_MAX ? NULL : jinja_int(a, (int64_t)o->via.u64);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: return jinja_int(a, o->via.i64);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: return jinja_float(a, o->via.f64);
+    case MSGPACK_OBJECT_STR:
+        if (!utf8_valid((const uint8_t *)o->via.str.ptr, o->via.str.size)) return NULL;
+        return jinja_str(a, o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY: {
+        jinja_val *l = jinja_list(a);
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            jinja_val *v = from_msgpack(a, &o->via.array.ptr[i], depth + 1);
+            if (!v) return NULL;
+            jinja_list_push(l, v);
+        }
+        return l;
+    }
+    case MSGPACK_OBJECT_MAP: {
+        jinja_val *d = jinja_dict(a);
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            if (k->type != MSGPACK_OBJECT_STR) return NULL;
+            jinja_val *v = from_msgpack(a, &o->via.map.ptr[i].val, depth + 1);
+            if (!v) return NULL;
+            jinja_dict_set(d, k->via.str.ptr, k->via.str.size, v);
+        }
+        return d;
+    }
+    default: return NULL;   // bin, ext
+    }
+}
+
+// The value of a message's "role" (m a map), or NULL.
+static const msgpack_object *role_of(const msgpack_object *m) {
+    for (uint32_t k = 0; k < m->via.map.size; k++) {
+        const msgpack_object *key = &m->via.map.ptr[k].key;
+        if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 4 && !memcmp(key->via.str.ptr, "role", 4))
+            return &m->via.map.ptr[k].val;
+    }
+    return NULL;
+}
+
+// Checks msgs[0..n) (a msgpack array of maps with a string "role") and makes
+// the list of its first `count` messages (all: SIZE_MAX). NULL with err.
+static jinja_val *messages_value(jinja_arena *a, const uint8_t *msgs, size_t n, size_t count, rl_err *err) {
+    msgpack_zone zone;
+    msgpack_zone_init(&zone, 2048);
+    msgpack_object o;
+    size_t off = 0;
+    jinja_val *list = NULL;
+    if (msgpack_unpack((const char *)msgs, n, &off, &zone, &o) != MSGPACK_UNPACK_SUCCESS || off != n) {
+        err_set(err, "\"messages\" is not a complete value");
+        goto out;
+    }
+    if (o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size == 0) {
+        err_set(err, "\"messages\" is not a list of messages (maps with \"role\" and \"content\")");
+        goto out;
+    }
+    for (uint32_t i = 0; i < o.via.array.size; i++) {
+        const msgpack_object *m = &o.via.array.ptr[i];
+        const msgpack_object *role = m->type == MSGPACK_OBJECT_MAP ? role_of(m) : NULL;
+        if (!role || role->type != MSGPACK_OBJECT_STR) {
+            err_set(err, "\"messages\"[%u] is not a map with a string \"role\"", i);
+            goto out;
+        }
+    }
+    list = jinja_list(a);
+    for (uint32_t i = 0; i < o.via.array.size && i < count; i++) {
+        jinja_val *v = from_msgpack(a, &o.via.array.ptr[i], 0);
+        if (!v) {
+            err_set(err, "\"messages\"[%u] holds a value a template cannot see (not UTF-8, binary, an integer "
+                    "beyond 64 bits, or nested deeper than 64)", i);
+            list = NULL;
+            goto out;
+        }
+        jinja_list_push(list, v);
+    }
+out:
+    msgpack_zone_destroy(&zone);
+    return list;
+}
+
+// Renders the first `count` messages of msgs (SIZE_MAX: all) into out; spans
+// (when not NULL) gets the {% generation %} spans.
+static int render(const chat_t *c, const uint8_t *msgs, size_t n, size_t count, int add_generation_prompt, sbuf *out,
+                  jinja_spans *spans, rl_err *err) {
+    jinja_arena *a = jinja_arena_new();
+    int rc = -1;
+    jinja_val *vars = jinja_dict(a), *list = messages_value(a, msgs, n, count, err);
+    if (!list) goto out;
+    jinja_dict_set(vars, "tools", 5, jinja_none(a));       // unless --chat-arg gives them
+    jinja_dict_set(vars, "documents", 9, jinja_none(a));
+    for (size_t i = 0; i < c->n_vars; i++) {   // special tokens first: arguments replace them, as in transformers
+        jinja_val *v;
+        if (jinja_from_json(a, c->vars[i].json, strlen(c->vars[i].json), &v, err)) goto out;
+        jinja_dict_set(vars, c->vars[i].name, strlen(c->vars[i].name), v);
+    }
+    jinja_dict_set(vars, "messages", 8, list);
+    jinja_dict_set(vars, "add_generation_prompt", 21, jinja_bool(a, add_generation_prompt));
+    rc = jinja_render(c->tpl, a, vars, out, spans, err);
+out:
+    jinja_arena_free(a);
+    return rc;
+}
+
+int chat_render(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *out, rl_err *err) {
+    return render(c, msgs, n, SIZE_MAX, add_generation_prompt, out, NULL, err);
+}
+
+// ---- the end of a turn ------------------------------------------------------
+
+// Renders a user message and an assistant reply, and takes the special token
+// that follows the reply. Some templates insist on a system message first.
+static int probe_end_of_turn(chat_t *c) {
+    static const char REPLY[] = "rlpipe probes the end of a turn";
+    static const char *const CONVERSATIONS[] = {
+        "{\"m\": [{\"role\": \"user\", \"content\": \"rlpipe\"}, "
+        "{\"role\": \"assistant\", \"content\": \"rlpipe probes the end of a turn\"}]}",
+        "{\"m\": [{\"role\": \"system\", \"content\": \"rlpipe\"}, {\"role\": \"user\", \"content\": \"rlpipe\"}, "
+        "{\"role\": \"assistant\", \"content\": \"rlpipe probes the end of a turn\"}]}"};
+    int found = -1;
+    rec_t *r = rec_new();
+    for (size_t k = 0; k < sizeof CONVERSATIONS / sizeof *CONVERSATIONS && found < 0; k++) {
+        rl_err e;
+        sbuf out = {0};
+        size_t n;
+        if (json_to_rec(CONVERSATIONS[k], strlen(CONVERSATIONS[k]), r, &e)) continue;
+        const uint8_t *msgs = rec_value(r, 0, &n);
+        const uint8_t *hit = render(c, msgs, n, SIZE_MAX, 0, &out, NULL, &e)
+                                 ? NULL : memmem(out.data, out.len, REPLY, sizeof REPLY - 1);
+        if (hit) {
+            size_t at = (size_t)(hit - out.data) + sizeof REPLY - 1;
+            uint32_t *ids = NULL;
+            size_t nids = 0, cap = 0;
+            if (tok_encode(c->tok, (const char *)out.data + at, out.len - at, &ids, &nids, &cap, &e) == 0 && nids &&
+                tok_is_special(c->tok, ids[0]))
+                c->end_of_turn = ids[0];
+            free(ids);
+            found = 0;
+        }
+        sbuf_free(&out);
+    }
+    rec_free(r);
+    return found;
+}
+
+int64_t chat_end_of_turn(const chat_t *c) { return c->end_of_turn; }
+int64_t chat_eos(const chat_t *c) { return c->eos; }
+
+// ---- tokens and the assistant mask -------------------------------------------
+
+static int span_cmp(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+// 1 if byte p of the text is inside one of the spans.
+static int in_spans(const jinja_spans *spans, size_t p) {
+    for (size_t s = 0; s < spans->n; s++)
+        if (spans->v[s].start <= p && p < spans->v[s].end) return 1;
+    return 0;
+}
+
+// The mask when every span boundary is a token boundary: the text encoded
+// piece by piece, cut at the boundaries, gives the ids of the whole text.
+// Then a token is the assistant's when its piece is inside a span (the
+// tokenizer's own view of the text: normalizers, dropped characters). 1 if
+// it applies, 0 if a boundary falls inside a token, -1 with err.
+static int mask_by_pieces(const tokenizer *tok, const sbuf *text, const jinja_spans *spans, const u32_vec *ids,
+                          u8_vec *mask, rl_err *err) {
+    size_t *cut = xmalloc((2 * spans->n + 2) * sizeof *cut), n_cut = 0;
+    cut[n_cut++] = 0;
+    for (size_t s = 0; s < spans->n; s++) {
+        cut[n_cut++] = spans->v[s].start;
+        cut[n_cut++] = spans->v[s].end;
+    }
+    cut[n_cut++] = text->len;
+    qsort(cut, n_cut, sizeof *cut, span_cmp);
+    uint32_t *piece = NULL;
+    size_t n_piece = 0, cap = 0, at = 0;
+    int rc = 1;
+    for (size_t k = 0; k + 1 < n_cut && rc == 1; k++) {
+        if (cut[k] == cut[k + 1]) continue;
+        n_piece = 0;
+        if (tok_encode(tok, (const char *)text->data + cut[k], cut[k + 1] - cut[k], &piece, &n_piece, &cap, err)) {
+            rc = -1;
+            break;
+        }
+        if (at + n_piece > ids->n || (n_piece && memcmp(piece, ids->v + at, n_piece * sizeof *piece))) rc = 0;
+        else memset(mask->v + at, in_spans(spans, cut[k]), n_piece);
+        at += n_piece;
+    }
+    if (rc == 1 && at != ids->n) rc = 0;
+    free(piece);
+    free(cut);
+    return rc;
+}
+
+// The mask from the tokens' byte offsets in the text, where a span boundary
+// falls inside a token: a token overlapping a span is the assistant's
+// (transformers' char_to_token of the span's first and last characters, and
+// every token between). The offsets come from decoding each token, so the
+// tokens must spell the text: -1 with err when they do not (a normalizer
+// changed it, or characters with no token were dropped).
+static int mask_by_offsets(const tokenizer *tok, const sbuf *text, const jinja_spans *spans, const u32_vec *ids,
+                           u8_vec *mask, rl_err *err) {
+    size_t *off = xmalloc((ids->n + 1) * sizeof *off);
+    sbuf b = {0};
+    int rc = 0;
+    for (size_t t = 0; t < ids->n && !rc; t++) {
+        off[t] = b.len;
+        rc = tok_decode(tok, &ids->v[t], 1, t ? TOK_CONTINUE : TOK_RAW_BYTES, &b, err);
+    }
+    off[ids->n] = b.len;
+    if (!rc && (b.len != text->len || (b.len && memcmp(b.data, text->data, b.len))))
+        rc = err_set(err, "an assistant turn begins or ends inside a token, and the tokens do not spell the text "
+                     "(the tokenizer normalizes it or drops characters): the turn cannot be placed in tokens");
+    for (size_t s = 0; !rc && s < spans->n; s++)
+        for (size_t t = 0; t < ids->n; t++)
+            if (spans->v[s].start < spans->v[s].end && off[t] < spans->v[s].end && off[t + 1] > spans->v[s].start)
+                mask->v[t] = 1;
+    sbuf_free(&b);
+    free(off);
+    return rc;
+}
+
+// The assistant spans of the conversation without {% generation %} blocks:
+// for each assistant message i, what rendering messages[0..i] adds to
+// messages[0..i) with the generation prompt, cut after the end-of-turn token.
+static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf *full, jinja_spans *spans, rl_err *err) {
+    msgpack_zone zone;
+    msgpack_zone_init(&zone, 2048);
+    msgpack_object o;
+    size_t off = 0;
+    msgpack_unpack((const char *)msgs, n, &off, &zone, &o);   // checked when the whole was rendered
+    const char *eot = NULL;
+    size_t eot_len = 0;
+    if (c->end_of_turn >= 0) eot = tok_token(c->tok, (uint32_t)c->end_of_turn, &eot_len);
+    int rc = 0;
+    for (size_t i = 0; i < o.via.array.size && !rc; i++) {
+        const msgpack_object *role = role_of(&o.via.array.ptr[i]);
+        if (role->via.str.size != 9 || memcmp(role->via.str.ptr, "assistant", 9)) continue;
+        sbuf before = {0}, upto = {0};
+        if (i == 0) {
+            rc = err_set(err, "\"messages\"[0] is the assistant's: nothing precedes it to render with the generation prompt");
+        } else if (render(c, msgs, n, i, 1, &before, NULL, err) || render(c, msgs, n, i + 1, 0, &upto, NULL, err)) {
+            rc = -1;
+        } else if (upto.len < before.len || memcmp(upto.data, before.data, before.len) || full->len < upto.len ||
+                   memcmp(full->data, upto.data, upto.len)) {
+            rc = err_set(err, "the template renders the conversation before \"messages\"[%zu] differently once it "
+                         "goes on, so the assistant's turns cannot be told apart from the rest; mark them in the "
+                         "template with {%% generation %%}...{%% endgeneration %%}", i);
+        } else {
+            size_t end = upto.len;
+            if (eot) {   // the end-of-turn token's last place in the turn
+                for (size_t p = upto.len; p >= before.len + eot_len; p--)
+                    if (!memcmp(upto.data + p - eot_len, eot, eot_len)) {
+                        end = p;
+                        break;
+                    }
+            }
+            if (spans->n == spans->cap) {
+                spans->cap = spans->cap ? 2 * spans->cap : 8;
+                spans->v = xrealloc(spans->v, spans->cap * sizeof *spans->v);
+            }
+            spans->v[spans->n++] = (jinja_span){before.len, end};
+        }
+        sbuf_free(&before);
+        sbuf_free(&upto);
+    }
+    msgpack_zone_destroy(&zone);
+    return rc;
+}
+
+int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *rendered,
+                u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err) {
+    sbuf text = {0};
+    jinja_spans spans = {0};
+    int rc = -1;
+    if (render(c, msgs, n, SIZE_MAX, add_generation_prompt, &text, mask && c->has_generation ? &spans : NULL, err))
+        goto out;
+    ids->n = 0;
+    if (tok_encode_ex(c->tok, (const char *)text.data, text.len, 0, &ids->v, &ids->n, &ids->cap, rep, err)) goto out;
+    if (mask) {
+        if (!c->has_generation && turn_spans(c, msgs, n, &text, &spans, err)) goto out;
+        if (mask->cap < ids->n) {
+            mask->cap = ids->n;
+            mask->v = xrealloc(mask->v, mask->cap);
+        }
+        mask->n = ids->n;
+        memset(mask->v, 0, ids->n);
+        int by_pieces = mask_by_pieces(c->tok, &text, &spans, ids, mask, err);
+        if (by_pieces < 0) goto out;
+        if (!by_pieces) {
+            memset(mask->v, 0, ids->n);
+            if (mask_by_offsets(c->tok, &text, &spans, ids, mask, err)) goto out;
+        }
+    }
+    if (rendered) {
+        sbuf_put(rendered, text.data, text.len);
+        sbuf_putc(rendered, 0);
+        rendered->len--;
+    }
+    rc = 0;
+out:
+    sbuf_free(&text);
+    free(spans.v);
+    return rc;
+}
