@@ -91,7 +91,7 @@
 #   + S x the f32 keys and values attention reads (layers x 2 x kv width x 4
 #   bytes x positions attended, averaged over the timed steps); at 1 slot
 #   that is per token. Its fraction of the measured copy bandwidth is the
-#   figure the aim is about.
+#   figure the 1-slot target (0.70) is set for.
 #
 # Order: references, learner, decoding, scoring, rl-sample; a measurement
 # not started DEADLINE seconds after the start is skipped (and says so), and
@@ -554,7 +554,7 @@ plural() { (($1 > 1)) && echo "$1 slots" || echo "$1 slot"; }
     for k in "${!NOTES[@]}"; do echo "  ${NOTES[$k]}"; done
     ((${#SKIPPED[@]})) && echo "  SKIPPED, past DEADLINE=$DEADLINE s: $(printf '%s; ' "${!SKIPPED[@]}")"
     ((NFAIL)) && echo "  FAILED: $(printf '%s; ' "${!FAILED[@]}")(their commands and errors: $LOG)"
-    echo "  aims (issue): learner >= PyTorch eager; decoding at 1 slot >= 0.70 of copy bandwidth"
+    echo "  aims: learner >= PyTorch eager; decoding at 1 slot >= 0.70 of copy bandwidth"
 } | tee "$W/gpu.txt"
 echo "cuda.sh: table in $W/gpu.txt, RESULT lines in $RES, commands in $LOG" >&2
 ((NFAIL == 0)) || { echo "cuda.sh: $NFAIL measurements failed (see $LOG)" >&2; exit 1; }

@@ -191,6 +191,6 @@ sg() { awk -v g="${MED[$1 sgemm $2]:-0}" 'BEGIN{ printf "%.1f", g }'; }
                 s, (s > 0 && og > 0) ? sprintf("%.2f", og / s) : "-" }'
     done
     echo
-    echo "aims (issue): ours >= 1.5x PyTorch, ours >= 0.50 of sgemm"
+    echo "aims: ours >= 1.5x PyTorch, ours >= 0.50 of sgemm"
 } | tee "$W/learn.txt"
 ((NFAIL == 0)) || { echo "learn.sh: $NFAIL measurements failed" >&2; exit 1; }

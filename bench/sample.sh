@@ -182,7 +182,7 @@ ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN{ if (a > 0 && b > 0) printf "
         done
     done
     echo
-    echo "aims (issue): 1 slot >= 1.2x PyTorch; 64 slots >= 8x 1 slot; int8 >= 1.5x f32 at 1 slot"
+    echo "aims: 1 slot >= 1.2x PyTorch; 64 slots >= 8x 1 slot; int8 >= 1.5x f32 at 1 slot"
     for cfg in "${CFGS[@]}"; do
         line="$cfg: 1 slot vs PyTorch"
         for dt in "${DTYPES[@]}"; do line+=" $dt $(ratio "${MED[$cfg $dt 1]:-}" "${MED[$cfg torch 1]:-}")"; done

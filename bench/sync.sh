@@ -42,7 +42,7 @@
 #     model_step, median of 3 runs of 16 steps after a 16-token prefill;
 #     sampling not included, so rl-sample's own steps are longer); "st/step"
 #     = stall median / step.
-# The issue's aims: push >= 1 GB/s on unix sockets; stall <= one decode step.
+# Targets: push >= 1 GB/s on unix sockets; stall <= one decode step.
 #
 # Environment: RUNS=N (timed pushes per receiver for 15m and 110m, default 5),
 # RUNS1B=N (for 1b, default 3), SLOTS=S (rl-sample's slots, default 16),
@@ -291,7 +291,7 @@ hum() { awk -v n="$1" 'BEGIN{ if (n >= 1e9) printf "%.2fB", n / 1e9; else printf
             "$( [[ -n ${STEP[$key]:-} ]] && awk -v s="${STALL[$key]}" -v t="${STEP[$key]}" 'BEGIN{printf (s > 0 ? "%.1e" : "0"), s / t}' || echo -)"
     done
     echo
-    echo "aims (issue): push >= 1 GB/s on unix sockets; stall <= one decode step"
+    echo "aims: push >= 1 GB/s on unix sockets; stall <= one decode step"
     line="push GB/s on unix:"
     for key in "${ROWS[@]}"; do
         [[ $key == *"|unix|"* && -n ${PUSH[$key]:-} ]] && line+=" ${key%%|*} ${key##*|} $(f2 "${PUSH[$key]}");"

@@ -1,4 +1,4 @@
-// verifier.h — the built-in reward functions of rl-sample (issue: exact,
+// verifier.h — the built-in reward functions of rl-sample (exact,
 // number, boxed). Each compares a completion's text with a prompt's reference
 // answer and gives 1.0 (correct) or 0.0.
 //

@@ -2,7 +2,7 @@
 # make demo's machinery on a budget of seconds (experiments/demo/Makefile,
 # lib/rl-run.sh, eval.sh, stage.sh, report.py): every stage runs and logs,
 # the RL pipeline ends cleanly with its versions following the SFT model's,
-# the last line is the one the issue fixes, RESULTS.md and the PNG are
+# the last line is held-out accuracy before and after RL, RESULTS.md and the PNG are
 # written, a second make redoes nothing, and a failing stage stops make
 # naming its log. Whether RL learns is the full demo's business, not this.
 . "$(dirname "$0")/../lib.sh"

@@ -1,4 +1,4 @@
-"""Injected faults (issue 19): rl-learn killed by SIGKILL at random moments,
+"""Injected faults: rl-learn killed by SIGKILL at random moments,
 disks that fill up under rl-learn, rl-sample and rl-cat, and pushes that are
 cut off, damaged, old or unauthorised. What must hold after each: a
 checkpoint's `latest` names a complete version that rl-learn loads, and

@@ -1,4 +1,4 @@
-"""Real models' configs, exact against transformers (issue 17, item 2).
+"""Real models' configs, exact against transformers.
 
 Log-probabilities that rlpipe's f32 model gives (tests/tools/model_probe:
 model_score, and the KV-cache decoding path) against transformers 4.46's own

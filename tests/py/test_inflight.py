@@ -1,4 +1,4 @@
-"""In-flight weight updates (doc/design.md §5, issue 6): rl-sample and rl-ratio take
+"""In-flight weight updates (doc/design.md §5): rl-sample and rl-ratio take
 pushed weights while they work, every token says which weights produced it,
 broken pushes change nothing, and --sync / --max-lag bound the staleness the
 learner measures.

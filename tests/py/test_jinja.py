@@ -303,8 +303,9 @@ def conversation(rng, thinking=False, tools=False):
 
 
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
-# Templates that must render exactly (the brief's list); others are tried and
-# reported, but may instead be refused at parse time.
+# Templates that must render exactly (Qwen2.5's, Qwen3's, Llama 3.1's and 3.2's,
+# SmolLM2's); others are tried and reported, but may instead be refused at
+# parse time.
 REQUIRED = ["Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja",
             "meta-llama-Llama-3.2-3B-Instruct.jinja", "SmolLM2-135M-Instruct.jinja"]
 N_CONV = int(os.environ.get("JINJA_CONVERSATIONS", "200"))

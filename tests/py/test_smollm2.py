@@ -18,8 +18,8 @@ text-prompt case checks that our tokenizer gives the same ids.
     1e-4 of ours (model_probe --score) on it.
 
 rl-sample and rl-learn load tokenizer.json even when every prompt carries
-prompt_ids. While they refuse SmolLM2's (Digits + ByteLevel with its regex:
-the new tokenizer engine of issue 17 is not in yet), the cases that need
+prompt_ids. Where they refuse SmolLM2's (its Digits and ByteLevel
+pre-tokenizers with the GPT-2 regex), the cases that need
 rl-sample are SKIPped with the tools' own message, rl-ratio and rl-learn run
 on completions that transformers samples, and rl-learn starts from a copy of
 the directory without the tokenizer files (said on a "#" line).
