@@ -1,5 +1,5 @@
 // ops.h — the backend interface: the few operations the model is made of.
-// The model (model.c) says *what* to compute and calls these through a table;
+// The model (model*.c) says *what* to compute and calls these through a table;
 // a backend (lib/model/cpu/, lib/model/cuda/) says *where*. All pointers given to an
 // op are in the backend's memory (alloc/upload; rl_attn_seq arrays too), but
 // for structs of scalars (rl_mat, smp_params, rl_adamw), which are host memory

@@ -1,6 +1,6 @@
 // cpu/bf16.h — f32 rows whose values are all bf16 ones (as the bf16
 // precision rounds a product's input), copied as bf16 for the products
-// that multiply bf16 pairs (vdpbf16ps in kernels.c, AMX tiles in amx.c).
+// that multiply bf16 pairs (vdpbf16ps in kernels_avx512.c, AMX tiles in amx.c).
 #ifndef RLPIPE_CPU_BF16_H
 #define RLPIPE_CPU_BF16_H
 

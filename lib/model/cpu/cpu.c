@@ -1,7 +1,7 @@
-// cpu/cpu.c — the CPU backend of ops.h: kernels.c's many-row products of f32
+// cpu/cpu.c — the CPU backend of ops.h: the row kernels' many-row products of f32
 // and bf16 weights (from the panels of pack.h where the build has a kernel
 // for them), else OpenBLAS sgemm, for matrix products of many rows,
-// row kernels (kernels.c) for the few-row products of decoding
+// row kernels (kernels.c and its builds) for the few-row products of decoding
 // and for everything elementwise, spread over the threads of pool.h. OpenBLAS
 // is kept single-threaded and called by each thread on its block of weight
 // rows, so one set of threads does all the work. Attention is attention.c;

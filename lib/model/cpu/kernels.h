@@ -2,8 +2,8 @@
 // AVX-512 with AMX (bf16 panels and int8 products on AMX tiles, amx.h; the
 // rest as the next), AVX-512 with VNNI (int8 products; with AVX512VL/DQ also
 // many-row products, bf16 rounding and decoding attention on 16 lanes; the
-// rest as AVX2), AVX2 + FMA + F16C, and portable C, the first the processor
-// has chosen at run time.
+// rest as AVX2; kernels_avx512.c), AVX2 + FMA + F16C (kernels_avx2.c), and
+// portable C (kernels.c), the first the processor has chosen at run time.
 // Each works on one row or one contiguous run; cpu.c, attention.c and train.c
 // spread them over threads.
 #ifndef RLPIPE_CPU_KERNELS_H

@@ -1,0 +1,168 @@
+// model_backward.c — the backward pass (model_backward): the forward that
+// saves each layer's activations, then the output layer's and every layer's
+// gradients, accumulated into the parameters' (llm.c's convention).
+#include "model/model_internal.h"
+
+#include <stdlib.h>
+
+// The residual stream (N, C) entering layer l (l = layers: after the last).
+static float *resid_at(const model_t *m, int l, int N) {
+    return m->s_x + (size_t)l * (size_t)N * (size_t)m->c.hidden;
+}
+
+// The activations of layer l saved by forward_train for N tokens: set l of
+// each saved buffer of train_table, its layers laid out for N tokens.
+static saved saved_at(const model_t *m, int l, int N) {
+    wbuf t[WT_MAX];
+    size_t nt = train_table(m, (size_t)N, t);
+    saved s = {0};
+    for (size_t i = 0; i < nt; i++) {
+        if (t[i].in_saved < 0) continue;
+        float *base = *(float *const *)((const char *)m + t[i].field);
+        *(float **)((char *)&s + t[i].in_saved) = base ? base + (size_t)l * t[i].n : NULL;
+    }
+    return s;
+}
+
+// The gradient of a parameter, given the parameter's address.
+static float *grad_of(const model_t *m, const void *param) {
+    return param ? m->grads + ((const float *)param - m->w.params) : NULL;
+}
+
+// The forward of model_score, keeping what the backward needs; the residual
+// stream after the last layer is resid_at(m, layers, N). shared: prompts
+// shared as pack_scored laid them out (keys and values through kv_work).
+static void forward_train(model_t *m, int N, int nseq, int shared) {
+    m->ops->embed(resid_at(m, 0, N), &m->w.embed, m->ids, N);
+    if (shared) kv_work(m);
+    for (int l = 0; l < m->c.layers; l++) {
+        saved s = saved_at(m, l, N);
+        layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, shared);   // d_h: h, kept only for down
+    }
+}
+
+// Attention's backward when prompts are shared (pack_scored): the layer's key
+// and value rows rebuilt from its saved k, v (N tokens) and the copies of the
+// shared prompts; their gradients (Nkv rows) taken, each copy's added to the
+// prompt rows it copied, and the tokens' rows gathered into d_k, d_v.
+static void attention_backward_shared(model_t *m, const saved *s, int N, int Nkv, int nseq) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int KVD = c->kv_heads * c->head_dim;
+    o->scatter_rows(m->kvs_k, DT_F32, m->rows, s->k, N, KVD);
+    o->scatter_rows(m->kvs_v, DT_F32, m->rows, s->v, N, KVD);
+    for (int f = 0; f < m->nforks; f++) {
+        const struct fork *fk = &m->forks[f];
+        o->gather_rows(m->kvs_k + (size_t)fk->dst * KVD, m->kvs_k, DT_F32, m->frows + fk->off, fk->n, KVD);
+        o->gather_rows(m->kvs_v + (size_t)fk->dst * KVD, m->kvs_v, DT_F32, m->frows + fk->off, fk->n, KVD);
+    }
+    o->attention_backward(m->d_q, m->d_kvs_k, m->d_kvs_v, m->d_att, s->q, m->kvs_k, m->kvs_v, s->att, s->lse,
+                          m->seqs, nseq, Nkv, c->heads, c->kv_heads, c->head_dim);
+    for (int f = 0; f < m->nforks; f++) {   // a copy's gradient is its source rows' too
+        const struct fork *fk = &m->forks[f];
+        o->embed_backward(m->d_kvs_k, m->d_kvs_k + (size_t)fk->dst * KVD, m->frows + fk->off, fk->n, KVD);
+        o->embed_backward(m->d_kvs_v, m->d_kvs_v + (size_t)fk->dst * KVD, m->frows + fk->off, fk->n, KVD);
+    }
+    o->gather_rows(m->d_k, m->d_kvs_k, DT_F32, m->rows, N, KVD);
+    o->gather_rows(m->d_v, m->d_kvs_v, DT_F32, m->rows, N, KVD);
+}
+
+// The output layer in chunks of rows, forward and backward at once: the
+// log-probabilities of a chunk go to the caller, whose dloss/dlogp comes
+// back before the next chunk, so no (tokens, V) array is ever held.
+// Leaves d_x (N, C) = dloss / d(residual stream after the last layer).
+static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn dlogp, void *ctx) {
+    const rl_ops *o = m->ops;
+    int C = m->c.hidden, V = m->c.vocab;
+    float eps = (float)m->c.rms_eps;
+    float *x = resid_at(m, m->c.layers, N);
+    float *g_head = grad_of(m, m->w.head.data), *g_norm = grad_of(m, m->w.norm);
+    float *lp = xmalloc((size_t)m->lrows * 4), *dl = xmalloc((size_t)m->lrows * 4);
+    o->zero(m->d_x, (size_t)N * C);
+    for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
+        int rows = (int)(R - r0 < (size_t)m->lrows ? R - r0 : (size_t)m->lrows);
+        logits_rows(m, x, m->hraw, m->sel + r0, rows);                    // hraw: the rows before the norm
+        o->logprob(m->lp + r0, entropy ? m->ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, V);
+        o->download(lp, m->lp + r0, (size_t)rows * 4);
+        dlogp(ctx, r0, (size_t)rows, lp, dl);
+        o->upload(m->dlogp + r0, dl, (size_t)rows * 4);
+        o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, rows, V);
+        o->matmul_dx(m->dh, m->logits, &m->w.head, rows, 0);               // (rows, C)
+        o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
+        o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
+        o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->w.norm, rows, C, eps);
+        o->embed_backward(m->d_x, m->hrows, m->sel + r0, rows, C);        // added: samples sharing a
+                                                                          // prompt score its last row
+    }
+    free(lp);
+    free(dl);
+}
+
+// Backward through the layers, from d_x = dloss/d(last residual stream)
+// down to the embeddings; every parameter gradient accumulates.
+// Nkv: key/value rows when prompts are shared (pack_scored), else 0.
+static void layers_backward(model_t *m, int N, int nseq, int Nkv) {
+    const model_config *c = &m->c;
+    const rl_ops *o = m->ops;
+    int C = c->hidden, NH = c->heads, NKV = c->kv_heads, HS = c->head_dim, F = c->inter;
+    int QD = NH * HS, KVD = NKV * HS;
+    float eps = (float)c->rms_eps;
+    float *dres = m->d_x;   // (N, C): dloss / d(residual stream) at the current point
+    for (int l = c->layers - 1; l >= 0; l--) {
+        const layer_w *L = &m->w.L[l];
+        saved s = saved_at(m, l, N);
+        // MLP: x_next = xm + down(silu(gate(n2)) · up(n2)), n2 = rmsnorm(xm)
+        o->swiglu(m->d_up, s.gate, s.up, N, F);                             // h, again
+        o->matmul_dw(grad_of(m, L->down.data), grad_of(m, L->bdown), dres, m->d_up, N, C, F);
+        o->matmul_dx(m->d_h, dres, &L->down, N, 0);                         // dh (N, F)
+        o->swiglu_backward(m->d_h, m->d_up, m->d_h, s.gate, s.up, N, F);    // dgate, dup
+        o->matmul_dw(grad_of(m, L->gate.data), grad_of(m, L->bgate), m->d_h, s.n2, N, F, C);
+        o->matmul_dw(grad_of(m, L->up.data), grad_of(m, L->bup), m->d_up, s.n2, N, F, C);
+        o->matmul_dx(m->d_n, m->d_h, &L->gate, N, 0);
+        o->matmul_dx(m->d_n, m->d_up, &L->up, N, 1);
+        o->rmsnorm_backward(dres, grad_of(m, L->mlp_norm), m->d_n, s.xm, L->mlp_norm, N, C, eps);
+        // attention: xm = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))), n1 = rmsnorm(x)
+        // (qwen3: q and k normed per head before rope)
+        o->matmul_dw(grad_of(m, L->o.data), grad_of(m, L->bo), dres, s.att, N, C, QD);
+        o->matmul_dx(m->d_att, dres, &L->o, N, 0);
+        if (Nkv)
+            attention_backward_shared(m, &s, N, Nkv, nseq);
+        else
+            o->attention_backward(m->d_q, m->d_k, m->d_v, m->d_att, s.q, s.k, s.v, s.att, s.lse, m->seqs, nseq,
+                                  N, NH, NKV, HS);
+        o->rope_backward(m->d_q, m->pos, m->cos_sin, N, NH, HS);
+        o->rope_backward(m->d_k, m->pos, m->cos_sin, N, NKV, HS);
+        float *dq = m->d_q, *dk = m->d_k;   // d(q_proj output), d(k_proj output)
+        if (L->qn) {                        // qwen3: back through the per-head norms
+            dq = m->d_qr;
+            dk = m->d_kr;
+            o->zero(dq, (size_t)N * QD);
+            o->zero(dk, (size_t)N * KVD);
+            o->rmsnorm_backward(dq, grad_of(m, L->qn), m->d_q, s.qr, L->qn, N * NH, HS, eps);
+            o->rmsnorm_backward(dk, grad_of(m, L->kn), m->d_k, s.kr, L->kn, N * NKV, HS, eps);
+        }
+        o->matmul_dw(grad_of(m, L->q.data), grad_of(m, L->bq), dq, s.n1, N, QD, C);
+        o->matmul_dw(grad_of(m, L->k.data), grad_of(m, L->bk), dk, s.n1, N, KVD, C);
+        o->matmul_dw(grad_of(m, L->v.data), grad_of(m, L->bv), m->d_v, s.n1, N, KVD, C);
+        o->matmul_dx(m->d_n, dq, &L->q, N, 0);
+        o->matmul_dx(m->d_n, dk, &L->k, N, 1);
+        o->matmul_dx(m->d_n, m->d_v, &L->v, N, 1);
+        o->rmsnorm_backward(dres, grad_of(m, L->attn_norm), m->d_n, s.x, L->attn_norm, N, C, eps);
+    }
+    o->embed_backward(grad_of(m, m->w.embed.data), dres, m->ids, N, C);
+}
+
+int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {
+    if (!m->grads) return err_set(err, "model_backward before model_train_init");
+    size_t N, R, nseq, Nkv;
+    int shared;
+    if (pack_scored(m, seqs, n, 1, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
+    if (R == 0) return 0;
+    group_reserve(m, &m->train, train_table, (int)N);
+    forward_train(m, (int)N, (int)nseq, shared);
+    head_train(m, (int)N, R, want_entropy(seqs, n), dlogp, ctx);
+    layers_backward(m, (int)N, (int)nseq, shared ? (int)Nkv : 0);
+    m->nforks = 0;
+    download_scored(m, seqs, n, R);
+    return 0;
+}

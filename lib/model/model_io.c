@@ -1,0 +1,127 @@
+// model_io.c — a model's weights from a Hugging Face folder (config.json and
+// safetensors, checked against the config before memory is taken), at
+// random, and saved back as safetensors.
+#include "model/model_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint/safetensors.h"
+#include "rng.h"
+
+static int is_ignored_tensor(const model_t *m, const char *name) {
+    size_t n = strlen(name), s = strlen(".rotary_emb.inv_freq");
+    if (n > s && strcmp(name + n - s, ".rotary_emb.inv_freq") == 0) return 1;   // a buffer older files keep
+    return m->c.tie_embeddings && strcmp(name, "lm_head.weight") == 0;       // tied: the embedding is used
+}
+
+// Every tensor the config implies is in f with its shape, and no other (but
+// those is_ignored_tensor names): checked before any weight memory is taken.
+static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
+    for (size_t i = 0; i < f->n; i++)
+        if (!find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name))
+            return err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", hfw_file(f, i),
+                           f->t[i]->name, m->c.model_type);
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        const st_tensor *s = hfw_find(f, t->name);
+        if (!s) return err_set(err, "%s: tensor '%s' is missing (config.json implies it)", f->where, t->name);
+        int ok = s->ndim == t->ndim;
+        for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
+        if (!ok) {
+            char have[128], want[64];
+            st_shape_str(have, sizeof have, s->shape, s->ndim);
+            st_shape_str(want, sizeof want, t->shape, t->ndim);
+            return err_set(err, "%s: tensor '%s' has shape %s, config.json implies %s", f->where, t->name, have,
+                           want);
+        }
+    }
+    return 0;
+}
+
+// The weights from f (checked by check_tensors) into the model's.
+static void load_tensors(model_t *m, const hfw_set *f) {
+    float *stage = NULL;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        const st_tensor *s = hfw_find(f, t->name);
+        if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
+            put_f32(m, &m->w, t, 0, t->n, s->data);
+            continue;
+        }
+        stage = xrealloc(stage, t->n * sizeof(float));
+        st_read_f32(s, stage);
+        put_f32(m, &m->w, t, 0, t->n, stage);
+    }
+    free(stage);
+}
+
+model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
+    char path[4096];
+    model_config c;
+    if (!dev_ops(o ? o->device : DEV_AUTO, err)) return NULL;   // said before any file is read
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_load(path, &c, err) < 0) return NULL;
+    model_t *m = model_plan(&c, o, err);
+    if (!m) {
+        rl_err e2;
+        err_set(&e2, "%s: %s", path, err->msg);
+        *err = e2;
+        return NULL;
+    }
+    // The files are checked against the config first, then the memory the
+    // weights need against the machine's, and only then is it taken.
+    hfw_set *f = hfw_open(dir, err);
+    int rc = !f || check_tensors(m, f, err) ? -1 : 0;
+    if (rc == 0 && model_alloc(m, err)) {
+        rl_err e2;
+        err_set(&e2, "%s: %s", path, err->msg);
+        *err = e2;
+        rc = -1;
+    }
+    if (rc == 0) load_tensors(m, f);
+    hfw_close(f);
+    if (rc) {
+        model_free(m);
+        return NULL;
+    }
+    return finish_new(m);
+}
+
+model_t *model_random(const model_config *c, uint64_t seed, float std, const model_opts *o, rl_err *err) {
+    model_t *m = model_new(c, o, err);
+    if (!m) return NULL;
+    rl_rng rng;
+    rng_seed(&rng, seed);
+    float *stage = NULL;
+    for (size_t i = 0; i < m->nt; i++) {
+        const mtensor *t = &m->t[i];
+        int is_norm = strstr(t->name, "norm.weight") != NULL;
+        stage = xrealloc(stage, t->n * sizeof(float));
+        for (size_t j = 0; j < t->n; j++) stage[j] = is_norm ? 1.0f : (float)(rng_normal(&rng) * std);
+        put_f32(m, &m->w, t, 0, t->n, stage);
+    }
+    free(stage);
+    return finish_new(m);
+}
+
+int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {
+    float *host = xmalloc(m->nparams * sizeof(float));
+    for (size_t i = 0; i < m->nt; i++) model_tensor_get(m, MODEL_PARAM, i, host + m->t[i].off);
+    st_out *out = xmalloc(m->nt * sizeof *out);
+    for (size_t i = 0; i < m->nt; i++) {
+        out[i] = (st_out){.name = m->t[i].name, .ndim = m->t[i].ndim, .data = host + m->t[i].off};
+        out[i].shape[0] = m->t[i].shape[0];
+        out[i].shape[1] = m->t[i].shape[1];
+    }
+    int rc = hfw_save_model(dir, &m->c, out, m->nt, o, err);
+    free(out);
+    free(host);
+    return rc;
+}
+
+int model_save(const model_t *m, const char *dir, rl_err *err) {
+    return model_save_as(m, dir, &(hfw_write_opts){.dtype = DT_F32}, err);
+}
