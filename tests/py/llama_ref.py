@@ -102,7 +102,7 @@ def tensor_names(cfg):
 # nearest even), int8 (one scale per `group` inputs of a row), int8row and fp8
 # (W8A8: one scale per output channel, the product's input quantized per
 # token). Activations: f32 (only the weights are rounded) or bf16 (every
-# activation rounded to bf16 where model.c's act_round does: Llama._act).
+# activation rounded to bf16 where model_forward.c's act_round does: Llama._act).
 PRECISIONS = {
     "f32": ("f32", "f32", "f32"),
     "bf16": ("bf16", "bf16", "bf16"),
@@ -279,7 +279,7 @@ class Llama:
         NH, NKV, HS = c["NH"], c["NKV"], c["HS"]
         pos = torch.arange(pos0, pos0 + T)
         cos, sin = self._rope_table(pos)
-        # At bf16 activations every value below is rounded where model.c rounds
+        # At bf16 activations every value below is rounded where model_forward.c rounds
         # it (self._act; products' outputs in _linear), so the KV cache holds
         # the rounded k (after RoPE) and v.
         x = self._act(self.w["model.embed_tokens.weight"][ids])            # (B, T, C)

@@ -255,7 +255,7 @@ def model_logps(d, jobs, dtype, mode, build):
 
 @case
 def log_probs_at_int8_and_fp8_agree_with_the_vnni_and_the_avx2_kernels():
-    """The VNNI build is the AVX2 one with other int8 products (kernels.c),
+    """The VNNI build is the AVX2 one with other int8 products (kernels_avx512.c),
     whose sums are exact (bit for bit above), in decoding (few-row products,
     8 slots) and scoring (tiled products). The one product of int8 and fp8
     models that is not theirs is the output layer's, of bf16 weights (the

@@ -264,7 +264,7 @@ double cu_sumsq(const float *x, size_t n) {
 }
 
 // p, g, m, v (n): p, m, v updated in place; grid-stride over elements. The
-// order of kernels.c adamw_one, every rounding as there: torch.lerp as one
+// order of cpu/kernels_internal.h adamw_one, every rounding as there: torch.lerp as one
 // fused multiply-add from the nearer end, the other products rounded.
 static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, rl_adamw_f32 h) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
