@@ -315,10 +315,6 @@ out:
     return rc;
 }
 
-int chat_render(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *out, rl_err *err) {
-    return render(c, msgs, n, SIZE_MAX, add_generation_prompt, out, NULL, err);
-}
-
 // ---- the end of a turn ------------------------------------------------------
 
 // Renders a user message and an assistant reply, and takes the special token

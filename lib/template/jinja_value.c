@@ -426,8 +426,6 @@ static void repr_any(sbuf *b, const jinja_val *v, int depth) {
     }
 }
 
-void jx_repr(sbuf *b, const jinja_val *v) { repr_any(b, v, 0); }
-
 void jx_html_escape(sbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         char ch = s[i];
