@@ -126,10 +126,7 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
         g->tail -= g->head;
         g->head = 0;
     }
-    if (g->tail + (size_t)G > g->cap) {
-        g->cap = 2 * (g->tail + (size_t)G);
-        g->waiting = xrealloc(g->waiting, g->cap * sizeof *g->waiting);
-    }
+    GROW(g->waiting, g->cap, g->tail + (size_t)G, 2 * (size_t)G);
     for (int j = 0; j < G; j++) {
         seq_t *s = &q->seqs[j];
         s->out = &q->pub.samples[j];
@@ -147,18 +144,12 @@ size_t gen_waiting(const gen_t *g) { return g->tail - g->head; }
 void gen_set_version(gen_t *g, uint32_t ver) { g->ver = ver; }
 
 static void push_u32(u32_vec *a, uint32_t x) {
-    if (a->n == a->cap) {
-        a->cap = a->cap ? 2 * a->cap : 64;
-        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-    }
+    GROW(a->v, a->cap, a->n + 1, 64);
     a->v[a->n++] = x;
 }
 
 static void push_f32(f32_vec *a, float x) {
-    if (a->n == a->cap) {
-        a->cap = a->cap ? 2 * a->cap : 64;
-        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-    }
+    GROW(a->v, a->cap, a->n + 1, 64);
     a->v[a->n++] = x;
 }
 
