@@ -298,3 +298,21 @@ void gen_pop(gen_t *g) {
     g->next_out = q->pub.group + 1;
     grp_free(q);
 }
+
+uint32_t *gen_stop_ids(const model_config *cfg, const tokenizer *tok, const chat_t *chat, const char *const *stop,
+                       size_t n_stop, int ignore_eos, size_t *n) {
+    uint32_t *ids = xmalloc(((size_t)cfg->n_eos + 3 + n_stop) * sizeof *ids);
+    size_t k = 0;
+    if (!ignore_eos) {
+        for (int i = 0; i < cfg->n_eos; i++) ids[k++] = (uint32_t)cfg->eos_ids[i];
+        if (!cfg->n_eos && cfg->eos_id >= 0) ids[k++] = (uint32_t)cfg->eos_id;
+        if (chat && chat_eos(chat) >= 0) ids[k++] = (uint32_t)chat_eos(chat);
+        if (chat && chat_end_of_turn(chat) >= 0) ids[k++] = (uint32_t)chat_end_of_turn(chat);
+    }
+    for (size_t i = 0; i < n_stop; i++) {
+        int64_t id = tok_id(tok, stop[i]);
+        if (id >= 0 && tok_is_special(tok, (uint32_t)id)) ids[k++] = (uint32_t)id;
+    }
+    *n = k;
+    return ids;
+}

@@ -22,6 +22,7 @@
 #include "records/writer.h"
 #include "sync/push.h"
 #include "sync/net.h"
+#include "sync/merger.h"
 #include "sync/recnet.h"
 #include "sync/sink.h"
 
@@ -281,58 +282,45 @@ static void cat_inputs(const options *o, sink_t *k, char **inputs, int ninputs, 
 
 // ---- Merging (--merge) -------------------------------------------------------------
 
-typedef struct {
-    mrg_t *m;
-    int refused, failed;    // peers refused, listeners that failed (set on their threads)
-} merge_run;
-
-static void on_connection(void *ctx, int fd, const char *name) {
-    mrg_add_fd(((merge_run *)ctx)->m, fd, name, rnet_source_end, NULL);
-}
-
+// The merger's hooks (merger.h), on the listeners' threads.
 static void on_refused(void *ctx, const char *msg) {
-    __atomic_add_fetch(&((merge_run *)ctx)->refused, 1, __ATOMIC_RELAXED);
+    (void)ctx;
     cli_warn("%s", msg);
 }
 
 static void on_listen_failed(void *ctx, int missing, const char *msg) {
-    merge_run *r = ctx;
-    __atomic_store_n(&r->failed, 1, __ATOMIC_RELAXED);
+    (void)ctx;
     cli_error("%s: %d connection%s expected will not come", msg, missing, missing == 1 ? "" : "s");
-    mrg_expect(r->m, -missing);
 }
 
 // Every SOURCE at once, whole groups out; 1 when a source or a listener failed.
 static int merge_sources(const options *o, sink_t *k, char **inputs, int n, int argc, char **argv,
                          const sbuf *token, cli_progress *prog, double t0) {
-    mrg_opts mo = {.round = o->round, .lim = o->lim};
-    merge_run r = {.m = mrg_new(&mo)};
-    rnet_t **ls = xmalloc((size_t)n * sizeof *ls);
-    int nl = 0;
+    merger_opts go = {.merge = {.round = o->round, .lim = o->lim}, .token = token->len ? token : NULL,
+                      .senders = o->senders, .tool = "rl-cat", .refused = on_refused, .failed = on_listen_failed};
+    merger *g = merger_new(&go);
+    mrg_t *m = merger_merge(g);
     // The listeners first: their socket files are in the at-exit list before any other thread runs.
     for (int i = 0; i < n; i++) {
         net_addr a;
         rl_err e;
         if (!is_address(inputs[i]) || net_parse(inputs[i], &a, &e)) continue;   // parsed by check_sources
-        rnet_opts ro = {.token = token->len ? token : NULL, .expect = o->senders, .tool = "rl-cat",
-                        .source = on_connection, .refused = on_refused, .failed = on_listen_failed, .ctx = &r};
-        mrg_expect(r.m, o->senders);
-        if (!(ls[nl] = rnet_listen(&a, &ro, &e))) cli_die("%s", e.msg);
-        if (!o->out.quiet) fprintf(stderr, "rl-cat: listening for records on %s\n", rnet_address(ls[nl]));
-        nl++;
+        const char *at = merger_listen(g, &a, &e);
+        if (!at) cli_die("%s", e.msg);
+        if (!o->out.quiet) fprintf(stderr, "rl-cat: listening for records on %s\n", at);
     }
     for (int i = 0; i < n; i++)
-        if (!is_address(inputs[i])) mrg_add_path(r.m, inputs[i]);
+        if (!is_address(inputs[i])) merger_add_path(g, inputs[i]);
     rec_t *rec = rec_new();
     rl_err e;
     int faults = 0;
     for (;;) {
-        mrg_event ev = mrg_next(r.m, rec, 0);
+        mrg_event ev = mrg_next(m, rec, 0);
         if (ev == MRG_NONE) flush(k);   // pass on what we have before waiting
         // While the sources are quiet, a reader of standard output that has
         // gone ends the merge as the next write would (SIGPIPE); then the
         // samplers writing into it see their reader gone too.
-        while (ev == MRG_NONE && (ev = mrg_next(r.m, rec, 0.2)) == MRG_NONE)
+        while (ev == MRG_NONE && (ev = mrg_next(m, rec, 0.2)) == MRG_NONE)
             if (!o->to && net_hung_up(STDOUT_FILENO)) {
                 signal(SIGPIPE, SIG_DFL);
                 raise(SIGPIPE);
@@ -340,16 +328,15 @@ static int merge_sources(const options *o, sink_t *k, char **inputs, int n, int 
         if (ev == MRG_END) break;
         if (ev == MRG_FAULT) {
             cli_progress_done(prog);
-            cli_error("%s", mrg_fault(r.m));
+            cli_error("%s", mrg_fault(m));
             faults++;
         } else if (ev == MRG_HEADER) {
             if (sink_header(k, rec, "(merge)", &e)) sink_die(&e);
         } else {
             int rc = sink_record(k, rec, &e);
             if (rc) {
-                uint64_t src = 0;
-                mrg_source_stats st = {.name = "?"};
-                if (rec_get_uint(rec, "merge_source", &src) == REC_OK && src < mrg_nsources(r.m)) mrg_source(r.m, src, &st);
+                mrg_source_stats st;
+                merger_origin(g, rec, &st);
                 char msg[sizeof e.msg + sizeof st.name + 100];
                 snprintf(msg, sizeof msg, "%s: merged record %llu (from %s)", e.msg, (unsigned long long)k->count,
                          st.name);
@@ -357,34 +344,29 @@ static int merge_sources(const options *o, sink_t *k, char **inputs, int n, int 
             }
             if (cli_progress_due(prog))
                 cli_progress_print(prog, "%llu records out, %zu sources", (unsigned long long)k->count,
-                                   mrg_nsources(r.m));
+                                   mrg_nsources(m));
         }
     }
     rec_free(rec);
     // (no source gave a header)
     if (!k->have_header && sink_generated_header(k, argc, argv, "(merge)", &e)) sink_die(&e);
     cli_progress_done(prog);
-    for (size_t i = 0; i < mrg_nsources(r.m); i++) {
-        mrg_source_stats st;
-        mrg_source(r.m, i, &st);
-        k->st.members += st.members;
-    }
+    k->st.members += merger_members(g);
     if (sink_close(k, &e)) sink_die(&e);
     if (!o->out.quiet) {
         sbuf line = {0};
         char bout[32];
-        int refused = __atomic_load_n(&r.refused, __ATOMIC_RELAXED);
-        mrg_summary(r.m, &line);
+        int refused = merger_refused(g);
+        mrg_summary(m, &line);
         sbuf_printf(&line, ", %s out%s%s", fmt_bytes(k->bytes_out, bout, sizeof bout), o->to ? " to " : "",
                     o->to ? o->to : "");
         if (refused) sbuf_printf(&line, ", %d peer%s refused", refused, refused == 1 ? "" : "s");
         fprintf(stderr, "rl-cat: %.*s, %.2f s\n", (int)line.len, (char *)line.data, clock_now() - t0);
         sbuf_free(&line);
     }
-    mrg_free(r.m);
-    for (int i = 0; i < nl; i++) rnet_join(ls[i]);
-    free(ls);
-    return faults || r.failed;
+    int failed = merger_failed(g);
+    merger_free(g);
+    return faults || failed;
 }
 
 int main(int argc, char **argv) {

@@ -272,24 +272,10 @@ int main(int argc, char **argv) {
                     ps.v[i].where);
     }
 
-    // Completions end at every eos id of the config (Llama 3.x Instruct lists
-    // three) and of tokenizer_config.json, at the chat template's end of a
-    // turn, and at each --stop string that is a special token, which the
-    // text (decoded without special tokens) could never contain. With
-    // --ignore-eos only the last: every completion runs to --max-new-tokens
-    // unless a --stop string ends it, as llama.cpp's benchmarks generate.
-    uint32_t *stop_ids = xmalloc((size_t)(cfg->n_eos + 3 + (int)o.gen.n_stop) * sizeof *stop_ids);
-    size_t n_stop_ids = 0;
-    if (!o.ignore_eos) {
-        for (int i = 0; i < cfg->n_eos; i++) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_ids[i];
-        if (!cfg->n_eos && cfg->eos_id >= 0) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_id;
-        if (chat && chat_eos(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_eos(chat);
-        if (chat && chat_end_of_turn(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_end_of_turn(chat);
-    }
-    for (size_t i = 0; i < o.gen.n_stop; i++) {
-        int64_t id = tok_id(tok, o.stop[i]);
-        if (id >= 0 && tok_is_special(tok, (uint32_t)id)) stop_ids[n_stop_ids++] = (uint32_t)id;
-    }
+    // Completions end at the eos ids, the end of a chat turn and the --stop
+    // strings that are special tokens (gen_stop_ids).
+    size_t n_stop_ids;
+    uint32_t *stop_ids = gen_stop_ids(cfg, tok, chat, (const char *const *)o.stop, o.gen.n_stop, o.ignore_eos, &n_stop_ids);
     o.gen.stop_ids = stop_ids;
     o.gen.n_stop_ids = n_stop_ids;
     // --max-lag counts group j in batch j / per_batch: the learner's batches
