@@ -1,3 +1,4 @@
+// cli_signal.c — SIGINT and SIGTERM: a flag, a pipe to wake a poll, an exit once idle (cli_signal.h).
 #include "cli/cli_signal.h"
 
 #include <errno.h>

@@ -1,3 +1,4 @@
+// publish.c — the versions a training run publishes, and its metrics (publish.h).
 #include "learn/publish.h"
 
 #include <errno.h>

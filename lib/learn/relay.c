@@ -1,3 +1,4 @@
+// relay.c — rank 0's input relayed to the other ranks as events (relay.h).
 #include "learn/relay.h"
 
 #include <stdint.h>

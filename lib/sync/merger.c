@@ -1,3 +1,4 @@
+// merger.c — rl-cat --merge's files and listened addresses in one merge (merger.h).
 #include "sync/merger.h"
 
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// sink.c — where rl-cat's records go: a record stream, JSON lines, a summary, checks (sink.h).
 #include "sync/sink.h"
 
 #include <errno.h>
