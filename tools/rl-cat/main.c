@@ -24,7 +24,7 @@
 #include "sync/net.h"
 #include "sync/merger.h"
 #include "sync/recnet.h"
-#include "sync/sink.h"
+#include "sync/recsink.h"
 
 static const char USAGE[] =
     "Usage: rl-cat [OPTION]... [FILE]...\n"
@@ -87,7 +87,7 @@ static const char USAGE[] =
     "  rl-sample ... | rl-cat --to tcp:learnhost:7000 --token-file tok\n";
 
 typedef struct {
-    sink_kind sink;
+    recsink_kind sink;
     int pack, json, header, level;
     uint64_t head, frame;          // head = UINT64_MAX: no limit
     const char *kind;
@@ -117,7 +117,7 @@ static options parse_options(int argc, char **argv) {
         {"senders", required_argument, 0, O_SENDERS}, {"token-file", required_argument, 0, O_TOKEN},
         {"to", required_argument, 0, O_TO},     {"retry", required_argument, 0, O_RETRY},
         CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
-    options o = {.sink = SINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
+    options o = {.sink = RECSINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
                  .kind = NULL, .lim = rec_default_limits, .senders = 1, .retry = -1};
     int check = 0, stats = 0, c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "k:l:", longopts, NULL)) != -1) {
@@ -157,7 +157,7 @@ static options parse_options(int argc, char **argv) {
     if (o.kind && !o.pack) cli_usage_error("--kind applies to --pack (records carry their header's kind)");
     if (o.kind && strcmp(o.kind, "rollouts") && strcmp(o.kind, "examples") && strcmp(o.kind, "prompts"))
         cli_usage_error("--kind: expected rollouts, examples or prompts, got '%s'", o.kind);
-    o.sink = check ? SINK_CHECK : stats ? SINK_STATS : o.json ? SINK_JSON : SINK_RECORDS;
+    o.sink = check ? RECSINK_CHECK : stats ? RECSINK_STATS : o.json ? RECSINK_JSON : RECSINK_RECORDS;
     if (!o.merge && (o.round_set || o.senders_set)) cli_usage_error("--round and --senders apply to --merge");
     if (o.round_set && o.round == 0) cli_usage_error("--round: a round holds at least one group of each source");
     if (o.senders_set && o.senders == 0) cli_usage_error("--senders: a SOURCE to listen at takes one connection at least");
@@ -167,7 +167,7 @@ static options parse_options(int argc, char **argv) {
     if (o.to) {
         rl_err e;
         if (o.out.output) cli_usage_error("--to and --output both name where the records go; choose one");
-        if (o.sink != SINK_RECORDS) cli_usage_error("--to sends records: --json, --stats and --check do not apply");
+        if (o.sink != RECSINK_RECORDS) cli_usage_error("--to sends records: --json, --stats and --check do not apply");
         if (net_parse(o.to, &o.to_addr, &e)) cli_usage_error("--to: %s", e.msg);
         if (o.to_addr.tcp && !o.token_file)
             cli_usage_error("--to %s: tcp needs --token-file (a shared secret authenticates the sender)", o.to);
@@ -193,29 +193,29 @@ static void check_sources(const options *o, char **inputs, int n) {
         cli_usage_error("--token-file applies to --to and to a SOURCE of --merge to listen at (tcp: or unix:)");
 }
 
-// Ends the run at sink (sink.h) failure err.
+// Ends the run at sink (recsink.h) failure err.
 static _Noreturn void sink_die(const rl_err *err) { cli_die("%s", err->msg); }
 
-static void flush(sink_t *k) {
+static void flush(recsink_t *k) {
     rl_err e;
-    if (sink_flush(k, &e)) sink_die(&e);
+    if (recsink_flush(k, &e)) sink_die(&e);
 }
 
 // A record the sink refused (rc -1: msg says which, and every record before
 // it is delivered first), or an output that failed (rc -2: err says how).
-static _Noreturn void refused(sink_t *k, int rc, const rl_err *err, const char *msg, cli_progress *prog) {
+static _Noreturn void refused(recsink_t *k, int rc, const rl_err *err, const char *msg, cli_progress *prog) {
     if (rc == -2) sink_die(err);
     cli_progress_done(prog);
     flush(k);   // deliver every record before the bad one
     rl_err e;
     snprintf(e.msg, sizeof e.msg, "%s", msg);
-    sink_fail(k, &e);
+    recsink_fail(k, &e);
     sink_die(&e);
 }
 
 // ---- Concatenating (the default) -------------------------------------------------
 
-static void cat_inputs(const options *o, sink_t *k, char **inputs, int ninputs, int argc, char **argv,
+static void cat_inputs(const options *o, recsink_t *k, char **inputs, int ninputs, int argc, char **argv,
                        cli_progress *prog, double t0) {
     rec_t *rec = rec_new();
     uint64_t bytes_in = 0, members = 0;
@@ -233,13 +233,13 @@ static void cat_inputs(const options *o, sink_t *k, char **inputs, int ninputs, 
             if (ev == RECR_END || ev == RECR_ERROR) break;
             if (ev == RECR_HEADER) {
                 members++;
-                if (sink_header(k, rec, name, &e)) sink_die(&e);
+                if (recsink_header(k, rec, name, &e)) sink_die(&e);
             } else if (ev == RECR_RECORD) {
                 if (!k->have_header) {  // JSON lines without a header line
-                    if (sink_generated_header(k, argc, argv, name, &e)) sink_die(&e);
+                    if (recsink_generated_header(k, argc, argv, name, &e)) sink_die(&e);
                     members++;
                 }
-                int rc = sink_record(k, rec, &e);
+                int rc = recsink_record(k, rec, &e);
                 if (rc) {
                     char where[1200], msg[sizeof e.msg + sizeof where];
                     snprintf(msg, sizeof msg, "%s: %s", e.msg, src_where(s, where, sizeof where));
@@ -264,12 +264,12 @@ static void cat_inputs(const options *o, sink_t *k, char **inputs, int ninputs, 
     rec_free(rec);
     rl_err e;
     // (empty JSON lines)
-    if (!k->have_header && sink_generated_header(k, argc, argv, inputs[0], &e)) sink_die(&e);
+    if (!k->have_header && recsink_generated_header(k, argc, argv, inputs[0], &e)) sink_die(&e);
     cli_progress_done(prog);
     k->st.members = members;
-    if (sink_close(k, &e)) sink_die(&e);
+    if (recsink_close(k, &e)) sink_die(&e);
     char bin[32], bout[32];
-    if (!o->out.quiet && o->sink == SINK_CHECK)
+    if (!o->out.quiet && o->sink == RECSINK_CHECK)
         fprintf(stderr, "rl-cat: ok: %llu records in %llu member%s, %d file%s\n", (unsigned long long)k->count,
                 (unsigned long long)members, members == 1 ? "" : "s", ninputs, ninputs == 1 ? "" : "s");
     else if (!o->out.quiet)
@@ -294,7 +294,7 @@ static void on_listen_failed(void *ctx, int missing, const char *msg) {
 }
 
 // Every SOURCE at once, whole groups out; 1 when a source or a listener failed.
-static int merge_sources(const options *o, sink_t *k, char **inputs, int n, int argc, char **argv,
+static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, int argc, char **argv,
                          const sbuf *token, cli_progress *prog, double t0) {
     merger_opts go = {.merge = {.round = o->round, .lim = o->lim}, .token = token->len ? token : NULL,
                       .senders = o->senders, .tool = "rl-cat", .refused = on_refused, .failed = on_listen_failed};
@@ -331,9 +331,9 @@ static int merge_sources(const options *o, sink_t *k, char **inputs, int n, int 
             cli_error("%s", mrg_fault(m));
             faults++;
         } else if (ev == MRG_HEADER) {
-            if (sink_header(k, rec, "(merge)", &e)) sink_die(&e);
+            if (recsink_header(k, rec, "(merge)", &e)) sink_die(&e);
         } else {
-            int rc = sink_record(k, rec, &e);
+            int rc = recsink_record(k, rec, &e);
             if (rc) {
                 mrg_source_stats st;
                 merger_origin(g, rec, &st);
@@ -349,10 +349,10 @@ static int merge_sources(const options *o, sink_t *k, char **inputs, int n, int 
     }
     rec_free(rec);
     // (no source gave a header)
-    if (!k->have_header && sink_generated_header(k, argc, argv, "(merge)", &e)) sink_die(&e);
+    if (!k->have_header && recsink_generated_header(k, argc, argv, "(merge)", &e)) sink_die(&e);
     cli_progress_done(prog);
     k->st.members += merger_members(g);
-    if (sink_close(k, &e)) sink_die(&e);
+    if (recsink_close(k, &e)) sink_die(&e);
     if (!o->out.quiet) {
         sbuf line = {0};
         char bout[32];
@@ -387,19 +387,19 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
         if ((fd = rnet_connect(&o.to_addr, token.len ? &token : NULL, o.retry, &e)) < 0) cli_die("%s", e.msg);
     } else {
-        fd = o.sink == SINK_CHECK ? -1 : cli_open_output(o.out.output, o.sink == SINK_RECORDS, o.out.force);
+        fd = o.sink == RECSINK_CHECK ? -1 : cli_open_output(o.out.output, o.sink == RECSINK_RECORDS, o.out.force);
     }
-    sink_opts so = {.kind = o.sink, .json = o.json, .header = o.header, .raw = o.out.raw, .level = o.level,
+    recsink_opts so = {.kind = o.sink, .json = o.json, .header = o.header, .raw = o.out.raw, .level = o.level,
                     .frame = o.frame, .no_provenance = o.out.no_provenance, .member_kind = o.kind, .to = o.to};
-    sink_t k;
-    sink_init(&k, &so, fd, name);
+    recsink_t k;
+    recsink_init(&k, &so, fd, name);
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
     double t0 = clock_now();
     int rc = 0;
     if (o.merge) rc = merge_sources(&o, &k, inputs, ninputs, argc, argv, &token, &prog, t0);
     else cat_inputs(&o, &k, inputs, ninputs, argc, argv, &prog, t0);
-    sink_free(&k);
+    recsink_free(&k);
     if (token.data) memset(token.data, 0, token.cap);
     sbuf_free(&token);
     if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", k.name, strerror(errno));

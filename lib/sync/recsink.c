@@ -1,5 +1,5 @@
-// sink.c — where rl-cat's records go: a record stream, JSON lines, a summary, checks (sink.h).
-#include "sync/sink.h"
+// recsink.c — where rl-cat's records go: a record stream, JSON lines, a summary, checks (recsink.h).
+#include "sync/recsink.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "records/json.h"
 #include "sync/recnet.h"
 
-void sink_init(sink_t *k, const sink_opts *o, int fd, const char *name) {
+void recsink_init(recsink_t *k, const recsink_opts *o, int fd, const char *name) {
     memset(k, 0, sizeof *k);
     k->o = o;
     k->fd = fd;
@@ -19,13 +19,13 @@ void sink_init(sink_t *k, const sink_opts *o, int fd, const char *name) {
     stats_init(&k->st);
 }
 
-void sink_free(sink_t *k) {
+void recsink_free(recsink_t *k) {
     rec_free(k->header);
     stats_free(&k->st);
     sbuf_free(&k->line);
 }
 
-static int write_text(sink_t *k, int force, rl_err *err) {
+static int write_text(recsink_t *k, int force, rl_err *err) {
     if (!force && k->line.len < ((size_t)1 << 16)) return 0;
     size_t off = 0;
     while (off < k->line.len) {
@@ -38,7 +38,7 @@ static int write_text(sink_t *k, int force, rl_err *err) {
     return 0;
 }
 
-int sink_fail(const sink_t *k, rl_err *err) {
+int recsink_fail(const recsink_t *k, rl_err *err) {
     char why[1024];
     if (k->o->to && rnet_refusal(k->fd, 2.0, why, sizeof why)) {
         char msg[sizeof err->msg];
@@ -48,12 +48,12 @@ int sink_fail(const sink_t *k, rl_err *err) {
     return -1;
 }
 
-int sink_flush(sink_t *k, rl_err *err) {
-    if (k->w && recw_flush(k->w, err)) return sink_fail(k, err);
-    return k->o->kind == SINK_JSON ? write_text(k, 1, err) : 0;
+int recsink_flush(recsink_t *k, rl_err *err) {
+    if (k->w && recw_flush(k->w, err)) return recsink_fail(k, err);
+    return k->o->kind == RECSINK_JSON ? write_text(k, 1, err) : 0;
 }
 
-int sink_header(sink_t *k, const rec_t *h, const char *where, rl_err *err) {
+int recsink_header(recsink_t *k, const rec_t *h, const char *where, rl_err *err) {
     const char *kind = "", *first = "";
     size_t kl = 0, fl = 0;
     rec_get_str(h, "kind", &kind, &kl);
@@ -71,34 +71,34 @@ int sink_header(sink_t *k, const rec_t *h, const char *where, rl_err *err) {
         rec_del(k->header, "time");
     }
     rl_err e;
-    if (k->o->kind == SINK_RECORDS) {
+    if (k->o->kind == RECSINK_RECORDS) {
         recw_opts wo = recw_default_opts;
         wo.raw = k->o->raw;
         wo.level = k->o->level;
         wo.frame_records = k->o->frame;
-        if (!(k->w = recw_fdopen(k->fd, k->name, &wo, k->header, err))) return sink_fail(k, err);
-    } else if (k->o->kind == SINK_JSON && k->o->header) {
+        if (!(k->w = recw_fdopen(k->fd, k->name, &wo, k->header, err))) return recsink_fail(k, err);
+    } else if (k->o->kind == RECSINK_JSON && k->o->header) {
         if (json_from_rec(k->header, &k->line, &e)) return err_set(err, "header: %s: %s", e.msg, where);
         sbuf_putc(&k->line, '\n');
     }
     return 0;
 }
 
-int sink_generated_header(sink_t *k, int argc, char **argv, const char *where, rl_err *err) {
+int recsink_generated_header(recsink_t *k, int argc, char **argv, const char *where, rl_err *err) {
     rec_t *h = rec_new();
     rec_make_header(h, k->o->member_kind ? k->o->member_kind : "rollouts", "rl-cat", argc, argv, k->o->no_provenance);
-    int rc = sink_header(k, h, where, err);
+    int rc = recsink_header(k, h, where, err);
     rec_free(h);
     return rc;
 }
 
-int sink_record(sink_t *k, const rec_t *r, rl_err *err) {
+int recsink_record(recsink_t *k, const rec_t *r, rl_err *err) {
     int rc = 0;
     switch (k->o->kind) {
-    case SINK_RECORDS:
+    case RECSINK_RECORDS:
         rc = recw_write(k->w, r, err);
         break;
-    case SINK_JSON: {
+    case RECSINK_JSON: {
         size_t before = k->line.len;
         if ((rc = json_from_rec(r, &k->line, err))) k->line.len = before;
         else {
@@ -107,10 +107,10 @@ int sink_record(sink_t *k, const rec_t *r, rl_err *err) {
         }
         break;
     }
-    case SINK_STATS:
+    case RECSINK_STATS:
         rc = stats_add(&k->st, r, err);
         break;
-    case SINK_CHECK:
+    case RECSINK_CHECK:
         rc = fld_check(r, err);
         break;
     }
@@ -118,10 +118,10 @@ int sink_record(sink_t *k, const rec_t *r, rl_err *err) {
     return rc ? -1 : 0;
 }
 
-int sink_close(sink_t *k, rl_err *err) {
+int recsink_close(recsink_t *k, rl_err *err) {
     switch (k->o->kind) {
-    case SINK_RECORDS: {
-        if (recw_close(k->w, err)) return sink_fail(k, err);
+    case RECSINK_RECORDS: {
+        if (recw_close(k->w, err)) return recsink_fail(k, err);
         k->bytes_out = recw_bytes_written(k->w);
         recw_free(k->w);
         k->w = NULL;
@@ -133,16 +133,16 @@ int sink_close(sink_t *k, rl_err *err) {
                            (unsigned long long)k->count);
         break;
     }
-    case SINK_JSON:
+    case RECSINK_JSON:
         if (k->o->header) sbuf_printf(&k->line, "{\"rlpipe_end\":1,\"count\":%llu}\n", (unsigned long long)k->count);
         break;
-    case SINK_STATS:
+    case RECSINK_STATS:
         if (k->o->json) stats_json(&k->st, &k->line);
         else stats_table(&k->st, &k->line);
         break;
-    case SINK_CHECK:
+    case RECSINK_CHECK:
         break;
     }
-    if (k->o->kind != SINK_RECORDS && k->o->kind != SINK_CHECK) return write_text(k, 1, err);
+    if (k->o->kind != RECSINK_RECORDS && k->o->kind != RECSINK_CHECK) return write_text(k, 1, err);
     return 0;
 }
