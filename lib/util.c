@@ -32,12 +32,37 @@ char *xstrdup(const char *s) {
     return memcpy(xmalloc(n), s, n);
 }
 
+size_t grow_cap(size_t cap, size_t need, size_t first, size_t elem) {
+    if (need <= cap && cap) return cap;
+    size_t c = cap ? cap : (first ? first : 1);
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return 0;
+        c *= 2;
+    }
+    return elem && c > SIZE_MAX / elem ? 0 : c;
+}
+
+int grow_array(void *array, size_t *cap, size_t need, size_t first, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = grow_cap(*cap, need, first, elem);
+    if (!c) return -1;
+    void *p;   // (copied, not cast: array is a T **)
+    memcpy(&p, array, sizeof p);
+    p = xrealloc(p, c * elem);
+    memcpy(array, &p, sizeof p);
+    *cap = c;
+    return 0;
+}
+
+void grow_refused(const char *file, int line, size_t need, size_t elem) {
+    fprintf(stderr, "rlpipe: fatal: %s:%d: an array of %zu elements of %zu bytes is larger than memory can be\n", file,
+            line, need, elem);
+    abort();
+}
+
 void sbuf_reserve(sbuf *b, size_t extra) {
-    if (b->cap - b->len >= extra) return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < extra) cap *= 2;
-    b->data = xrealloc(b->data, cap);
-    b->cap = cap;
+    // (need saturates: SIZE_MAX bytes are refused)
+    GROW(b->data, b->cap, extra > SIZE_MAX - b->len ? SIZE_MAX : b->len + extra, 256);
 }
 
 void sbuf_put(sbuf *b, const void *p, size_t n) {

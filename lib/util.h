@@ -14,6 +14,36 @@ void *xmalloc(size_t n);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 
+// Arrays that grow: the capacity doubles (from first when it is 0) until it
+// holds need elements, so that n pushes cost O(n) copies.
+// grow_cap: the capacity an array of cap elements of elem bytes grows to so as
+// to hold need (cap itself when it holds them already, first for an empty
+// one); 0 only when that many elements of elem bytes would not fit in a size_t.
+size_t grow_cap(size_t cap, size_t need, size_t first, size_t elem);
+// grow_array: array is the address of a T * (elem = sizeof (T)) holding *cap
+// elements, reallocated to grow_cap's capacity; the elements it held stay. 0,
+// or -1 when the size would overflow (then nothing is changed). Out of memory
+// aborts, as xrealloc does.
+int grow_array(void *array, size_t *cap, size_t need, size_t first, size_t elem);
+// Ends the process for a size that grow_cap refused, naming the call site.
+_Noreturn void grow_refused(const char *file, int line, size_t need, size_t elem);
+// GROW(a, cap, need, first): grow_array on the typed array a (cap a size_t);
+// a size that would overflow is refused at the call site (file:line).
+#define GROW(a, cap, need, first)                                                   \
+    do {                                                                            \
+        if (grow_array(&(a), &(cap), (need), (first), sizeof *(a)))                 \
+            grow_refused(__FILE__, __LINE__, (need), sizeof *(a));                  \
+    } while (0)
+// GROW_CAP(cap, need, first, elem): grow_cap's capacity, for an array that
+// another allocator holds (an arena); a size that would overflow is refused
+// at the call site.
+#define GROW_CAP(cap, need, first, elem)                                            \
+    ({                                                                              \
+        size_t grown_ = grow_cap((cap), (need), (first), (elem));                   \
+        if (!grown_) grow_refused(__FILE__, __LINE__, (need), (elem));              \
+        grown_;                                                                     \
+    })
+
 // A growable byte buffer: data[0..len) is valid, cap bytes are allocated.
 typedef struct {
     uint8_t *data;

@@ -202,22 +202,18 @@ int dist_bcast(dist_t *d, sbuf *b, rl_err *err) {
 #endif
 }
 
-static int reduce_f64(dist_t *d, double *v, size_t n, int max, rl_err *err) {
+int dist_sum(dist_t *d, double *v, size_t n, rl_err *err) {
     if (d->size == 1 || n == 0) return 0;
 #ifdef RL_HAVE_MPI
-    const char *what = max ? "maximum of the step's statistics" : "sum of the step's statistics";
+    const char *what = "sum of the step's statistics";
     if (n > INT_MAX) return err_set(err, "%s: %zu values", what, n);
     watch_arm(d, what);
-    return mpi_done(d, MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD),
-                    what, err);
+    return mpi_done(d, MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), what, err);
 #else
-    (void)v, (void)max;
+    (void)v;
     return err_set(err, "no MPI in this build");
 #endif
 }
-
-int dist_sum(dist_t *d, double *v, size_t n, rl_err *err) { return reduce_f64(d, v, n, 0, err); }
-int dist_max(dist_t *d, double *v, size_t n, rl_err *err) { return reduce_f64(d, v, n, 1, err); }
 
 // ---- Parts of flat buffers ------------------------------------------------------------
 

@@ -47,8 +47,6 @@ const char *dist_transport(dist_t *d, const rl_ops *ops);
 int dist_bcast(dist_t *d, sbuf *b, rl_err *err);
 // v (n values) := their sum over the ranks (in rank order: the same on every rank).
 int dist_sum(dist_t *d, double *v, size_t n, rl_err *err);
-// v (n values) := their maximum over the ranks.
-int dist_max(dist_t *d, double *v, size_t n, rl_err *err);
 
 // A flat buffer of the backend's memory split into consecutive parts, part r
 // (counts[r] floats from offset Σ_{q<r} counts[q]) owned by rank r.

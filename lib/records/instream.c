@@ -233,10 +233,7 @@ void ins_member_end(ins_t *s) {
     size_t left = s->d.len - s->dpos;
     if (left) {
         size_t pending = s->in_len - s->in_pos;
-        if (s->in_cap < left + pending) {
-            s->in_cap = left + pending;
-            s->in = xrealloc(s->in, s->in_cap);
-        }
+        GROW(s->in, s->in_cap, left + pending, left + pending);
         memmove(s->in + left, s->in + s->in_pos, pending);
         memcpy(s->in, s->d.data + s->dpos, left);
         s->in_pos = 0;

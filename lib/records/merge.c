@@ -78,10 +78,7 @@ static mgroup *group_new(int has_group, uint64_t id) {
 }
 
 static void group_add(mgroup *g, const rec_t *r) {
-    if (g->n == g->cap) {
-        g->cap = g->cap ? 2 * g->cap : 8;
-        g->recs = xrealloc(g->recs, g->cap * sizeof *g->recs);
-    }
+    GROW(g->recs, g->cap, g->n + 1, 8);
     g->recs[g->n] = rec_new();
     rec_copy(g->recs[g->n++], r);
 }
@@ -254,10 +251,7 @@ static void add(mrg_t *m, msrc *s) {
     s->m = m;
     pthread_mutex_lock(&m->mu);
     s->index = m->n;
-    if (m->n == m->cap) {
-        m->cap = m->cap ? 2 * m->cap : 8;
-        m->src = xrealloc(m->src, m->cap * sizeof *m->src);
-    }
+    GROW(m->src, m->cap, m->n + 1, 8);
     m->src[m->n++] = s;
     if (!s->path && m->expected > 0) m->expected--;
     s->started = 1;   // before the thread can end: mrg_free, after MRG_END, joins it

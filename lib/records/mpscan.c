@@ -133,10 +133,7 @@ static int check_duplicates(const uint8_t *p, const mp_index *idx, rl_err *err) 
 }
 
 static void index_push(mp_index *idx, mp_field f) {
-    if (idx->n == idx->cap) {
-        idx->cap = idx->cap ? idx->cap * 2 : 32;
-        idx->f = xrealloc(idx->f, idx->cap * sizeof *idx->f);
-    }
+    GROW(idx->f, idx->cap, idx->n + 1, 32);
     idx->f[idx->n++] = f;
 }
 

@@ -126,10 +126,7 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
         g->tail -= g->head;
         g->head = 0;
     }
-    if (g->tail + (size_t)G > g->cap) {
-        g->cap = 2 * (g->tail + (size_t)G);
-        g->waiting = xrealloc(g->waiting, g->cap * sizeof *g->waiting);
-    }
+    GROW(g->waiting, g->cap, g->tail + (size_t)G, 2 * (size_t)G);
     for (int j = 0; j < G; j++) {
         seq_t *s = &q->seqs[j];
         s->out = &q->pub.samples[j];
@@ -147,18 +144,12 @@ size_t gen_waiting(const gen_t *g) { return g->tail - g->head; }
 void gen_set_version(gen_t *g, uint32_t ver) { g->ver = ver; }
 
 static void push_u32(u32_vec *a, uint32_t x) {
-    if (a->n == a->cap) {
-        a->cap = a->cap ? 2 * a->cap : 64;
-        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-    }
+    GROW(a->v, a->cap, a->n + 1, 64);
     a->v[a->n++] = x;
 }
 
 static void push_f32(f32_vec *a, float x) {
-    if (a->n == a->cap) {
-        a->cap = a->cap ? 2 * a->cap : 64;
-        a->v = xrealloc(a->v, a->cap * sizeof *a->v);
-    }
+    GROW(a->v, a->cap, a->n + 1, 64);
     a->v[a->n++] = x;
 }
 
@@ -306,4 +297,22 @@ void gen_pop(gen_t *g) {
     if (!g->done_head) g->done_tail = NULL;
     g->next_out = q->pub.group + 1;
     grp_free(q);
+}
+
+uint32_t *gen_stop_ids(const model_config *cfg, const tokenizer *tok, const chat_t *chat, const char *const *stop,
+                       size_t n_stop, int ignore_eos, size_t *n) {
+    uint32_t *ids = xmalloc(((size_t)cfg->n_eos + 3 + n_stop) * sizeof *ids);
+    size_t k = 0;
+    if (!ignore_eos) {
+        for (int i = 0; i < cfg->n_eos; i++) ids[k++] = (uint32_t)cfg->eos_ids[i];
+        if (!cfg->n_eos && cfg->eos_id >= 0) ids[k++] = (uint32_t)cfg->eos_id;
+        if (chat && chat_eos(chat) >= 0) ids[k++] = (uint32_t)chat_eos(chat);
+        if (chat && chat_end_of_turn(chat) >= 0) ids[k++] = (uint32_t)chat_end_of_turn(chat);
+    }
+    for (size_t i = 0; i < n_stop; i++) {
+        int64_t id = tok_id(tok, stop[i]);
+        if (id >= 0 && tok_is_special(tok, (uint32_t)id)) ids[k++] = (uint32_t)id;
+    }
+    *n = k;
+    return ids;
 }

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "model/sampling.h"
 #include "records/record.h"
+#include "template/chat.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
@@ -60,6 +61,16 @@ typedef struct {
 } gen_group;
 
 typedef struct gen gen_t;
+
+// The tokens that end a completion (gen_opts.stop_ids; malloc'd, *n of
+// them): every eos id of the config (Llama 3.x Instruct lists three) and of
+// tokenizer_config.json, the chat template's end of a turn (chat may be
+// NULL), and each of the n_stop strings that is a special token, which the
+// text (decoded without special tokens) could never contain. With
+// ignore_eos only the last: every completion runs to its most tokens unless
+// a stop string ends it, as llama.cpp's benchmarks generate.
+uint32_t *gen_stop_ids(const model_config *cfg, const tokenizer *tok, const chat_t *chat, const char *const *stop,
+                       size_t n_stop, int ignore_eos, size_t *n);
 
 // Sets up the model's KV cache for o->slots sequences of o->max_len tokens.
 gen_t *gen_new(model_t *m, const tokenizer *tok, const gen_opts *o, rl_err *err);

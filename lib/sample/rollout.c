@@ -90,10 +90,7 @@ void ro_add(ro_t *r, const gen_group *g) {
         r->tail -= r->head;
         r->head = 0;
     }
-    if (r->tail == r->cap) {
-        r->cap = r->cap ? 2 * r->cap : 16;
-        r->held = xrealloc(r->held, r->cap * sizeof *r->held);
-    }
+    GROW(r->held, r->cap, r->tail + 1, 16);
     held_t *h = &r->held[r->tail++];
     memset(h, 0, sizeof *h);
     h->n = g->n;

@@ -169,10 +169,7 @@ static const char *quote(const char *s, size_t n, char *buf, size_t size) {
 
 static void add_reward(vproc *v, double r) {
     size_t k = (size_t)(v->answered - v->first);
-    if (k == v->rewards_cap) {
-        v->rewards_cap = v->rewards_cap ? 2 * v->rewards_cap : 64;
-        v->rewards = xrealloc(v->rewards, v->rewards_cap * sizeof *v->rewards);
-    }
+    GROW(v->rewards, v->rewards_cap, k + 1, 64);
     v->rewards[k] = r;
     v->answered++;
     v->wait_since = clock_now();

@@ -315,10 +315,6 @@ out:
     return rc;
 }
 
-int chat_render(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *out, rl_err *err) {
-    return render(c, msgs, n, SIZE_MAX, add_generation_prompt, out, NULL, err);
-}
-
 // ---- the end of a turn ------------------------------------------------------
 
 // Renders a user message and an assistant reply, and takes the special token
@@ -471,10 +467,7 @@ static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf
                         break;
                     }
             }
-            if (spans->n == spans->cap) {
-                spans->cap = spans->cap ? 2 * spans->cap : 8;
-                spans->v = xrealloc(spans->v, spans->cap * sizeof *spans->v);
-            }
+            GROW(spans->v, spans->cap, spans->n + 1, 8);
             spans->v[spans->n++] = (jinja_span){before.len, end};
         }
         sbuf_free(&before);
@@ -495,10 +488,7 @@ int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generati
     if (tok_encode_ex(c->tok, (const char *)text.data, text.len, 0, &ids->v, &ids->n, &ids->cap, rep, err)) goto out;
     if (mask) {
         if (!c->has_generation && turn_spans(c, msgs, n, &text, &spans, err)) goto out;
-        if (mask->cap < ids->n) {
-            mask->cap = ids->n;
-            mask->v = xrealloc(mask->v, mask->cap);
-        }
+        GROW(mask->v, mask->cap, ids->n, ids->n);
         mask->n = ids->n;
         memset(mask->v, 0, ids->n);
         int by_pieces = mask_by_pieces(c->tok, &text, &spans, ids, mask, err);

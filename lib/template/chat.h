@@ -34,16 +34,12 @@ void chat_free(chat_t *c);
 // that is not JSON is taken as a string): enable_thinking=false. 0 or -1.
 int chat_set_arg(chat_t *c, const char *arg, rl_err *err);
 
-// The conversation msgs[0..n) (msgpack) rendered, appended to out; with
-// add_generation_prompt, the start of the assistant's turn follows. 0, or -1
-// with err (the conversation is malformed, or the template raised).
-int chat_render(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *out, rl_err *err);
-
-// The rendered conversation's tokens, as apply_chat_template(tokenize=True)
-// gives them (the text encoded without added bos or eos: the template writes
-// its own). With mask not NULL, mask gets one value per id: 1 for the tokens
-// of the assistant's turns (the loss of supervised fine-tuning), 0 for the
-// rest:
+// The conversation msgs[0..n) (msgpack) rendered and tokenized; with
+// add_generation_prompt, the start of the assistant's turn follows. The
+// tokens, as apply_chat_template(tokenize=True) gives them (the text encoded
+// without added bos or eos: the template writes its own). With mask not
+// NULL, mask gets one value per id: 1 for the tokens of the assistant's turns
+// (the loss of supervised fine-tuning), 0 for the rest:
 //   - a template with {% generation %} blocks marks them itself, and the mask
 //     is transformers' return_assistant_tokens_mask (the tokens that overlap
 //     the text the blocks produced), which TRL's assistant_only_loss uses;

@@ -790,10 +790,7 @@ static int exec_node(jx_ctx *c, jx_scope *s, const jx_node *n) {
         if (rc < 0) return rc;
         if (c->gen && c->out == c->main_out) {
             jinja_spans *g = c->gen;
-            if (g->n == g->cap) {
-                g->cap = g->cap ? g->cap * 2 : 8;
-                g->v = xrealloc(g->v, g->cap * sizeof *g->v);
-            }
+            GROW(g->v, g->cap, g->n + 1, 8);
             g->v[g->n].start = start;
             g->v[g->n].end = c->out->len;
             g->n++;

@@ -82,7 +82,6 @@ int jx_equal(const jinja_val *x, const jinja_val *y);        // ==, across types
 int jx_compare(const jinja_val *x, const jinja_val *y, int *res);   // <0/0/>0 into res; -1: unorderable
 const char *jx_type_name(const jinja_val *v);                // Python's type name: 'str', 'dict', ...
 void jx_str(sbuf *b, const jinja_val *v);                    // str(v)
-void jx_repr(sbuf *b, const jinja_val *v);                   // repr(v)
 void jx_float_repr(sbuf *b, double f);                       // repr(float)
 void jx_str_repr(sbuf *b, const char *s, size_t n);          // repr(str)
 void jx_html_escape(sbuf *b, const char *s, size_t n);       // markupsafe.escape

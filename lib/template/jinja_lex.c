@@ -32,7 +32,7 @@ static int lex_fail(lexer *L, size_t pos, const char *what) {
 static void emit(lexer *L, jx_tok_kind kind, size_t pos, const char *p, size_t n) {
     jx_toks *t = L->out;
     if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 64;
+        size_t cap = GROW_CAP(t->cap, t->n + 1, 64, sizeof *t->v);
         jx_tok *nv = jx_alloc(L->a, cap * sizeof *nv);
         if (t->n) memcpy(nv, t->v, t->n * sizeof *nv);
         t->v = nv;

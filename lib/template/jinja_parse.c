@@ -62,7 +62,7 @@ static jx_node *node(parser *P, jx_node_kind kind, int line) {
 
 static void push(parser *P, jx_nodes *l, jx_node *n) {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 4;
+        size_t cap = GROW_CAP(l->cap, l->n + 1, 4, sizeof *l->v);
         jx_node **nv = jx_alloc(P->a, cap * sizeof *nv);
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;

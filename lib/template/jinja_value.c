@@ -113,7 +113,7 @@ jinja_val *jinja_str(jinja_arena *a, const char *s, size_t n) {
 
 void jinja_list_push(jinja_val *list, jinja_val *v) {
     if (list->u.l.n == list->u.l.cap) {
-        size_t cap = list->u.l.cap ? list->u.l.cap * 2 : 4;
+        size_t cap = GROW_CAP(list->u.l.cap, list->u.l.n + 1, 4, sizeof *list->u.l.v);
         jinja_val **nv = jx_alloc(list->u.l.a, cap * sizeof *nv);
         if (list->u.l.n) memcpy(nv, list->u.l.v, list->u.l.n * sizeof *nv);
         list->u.l.v = nv;
@@ -149,7 +149,7 @@ void jx_dict_put(jinja_val *d, jinja_val *key, jinja_val *v) {
             return;
         }
     if (d->u.d.n == d->u.d.cap) {
-        size_t cap = d->u.d.cap ? d->u.d.cap * 2 : 4;
+        size_t cap = GROW_CAP(d->u.d.cap, d->u.d.n + 1, 4, sizeof *d->u.d.v);
         jinja_val **nk = jx_alloc(d->u.d.a, cap * sizeof *nk);
         jinja_val **nv = jx_alloc(d->u.d.a, cap * sizeof *nv);
         if (d->u.d.n) {
@@ -425,8 +425,6 @@ static void repr_any(sbuf *b, const jinja_val *v, int depth) {
     default: jx_str(b, v); return;
     }
 }
-
-void jx_repr(sbuf *b, const jinja_val *v) { repr_any(b, v, 0); }
 
 void jx_html_escape(sbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {

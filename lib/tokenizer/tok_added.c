@@ -80,10 +80,7 @@ static int is_space_at(const uint8_t *s, size_t n, size_t at) {
 }
 
 static void put_cut(tok_cuts *out, size_t a, size_t b, uint32_t id) {
-    if (out->n == out->cap) {
-        out->cap = out->cap ? out->cap * 2 : 32;
-        out->cut = xrealloc(out->cut, out->cap * sizeof *out->cut);
-    }
+    GROW(out->cut, out->cap, out->n + 1, 32);
     out->cut[out->n++] = (tok_cut){a, b, id};
 }
 

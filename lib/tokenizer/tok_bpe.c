@@ -105,10 +105,7 @@ static int cand_less(const cand *a, const cand *b) {
 }
 
 static void heap_push(tok_bpe_work *w, cand c) {
-    if (w->heap_n == w->heap_cap) {
-        w->heap_cap = w->heap_cap ? w->heap_cap * 2 : 256;
-        w->heap = xrealloc(w->heap, w->heap_cap * sizeof *w->heap);
-    }
+    GROW(w->heap, w->heap_cap, w->heap_n + 1, 256);
     size_t i = w->heap_n++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
@@ -161,20 +158,14 @@ static void merge_all(const tok_bpe *m, tok_bpe_work *w, size_t n) {
 }
 
 static void add_symbol(tok_bpe_work *w, size_t *n, uint32_t id) {
-    if (*n == w->sym_cap) {
-        w->sym_cap = w->sym_cap ? w->sym_cap * 2 : 256;
-        w->sym = xrealloc(w->sym, w->sym_cap * sizeof *w->sym);
-    }
+    GROW(w->sym, w->sym_cap, *n + 1, 256);
     w->sym[*n] = (symbol){id, (int32_t)*n - 1, -1, 1};
     if (*n) w->sym[*n - 1].next = (int32_t)*n;
     ++*n;
 }
 
 void tok_ids_push(uint32_t **ids, size_t *n_ids, size_t *cap, uint32_t id) {
-    if (*n_ids == *cap) {
-        *cap = *cap ? *cap * 2 : 64;
-        *ids = xrealloc(*ids, *cap * sizeof **ids);
-    }
+    GROW(*ids, *cap, *n_ids + 1, 64);
     (*ids)[(*n_ids)++] = id;
 }
 

@@ -41,10 +41,7 @@ struct tok_decoder {
 
 void tok_dec_push(tok_dec_work *w, const char *s, size_t n) {
     int c = w->cur;
-    if (w->n[c] == w->cap[c]) {
-        w->cap[c] = w->cap[c] ? w->cap[c] * 2 : 64;
-        w->item[c] = xrealloc(w->item[c], w->cap[c] * sizeof *w->item[c]);
-    }
+    GROW(w->item[c], w->cap[c], w->n[c] + 1, 64);
     w->item[c][w->n[c]++] = (tok_dec_item){w->text[c].len, n, 0};
     sbuf_put(&w->text[c], s, n);
 }
@@ -52,10 +49,7 @@ void tok_dec_push(tok_dec_work *w, const char *s, size_t n) {
 // Starts an item in the next list; its bytes are then appended to text[!cur].
 static void next_begin(tok_dec_work *w, int fused) {
     int c = !w->cur;
-    if (w->n[c] == w->cap[c]) {
-        w->cap[c] = w->cap[c] ? w->cap[c] * 2 : 64;
-        w->item[c] = xrealloc(w->item[c], w->cap[c] * sizeof *w->item[c]);
-    }
+    GROW(w->item[c], w->cap[c], w->n[c] + 1, 64);
     w->item[c][w->n[c]++] = (tok_dec_item){w->text[c].len, 0, fused};
 }
 

@@ -47,10 +47,7 @@ uint32_t tok_map_put(tok_map *m, const void *s, size_t n, uint32_t id) {
     if ((m->n + 1) * 2 > m->mask + 1) grow(m);
     size_t h = find_slot(m, s, n);
     if (m->slot[h]) return m->ent[m->slot[h] - 1].id;
-    if (m->n == m->cap) {
-        m->cap = m->cap ? m->cap * 2 : 1024;
-        m->ent = xrealloc(m->ent, m->cap * sizeof *m->ent);
-    }
+    GROW(m->ent, m->cap, m->n + 1, 1024);
     uint32_t off = (uint32_t)m->pool.len;
     sbuf_put(&m->pool, s, n);
     sbuf_putc(&m->pool, 0);  // keys read as C strings in messages

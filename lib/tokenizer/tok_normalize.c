@@ -70,9 +70,7 @@ static int32_t compose_pair(uint32_t a, uint32_t b) {
 }
 
 static void cp_reserve(tok_norm_work *w, size_t n) {
-    if (n <= w->cp_cap) return;
-    w->cp_cap = n < 256 ? 256 : n * 2;
-    w->cp = xrealloc(w->cp, w->cp_cap * sizeof *w->cp);
+    GROW(w->cp, w->cp_cap, n, 256);
 }
 
 // NF(K)C / NF(K)D of s[0..n) appended to out.

@@ -68,10 +68,7 @@ int tok_pretok_byte_safe(const tok_pretok *pt) {
 // ---- pieces --------------------------------------------------------------------------
 
 static void put_piece(tok_pretok_work *w, size_t off, size_t len, int first) {
-    if (w->nq == w->capq) {
-        w->capq = w->capq ? w->capq * 2 : 64;
-        w->q = xrealloc(w->q, w->capq * sizeof *w->q);
-    }
+    GROW(w->q, w->capq, w->nq + 1, 64);
     w->q[w->nq++] = (tok_piece){off, len, first};
 }
 
@@ -101,10 +98,7 @@ void tok_pretok_work_free(tok_pretok_work *w) {
 }
 
 static void put_part(tok_pretok_work *w, size_t *k, size_t a, size_t b, int match) {
-    if (*k == w->split_cap) {
-        w->split_cap = w->split_cap ? w->split_cap * 2 : 64;
-        w->split = xrealloc(w->split, w->split_cap * sizeof *w->split);
-    }
+    GROW(w->split, w->split_cap, *k + 1, 64);
     w->split[(*k)++] = (struct tok_split){a, b, (uint8_t)match};
 }
 

@@ -461,10 +461,7 @@ int tok_re_find_all(const tok_re *re, tok_re_scratch *sc, const uint8_t *s, size
             from += utf8_len_at(s, n, from);
             continue;
         }
-        if (m->n + 2 > m->cap) {
-            m->cap = m->cap ? m->cap * 2 : 64;
-            m->at = xrealloc(m->at, m->cap * sizeof *m->at);
-        }
+        GROW(m->at, m->cap, m->n + 2, 64);
         m->at[m->n++] = ov[0];
         m->at[m->n++] = ov[1];
         from = last_end = ov[1];

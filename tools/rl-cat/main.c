@@ -22,7 +22,9 @@
 #include "records/writer.h"
 #include "sync/push.h"
 #include "sync/net.h"
+#include "sync/merger.h"
 #include "sync/recnet.h"
+#include "sync/recsink.h"
 
 static const char USAGE[] =
     "Usage: rl-cat [OPTION]... [FILE]...\n"
@@ -84,10 +86,9 @@ static const char USAGE[] =
     "  rl-cat --merge --round 8 --senders 2 --token-file tok tcp:0.0.0.0:7000 | rl-learn ...\n"
     "  rl-sample ... | rl-cat --to tcp:learnhost:7000 --token-file tok\n";
 
-enum { SINK_RECORDS, SINK_JSON, SINK_STATS, SINK_CHECK };
-
 typedef struct {
-    int sink, pack, json, header, level;
+    recsink_kind sink;
+    int pack, json, header, level;
     uint64_t head, frame;          // head = UINT64_MAX: no limit
     const char *kind;
     cli_out_opts out;
@@ -116,7 +117,7 @@ static options parse_options(int argc, char **argv) {
         {"senders", required_argument, 0, O_SENDERS}, {"token-file", required_argument, 0, O_TOKEN},
         {"to", required_argument, 0, O_TO},     {"retry", required_argument, 0, O_RETRY},
         CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
-    options o = {.sink = SINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
+    options o = {.sink = RECSINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
                  .kind = NULL, .lim = rec_default_limits, .senders = 1, .retry = -1};
     int check = 0, stats = 0, c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "k:l:", longopts, NULL)) != -1) {
@@ -156,7 +157,7 @@ static options parse_options(int argc, char **argv) {
     if (o.kind && !o.pack) cli_usage_error("--kind applies to --pack (records carry their header's kind)");
     if (o.kind && strcmp(o.kind, "rollouts") && strcmp(o.kind, "examples") && strcmp(o.kind, "prompts"))
         cli_usage_error("--kind: expected rollouts, examples or prompts, got '%s'", o.kind);
-    o.sink = check ? SINK_CHECK : stats ? SINK_STATS : o.json ? SINK_JSON : SINK_RECORDS;
+    o.sink = check ? RECSINK_CHECK : stats ? RECSINK_STATS : o.json ? RECSINK_JSON : RECSINK_RECORDS;
     if (!o.merge && (o.round_set || o.senders_set)) cli_usage_error("--round and --senders apply to --merge");
     if (o.round_set && o.round == 0) cli_usage_error("--round: a round holds at least one group of each source");
     if (o.senders_set && o.senders == 0) cli_usage_error("--senders: a SOURCE to listen at takes one connection at least");
@@ -166,7 +167,7 @@ static options parse_options(int argc, char **argv) {
     if (o.to) {
         rl_err e;
         if (o.out.output) cli_usage_error("--to and --output both name where the records go; choose one");
-        if (o.sink != SINK_RECORDS) cli_usage_error("--to sends records: --json, --stats and --check do not apply");
+        if (o.sink != RECSINK_RECORDS) cli_usage_error("--to sends records: --json, --stats and --check do not apply");
         if (net_parse(o.to, &o.to_addr, &e)) cli_usage_error("--to: %s", e.msg);
         if (o.to_addr.tcp && !o.token_file)
             cli_usage_error("--to %s: tcp needs --token-file (a shared secret authenticates the sender)", o.to);
@@ -192,140 +193,30 @@ static void check_sources(const options *o, char **inputs, int n) {
         cli_usage_error("--token-file applies to --to and to a SOURCE of --merge to listen at (tcp: or unix:)");
 }
 
-// Where records go, and what has gone there.
-typedef struct {
-    const options *o;
-    int fd;
-    const char *name;       // of the output, for messages
-    rec_t *header;          // the output member's header, from the first input
-    int have_header;
-    recw_t *w;              // SINK_RECORDS, once the header is known
-    sbuf line;              // SINK_JSON output waiting for write()
-    stats_t st;             // SINK_STATS
-    uint64_t count, bytes_out;
-} sink_t;
+// Ends the run at sink (recsink.h) failure err.
+static _Noreturn void sink_die(const rl_err *err) { cli_die("%s", err->msg); }
 
-static void sink_write_text(sink_t *k, int force) {
-    if (!force && k->line.len < ((size_t)1 << 16)) return;
-    size_t off = 0;
-    while (off < k->line.len) {
-        ssize_t n = write(k->fd, k->line.data + off, k->line.len - off);
-        if (n < 0) cli_die("write error: %s: %s", k->name, strerror(errno));
-        off += (size_t)n;
-    }
-    k->bytes_out += k->line.len;
-    k->line.len = 0;
-}
-
-// A write that failed: with --to, the merge may have said why it stopped reading.
-static void sink_die(const sink_t *k, const char *msg) {
-    char why[1024];
-    if (k->o->to && rnet_refusal(k->fd, 2.0, why, sizeof why)) cli_die("%s (%s said: %s)", msg, k->name, why);
-    cli_die("%s", msg);
-}
-
-static void sink_flush(sink_t *k) {
+static void flush(recsink_t *k) {
     rl_err e;
-    if (k->w && recw_flush(k->w, &e)) sink_die(k, e.msg);
-    if (k->o->sink == SINK_JSON) sink_write_text(k, 1);
+    if (recsink_flush(k, &e)) sink_die(&e);
 }
 
-// The first header becomes the output's; later ones must be of the same kind.
-static void sink_header(sink_t *k, const rec_t *h, const char *where) {
-    const char *kind = "", *first = "";
-    size_t kl = 0, fl = 0;
-    rec_get_str(h, "kind", &kind, &kl);
-    if (k->have_header) {
-        rec_get_str(k->header, "kind", &first, &fl);
-        if (kl != fl || memcmp(kind, first, kl))
-            cli_die("member of kind \"%.*s\" cannot join the output of kind \"%.*s\": %s",
-                    (int)kl, kind, (int)fl, first, where);
-        return;
-    }
-    rec_copy(k->header, h);
-    k->have_header = 1;
-    if (k->o->out.no_provenance) {
-        rec_del(k->header, "argv");
-        rec_del(k->header, "time");
-    }
+// A record the sink refused (rc -1: msg says which, and every record before
+// it is delivered first), or an output that failed (rc -2: err says how).
+static _Noreturn void refused(recsink_t *k, int rc, const rl_err *err, const char *msg, cli_progress *prog) {
+    if (rc == -2) sink_die(err);
+    cli_progress_done(prog);
+    flush(k);   // deliver every record before the bad one
     rl_err e;
-    if (k->o->sink == SINK_RECORDS) {
-        recw_opts wo = recw_default_opts;
-        wo.raw = k->o->out.raw;
-        wo.level = k->o->level;
-        wo.frame_records = k->o->frame;
-        if (!(k->w = recw_fdopen(k->fd, k->name, &wo, k->header, &e))) sink_die(k, e.msg);
-    } else if (k->o->sink == SINK_JSON && k->o->header) {
-        if (json_from_rec(k->header, &k->line, &e)) cli_die("header: %s: %s", e.msg, where);
-        sbuf_putc(&k->line, '\n');
-    }
+    snprintf(e.msg, sizeof e.msg, "%s", msg);
+    recsink_fail(k, &e);
+    sink_die(&e);
 }
-
-// The header of JSON lines that bring none: rl-cat is their producer.
-static void sink_generated_header(sink_t *k, int argc, char **argv, const char *where) {
-    rec_t *h = rec_new();
-    rec_make_header(h, k->o->kind ? k->o->kind : "rollouts", "rl-cat", argc, argv, k->o->out.no_provenance);
-    sink_header(k, h, where);
-    rec_free(h);
-}
-
-// Returns 0, or -1 with err when the record cannot go to this sink.
-static int sink_record(sink_t *k, const rec_t *r, rl_err *e) {
-    int rc = 0;
-    switch (k->o->sink) {
-    case SINK_RECORDS:
-        rc = recw_write(k->w, r, e);
-        break;
-    case SINK_JSON: {
-        size_t before = k->line.len;
-        if ((rc = json_from_rec(r, &k->line, e))) k->line.len = before;
-        else {
-            sbuf_putc(&k->line, '\n');
-            sink_write_text(k, 0);
-        }
-        break;
-    }
-    case SINK_STATS:
-        rc = stats_add(&k->st, r, e);
-        break;
-    case SINK_CHECK:
-        rc = fld_check(r, e);
-        break;
-    }
-    if (!rc) k->count++;
-    return rc;
-}
-
-static void sink_close(sink_t *k) {
-    rl_err e;
-    switch (k->o->sink) {
-    case SINK_RECORDS: {
-        if (recw_close(k->w, &e)) sink_die(k, e.msg);
-        k->bytes_out = recw_bytes_written(k->w);
-        recw_free(k->w);
-        uint64_t got;   // --to: the merge has read every record, or says why not
-        if (k->o->to && rnet_finish(k->fd, &got, &e)) cli_die("%s: %s", k->name, e.msg);
-        if (k->o->to && got != k->count)
-            cli_die("%s: the merge read %llu of the %llu records sent", k->name, (unsigned long long)got,
-                    (unsigned long long)k->count);
-        break;
-    }
-    case SINK_JSON:
-        if (k->o->header) sbuf_printf(&k->line, "{\"rlpipe_end\":1,\"count\":%llu}\n", (unsigned long long)k->count);
-        break;
-    case SINK_STATS:
-        if (k->o->json) stats_json(&k->st, &k->line);
-        else stats_table(&k->st, &k->line);
-        break;
-    }
-    if (k->o->sink != SINK_RECORDS && k->o->sink != SINK_CHECK) sink_write_text(k, 1);
-}
-
 
 // ---- Concatenating (the default) -------------------------------------------------
 
-static void cat_inputs(sink_t *k, char **inputs, int ninputs, int argc, char **argv, cli_progress *prog, double t0) {
-    const options *o = k->o;
+static void cat_inputs(const options *o, recsink_t *k, char **inputs, int ninputs, int argc, char **argv,
+                       cli_progress *prog, double t0) {
     rec_t *rec = rec_new();
     uint64_t bytes_in = 0, members = 0;
     // --head N stops after N records, but the output still takes its header from the input.
@@ -337,24 +228,22 @@ static void cat_inputs(sink_t *k, char **inputs, int ninputs, int argc, char **a
         const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
         recr_event ev = RECR_HEADER;
         while (!HEAD_DONE()) {
-            if (src_would_block(s)) sink_flush(k);   // pass on what we have before waiting
+            if (src_would_block(s)) flush(k);   // pass on what we have before waiting
             ev = src_next(s, rec);
             if (ev == RECR_END || ev == RECR_ERROR) break;
             if (ev == RECR_HEADER) {
                 members++;
-                sink_header(k, rec, name);
+                if (recsink_header(k, rec, name, &e)) sink_die(&e);
             } else if (ev == RECR_RECORD) {
                 if (!k->have_header) {  // JSON lines without a header line
-                    sink_generated_header(k, argc, argv, name);
+                    if (recsink_generated_header(k, argc, argv, name, &e)) sink_die(&e);
                     members++;
                 }
-                rl_err e2;
-                if (sink_record(k, rec, &e2)) {
-                    char where[1200], msg[sizeof e2.msg + sizeof where];
-                    cli_progress_done(prog);
-                    snprintf(msg, sizeof msg, "%s: %s", e2.msg, src_where(s, where, sizeof where));
-                    sink_flush(k);   // deliver every record before the bad one
-                    sink_die(k, msg);
+                int rc = recsink_record(k, rec, &e);
+                if (rc) {
+                    char where[1200], msg[sizeof e.msg + sizeof where];
+                    snprintf(msg, sizeof msg, "%s: %s", e.msg, src_where(s, where, sizeof where));
+                    refused(k, rc, &e, msg, prog);
                 }
             }
             if (cli_progress_due(prog)) {
@@ -366,19 +255,21 @@ static void cat_inputs(sink_t *k, char **inputs, int ninputs, int argc, char **a
         bytes_in += src_bytes_in(s);
         if (ev == RECR_ERROR) {
             cli_progress_done(prog);
-            sink_flush(k);   // deliver every complete record before the damage
+            flush(k);   // deliver every complete record before the damage
             cli_die("%s", src_error(s));
         }
         src_close(s);
     }
 #undef HEAD_DONE
     rec_free(rec);
-    if (!k->have_header) sink_generated_header(k, argc, argv, inputs[0]);  // empty JSON lines
+    rl_err e;
+    // (empty JSON lines)
+    if (!k->have_header && recsink_generated_header(k, argc, argv, inputs[0], &e)) sink_die(&e);
     cli_progress_done(prog);
     k->st.members = members;
-    sink_close(k);
+    if (recsink_close(k, &e)) sink_die(&e);
     char bin[32], bout[32];
-    if (!o->out.quiet && o->sink == SINK_CHECK)
+    if (!o->out.quiet && o->sink == RECSINK_CHECK)
         fprintf(stderr, "rl-cat: ok: %llu records in %llu member%s, %d file%s\n", (unsigned long long)k->count,
                 (unsigned long long)members, members == 1 ? "" : "s", ninputs, ninputs == 1 ? "" : "s");
     else if (!o->out.quiet)
@@ -391,58 +282,45 @@ static void cat_inputs(sink_t *k, char **inputs, int ninputs, int argc, char **a
 
 // ---- Merging (--merge) -------------------------------------------------------------
 
-typedef struct {
-    mrg_t *m;
-    int refused, failed;    // peers refused, listeners that failed (set on their threads)
-} merge_run;
-
-static void on_connection(void *ctx, int fd, const char *name) {
-    mrg_add_fd(((merge_run *)ctx)->m, fd, name, rnet_source_end, NULL);
-}
-
+// The merger's hooks (merger.h), on the listeners' threads.
 static void on_refused(void *ctx, const char *msg) {
-    __atomic_add_fetch(&((merge_run *)ctx)->refused, 1, __ATOMIC_RELAXED);
+    (void)ctx;
     cli_warn("%s", msg);
 }
 
 static void on_listen_failed(void *ctx, int missing, const char *msg) {
-    merge_run *r = ctx;
-    __atomic_store_n(&r->failed, 1, __ATOMIC_RELAXED);
+    (void)ctx;
     cli_error("%s: %d connection%s expected will not come", msg, missing, missing == 1 ? "" : "s");
-    mrg_expect(r->m, -missing);
 }
 
 // Every SOURCE at once, whole groups out; 1 when a source or a listener failed.
-static int merge_sources(sink_t *k, char **inputs, int n, int argc, char **argv, const sbuf *token,
-                         cli_progress *prog, double t0) {
-    const options *o = k->o;
-    mrg_opts mo = {.round = o->round, .lim = o->lim};
-    merge_run r = {.m = mrg_new(&mo)};
-    rnet_t **ls = xmalloc((size_t)n * sizeof *ls);
-    int nl = 0;
+static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, int argc, char **argv,
+                         const sbuf *token, cli_progress *prog, double t0) {
+    merger_opts go = {.merge = {.round = o->round, .lim = o->lim}, .token = token->len ? token : NULL,
+                      .senders = o->senders, .tool = "rl-cat", .refused = on_refused, .failed = on_listen_failed};
+    merger *g = merger_new(&go);
+    mrg_t *m = merger_merge(g);
     // The listeners first: their socket files are in the at-exit list before any other thread runs.
     for (int i = 0; i < n; i++) {
         net_addr a;
         rl_err e;
         if (!is_address(inputs[i]) || net_parse(inputs[i], &a, &e)) continue;   // parsed by check_sources
-        rnet_opts ro = {.token = token->len ? token : NULL, .expect = o->senders, .tool = "rl-cat",
-                        .source = on_connection, .refused = on_refused, .failed = on_listen_failed, .ctx = &r};
-        mrg_expect(r.m, o->senders);
-        if (!(ls[nl] = rnet_listen(&a, &ro, &e))) cli_die("%s", e.msg);
-        if (!o->out.quiet) fprintf(stderr, "rl-cat: listening for records on %s\n", rnet_address(ls[nl]));
-        nl++;
+        const char *at = merger_listen(g, &a, &e);
+        if (!at) cli_die("%s", e.msg);
+        if (!o->out.quiet) fprintf(stderr, "rl-cat: listening for records on %s\n", at);
     }
     for (int i = 0; i < n; i++)
-        if (!is_address(inputs[i])) mrg_add_path(r.m, inputs[i]);
+        if (!is_address(inputs[i])) merger_add_path(g, inputs[i]);
     rec_t *rec = rec_new();
+    rl_err e;
     int faults = 0;
     for (;;) {
-        mrg_event ev = mrg_next(r.m, rec, 0);
-        if (ev == MRG_NONE) sink_flush(k);   // pass on what we have before waiting
+        mrg_event ev = mrg_next(m, rec, 0);
+        if (ev == MRG_NONE) flush(k);   // pass on what we have before waiting
         // While the sources are quiet, a reader of standard output that has
         // gone ends the merge as the next write would (SIGPIPE); then the
         // samplers writing into it see their reader gone too.
-        while (ev == MRG_NONE && (ev = mrg_next(r.m, rec, 0.2)) == MRG_NONE)
+        while (ev == MRG_NONE && (ev = mrg_next(m, rec, 0.2)) == MRG_NONE)
             if (!o->to && net_hung_up(STDOUT_FILENO)) {
                 signal(SIGPIPE, SIG_DFL);
                 raise(SIGPIPE);
@@ -450,52 +328,45 @@ static int merge_sources(sink_t *k, char **inputs, int n, int argc, char **argv,
         if (ev == MRG_END) break;
         if (ev == MRG_FAULT) {
             cli_progress_done(prog);
-            cli_error("%s", mrg_fault(r.m));
+            cli_error("%s", mrg_fault(m));
             faults++;
         } else if (ev == MRG_HEADER) {
-            sink_header(k, rec, "(merge)");
+            if (recsink_header(k, rec, "(merge)", &e)) sink_die(&e);
         } else {
-            rl_err e;
-            if (sink_record(k, rec, &e)) {
-                uint64_t src = 0;
-                mrg_source_stats st = {.name = "?"};
-                if (rec_get_uint(rec, "merge_source", &src) == REC_OK && src < mrg_nsources(r.m)) mrg_source(r.m, src, &st);
+            int rc = recsink_record(k, rec, &e);
+            if (rc) {
+                mrg_source_stats st;
+                merger_origin(g, rec, &st);
                 char msg[sizeof e.msg + sizeof st.name + 100];
                 snprintf(msg, sizeof msg, "%s: merged record %llu (from %s)", e.msg, (unsigned long long)k->count,
                          st.name);
-                cli_progress_done(prog);
-                sink_flush(k);   // deliver every record before the bad one
-                sink_die(k, msg);
+                refused(k, rc, &e, msg, prog);
             }
             if (cli_progress_due(prog))
                 cli_progress_print(prog, "%llu records out, %zu sources", (unsigned long long)k->count,
-                                   mrg_nsources(r.m));
+                                   mrg_nsources(m));
         }
     }
     rec_free(rec);
-    if (!k->have_header) sink_generated_header(k, argc, argv, "(merge)");   // no source gave a header
+    // (no source gave a header)
+    if (!k->have_header && recsink_generated_header(k, argc, argv, "(merge)", &e)) sink_die(&e);
     cli_progress_done(prog);
-    for (size_t i = 0; i < mrg_nsources(r.m); i++) {
-        mrg_source_stats st;
-        mrg_source(r.m, i, &st);
-        k->st.members += st.members;
-    }
-    sink_close(k);
+    k->st.members += merger_members(g);
+    if (recsink_close(k, &e)) sink_die(&e);
     if (!o->out.quiet) {
         sbuf line = {0};
         char bout[32];
-        int refused = __atomic_load_n(&r.refused, __ATOMIC_RELAXED);
-        mrg_summary(r.m, &line);
+        int refused = merger_refused(g);
+        mrg_summary(m, &line);
         sbuf_printf(&line, ", %s out%s%s", fmt_bytes(k->bytes_out, bout, sizeof bout), o->to ? " to " : "",
                     o->to ? o->to : "");
         if (refused) sbuf_printf(&line, ", %d peer%s refused", refused, refused == 1 ? "" : "s");
         fprintf(stderr, "rl-cat: %.*s, %.2f s\n", (int)line.len, (char *)line.data, clock_now() - t0);
         sbuf_free(&line);
     }
-    mrg_free(r.m);
-    for (int i = 0; i < nl; i++) rnet_join(ls[i]);
-    free(ls);
-    return faults || r.failed;
+    int failed = merger_failed(g);
+    merger_free(g);
+    return faults || failed;
 }
 
 int main(int argc, char **argv) {
@@ -506,27 +377,29 @@ int main(int argc, char **argv) {
     check_sources(&o, inputs, ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
 
-    sink_t k = {.o = &o, .header = rec_new(), .name = o.to ? o.to : o.out.output ? o.out.output : "(stdout)"};
+    const char *name = o.to ? o.to : o.out.output ? o.out.output : "(stdout)";
     sbuf token = {0};
     rl_err e;
+    int fd;
     if (o.token_file && push_read_token(o.token_file, &token, &e)) cli_die("%s", e.msg);
     if (o.to) {
         // A merge that stops reading: a write error, and its reason, rather than a silent SIGPIPE.
         signal(SIGPIPE, SIG_IGN);
-        if ((k.fd = rnet_connect(&o.to_addr, token.len ? &token : NULL, o.retry, &e)) < 0) cli_die("%s", e.msg);
+        if ((fd = rnet_connect(&o.to_addr, token.len ? &token : NULL, o.retry, &e)) < 0) cli_die("%s", e.msg);
     } else {
-        k.fd = o.sink == SINK_CHECK ? -1 : cli_open_output(o.out.output, o.sink == SINK_RECORDS, o.out.force);
+        fd = o.sink == RECSINK_CHECK ? -1 : cli_open_output(o.out.output, o.sink == RECSINK_RECORDS, o.out.force);
     }
-    stats_init(&k.st);
+    recsink_opts so = {.kind = o.sink, .json = o.json, .header = o.header, .raw = o.out.raw, .level = o.level,
+                    .frame = o.frame, .no_provenance = o.out.no_provenance, .member_kind = o.kind, .to = o.to};
+    recsink_t k;
+    recsink_init(&k, &so, fd, name);
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
     double t0 = clock_now();
     int rc = 0;
-    if (o.merge) rc = merge_sources(&k, inputs, ninputs, argc, argv, &token, &prog, t0);
-    else cat_inputs(&k, inputs, ninputs, argc, argv, &prog, t0);
-    rec_free(k.header);
-    stats_free(&k.st);
-    sbuf_free(&k.line);
+    if (o.merge) rc = merge_sources(&o, &k, inputs, ninputs, argc, argv, &token, &prog, t0);
+    else cat_inputs(&o, &k, inputs, ninputs, argc, argv, &prog, t0);
+    recsink_free(&k);
     if (token.data) memset(token.data, 0, token.cap);
     sbuf_free(&token);
     if (k.fd > 1 && close(k.fd)) cli_die("write error: %s: %s", k.name, strerror(errno));

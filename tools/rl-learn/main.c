@@ -7,23 +7,19 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/cli_chat.h"
 #include "cli/cli_device.h"
+#include "cli/cli_signal.h"
 #include "clock.h"
-#include "learn/ckpt_model.h"
-#include "learn/ckpt_writer.h"
 #include "learn/learner.h"
-#include "learn/zero.h"
+#include "learn/publish.h"
+#include "learn/relay.h"
 #include "records/source.h"
 
 static const char USAGE[] =
@@ -107,12 +103,10 @@ static const char USAGE[] =
     "  ... | mpirun -np 4 rl-learn --init m/ --out ckpt/ --batch 256\n";
 
 typedef struct {
-    const char *init, *config, *out, *metrics;
-    uint64_t seed, max_steps, keep_every, state_every;
-    double init_std, collective_timeout;
-    int resume, no_skip, keep, keep_last, quiet, progress;
-    rl_device device;
-    hfw_write_opts save;
+    pub_opts pub;             // the model, the checkpoint, the metrics
+    uint64_t max_steps;
+    double collective_timeout;
+    int keep_last, progress;
     cli_chat_args chat;
     lrn_opts lrn;
 } options;
@@ -145,7 +139,7 @@ static options parse_options(int argc, char **argv) {
         {"progress", no_argument, 0, O_PROGRESS},     {"help", no_argument, 0, 'h'},
         {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
         {"version", no_argument, 0, 'V'},             {0, 0, 0, 0}};
-    options o = {.init_std = 0.02, .keep = 5, .state_every = 1, .collective_timeout = 600,
+    options o = {.pub = {.init_std = 0.02, .keep = 5, .state_every = 1}, .collective_timeout = 600,
                  .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1,
                          .micro = 1, .batch = 64, .opt = adamw_default_opts}};
     adamw_opts *a = &o.lrn.opt;
@@ -153,28 +147,28 @@ static options parse_options(int argc, char **argv) {
     int c, max_steps_given = 0;
     while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
         switch (c) {
-        case O_INIT: o.init = optarg; break;
-        case O_CONFIG: o.config = optarg; break;
-        case O_SEED: o.seed = cli_parse_uint("--seed", optarg, UINT64_MAX, 0); break;
-        case O_INIT_STD: o.init_std = cli_parse_f64("--init-std", optarg, 0, 10, 0); break;
-        case O_OUT: o.out = optarg; break;
-        case O_DEVICE: o.device = cli_parse_device(optarg); break;
+        case O_INIT: o.pub.init = optarg; break;
+        case O_CONFIG: o.pub.config = optarg; break;
+        case O_SEED: o.pub.seed = cli_parse_uint("--seed", optarg, UINT64_MAX, 0); break;
+        case O_INIT_STD: o.pub.init_std = cli_parse_f64("--init-std", optarg, 0, 10, 0); break;
+        case O_OUT: o.pub.out = optarg; break;
+        case O_DEVICE: o.pub.device = cli_parse_device(optarg); break;
         case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
-        case O_RESUME: o.resume = 1; break;
-        case O_NO_SKIP: o.no_skip = 1; break;
-        case O_KEEP: o.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
-        case O_KEEP_EVERY: o.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
+        case O_RESUME: o.pub.resume = 1; break;
+        case O_NO_SKIP: o.pub.no_skip = 1; break;
+        case O_KEEP: o.pub.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
+        case O_KEEP_EVERY: o.pub.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
         case O_STATE_EVERY:
-            if (!(o.state_every = cli_parse_uint("--state-every", optarg, UINT32_MAX, 0)))
+            if (!(o.pub.state_every = cli_parse_uint("--state-every", optarg, UINT32_MAX, 0)))
                 cli_usage_error("--state-every: must be at least 1");
             break;
         case O_SAVE_DTYPE:
-            if (dt_parse(optarg, &o.save.dtype) || dt_scaled(o.save.dtype))
+            if (dt_parse(optarg, &o.pub.save.dtype) || dt_scaled(o.pub.save.dtype))
                 cli_usage_error("--save-dtype: expected f32, bf16 or f16, got '%s'", optarg);
             break;
         case O_SHARD:
-            o.save.max_shard_bytes = cli_parse_uint("--max-shard-size", optarg, UINT64_MAX, 1);
-            if (!o.save.max_shard_bytes) cli_usage_error("--max-shard-size: must be at least 1 byte");
+            o.pub.save.max_shard_bytes = cli_parse_uint("--max-shard-size", optarg, UINT64_MAX, 1);
+            if (!o.pub.save.max_shard_bytes) cli_usage_error("--max-shard-size: must be at least 1 byte");
             break;
         case O_BATCH: o.lrn.batch = cli_parse_uint("--batch", optarg, 1 << 20, 0); break;
         case O_MICRO: o.lrn.micro = (int)cli_parse_uint("--micro", optarg, 1 << 20, 0); break;
@@ -208,8 +202,8 @@ static options parse_options(int argc, char **argv) {
         case O_BETA2: a->beta2 = cli_parse_f64("--beta2", optarg, 0, 1, 1); break;
         case O_ADAM_EPS: a->eps = cli_parse_f64("--adam-eps", optarg, 0, 1, 0); break;
         case O_CLIP: a->grad_clip = cli_parse_f64("--grad-clip", optarg, 0, 1e30, 0); break;
-        case O_METRICS: o.metrics = optarg; break;
-        case 'q': o.quiet = 1; break;
+        case O_METRICS: o.pub.metrics = optarg; break;
+        case 'q': o.pub.quiet = 1; break;
         case O_PROGRESS: o.progress = 1; break;
         case O_COLL_TIMEOUT: o.collective_timeout = cli_parse_f64("--collective-timeout", optarg, 0, 1e9, 0); break;
         case 'h': fputs(USAGE, stdout); exit(0);
@@ -217,10 +211,10 @@ static options parse_options(int argc, char **argv) {
         default: fprintf(stderr, "Try 'rl-learn --help' for more information.\n"); exit(2);
         }
     }
-    if (!o.out) cli_usage_error("--out CKPT: the checkpoint directory is required");
-    if (o.resume && (o.init || o.config))
-        cli_usage_error("--resume takes the model from CKPT/latest: leave out --%s", o.init ? "init" : "config");
-    if (!o.resume && !!o.init + !!o.config != 1)
+    if (!o.pub.out) cli_usage_error("--out CKPT: the checkpoint directory is required");
+    if (o.pub.resume && (o.pub.init || o.pub.config))
+        cli_usage_error("--resume takes the model from CKPT/latest: leave out --%s", o.pub.init ? "init" : "config");
+    if (!o.pub.resume && !!o.pub.init + !!o.pub.config != 1)
         cli_usage_error("give the initial model: --init DIR or --config FILE (or --resume)");
     if (o.lrn.batch == 0) cli_usage_error("--batch: a step takes at least one sequence");
     if (o.max_steps == 0 && max_steps_given) cli_usage_error("--max-steps: at least 1");
@@ -230,238 +224,51 @@ static options parse_options(int argc, char **argv) {
     if (o.lrn.tis > 0 && o.lrn.loss == LOSS_SFT) cli_usage_error("--tis weighs the pg and ppo losses, not sft");
     if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
         cli_usage_error("--schedule cosine needs --total-steps larger than --warmup");
-    if (o.no_skip && !o.resume) cli_usage_error("--no-skip goes with --resume");
+    if (o.pub.no_skip && !o.pub.resume) cli_usage_error("--no-skip goes with --resume");
     return o;
 }
 
 // ---- Signals: a step in progress is abandoned; idle, the tool exits at once.
-// Busy is the main thread in a step (busy_step) or a version being written
-// (busy_write): whichever of the two ends last exits, after its checkpoint and
-// metrics line are out. The writer's thread takes no signals.
-static volatile sig_atomic_t stop_requested, busy_step, busy_write;
-static pthread_mutex_t idle_lock = PTHREAD_MUTEX_INITIALIZER;
-static char stop_message[4200];
-
-static void stop_now(void) {
-    ssize_t w = write(2, stop_message, strlen(stop_message));
-    (void)w;
-    _exit(0);
-}
-
-static int load(volatile sig_atomic_t *flag) { return __atomic_load_n(flag, __ATOMIC_SEQ_CST); }
-static void store(volatile sig_atomic_t *flag, int v) { __atomic_store_n(flag, v, __ATOMIC_SEQ_CST); }
-
-static void on_signal(int sig) {
-    (void)sig;
-    store(&stop_requested, 1);
-    if (!load(&busy_step) && !load(&busy_write)) stop_now();
-}
-
-// Ends one of the two busy parts; exits if a signal came meanwhile and the other is over too.
-static void set_idle(volatile sig_atomic_t *flag) {
-    pthread_mutex_lock(&idle_lock);
-    store(flag, 0);
-    if (load(&stop_requested) && !load(&busy_step) && !load(&busy_write)) stop_now();
-    pthread_mutex_unlock(&idle_lock);
-}
+// Busy is the main thread in a step (BUSY_STEP) or a version being written
+// (BUSY_WRITE): whichever of the two ends last exits, after its checkpoint and
+// metrics line are out (cli_signal.h). The writer's thread takes no signals.
+enum { BUSY_STEP, BUSY_WRITE };
 
 // version: the newest version written; complete: the newest with AdamW's
 // state (what --resume continues from), older with --state-every.
-static void set_stop_message(const char *root, uint64_t version, uint64_t complete) {
-    sigset_t all, old;
-    sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old);
+static void stop_message(const char *root, uint64_t version, uint64_t complete) {
     if (complete == version)
-        snprintf(stop_message, sizeof stop_message, "rl-learn: stopped by a signal; newest checkpoint %s/v%06llu\n",
-                 root, (unsigned long long)version);
+        cli_set_stop_message("rl-learn: stopped by a signal; newest checkpoint %s/v%06llu\n", root,
+                             (unsigned long long)version);
     else
-        snprintf(stop_message, sizeof stop_message,
-                 "rl-learn: stopped by a signal; newest checkpoint %s/v%06llu (weights only: --resume continues "
-                 "from v%06llu)\n", root, (unsigned long long)version, (unsigned long long)complete);
-    sigprocmask(SIG_SETMASK, &old, NULL);
+        cli_set_stop_message("rl-learn: stopped by a signal; newest checkpoint %s/v%06llu (weights only: --resume "
+                             "continues from v%06llu)\n", root, (unsigned long long)version,
+                             (unsigned long long)complete);
 }
 
-// ---- Checkpoints ----------------------------------------------------------------
-
-typedef struct {
-    const options *o;
-    model_t *m;
-    uint64_t version, steps, skip;   // the model's version; steps taken since --init
-    uint64_t complete;       // the newest version written with AdamW's state
-    int weights_only;        // the version being (or last) written has no AdamW state (--state-every)
-    char from[4096];         // the model directory tokenizer files are copied from ("": none)
-    double t0;               // when rl-learn started (cli_now)
-    dist_t *d;               // the ranks
-    int dp, rank;            // data-parallel (dist_active); this rank (0 writes)
-    size_t *parts;           // the optimizer's parts of the parameters over the ranks (dp)
-    ckpt_writer *writer;     // rank 0: writes the versions
-    int background;          // the writer works while the next step runs (not data-parallel)
-    int metrics;             // the metrics file's descriptor, or -1
-    lrn_metrics pending;     // the step the version being written ends (reported once it is out)
-    int has_pending;
-    double step_end;         // when that step ended
-    sbuf events;             // rank 0: the input not yet sent to the other ranks (input events below)
-} run_t;
-
-// A failure every rank must stop at: rank 0's message (another rank's names
-// it), then the whole group ends.
-static _Noreturn void die_all(run_t *r, const char *msg) {
-    fprintf(stderr, "%s: error: %s\n", cli_tool(), msg);
-    dist_abort(r->d, 1);
+// The publisher's hooks (publish.h): a version being written is busy; once
+// it is out, it is the one a signal names.
+static void on_writing(void *ctx) {
+    (void)ctx;
+    cli_busy(BUSY_WRITE);
 }
 
-static int report(const options *o, int metrics, const lrn_metrics *m, rl_err *err);
-
-// The writer's thread, once version `version` is published: it is the one a
-// signal names, and the step that made it is reported.
-static int published(void *ctx, uint64_t version, rl_err *err) {
-    run_t *r = ctx;
-    if (!r->weights_only) r->complete = version;
-    set_stop_message(r->o->out, version, r->complete);
-    if (r->has_pending) {
-        double now = clock_now();
-        r->pending.save_s = now - r->step_end;
-        r->pending.elapsed = now - r->t0;
-        if (report(r->o, r->metrics, &r->pending, err)) return -1;
-    }
-    set_idle(&busy_write);
-    return 0;
+static void on_published(void *ctx, uint64_t version, uint64_t complete) {
+    stop_message(((const pub_opts *)ctx)->out, version, complete);
+    cli_idle(BUSY_WRITE);
 }
 
-// The writer's thread, when a version written while the next step runs failed.
-static void write_failed(void *ctx, const char *message) {
+static void on_write_failed(void *ctx, const char *message) {
     (void)ctx;
     fprintf(stderr, "%s: error: %s\n", cli_tool(), message);
     _exit(1);
 }
 
-// Waits for the version being written; a failed write ends the run.
-static void finish_writing(run_t *r) {
-    rl_err e;
-    if (r->writer && ckpt_writer_wait(r->writer, &e)) die_all(r, e.msg);
-}
-
-// Every exit waits for the version being written (one written in the
-// background that fails has ended the process already).
-static ckpt_writer *exit_writer;
-static void wait_at_exit(void) {
-    rl_err e;
-    if (exit_writer) ckpt_writer_wait(exit_writer, &e);
-}
-
-// The options of writing version r->version.
-static ckpt_write_opts write_opts(const run_t *r, const char *state_json) {
-    return (ckpt_write_opts){.root = r->o->out, .version = r->version, .state_json = state_json,
-                             .copy_from = r->from[0] ? r->from : NULL, .keep = r->o->keep,
-                             .keep_every = r->o->keep_every, .save = r->o->save, .weights_only = r->weights_only};
-}
-
-// Writes version r->version, made by step m (NULL: the initial model). In the
-// background unless data-parallel or the initial model: then done on return.
-// Without AdamW's state unless it is the initial model or a multiple of
-// --state-every (every rank decides alike).
-static void save(run_t *r, learner_t *l, const lrn_metrics *m) {
-    rl_err e;
-    int weights_only = m && r->version % r->o->state_every != 0;
-    if (r->rank) {   // the other ranks send their parts of AdamW's moments to rank 0's checkpoint
-        r->weights_only = weights_only;
-        if (!weights_only && zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
-        return;
-    }
-    double end = clock_now();
-    finish_writing(r);   // (the writer reads pending and weights_only until then)
-    r->weights_only = weights_only;
-    r->has_pending = m != NULL;
-    if (m) r->pending = *m;
-    r->step_end = end;
-    sbuf st = {0};
-    ckpt_state_json(&st, &r->o->lrn, r->version, r->steps, r->skip + (l ? lrn_consumed(l) : 0), r->o->seed);
-    sbuf_putc(&st, 0);
-    ckpt_write_opts w = write_opts(r, (const char *)st.data);
-    store(&busy_write, 1);
-    int rc = ckpt_writer_save(r->writer, &w, r->m, r->dp ? r->d : NULL, r->parts, &e);
-    sbuf_free(&st);
-    if (rc) die_all(r, e.msg);
-    if (!r->background || !m) finish_writing(r);
-    // The next version copies the tokenizer files from this one: the version
-    // a --resume started from may be gone (--keep), this one stays.
-    if (r->from[0] && (size_t)snprintf(r->from, sizeof r->from, "%s/v%06llu", r->o->out,
-                                       (unsigned long long)r->version) >= sizeof r->from)
-        cli_die("path too long: %s", r->o->out);
-}
-
-// At the end of a run whose last version was written without AdamW's state
-// (--state-every), the state goes into it (the model has not changed since),
-// so that it is the one --resume continues from. Every rank calls it.
-static void complete_last(run_t *r) {
-    rl_err e;
-    finish_writing(r);   // (rank 0: the writer reads weights_only until then)
-    if (!r->weights_only) return;
-    r->weights_only = 0;
-    if (r->rank) {
-        if (zero_gather_moments(r->m, r->d, r->parts, NULL, NULL, &e)) die_all(r, e.msg);
-        return;
-    }
-    store(&busy_write, 1);
-    ckpt_write_opts w = write_opts(r, NULL);
-    if (ckpt_writer_complete(r->writer, &w, r->m, r->dp ? r->d : NULL, r->parts, &e)) die_all(r, e.msg);
-    r->complete = r->version;
-    set_stop_message(r->o->out, r->version, r->complete);
-    set_idle(&busy_write);
-}
-
-// The model's training state: all of AdamW's moments, or this rank's part.
-static int train_init(run_t *r, rl_err *err) {
-    if (!r->dp) return model_train_init(r->m, err);
-    return (r->parts = zero_train_init(r->m, r->d, err)) ? 0 : -1;
-}
-
-// The model to train: CKPT/latest with its optimizer state (--resume), or
-// the initial one, written as the version it has.
-static void start(run_t *r, tokenizer **tok) {
-    const options *o = r->o;
-    rl_err e;
-    char dir[4096];
-    uint64_t version = 0;
-    model_opts mo = {.dtype = DT_F32, .device = o->device};
-    int have = ckpt_resolve(o->out, dir, sizeof dir, &version, &e) == 0 && access(dir, F_OK) == 0 &&
-               strcmp(dir, o->out) != 0;
-    if (o->resume) {
-        if (!have) cli_die("--resume: %s holds no checkpoint (no file 'latest')", o->out);
-        // A run killed while it removed old versions leaves their temporaries and the versions after them.
-        if (!r->rank && ckpt_tidy(o->out, o->keep, o->keep_every, &e)) cli_die("%s", e.msg);
-        if (!(r->m = model_load(dir, &mo, &e)) || train_init(r, &e) || ckpt_read_optimizer(dir, r->m, &e))
-            cli_die("%s", e.msg);
-        r->version = version;
-        snprintf(r->from, sizeof r->from, "%s", dir);
-        uint64_t records = 0;
-        int found = ckpt_state_uint(dir, "records", &records, &e);
-        if (found > 0) found = ckpt_state_uint(dir, "step", &r->steps, &e);
-        if (found < 0) cli_die("%s", e.msg);
-        if (!found) cli_die("%s/state.json: no \"records\" or \"step\" count: not written by rl-learn", dir);
-        r->skip = o->no_skip ? 0 : records;
-    } else {
-        if (have && !r->rank)   // (the other ranks may see rank 0's first version already)
-            cli_die("%s already holds checkpoints (latest: %s): continue with --resume, or choose another --out", o->out,
-                    dir);
-        if (o->init) {
-            if (ckpt_resolve(o->init, r->from, sizeof r->from, &r->version, &e) ||
-                !(r->m = model_load(r->from, &mo, &e)))
-                cli_die("%s", e.msg);
-        } else {
-            model_config c;
-            if (cfg_load(o->config, &c, &e) || !(r->m = model_random(&c, o->seed, (float)o->init_std, &mo, &e)))
-                cli_die("%s", e.msg);
-            // The tokenizer beside the config file, if there is one, goes with it.
-            if (path_parent(o->config, r->from, sizeof r->from)) cli_die("path too long: %s", o->config);
-        }
-        if (train_init(r, &e)) cli_die("%s", e.msg);
-    }
-    char tpath[4200];
-    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", r->from);
-    if (r->from[0] && access(tpath, F_OK) != 0) r->from[0] = 0;   // a model directory without a tokenizer
-    if (r->from[0] && !(*tok = tok_load(tpath, &e))) cli_die("%s", e.msg);
-    if (!o->resume) save(r, NULL, NULL);
+// A failure every rank must stop at: rank 0's message (another rank's names
+// it), then the whole group ends.
+static _Noreturn void die_all(dist_t *d, const char *msg) {
+    fprintf(stderr, "%s: error: %s\n", cli_tool(), msg);
+    dist_abort(d, 1);
 }
 
 static int is_training_kind(const rec_t *h) {
@@ -471,111 +278,65 @@ static int is_training_kind(const rec_t *h) {
            (!memcmp(kind, "rollouts", 8) || !memcmp(kind, "examples", 8));
 }
 
-// metrics: the descriptor of the metrics file, or -1. A line that does not
-// fit (a full disk) is cut off again, so that the file holds whole lines only
-// and a --resume appends after the last of them.
-static int report(const options *o, int metrics, const lrn_metrics *m, rl_err *err) {
-    if (metrics < 0 && o->quiet) return 0;
-    sbuf line = {0};
-    lrn_metrics_json(m, &line);
-    sbuf_putc(&line, '\n');
-    struct stat st;
-    int rc = 0;
-    if (metrics >= 0 && fstat(metrics, &st)) rc = err_set(err, "cannot stat: %s: %s", o->metrics, strerror(errno));
-    else if (metrics >= 0 && fd_write_all(metrics, line.data, line.len)) {
-        int e = errno;
-        if (S_ISREG(st.st_mode) && ftruncate(metrics, st.st_size))
-            rc = err_set(err, "write error: %s: %s (and the part of the line written stays: %s)", o->metrics,
-                         strerror(e), strerror(errno));
-        else rc = err_set(err, "write error: %s: %s", o->metrics, strerror(e));
-    }
-    sbuf_free(&line);
-    if (rc || o->quiet) return rc;
-    fprintf(stderr, "rl-learn: step %llu: %llu seqs, %llu tokens, loss %.4g, grad %.3g, lr %.3g", (unsigned long long)m->step,
-            (unsigned long long)m->samples, (unsigned long long)m->tokens, m->loss, m->grad_norm, m->lr);
-    if (m->has_reward) fprintf(stderr, ", reward %.3f, acc %.3f", m->reward_mean, m->accuracy);
-    if (m->has_lag) fprintf(stderr, ", lag %.2f", m->lag_mean);
-    fprintf(stderr, ", %.0f tok/s, %.2f s\n", m->tokens_per_s, m->seconds);
-    return 0;
-}
-
-// ---- The input on every rank (data-parallel): rank 0 reads it, and what it
-// gives its learner goes, as events, to the other ranks before each step and
-// at the end; they give their learners the same, and so take the same steps.
-// An event: its kind (a byte), the length (u32) and text of where the record
-// is, the length (u64) and msgpack of the header or record.
-enum { EV_HEADER = 'H', EV_RECORD = 'R', EV_END = 'E' };
-
-static void put_event(run_t *r, int kind, const rec_t *rec, const char *where) {
-    if (!r->dp || dist_size(r->d) == 1) return;
-    sbuf *b = &r->events;
-    uint32_t wn = where ? (uint32_t)strlen(where) : 0;
-    sbuf_putc(b, (uint8_t)kind);
-    sbuf_put(b, &wn, sizeof wn);
-    sbuf_put(b, where, wn);
-    uint64_t n = 0;
-    size_t at = b->len;
-    sbuf_put(b, &n, sizeof n);
-    if (rec) rec_encode(rec, b);
-    n = b->len - at - sizeof n;
-    memcpy(b->data + at, &n, sizeof n);
-}
-
-static void send_events(run_t *r) {
-    rl_err e;
-    if (!r->events.len) return;
-    if (dist_bcast(r->d, &r->events, &e)) die_all(r, e.msg);
-    r->events.len = 0;
-}
+typedef struct {
+    const options *o;
+    publisher pub;
+    relay_t relay;       // rank 0: the input not yet sent to the other ranks
+    uint64_t tokens;     // trained on
+} run_t;
 
 // Takes every step the held records allow, each saved and reported; signals
 // wait (busy) until its checkpoint and metrics line are out. 1 once
 // --max-steps steps are taken.
-static int train(run_t *r, learner_t *l, int keep_last, uint64_t *tokens) {
+static int train(run_t *r, learner_t *l, int keep_last) {
     const options *o = r->o;
-    while (!(o->max_steps && r->steps >= o->max_steps)) {
+    publisher *p = &r->pub;
+    rl_err e;
+    while (!(o->max_steps && p->steps >= o->max_steps)) {
         if (!lrn_ready(l, keep_last)) return 0;
-        if (!r->rank) send_events(r);   // the other ranks take this step on the same records
+        // The other ranks take this step on the same records.
+        if (!p->rank && relay_send(&r->relay, &e)) die_all(p->d, e.msg);
         lrn_metrics m;
-        rl_err e;
-        store(&busy_step, 1);
-        int rc = lrn_grad(l, r->version, r->steps, &m, &e);
+        cli_busy(BUSY_STEP);
+        int rc = lrn_grad(l, p->version, p->steps, &m, &e);
         if (rc == 0) {
             // The last version may still be reading the parameters the step
             // changes: the wait counts in the step's seconds.
             double t0 = clock_now();
-            if (r->writer) ckpt_writer_wait_model(r->writer);
+            if (p->writer) ckpt_writer_wait_model(p->writer);
             m.seconds += clock_now() - t0;
             rc = lrn_apply(l, &m, &e);
         }
-        if (rc < 0) die_all(r, e.msg);
+        if (rc < 0) die_all(p->d, e.msg);
         if (rc > 0) {   // abandoned: the newest checkpoint is the model before the step
-            finish_writing(r);
-            stop_now();
+            if (pub_wait(p, &e)) die_all(p->d, e.msg);
+            cli_stop_now();
         }
-        r->version = m.version;
-        r->steps = m.step;
-        *tokens += m.tokens;
-        save(r, l, &m);   // rank 0 reports the step once its version is out
-        set_idle(&busy_step);
+        p->version = m.version;
+        p->steps = m.step;
+        r->tokens += m.tokens;
+        // (rank 0 reports the step once its version is out)
+        if (pub_save(p, l, &m, &e)) die_all(p->d, e.msg);
+        cli_idle(BUSY_STEP);
     }
     return 1;
 }
 
 // Rank 0: the inputs, read; each header and record given to the learner
-// (and queued for the other ranks), a step taken whenever a batch is full.
+// (and relayed to the other ranks), a step taken whenever a batch is full.
 // 1 once --max-steps steps are taken.
-static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, uint64_t *tokens) {
+static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs) {
     const options *o = r->o;
+    publisher *p = &r->pub;
     uint64_t skipped = 0, nread = 0;
-    int warned_drop = 0, done = o->max_steps && r->steps >= o->max_steps;
+    int warned_drop = 0, done = o->max_steps && p->steps >= o->max_steps;
     cli_progress prog;
     cli_progress_init(&prog, o->progress);
     rec_t *rec = rec_new();
+    rl_err e;
     for (int i = 0; i < ninputs && !done; i++) {
-        rl_err e;
         src_t *s = src_open(inputs[i], SRC_DETECT, &rec_default_limits, &e);
-        if (!s) die_all(r, e.msg);
+        if (!s) die_all(p->d, e.msg);
         const char *name = strcmp(inputs[i], "-") ? inputs[i] : "(stdin)";
         recr_event ev = RECR_END;
         while (!done && (ev = src_next(s, rec)) != RECR_END && ev != RECR_ERROR) {
@@ -586,24 +347,24 @@ static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, uint6
             }
             if (ev == RECR_HEADER) {
                 lrn_member(l, rec);
-                put_event(r, EV_HEADER, rec, NULL);
+                relay_put(&r->relay, RELAY_HEADER, rec, NULL);
             }
             if (ev != RECR_RECORD) continue;
-            if (skipped < r->skip) {
+            if (skipped < p->skip) {
                 skipped++;
                 continue;
             }
             char where[1200];
             if (lrn_add(l, rec, src_where(s, where, sizeof where), &e)) cli_die("%s", e.msg);
-            put_event(r, EV_RECORD, rec, where);
+            relay_put(&r->relay, RELAY_RECORD, rec, where);
             const char *drop;
             if (lrn_dropped(l, &drop) == 1 && !warned_drop++) cli_warn("%s", drop);   // the first one, at once
             nread++;
             if (lrn_ready(l, 0)) cli_progress_done(&prog);
-            done = train(r, l, 0, tokens);
+            done = train(r, l, 0);
             if (cli_progress_due(&prog))
                 cli_progress_print(&prog, "%llu records read, %zu held for step %llu", (unsigned long long)nread,
-                                   lrn_held(l), (unsigned long long)r->version + 1);
+                                   lrn_held(l), (unsigned long long)p->version + 1);
         }
         if (!done && ev == RECR_ERROR) {
             char why[2048];
@@ -616,41 +377,25 @@ static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs, uint6
     }
     cli_progress_done(&prog);
     rec_free(rec);
-    put_event(r, EV_END, NULL, NULL);
-    send_events(r);
+    relay_put(&r->relay, RELAY_END, NULL, NULL);
+    if (relay_send(&r->relay, &e)) die_all(p->d, e.msg);
     return done;
 }
 
-// The other ranks: rank 0's events, given to the learner as rank 0 gave them.
-static int follow_inputs(run_t *r, learner_t *l, uint64_t *tokens) {
-    sbuf in = {0};
-    size_t at = 0;
-    int done = r->o->max_steps && r->steps >= r->o->max_steps;
+// The other ranks: rank 0's input, given to the learner as rank 0 gave it.
+static int follow_inputs(run_t *r, learner_t *l) {
+    publisher *p = &r->pub;
+    int done = r->o->max_steps && p->steps >= r->o->max_steps, kind;
     rec_t *rec = rec_new();
     rl_err e;
-    for (;;) {
-        if (at == in.len) {
-            if (dist_bcast(r->d, &in, &e)) die_all(r, e.msg);
-            at = 0;
-        }
-        uint32_t wn;
-        uint64_t n;
-        int kind = in.data[at++];
-        memcpy(&wn, in.data + at, sizeof wn);
-        char where[1200];
-        snprintf(where, sizeof where, "%.*s", (int)wn, (const char *)in.data + at + sizeof wn);
-        at += sizeof wn + wn;
-        memcpy(&n, in.data + at, sizeof n);
-        at += sizeof n;
-        if (kind == EV_END) break;
-        if (rec_parse(rec, in.data + at, n, &rec_default_limits, &e)) die_all(r, e.msg);
-        at += n;
-        if (kind == EV_HEADER) lrn_member(l, rec);
-        else if (lrn_add(l, rec, where, &e)) die_all(r, e.msg);
-        else if (!done) done = train(r, l, 0, tokens);
+    char where[1200];
+    while ((kind = relay_next(&r->relay, rec, where, sizeof where, &e)) != RELAY_END) {
+        if (kind < 0) die_all(p->d, e.msg);
+        if (kind == RELAY_HEADER) lrn_member(l, rec);
+        else if (lrn_add(l, rec, where, &e)) die_all(p->d, e.msg);
+        else if (!done) done = train(r, l, 0);
     }
     rec_free(rec);
-    sbuf_free(&in);
     return done;
 }
 
@@ -659,90 +404,81 @@ int main(int argc, char **argv) {
     options o = parse_options(argc, argv);
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
-    cli_refuse_overwrite(inputs, ninputs, o.metrics, "metrics file");
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    store(&busy_step, 1);   // until the first checkpoint exists
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_refuse_overwrite(inputs, ninputs, o.pub.metrics, "metrics file");
+    cli_busy(BUSY_STEP);   // until the first checkpoint exists
+    cli_catch_signals(CLI_STOP_WHEN_IDLE);
 
     double t0 = clock_now();
-    run_t run = {.o = &o, .t0 = t0};
     rl_err e;
     const char *force = getenv("RLPIPE_DIST");
-    if (!(run.d = dist_open(force && !strcmp(force, "1"), o.collective_timeout, &e))) cli_die("%s", e.msg);
-    run.dp = dist_active(run.d);
-    run.rank = dist_rank(run.d);
+    dist_t *d = dist_open(force && !strcmp(force, "1"), o.collective_timeout, &e);
+    if (!d) cli_die("%s", e.msg);
+    int rank = dist_rank(d), dp = dist_active(d);
     static char tool[40];
-    if (run.rank) {   // rank 0 speaks for all; the others only say their errors, naming themselves
-        snprintf(tool, sizeof tool, "rl-learn (rank %d)", run.rank);
+    if (rank) {   // rank 0 speaks for all; the others only say their errors, naming themselves
+        snprintf(tool, sizeof tool, "rl-learn (rank %d)", rank);
         cli_init(tool);
-        o.quiet = 1, o.progress = 0, o.metrics = NULL;
+        o.pub.quiet = 1, o.progress = 0, o.pub.metrics = NULL;
     }
-    if (!run.rank) {
-        run.background = !run.dp;
-        run.writer = ckpt_writer_new(published, run.background ? write_failed : NULL, &run);
-        exit_writer = run.writer;
-        atexit(wait_at_exit);
-    }
-    run.metrics = -1;
+    o.pub.tool = cli_tool();
+    o.pub.writing = on_writing, o.pub.published = on_published, o.pub.failed = on_write_failed, o.pub.ctx = &o.pub;
+    run_t run = {.o = &o};
+    publisher *p = &run.pub;
+    pub_init(p, &o.pub, &o.lrn, d, t0);
+    relay_init(&run.relay, d);
     tokenizer *tok = NULL;
-    start(&run, &tok);
+    if (pub_start(p, &tok, &e)) cli_die("%s", e.msg);
+    if (!o.pub.resume && pub_save(p, NULL, NULL, &e)) die_all(d, e.msg);
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
-    int metrics_file = o.metrics && strcmp(o.metrics, "-");
-    if (o.metrics && !metrics_file) run.metrics = STDOUT_FILENO;
-    if (metrics_file &&
-        (run.metrics = open(o.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (o.resume ? 0 : O_TRUNC), 0666)) < 0)
-        cli_die("cannot open the metrics file: %s: %s", o.metrics, strerror(errno));
-    run.complete = run.version;
-    set_stop_message(o.out, run.version, run.complete);
-    set_idle(&busy_step);
-    if (run.skip && !o.quiet)
+    int metrics_file = o.pub.metrics && strcmp(o.pub.metrics, "-");
+    if (o.pub.metrics && !metrics_file) p->metrics = STDOUT_FILENO;
+    if (metrics_file && (p->metrics = open(o.pub.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
+                                                              (o.pub.resume ? 0 : O_TRUNC), 0666)) < 0)
+        cli_die("cannot open the metrics file: %s: %s", o.pub.metrics, strerror(errno));
+    p->complete = p->version;
+    stop_message(o.pub.out, p->version, p->complete);
+    cli_idle(BUSY_STEP);
+    if (p->skip && !o.pub.quiet)
         fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
-                (unsigned long long)run.version, (unsigned long long)run.skip);
-    if (run.dp && !o.quiet) {
+                (unsigned long long)p->version, (unsigned long long)p->skip);
+    if (dp && !o.pub.quiet) {
         size_t lo, hi;
-        model_train_range(run.m, &lo, &hi);
+        model_train_range(p->m, &lo, &hi);
         char b[32];
         fprintf(stderr, "rl-learn: %d ranks (%s); AdamW's moments of %zu of %zu parameters on each (%s on rank 0)\n",
-                dist_size(run.d), dist_transport(run.d, model_ops(run.m)), hi - lo, model_nparams(run.m),
+                dist_size(d), dist_transport(d, model_ops(p->m)), hi - lo, model_nparams(p->m),
                 fmt_bytes(2 * (hi - lo) * sizeof(float), b, sizeof b));
     }
     o.lrn.tok = tok;
-    chat_t *chat = tok ? cli_chat_load(run.from, tok, &o.chat) : NULL;
+    chat_t *chat = tok ? cli_chat_load(p->from, tok, &o.chat) : NULL;
     if (!tok && o.chat.n) cli_usage_error("--chat-arg: the model has no tokenizer.json, hence no chat template");
     o.lrn.chat = chat;
     // Every rank takes every step: none abandons one alone (a signal ends them after it).
-    o.lrn.stop = dist_size(run.d) > 1 ? NULL : &stop_requested;
-    o.lrn.dist = run.dp ? run.d : NULL;
-    o.lrn.parts = run.parts;
-    learner_t *l = lrn_new(run.m, &o.lrn);
-    uint64_t first = run.version, tokens = 0;
-    int done = run.rank ? follow_inputs(&run, l, &tokens) : read_inputs(&run, l, inputs, ninputs, &tokens);
-    if (lrn_dropped(l, NULL) > 1 && !run.rank)
+    o.lrn.stop = dist_size(d) > 1 ? NULL : &cli_stop_requested;
+    o.lrn.dist = dp ? d : NULL;
+    o.lrn.parts = p->parts;
+    learner_t *l = lrn_new(p->m, &o.lrn);
+    uint64_t first = p->version;
+    int done = rank ? follow_inputs(&run, l) : read_inputs(&run, l, inputs, ninputs);
+    if (lrn_dropped(l, NULL) > 1 && !rank)
         cli_warn("%zu texts in all had characters with no token, dropped as Hugging Face's tokenizers drops them",
                  lrn_dropped(l, NULL));
     lrn_end(l);
-    if (!done) train(&run, l, o.keep_last, &tokens);
-    complete_last(&run);
-    if (metrics_file && close(run.metrics)) cli_die("write error: %s: %s", o.metrics, strerror(errno));
+    if (!done) train(&run, l, o.keep_last);
+    if (pub_complete_last(p, &e)) die_all(d, e.msg);
+    if (metrics_file && close(p->metrics)) cli_die("write error: %s: %s", o.pub.metrics, strerror(errno));
     char ranks[32] = "";
-    if (dist_size(run.d) > 1) snprintf(ranks, sizeof ranks, ", %d ranks", dist_size(run.d));
-    if (!o.quiet)
+    if (dist_size(d) > 1) snprintf(ranks, sizeof ranks, ", %d ranks", dist_size(d));
+    if (!o.pub.quiet)
         fprintf(stderr, "rl-learn: %llu steps (versions %llu to %llu), %llu tokens, %zu records left unused, %s/v%06llu, %.2f s on %s%s\n",
-                (unsigned long long)(run.version - first), (unsigned long long)first, (unsigned long long)run.version,
-                (unsigned long long)tokens, lrn_held(l), o.out, (unsigned long long)run.version, clock_now() - t0,
-                model_device(run.m), ranks);
+                (unsigned long long)(p->version - first), (unsigned long long)first, (unsigned long long)p->version,
+                (unsigned long long)run.tokens, lrn_held(l), o.pub.out, (unsigned long long)p->version,
+                clock_now() - t0, model_device(p->m), ranks);
     lrn_free(l);
     chat_free(chat);
     tok_free(tok);
-    exit_writer = NULL;
-    ckpt_writer_free(run.writer);
-    model_free(run.m);
-    free(run.parts);
-    sbuf_free(&run.events);
-    dist_close(run.d);
+    pub_free(p);
+    relay_free(&run.relay);
+    dist_close(d);
     return 0;
 }

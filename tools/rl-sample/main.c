@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "cli/cli_chat.h"
 #include "cli/cli_device.h"
+#include "cli/cli_signal.h"
 #include "clock.h"
 #include "sample/admission.h"
 #include "sample/rollout.h"
@@ -220,13 +221,6 @@ static options parse_options(int argc, char **argv) {
     return o;
 }
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
-
 int main(int argc, char **argv) {
     cli_init("rl-sample");
     options o = parse_options(argc, argv);
@@ -278,24 +272,10 @@ int main(int argc, char **argv) {
                     ps.v[i].where);
     }
 
-    // Completions end at every eos id of the config (Llama 3.x Instruct lists
-    // three) and of tokenizer_config.json, at the chat template's end of a
-    // turn, and at each --stop string that is a special token, which the
-    // text (decoded without special tokens) could never contain. With
-    // --ignore-eos only the last: every completion runs to --max-new-tokens
-    // unless a --stop string ends it, as llama.cpp's benchmarks generate.
-    uint32_t *stop_ids = xmalloc((size_t)(cfg->n_eos + 3 + (int)o.gen.n_stop) * sizeof *stop_ids);
-    size_t n_stop_ids = 0;
-    if (!o.ignore_eos) {
-        for (int i = 0; i < cfg->n_eos; i++) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_ids[i];
-        if (!cfg->n_eos && cfg->eos_id >= 0) stop_ids[n_stop_ids++] = (uint32_t)cfg->eos_id;
-        if (chat && chat_eos(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_eos(chat);
-        if (chat && chat_end_of_turn(chat) >= 0) stop_ids[n_stop_ids++] = (uint32_t)chat_end_of_turn(chat);
-    }
-    for (size_t i = 0; i < o.gen.n_stop; i++) {
-        int64_t id = tok_id(tok, o.stop[i]);
-        if (id >= 0 && tok_is_special(tok, (uint32_t)id)) stop_ids[n_stop_ids++] = (uint32_t)id;
-    }
+    // Completions end at the eos ids, the end of a chat turn and the --stop
+    // strings that are special tokens (gen_stop_ids).
+    size_t n_stop_ids;
+    uint32_t *stop_ids = gen_stop_ids(cfg, tok, chat, (const char *const *)o.stop, o.gen.n_stop, o.ignore_eos, &n_stop_ids);
     o.gen.stop_ids = stop_ids;
     o.gen.n_stop_ids = n_stop_ids;
     // --max-lag counts group j in batch j / per_batch: the learner's batches
@@ -313,11 +293,7 @@ int main(int argc, char **argv) {
         if (!o.out.quiet) fprintf(stderr, "rl-sample: listening for weights on %s\n", rcv_address(rcv));
         rcv_remove_at_exit(rcv);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    cli_catch_signals(0);
     adm_t adm;
     adm_init(&adm, version, o.max_lag, o.batch, o.gen.group);
     vproc *vp = NULL;
@@ -343,7 +319,7 @@ int main(int argc, char **argv) {
     cli_progress_init(&prog, o.out.progress);
     double tgen = clock_now();
     int more = 1;
-    while (!stop_requested) {
+    while (!cli_stop_requested) {
         uint64_t held = rcv ? rcv_hold(rcv) : version;   // a verified push is installed here
         gen_set_version(g, (uint32_t)held);
         int lagging = adm_fill(&adm, g, &feed, &ps, held, &more);
@@ -359,7 +335,7 @@ int main(int argc, char **argv) {
         if (n == 0 && !more) break;
         if (n == 0 && lagging) {   // all written: wait for the learner's weights
             if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
-            int64_t got = rcv_wait(rcv, adm_needed(&adm), &stop_requested, fd);
+            int64_t got = rcv_wait(rcv, adm_needed(&adm), &cli_stop_requested, fd);
             if (got == -2) raise(SIGPIPE);   // the reader has gone: end as the next write would
             if (got < 0) break;
         }
@@ -392,7 +368,7 @@ int main(int argc, char **argv) {
                      (unsigned long long)version, (unsigned long long)rs.version, (unsigned long long)rs.installed,
                      (unsigned long long)rs.refused, rs.stall_s * 1e6, rs.stall_max_s * 1e6, rs.wait_s);
         fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
-                stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
+                cli_stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
                 (unsigned long long)t->samples, (unsigned long long)t->tokens,
                 tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, prec, model_device(m), o.gen.slots, tend - t0,
                 pushes);

@@ -3,12 +3,10 @@
 // every new version a checkpoint root gets. The pushes are syncer.h's (one
 // thread per receiver), the root is followed by watch.h.
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <openssl/crypto.h>
 #include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +17,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hfweights.h"
 #include "cli/cli.h"
+#include "cli/cli_signal.h"
 #include "clock.h"
 #include "sync/push.h"
 #include "sync/syncer.h"
@@ -143,30 +142,6 @@ static options parse_options(int argc, char **argv) {
     return o;
 }
 
-// ---- Signals: the main loop is woken through a pipe and stops everything.
-static volatile sig_atomic_t stop_requested;
-static int signal_pipe[2] = {-1, -1};
-
-static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-    int e = errno;
-    char c = 1;
-    ssize_t w = write(signal_pipe[1], &c, 1);
-    (void)w;
-    errno = e;
-}
-
-static void catch_signals(void) {
-    if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK)) cli_die("pipe: %s", strerror(errno));
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
 // ---- Output: a line per push from the receivers' threads, the progress line from the main one.
 typedef struct {
     const options *o;
@@ -248,13 +223,13 @@ static int push_once(const options *o, sync_t *s, output *out) {
     else out->v0_hint = version == 0 && ckpt_state_uint(dir, "version", &own, &e) == 0;
     sync_offer(s, dir, version);
     sync_stats ss = sync_get_stats(s);
-    while (ss.ended < o->nto && !stop_requested) {
-        struct pollfd p[2] = {{.fd = sync_fd(s), .events = POLLIN}, {.fd = signal_pipe[0], .events = POLLIN}};
+    while (ss.ended < o->nto && !cli_stop_requested) {
+        struct pollfd p[2] = {{.fd = sync_fd(s), .events = POLLIN}, {.fd = cli_stop_fd(), .events = POLLIN}};
         poll(p, 2, 200);
         ss = sync_get_stats(s);
         show_progress(out, &ss, version, 1);
     }
-    return ss.pushes + ss.held == o->nto && !stop_requested;
+    return ss.pushes + ss.held == o->nto && !cli_stop_requested;
 }
 
 // --watch: every new version of the root, until a signal, --max-version or
@@ -266,7 +241,7 @@ static void follow(const options *o, sync_t *s, output *out) {
     char dir[4096], warned[sizeof e.msg] = "";
     uint64_t latest = 0;
     int have = 0;
-    while (!stop_requested) {
+    while (!cli_stop_requested) {
         uint64_t v;
         int rc = watch_newest(w, dir, sizeof dir, &v, &e);
         if (rc < 0 && strcmp(warned, e.msg)) {   // said once, until it changes
@@ -289,7 +264,7 @@ static void follow(const options *o, sync_t *s, output *out) {
             break;
         }
         show_progress(out, &ss, latest, have);
-        int fds[2] = {signal_pipe[0], sync_fd(s)};
+        int fds[2] = {cli_stop_fd(), sync_fd(s)};
         watch_wait(w, out->prog.on ? 0.2 : o->poll, fds, 2);
     }
     watch_close(w);
@@ -301,7 +276,7 @@ int main(int argc, char **argv) {
     rl_err e;
     sbuf token = {0};
     if (o.token_file && push_read_token(o.token_file, &token, &e)) cli_die("%s", e.msg);
-    catch_signals();
+    cli_catch_signals(CLI_STOP_WAKE);   // the main loop is woken through a pipe
     output out = {.o = &o};
     pthread_mutex_init(&out.mu, NULL);
     cli_progress_init(&out.prog, o.progress);
@@ -314,7 +289,7 @@ int main(int argc, char **argv) {
     else ok = push_once(&o, s, &out);
     sync_stats st = sync_stop(s);
     cli_progress_done(&out.prog);
-    if (stop_requested && !o.watch) cli_warn("stopped by a signal before every receiver held the version");
+    if (cli_stop_requested && !o.watch) cli_warn("stopped by a signal before every receiver held the version");
     if (!o.quiet) {
         char b[32], r[48];
         fprintf(stderr, "rl-sync: %llu push%s, %llu failed, %llu already held, %llu versions skipped for newer ones, %s",
