@@ -145,10 +145,7 @@ int check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
 // A shared prefix for the forward under way: each layer's key/value rows
 // frows[off .. off + n) copied to rows dst .. dst + n.
 void add_fork(model_t *m, int dst, size_t off, size_t n) {
-    if (m->nforks == m->forks_cap) {
-        m->forks_cap = m->forks_cap ? 2 * m->forks_cap : 64;
-        m->forks = xrealloc(m->forks, (size_t)m->forks_cap * sizeof *m->forks);
-    }
+    GROW(m->forks, m->forks_cap, (size_t)m->nforks + 1, 64);
     m->forks[m->nforks++] = (struct fork){.dst = dst, .off = (int32_t)off, .n = (int32_t)n};
 }
 

@@ -118,7 +118,8 @@ struct model {
     // model_score_groups): fork f copies each layer's rows frows[off .. off +
     // n) to rows dst .. dst + n (frows is a work buffer).
     struct fork { int32_t dst, off, n; } *forks;
-    int nforks, forks_cap;
+    int nforks;
+    size_t forks_cap;
 };
 
 // The activations of one layer over N tokens: where forward_train saves them

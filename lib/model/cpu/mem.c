@@ -56,10 +56,7 @@ static void *map_huge(size_t bytes) {
     // Only advice: where the kernel has no huge pages for it, small ones serve.
     (void)madvise(p, len, MADV_HUGEPAGE);
     pthread_mutex_lock(&mu);
-    if (nmaps == capmaps) {
-        capmaps = capmaps ? 2 * capmaps : 16;
-        maps = xrealloc(maps, capmaps * sizeof *maps);
-    }
+    GROW(maps, capmaps, nmaps + 1, 16);
     maps[nmaps++] = (mapping){p, len};
     pthread_mutex_unlock(&mu);
     return p;   // anonymous mappings are zero-filled

@@ -88,10 +88,7 @@ typedef struct {
 
 // Keeps the buffer p of bytes as a spare. Called under mu.
 static void keep_spare(void *p, size_t bytes) {
-    if (nspares == capspares) {
-        capspares = capspares ? 2 * capspares : 64;
-        spares = xrealloc(spares, capspares * sizeof *spares);
-    }
+    GROW(spares, capspares, nspares + 1, 64);
     spares[nspares++] = (spare){p, bytes};
 }
 
@@ -147,10 +144,7 @@ const void *cpu_panels(const rl_mat *W) {
     pthread_mutex_unlock(&mu);
     void *p = pack_new(W);
     pthread_mutex_lock(&mu);
-    if (ntab == captab) {
-        captab = captab ? 2 * captab : 64;
-        tab = xrealloc(tab, captab * sizeof *tab);
-    }
+    GROW(tab, captab, ntab + 1, 64);
     tab[ntab++] = (packed){W->data, (size_t)W->rows * W->cols * dt_size(W->dtype), W->rows, W->cols, W->dtype,
                            p, panels_size(W)};
     pthread_mutex_unlock(&mu);
