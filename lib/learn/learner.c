@@ -116,24 +116,36 @@ static void *copy(const void *p, size_t n, size_t sz) {
     return q;
 }
 
-// The tokenized text of a record with no token ids: a prompt with the
-// special tokens its tokenizer adds (bos or none, tok_encode_special), a
-// completion followed by the first of the config's eos ids (if any).
-static int tokenize(learner_t *l, const char *key, const char *text_key, const char *text, size_t len, int is_prompt,
-                    uint32_t **out, size_t *n, tok_report *rep, rl_err *err) {
+// Token ids of the completion (is_prompt 0: "ids", or the "completion" text
+// tokenized and followed by the first of the config's eos ids, if any) or of
+// the prompt (1: "prompt_ids", or the "prompt" text with the special tokens
+// its tokenizer adds, bos or none: tok_encode_special), each below the
+// model's vocabulary. Neither there: 0 with *out NULL.
+static int get_ids(learner_t *l, const rollout_view *v, int is_prompt, uint32_t **out, size_t *n, tok_report *rep,
+                   rl_err *err) {
     const model_config *c = model_cfg(l->m);
-    size_t cap = 0;
-    if (!l->o.tok)
-        return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it", key,
-                       text_key);
-    rl_err e;
-    if (tok_encode_ex(l->o.tok, text, len, is_prompt, out, n, &cap, rep, &e))
-        return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
-    if (!is_prompt && c->eos_id >= 0) {
-        *out = xrealloc(*out, (*n + 1) * sizeof **out);
-        (*out)[(*n)++] = (uint32_t)c->eos_id;
-    }
-    return 0;
+    const char *key = is_prompt ? "prompt_ids" : "ids", *text_key = is_prompt ? "prompt" : "completion";
+    *out = NULL;
+    *n = 0;
+    if (v->has & (is_prompt ? RO_PROMPT_IDS : RO_IDS)) {
+        const u32_vec *ids = is_prompt ? &v->prompt_ids : &v->ids;
+        *n = ids->n;
+        *out = copy(ids->v, ids->n, sizeof **out);
+    } else if (v->has & (is_prompt ? RO_PROMPT : RO_COMPLETION)) {
+        size_t cap = 0;
+        if (!l->o.tok)
+            return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it",
+                           key, text_key);
+        rl_err e;
+        if (tok_encode_ex(l->o.tok, is_prompt ? v->prompt : v->completion, is_prompt ? v->prompt_len : v->completion_len,
+                          is_prompt, out, n, &cap, rep, &e))
+            return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
+        if (!is_prompt && c->eos_id >= 0) {
+            *out = xrealloc(*out, (*n + 1) * sizeof **out);
+            (*out)[(*n)++] = (uint32_t)c->eos_id;
+        }
+    } else return 0;
+    return rollout_vocab(key, *out, *n, (uint64_t)c->vocab, err);
 }
 
 // A conversation as an example ("messages" with no "ids" and no "completion"):
@@ -183,7 +195,8 @@ static int per_token_fits(const rollout_view *v, size_t n, rl_err *err) {
     static const unsigned PER_TOKEN[] = {RO_LOGP, RO_VER, RO_LOGP_LEARNER, RO_W, RO_MASK};
     for (size_t i = 0; i < sizeof PER_TOKEN / sizeof *PER_TOKEN; i++)
         if ((v->has & PER_TOKEN[i]) && v->n != n)
-            return rollout_length_error(rollout_field_name(PER_TOKEN[i]), v->n, "the completion's tokens", n, err);
+            return err_set(err, "field \"%s\" has %zu elements but the completion's text has %zu tokens (one per "
+                           "completion token)", rollout_field_name(PER_TOKEN[i]), v->n, n);
     return 0;
 }
 
@@ -197,23 +210,12 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
         if (v->has & RO_MASK) return err_set(err, "the example has \"messages\" and \"mask\": the chat template makes its mask");
         if (conversation(l, v, s, &rep[0], err)) return -1;
     } else {
-        if (v->has & RO_IDS) {
-            s->n = v->n;
-            s->ids = copy(v->ids.v, s->n, sizeof *s->ids);
-        } else if (v->has & RO_COMPLETION) {
-            if (tokenize(l, "ids", "completion", v->completion, v->completion_len, 0, &s->ids, &s->n, &rep[0], err))
-                return -1;
-        } else return err_set(err, "no \"ids\" (the completion's token ids), no \"completion\" text and no \"messages\"");
-        if (rollout_vocab("ids", s->ids, s->n, (uint64_t)c->vocab, err)) return -1;
+        if (get_ids(l, v, 0, &s->ids, &s->n, &rep[0], err)) return -1;
+        if (!s->ids)
+            return err_set(err, "no \"ids\" (the completion's token ids), no \"completion\" text and no \"messages\"");
         if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
-        if (v->has & RO_PROMPT_IDS) {
-            s->np = v->prompt_ids.n;
-            s->prompt = copy(v->prompt_ids.v, s->np, sizeof *s->prompt);
-        } else if (v->has & RO_PROMPT) {
-            if (tokenize(l, "prompt_ids", "prompt", v->prompt, v->prompt_len, 1, &s->prompt, &s->np, &rep[1], err))
-                return -1;
-        } else return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
-        if (rollout_vocab("prompt_ids", s->prompt, s->np, (uint64_t)c->vocab, err)) return -1;
+        if (get_ids(l, v, 1, &s->prompt, &s->np, &rep[1], err)) return -1;
+        if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
         if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
     }
     if (per_token_fits(v, s->n, err)) return -1;

@@ -60,7 +60,8 @@ typedef struct {
 // One rollout record as weighting reads it (records/rollout.h), and its
 // results (reused from record to record).
 typedef struct {
-    rollout_view v;                  // v.logp_learner: from the record, or filled by a model
+    rollout_view v;                  // v.logp_learner: from the record, or filled by a model; v's
+                                     // strings point into the record read (a held copy does not keep them)
     f32_vec w;
     u8_vec mask;
 } ratio_input;

@@ -137,11 +137,6 @@ static int check_floats(const char *key, const f32_vec *a, int allow_neg_inf, in
     return 0;
 }
 
-int rollout_length_error(const char *key, size_t n, const char *than, size_t n_than, rl_err *err) {
-    return err_set(err, "field \"%s\" has %zu elements but \"%s\" has %zu (one per completion token)", key, n, than,
-                   n_than);
-}
-
 int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
     clear(v);
     for (size_t i = 0; i < NFIELDS; i++) {
@@ -149,15 +144,13 @@ int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
         if (st == REC_TYPE) return err_set(err, "field \"%s\" is not %s", FIELDS[i].key, type_name(FIELDS[i].type));
         if (st == REC_OK) v->has |= FIELDS[i].bit;
     }
-    if (!(v->has & RO_TEMPERATURE)) v->temperature = 1;
-    if (!(v->has & RO_TOP_P)) v->top_p = 1;
-    if (!(v->has & RO_TOP_K)) v->top_k = 0;
     // per-token arrays, in the order of the first one present
     const struct {
         unsigned bit;
         size_t n;
-    } tok[] = {{RO_IDS, v->ids.n},          {RO_LOGP, v->logp.n}, {RO_VER, v->ver.n},
-               {RO_LOGP_LEARNER, v->logp_learner.n}, {RO_W, v->w.n},       {RO_MASK, v->mask.n}};
+    } tok[] = {{RO_IDS, v->ids.n},   {RO_LOGP, v->logp.n},
+               {RO_VER, v->ver.n},   {RO_LOGP_LEARNER, v->logp_learner.n},
+               {RO_W, v->w.n},       {RO_MASK, v->mask.n}};
     const char *first = NULL;
     for (size_t i = 0; i < sizeof tok / sizeof *tok; i++) {
         if (!(v->has & tok[i].bit)) continue;
@@ -165,7 +158,8 @@ int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
             first = rollout_field_name(tok[i].bit);
             v->n = tok[i].n;
         } else if (tok[i].n != v->n)
-            return rollout_length_error(rollout_field_name(tok[i].bit), tok[i].n, first, v->n, err);
+            return err_set(err, "field \"%s\" has %zu elements but \"%s\" has %zu (one per completion token)",
+                           rollout_field_name(tok[i].bit), tok[i].n, first, v->n);
     }
     if (check_floats("logp", &v->logp, 0, 0, "a log-probability is finite", err) ||
         check_floats("logp_learner", &v->logp_learner, 1, 0, "a log-probability is finite or -inf", err) ||

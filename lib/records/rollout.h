@@ -81,7 +81,5 @@ int rollout_finite(unsigned field, double x, rl_err *err);
 // 0 if every one of the n token ids of key is below vocab, else -1 with err:
 // field "KEY" holds token id X at position T, not below the model's vocabulary size V.
 int rollout_vocab(const char *key, const uint32_t *ids, size_t n, uint64_t vocab, rl_err *err);
-// err: field "KEY" has N elements but "ids" has M (one per completion token).
-int rollout_length_error(const char *key, size_t n, const char *than, size_t n_than, rl_err *err);
 
 #endif

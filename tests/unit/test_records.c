@@ -445,6 +445,20 @@ static void refusal(void (*set)(rec_t *), char *msg, size_t n) {
     rec_free(r);
 }
 
+// A change of good_rollout() and the message rollout_read refuses it with.
+typedef struct {
+    void (*set)(rec_t *);
+    const char *msg;
+} refusal_case;
+
+static void expect_refusals(const refusal_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char msg[2048];
+        refusal(cases[i].set, msg, sizeof msg);
+        CHECK(!strcmp(msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, msg, cases[i].msg);
+    }
+}
+
 static void ids_a_string(rec_t *r) { rec_set_cstr(r, "ids", "4 5 2"); }
 static void logp_of_strings(rec_t *r) {
     char *s[3] = {"a", "b", "c"};
@@ -459,10 +473,7 @@ static void mask_with_a_2(rec_t *r) {
 }
 
 static void rollout_view_refuses_a_field_of_the_wrong_type_naming_field_and_type(void) {
-    static const struct {
-        void (*set)(rec_t *);
-        const char *msg;
-    } cases[] = {
+    static const refusal_case cases[] = {
         {ids_a_string, "field \"ids\" is not an array of unsigned 32-bit integers"},
         {logp_of_strings, "field \"logp\" is not an array of numbers (float32)"},
         {group_negative, "field \"group\" is not an unsigned integer"},
@@ -470,11 +481,7 @@ static void rollout_view_refuses_a_field_of_the_wrong_type_naming_field_and_type
         {top_k_a_float, "field \"top_k\" is not an integer"},
         {mask_with_a_2, "field \"mask\" is not an array of 0/1"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char msg[2048];
-        refusal(cases[i].set, msg, sizeof msg);
-        CHECK(!strcmp(msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, msg, cases[i].msg);
-    }
+    expect_refusals(cases, sizeof cases / sizeof *cases);
 }
 
 static void logp_short(rec_t *r) {
@@ -492,20 +499,13 @@ static void no_ids_and_w_short(rec_t *r) {
 }
 
 static void rollout_view_refuses_per_token_arrays_whose_lengths_disagree(void) {
-    static const struct {
-        void (*set)(rec_t *);
-        const char *msg;
-    } cases[] = {
+    static const refusal_case cases[] = {
         {logp_short, "field \"logp\" has 2 elements but \"ids\" has 3 (one per completion token)"},
         {mask_long, "field \"mask\" has 4 elements but \"ids\" has 3 (one per completion token)"},
         // without ids the first per-token array present sets the length
         {no_ids_and_w_short, "field \"w\" has 2 elements but \"logp\" has 3 (one per completion token)"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char msg[2048];
-        refusal(cases[i].set, msg, sizeof msg);
-        CHECK(!strcmp(msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, msg, cases[i].msg);
-    }
+    expect_refusals(cases, sizeof cases / sizeof *cases);
 }
 
 static void logp_nan(rec_t *r) {
@@ -526,20 +526,13 @@ static void w_negative(rec_t *r) {
 }
 
 static void rollout_view_refuses_values_out_of_range_naming_the_token(void) {
-    static const struct {
-        void (*set)(rec_t *);
-        const char *msg;
-    } cases[] = {
+    static const refusal_case cases[] = {
         {logp_nan, "field \"logp\" holds NaN at token 1 (a log-probability is finite)"},
         {logp_minus_inf, "field \"logp\" holds -inf at token 2 (a log-probability is finite)"},
         {logp_learner_plus_inf, "field \"logp_learner\" holds +inf at token 0 (a log-probability is finite or -inf)"},
         {w_negative, "field \"w\" holds -0.5 at token 1 (a weight is finite and not negative)"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char msg[2048];
-        refusal(cases[i].set, msg, sizeof msg);
-        CHECK(!strcmp(msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, msg, cases[i].msg);
-    }
+    expect_refusals(cases, sizeof cases / sizeof *cases);
 }
 
 static void rollout_require_names_the_missing_field_and_why(void) {
