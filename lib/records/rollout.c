@@ -2,42 +2,47 @@
 #include "records/rollout.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-// The fields in the order they are read and checked, with their keys and
-// the types rlpipe-records(5) gives them.
+// The fields in the order they are read and checked, with their keys, the
+// types rlpipe-records(5) gives them, and where the view holds them (a
+// string's length, or the msgpack encoding's for "messages", at len).
 typedef enum { T_UINT, T_INT, T_F64, T_STR, T_ANY, T_U32S, T_F32S, T_MASK } ftype;
 
+#define AT(member) offsetof(rollout_view, member)
 static const struct {
     unsigned bit;
     const char *key;
     ftype type;
+    size_t at, len;
 } FIELDS[] = {
-    {RO_ID, "id", T_UINT},
-    {RO_GROUP, "group", T_UINT},
-    {RO_PROMPT, "prompt", T_STR},
-    {RO_ANSWER, "answer", T_STR},
-    {RO_COMPLETION, "completion", T_STR},
-    {RO_FINISH, "finish", T_STR},
-    {RO_MESSAGES, "messages", T_ANY},
-    {RO_PROMPT_IDS, "prompt_ids", T_U32S},
-    {RO_IDS, "ids", T_U32S},
-    {RO_LOGP, "logp", T_F32S},
-    {RO_VER, "ver", T_U32S},
-    {RO_LOGP_LEARNER, "logp_learner", T_F32S},
-    {RO_VER_LEARNER, "ver_learner", T_UINT},
-    {RO_W, "w", T_F32S},
-    {RO_MASK, "mask", T_MASK},
-    {RO_REWARD, "reward", T_F64},
-    {RO_ADV, "adv", T_F64},
-    {RO_TEMPERATURE, "temperature", T_F64},
-    {RO_TOP_P, "top_p", T_F64},
-    {RO_TOP_K, "top_k", T_INT},
-    {RO_TEXT, "text", T_STR},
-    {RO_STOP_REASON, "stop_reason", T_STR},
-    {RO_DTYPE, "dtype", T_STR},
+    {RO_ID, "id", T_UINT, AT(id), 0},
+    {RO_GROUP, "group", T_UINT, AT(group), 0},
+    {RO_PROMPT, "prompt", T_STR, AT(prompt), AT(prompt_len)},
+    {RO_ANSWER, "answer", T_STR, AT(answer), AT(answer_len)},
+    {RO_COMPLETION, "completion", T_STR, AT(completion), AT(completion_len)},
+    {RO_FINISH, "finish", T_STR, AT(finish), AT(finish_len)},
+    {RO_MESSAGES, "messages", T_ANY, AT(messages), AT(messages_len)},
+    {RO_PROMPT_IDS, "prompt_ids", T_U32S, AT(prompt_ids), 0},
+    {RO_IDS, "ids", T_U32S, AT(ids), 0},
+    {RO_LOGP, "logp", T_F32S, AT(logp), 0},
+    {RO_VER, "ver", T_U32S, AT(ver), 0},
+    {RO_LOGP_LEARNER, "logp_learner", T_F32S, AT(logp_learner), 0},
+    {RO_VER_LEARNER, "ver_learner", T_UINT, AT(ver_learner), 0},
+    {RO_W, "w", T_F32S, AT(w), 0},
+    {RO_MASK, "mask", T_MASK, AT(mask), 0},
+    {RO_REWARD, "reward", T_F64, AT(reward), 0},
+    {RO_ADV, "adv", T_F64, AT(adv), 0},
+    {RO_TEMPERATURE, "temperature", T_F64, AT(temperature), 0},
+    {RO_TOP_P, "top_p", T_F64, AT(top_p), 0},
+    {RO_TOP_K, "top_k", T_INT, AT(top_k), 0},
+    {RO_TEXT, "text", T_STR, AT(text), AT(text_len)},
+    {RO_STOP_REASON, "stop_reason", T_STR, AT(stop_reason), AT(stop_reason_len)},
+    {RO_DTYPE, "dtype", T_STR, AT(dtype), AT(dtype_len)},
 };
+#undef AT
 #define NFIELDS (sizeof FIELDS / sizeof *FIELDS)
 
 static const char *type_name(ftype t) {
@@ -59,42 +64,31 @@ const char *rollout_field_name(unsigned field) {
     return "?";
 }
 
-// One field of r into v: the status of its getter.
-static rec_status read_one(rollout_view *v, const rec_t *r, unsigned bit, const char *key) {
-    switch (bit) {
-    case RO_ID: return rec_get_uint(r, key, &v->id);
-    case RO_GROUP: return rec_get_uint(r, key, &v->group);
-    case RO_PROMPT: return rec_get_str(r, key, &v->prompt, &v->prompt_len);
-    case RO_ANSWER: return rec_get_str(r, key, &v->answer, &v->answer_len);
-    case RO_COMPLETION: return rec_get_str(r, key, &v->completion, &v->completion_len);
-    case RO_FINISH: return rec_get_str(r, key, &v->finish, &v->finish_len);
-    case RO_TEXT: return rec_get_str(r, key, &v->text, &v->text_len);
-    case RO_STOP_REASON: return rec_get_str(r, key, &v->stop_reason, &v->stop_reason_len);
-    case RO_DTYPE: return rec_get_str(r, key, &v->dtype, &v->dtype_len);
-    case RO_MESSAGES: {
-        long i = rec_find(r, key);
-        if (i < 0) return REC_MISSING;
-        v->messages = rec_value(r, (size_t)i, &v->messages_len);
+// Field i of r into v: the status of its getter.
+static rec_status read_one(rollout_view *v, const rec_t *r, size_t i) {
+    const char *key = FIELDS[i].key;
+    char *at = (char *)v + FIELDS[i].at;
+    size_t *len = (size_t *)((char *)v + FIELDS[i].len);
+    switch (FIELDS[i].type) {
+    case T_UINT: return rec_get_uint(r, key, (uint64_t *)at);
+    case T_INT: return rec_get_int(r, key, (int64_t *)at);
+    case T_F64: return rec_get_f64(r, key, (double *)at);
+    case T_STR: return rec_get_str(r, key, (const char **)at, len);
+    case T_ANY: {   // any value, kept as its msgpack encoding
+        long k = rec_find(r, key);
+        if (k < 0) return REC_MISSING;
+        *(const uint8_t **)at = rec_value(r, (size_t)k, len);
         return REC_OK;
     }
-    case RO_PROMPT_IDS: return rec_get_u32s(r, key, &v->prompt_ids);
-    case RO_IDS: return rec_get_u32s(r, key, &v->ids);
-    case RO_LOGP: return rec_get_f32s(r, key, &v->logp);
-    case RO_VER: return rec_get_u32s(r, key, &v->ver);
-    case RO_LOGP_LEARNER: return rec_get_f32s(r, key, &v->logp_learner);
-    case RO_VER_LEARNER: return rec_get_uint(r, key, &v->ver_learner);
-    case RO_W: return rec_get_f32s(r, key, &v->w);
-    case RO_MASK: {
-        rec_status st = rec_get_u8s(r, key, &v->mask);
-        for (size_t t = 0; st == REC_OK && t < v->mask.n; t++)
-            if (v->mask.v[t] > 1) st = REC_TYPE;
+    case T_U32S: return rec_get_u32s(r, key, (u32_vec *)at);
+    case T_F32S: return rec_get_f32s(r, key, (f32_vec *)at);
+    case T_MASK: {
+        u8_vec *m = (u8_vec *)at;
+        rec_status st = rec_get_u8s(r, key, m);
+        for (size_t t = 0; st == REC_OK && t < m->n; t++)
+            if (m->v[t] > 1) st = REC_TYPE;
         return st;
     }
-    case RO_REWARD: return rec_get_f64(r, key, &v->reward);
-    case RO_ADV: return rec_get_f64(r, key, &v->adv);
-    case RO_TEMPERATURE: return rec_get_f64(r, key, &v->temperature);
-    case RO_TOP_P: return rec_get_f64(r, key, &v->top_p);
-    case RO_TOP_K: return rec_get_int(r, key, &v->top_k);
     default: return REC_MISSING;
     }
 }
@@ -140,7 +134,7 @@ static int check_floats(const char *key, const f32_vec *a, int allow_neg_inf, in
 int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
     clear(v);
     for (size_t i = 0; i < NFIELDS; i++) {
-        rec_status st = read_one(v, r, FIELDS[i].bit, FIELDS[i].key);
+        rec_status st = read_one(v, r, i);
         if (st == REC_TYPE) return err_set(err, "field \"%s\" is not %s", FIELDS[i].key, type_name(FIELDS[i].type));
         if (st == REC_OK) v->has |= FIELDS[i].bit;
     }

@@ -508,31 +508,29 @@ static void rollout_view_refuses_per_token_arrays_whose_lengths_disagree(void) {
     expect_refusals(cases, sizeof cases / sizeof *cases);
 }
 
-static void logp_nan(rec_t *r) {
-    float lp[3] = {-1, NAN, -2};
-    rec_set_f32s(r, "logp", lp, 3);
-}
-static void logp_minus_inf(rec_t *r) {
-    float lp[3] = {-1, -2, -INFINITY};
-    rec_set_f32s(r, "logp", lp, 3);
-}
-static void logp_learner_plus_inf(rec_t *r) {
-    float lp[3] = {INFINITY, -1, -2};
-    rec_set_f32s(r, "logp_learner", lp, 3);
-}
-static void w_negative(rec_t *r) {
-    float w[3] = {1, -0.5f, 1};
-    rec_set_f32s(r, "w", w, 3);
-}
-
 static void rollout_view_refuses_values_out_of_range_naming_the_token(void) {
-    static const refusal_case cases[] = {
-        {logp_nan, "field \"logp\" holds NaN at token 1 (a log-probability is finite)"},
-        {logp_minus_inf, "field \"logp\" holds -inf at token 2 (a log-probability is finite)"},
-        {logp_learner_plus_inf, "field \"logp_learner\" holds +inf at token 0 (a log-probability is finite or -inf)"},
-        {w_negative, "field \"w\" holds -0.5 at token 1 (a weight is finite and not negative)"},
+    static const struct {
+        const char *key;
+        float v[3];
+        const char *msg;
+    } cases[] = {
+        {"logp", {-1, NAN, -2}, "field \"logp\" holds NaN at token 1 (a log-probability is finite)"},
+        {"logp", {-1, -2, -INFINITY}, "field \"logp\" holds -inf at token 2 (a log-probability is finite)"},
+        {"logp_learner", {INFINITY, -1, -2},
+         "field \"logp_learner\" holds +inf at token 0 (a log-probability is finite or -inf)"},
+        {"w", {1, -0.5f, 1}, "field \"w\" holds -0.5 at token 1 (a weight is finite and not negative)"},
     };
-    expect_refusals(cases, sizeof cases / sizeof *cases);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rec_t *r = good_rollout();
+        rec_set_f32s(r, cases[i].key, cases[i].v, 3);
+        rollout_view v = {0};
+        rl_err e = {{0}};
+        int rc = rollout_read(&v, r, &e);
+        rollout_view_free(&v);
+        rec_free(r);
+        CHECK(rc < 0 && !strcmp(e.msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, rc ? e.msg : "(accepted)",
+              cases[i].msg);
+    }
 }
 
 static void rollout_require_names_the_missing_field_and_why(void) {
