@@ -131,7 +131,7 @@ static int check_floats(const char *key, const f32_vec *a, int allow_neg_inf, in
     return 0;
 }
 
-int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
+int rollout_decode(rollout_view *v, const rec_t *r, rl_err *err) {
     clear(v);
     for (size_t i = 0; i < NFIELDS; i++) {
         rec_status st = read_one(v, r, i);
@@ -155,7 +155,12 @@ int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
             return err_set(err, "field \"%s\" has %zu elements but \"%s\" has %zu (one per completion token)",
                            rollout_field_name(tok[i].bit), tok[i].n, first, v->n);
     }
-    if (check_floats("logp", &v->logp, 0, 0, "a log-probability is finite", err) ||
+    return 0;
+}
+
+
+int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
+    if (rollout_decode(v, r, err) || check_floats("logp", &v->logp, 0, 0, "a log-probability is finite", err) ||
         check_floats("logp_learner", &v->logp_learner, 1, 0, "a log-probability is finite or -inf", err) ||
         check_floats("w", &v->w, 0, 1, "a weight is finite and not negative", err))
         return -1;

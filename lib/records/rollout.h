@@ -67,6 +67,10 @@ typedef struct {
 // Fills v from r (its arrays are reused from record to record). 0, or -1
 // with err naming the field.
 int rollout_read(rollout_view *v, const rec_t *r, rl_err *err);
+// The same without the checks of ranges (types and lengths only): for
+// rl-cat --check, --pack and --stats, which pass on and describe any float a
+// writer wrote (NaN and infinities as Python's JSON writes them).
+int rollout_decode(rollout_view *v, const rec_t *r, rl_err *err);
 void rollout_view_free(rollout_view *v);
 
 // The name of one RO_* bit ("logp_learner").

@@ -35,7 +35,7 @@ static void count_finish(stats_t *s, const char *reason, size_t n) {
 int stats_add(stats_t *s, const rec_t *r, rl_err *err) {
     s->records++;
     rollout_view *v = &s->view;
-    if (rollout_read(v, r, err)) return -1;
+    if (rollout_decode(v, r, err)) return -1;   // describes any float a writer wrote: no ranges
     int has = !!(v->has & RO_GROUP);
     if (has && (!s->have_group || v->group != s->last_group)) s->groups++;
     s->have_group = has;

@@ -30,7 +30,7 @@ typedef struct {
 
 void stats_init(stats_t *s);
 void stats_free(stats_t *s);
-// Adds one record; a record rollout_read refuses is an error (-1, err).
+// Adds one record; a record rollout_decode refuses is an error (-1, err).
 int stats_add(stats_t *s, const rec_t *r, rl_err *err);
 // Appends the summary as an aligned table, or as one JSON object; each ends with a newline.
 void stats_table(const stats_t *s, sbuf *out);

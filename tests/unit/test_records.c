@@ -533,6 +533,21 @@ static void rollout_view_refuses_values_out_of_range_naming_the_token(void) {
     }
 }
 
+static void rollout_decode_checks_types_and_lengths_but_passes_any_float(void) {
+    rec_t *r = good_rollout();
+    float lp[3] = {NAN, INFINITY, -INFINITY};
+    rec_set_f32s(r, "logp", lp, 3);
+    rollout_view v = {0};
+    rl_err e = {{0}};
+    int rc = rollout_decode(&v, r, &e);
+    CHECK(rc == 0 && isnan(v.logp.v[0]) && isinf(v.logp.v[2]), "refused: %s", e.msg);
+    rec_set_cstr(r, "ids", "x");
+    rc = rollout_decode(&v, r, &e);
+    rollout_view_free(&v);
+    rec_free(r);
+    CHECK(rc < 0 && !strcmp(e.msg, "field \"ids\" is not an array of unsigned 32-bit integers"), "'%s'", e.msg);
+}
+
 static void rollout_require_names_the_missing_field_and_why(void) {
     rec_t *r = good_rollout();
     rec_del(r, "logp_learner");
@@ -572,6 +587,7 @@ int main(void) {
     RUN(rollout_view_refuses_a_field_of_the_wrong_type_naming_field_and_type);
     RUN(rollout_view_refuses_per_token_arrays_whose_lengths_disagree);
     RUN(rollout_view_refuses_values_out_of_range_naming_the_token);
+    RUN(rollout_decode_checks_types_and_lengths_but_passes_any_float);
     RUN(rollout_require_names_the_missing_field_and_why);
     CHECK_DONE();
 }
