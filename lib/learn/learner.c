@@ -13,6 +13,7 @@
 #include "records/fields.h"
 #include "records/json.h"
 #include "records/mismatch.h"
+#include "records/rollout.h"
 
 // One record, as training needs it. Arrays of n completion tokens.
 typedef struct {
@@ -45,6 +46,7 @@ struct learner {
     size_t dropped;            // texts whose tokenizing dropped characters with no token
     char dropped_first[512];   // what the first of them dropped, and where
     int epoch;                 // PPO epochs done on it
+    rollout_view view;         // the record being added
 };
 
 // ---- Options --------------------------------------------------------------------
@@ -81,28 +83,6 @@ int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err) {
 const char *lrn_loss_name(loss_kind k) { return k == LOSS_PG ? "pg" : k == LOSS_PPO ? "ppo" : "sft"; }
 const char *lrn_adv_name(adv_kind k) { return k == ADV_GRPO ? "grpo" : k == ADV_DRGRPO ? "drgrpo" : "rloo"; }
 
-// ---- Advantages -------------------------------------------------------------------
-
-void lrn_advantages(adv_kind k, const double *r, size_t n, double *a) {
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) sum += r[i];
-    double mean = sum / (double)n;
-    int equal = 1;
-    for (size_t i = 1; i < n; i++) equal &= r[i] == r[0];
-    for (size_t i = 0; i < n; i++) a[i] = 0;
-    if (equal) return;   // nothing to prefer: exactly zero, whatever rounding says
-    if (k == ADV_GRPO) {
-        double ss = 0;
-        for (size_t i = 0; i < n; i++) ss += (r[i] - mean) * (r[i] - mean);
-        double sd = sqrt(ss / (double)(n - 1));
-        for (size_t i = 0; i < n; i++) a[i] = (r[i] - mean) / (sd + LRN_GRPO_EPS);
-    } else if (k == ADV_DRGRPO) {
-        for (size_t i = 0; i < n; i++) a[i] = r[i] - mean;
-    } else {   // leave-one-out: r_i − mean of the others
-        for (size_t i = 0; i < n; i++) a[i] = r[i] - (sum - r[i]) / (double)(n - 1);
-    }
-}
-
 // ---- Holding records ----------------------------------------------------------------
 
 learner_t *lrn_new(model_t *m, const lrn_opts *o) {
@@ -125,101 +105,67 @@ void lrn_free(learner_t *l) {
     if (!l) return;
     for (size_t i = 0; i < l->n; i++) seq_free(&l->s[i]);
     free(l->s);
+    rollout_view_free(&l->view);
     free(l);
 }
 
-// An optional per-token float array of n values: *out NULL when absent.
-static int get_floats(const rec_t *r, const char *key, size_t n, int nonneg, float **out, rl_err *err) {
-    *out = NULL;
-    if (!rec_has(r, key)) return 0;
-    f32_vec v = {0};
-    if (rec_get_f32s(r, key, &v) != REC_OK) {
-        f32_vec_free(&v);
-        return err_set(err, "\"%s\" is not an array of numbers", key);
-    }
-    if (v.n != n) {
-        size_t got = v.n;
-        f32_vec_free(&v);
-        return err_set(err, "\"%s\" has %zu values for %zu completion tokens", key, got, n);
-    }
-    for (size_t t = 0; t < n; t++)
-        if (!isfinite(v.v[t]) || (nonneg && v.v[t] < 0)) {
-            double bad = v.v[t];
-            f32_vec_free(&v);
-            return err_set(err, "\"%s\"[%zu] is %g: it must be a finite%s number", key, t, bad,
-                           nonneg ? ", non-negative" : "");
-        }
-    *out = v.v ? v.v : xmalloc(1);
-    return 0;
+// A copy of n values of size sz (at least one byte: present but empty is not NULL).
+static void *copy(const void *p, size_t n, size_t sz) {
+    void *q = xmalloc(n ? n * sz : 1);
+    if (n) memcpy(q, p, n * sz);
+    return q;
 }
 
-// Token ids of key, or the tokenized text of text_key: a prompt with the
-// special tokens its tokenizer adds (bos or none, tok_encode_special), a
-// completion followed by the first of the config's eos ids (if any); missing
-// both: 0 with *n == 0 and *out NULL.
-static int get_ids(learner_t *l, const rec_t *r, const char *key, const char *text_key, int is_prompt,
-                   uint32_t **out, size_t *n, tok_report *rep, rl_err *err) {
+// Token ids of the completion (is_prompt 0: "ids", or the "completion" text
+// tokenized and followed by the first of the config's eos ids, if any) or of
+// the prompt (1: "prompt_ids", or the "prompt" text with the special tokens
+// its tokenizer adds, bos or none: tok_encode_special), each below the
+// model's vocabulary. Neither there: 0 with *out NULL.
+static int get_ids(learner_t *l, const rollout_view *v, int is_prompt, uint32_t **out, size_t *n, tok_report *rep,
+                   rl_err *err) {
+    const model_config *c = model_cfg(l->m);
+    const char *key = is_prompt ? "prompt_ids" : "ids", *text_key = is_prompt ? "prompt" : "completion";
     *out = NULL;
     *n = 0;
-    const model_config *c = model_cfg(l->m);
-    if (rec_has(r, key)) {
-        u32_vec v = {0};
-        if (rec_get_u32s(r, key, &v) != REC_OK) {
-            u32_vec_free(&v);
-            return err_set(err, "\"%s\" is not an array of token ids", key);
-        }
-        *out = v.v ? v.v : xmalloc(sizeof **out);   // present but empty: not "missing"
-        *n = v.n;
-    } else if (rec_has(r, text_key)) {
-        const char *text;
-        size_t len, cap = 0;
-        if (rec_get_str(r, text_key, &text, &len) != REC_OK) return err_set(err, "\"%s\" is not a string", text_key);
+    if (v->has & (is_prompt ? RO_PROMPT_IDS : RO_IDS)) {
+        const u32_vec *ids = is_prompt ? &v->prompt_ids : &v->ids;
+        *n = ids->n;
+        *out = copy(ids->v, ids->n, sizeof **out);
+    } else if (v->has & (is_prompt ? RO_PROMPT : RO_COMPLETION)) {
+        size_t cap = 0;
         if (!l->o.tok)
-            return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it", key,
-                           text_key);
+            return err_set(err, "no \"%s\", and \"%s\" is text: the model directory has no tokenizer.json to encode it",
+                           key, text_key);
         rl_err e;
-        if (tok_encode_ex(l->o.tok, text, len, is_prompt, out, n, &cap, rep, &e))
+        if (tok_encode_ex(l->o.tok, is_prompt ? v->prompt : v->completion, is_prompt ? v->prompt_len : v->completion_len,
+                          is_prompt, out, n, &cap, rep, &e))
             return err_set(err, "cannot tokenize \"%s\": %s", text_key, e.msg);
         if (!is_prompt && c->eos_id >= 0) {
             *out = xrealloc(*out, (*n + 1) * sizeof **out);
             (*out)[(*n)++] = (uint32_t)c->eos_id;
         }
     } else return 0;
-    for (size_t t = 0; t < *n; t++)
-        if ((*out)[t] >= (uint32_t)c->vocab)
-            return err_set(err, "\"%s\"[%zu] = %u is outside the model's vocabulary (%d tokens)", key, t, (*out)[t], c->vocab);
-    return 0;
-}
-
-static int get_finite(const rec_t *r, const char *key, double *v, int *has, rl_err *err) {
-    *has = 0;
-    if (!rec_has(r, key)) return 0;
-    if (rec_get_f64(r, key, v) != REC_OK) return err_set(err, "\"%s\" is not a number", key);
-    if (!isfinite(*v)) return err_set(err, "\"%s\" is %g: it must be a finite number", key, *v);
-    *has = 1;
-    return 0;
+    return rollout_vocab(key, *out, *n, (uint64_t)c->vocab, err);
 }
 
 // A conversation as an example ("messages" with no "ids" and no "completion"):
 // rendered and tokenized by the chat template; the prompt is what precedes
 // the first token of an assistant's turn, the completion the rest, masked
 // to the assistant's turns (the template around them gets no loss).
-static int conversation(learner_t *l, const rec_t *r, lseq *s, tok_report *rep, rl_err *err) {
+static int conversation(learner_t *l, const rollout_view *v, lseq *s, tok_report *rep, rl_err *err) {
     if (l->o.loss != LOSS_SFT)
         return err_set(err, "\"messages\" and no \"ids\": a conversation is an example for --loss sft, and the "
                        "%s loss needs sampled completions", lrn_loss_name(l->o.loss));
-    if (rec_has(r, "prompt") || rec_has(r, "prompt_ids"))
+    if (v->has & (RO_PROMPT | RO_PROMPT_IDS))
         return err_set(err, "the example has \"messages\" and \"%s\": give one of them",
-                       rec_has(r, "prompt") ? "prompt" : "prompt_ids");
+                       v->has & RO_PROMPT ? "prompt" : "prompt_ids");
     if (!l->o.chat)
         return err_set(err, "\"messages\" need the model's chat template, and the model has none (no "
                        "\"chat_template\" in tokenizer_config.json, no chat_template.jinja)");
-    size_t n;
-    const uint8_t *msgs = rec_value(r, (size_t)rec_find(r, "messages"), &n);
     u32_vec ids = {0};
     u8_vec mask = {0};
     int rc = -1;
-    if (chat_encode(l->o.chat, msgs, n, 0, NULL, &ids, &mask, rep, err)) goto out;
+    if (chat_encode(l->o.chat, v->messages, v->messages_len, 0, NULL, &ids, &mask, rep, err)) goto out;
     size_t first = 0;
     while (first < ids.n && !mask.v[first]) first++;
     if (first == ids.n) {
@@ -231,11 +177,9 @@ static int conversation(learner_t *l, const rec_t *r, lseq *s, tok_report *rep, 
         goto out;
     }
     s->np = first;
-    s->prompt = xmalloc(first * sizeof *s->prompt);
-    memcpy(s->prompt, ids.v, first * sizeof *s->prompt);
+    s->prompt = copy(ids.v, first, sizeof *s->prompt);
     s->n = ids.n - first;
-    s->ids = xmalloc(s->n * sizeof *s->ids);
-    memcpy(s->ids, ids.v + first, s->n * sizeof *s->ids);
+    s->ids = copy(ids.v + first, s->n, sizeof *s->ids);
     s->mask = xmalloc(s->n * sizeof *s->mask);
     for (size_t t = 0; t < s->n; t++) s->mask[t] = mask.v[first + t];
     rc = 0;
@@ -245,70 +189,70 @@ out:
     return rc;
 }
 
+// The per-token arrays of v (rollout_read made their lengths agree) have
+// one element per token of a completion of n tokens that text made.
+static int per_token_fits(const rollout_view *v, size_t n, rl_err *err) {
+    static const unsigned PER_TOKEN[] = {RO_LOGP, RO_VER, RO_LOGP_LEARNER, RO_W, RO_MASK};
+    for (size_t i = 0; i < sizeof PER_TOKEN / sizeof *PER_TOKEN; i++)
+        if ((v->has & PER_TOKEN[i]) && v->n != n)
+            return err_set(err, "field \"%s\" has %zu elements but the completion's text has %zu tokens (one per "
+                           "completion token)", rollout_field_name(PER_TOKEN[i]), v->n, n);
+    return 0;
+}
+
 static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], rl_err *err) {
     const model_config *c = model_cfg(l->m);
+    rollout_view *v = &l->view;
+    if (rollout_read(v, r, err)) return -1;
     int sft = l->o.loss == LOSS_SFT;
-    int chat = rec_has(r, "messages") && !rec_has(r, "ids") && !rec_has(r, "completion");
+    int chat = (v->has & RO_MESSAGES) && !(v->has & (RO_IDS | RO_COMPLETION));
     if (chat) {
-        if (rec_has(r, "mask")) return err_set(err, "the example has \"messages\" and \"mask\": the chat template makes its mask");
-        if (conversation(l, r, s, &rep[0], err)) return -1;
+        if (v->has & RO_MASK) return err_set(err, "the example has \"messages\" and \"mask\": the chat template makes its mask");
+        if (conversation(l, v, s, &rep[0], err)) return -1;
     } else {
-        if (get_ids(l, r, "ids", "completion", 0, &s->ids, &s->n, &rep[0], err) < 0) return -1;
+        if (get_ids(l, v, 0, &s->ids, &s->n, &rep[0], err)) return -1;
         if (!s->ids)
             return err_set(err, "no \"ids\" (the completion's token ids), no \"completion\" text and no \"messages\"");
         if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
-        if (get_ids(l, r, "prompt_ids", "prompt", 1, &s->prompt, &s->np, &rep[1], err) < 0) return -1;
+        if (get_ids(l, v, 1, &s->prompt, &s->np, &rep[1], err)) return -1;
         if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
         if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
     }
+    if (per_token_fits(v, s->n, err)) return -1;
     const char *key;
     int max_seq = cfg_max_seq(c, &key);
     if (s->np + s->n - 1 > (size_t)max_seq)
         return err_set(err, "%zu prompt and %zu completion tokens exceed %s %d", s->np, s->n, key, max_seq);
-    double t = 1;
-    int has_t;
-    if (get_finite(r, "temperature", &t, &has_t, err) < 0) return -1;
-    if (!(t > 0)) return err_set(err, "\"temperature\" is %g: the learner scores at temperature > 0", t);
-    s->temperature = (float)t;
-    if (get_finite(r, "reward", &s->reward, &s->has_reward, err) < 0 ||
-        get_finite(r, "adv", &s->adv, &s->has_adv, err) < 0)
+    if (rollout_finite(RO_TEMPERATURE, v->temperature, err)) return -1;
+    if (!(v->temperature > 0))
+        return err_set(err, "field \"temperature\" is %g: the learner scores at temperature > 0", v->temperature);
+    s->temperature = (float)v->temperature;
+    s->has_reward = !!(v->has & RO_REWARD);
+    s->has_adv = !!(v->has & RO_ADV);
+    s->reward = v->reward;
+    s->adv = v->adv;
+    if ((s->has_reward && rollout_finite(RO_REWARD, s->reward, err)) || (s->has_adv && rollout_finite(RO_ADV, s->adv, err)))
         return -1;
     if (!sft && !s->has_reward && !s->has_adv)
         return err_set(err, "no \"reward\" and no \"adv\": the %s loss needs one", lrn_loss_name(l->o.loss));
-    if (rec_has(r, "group")) {
-        if (rec_get_uint(r, "group", &s->group) != REC_OK) return err_set(err, "\"group\" is not an unsigned integer");
-        s->has_group = 1;
-    }
-    if (get_floats(r, "w", s->n, 1, &s->w, err) < 0 || get_floats(r, "logp_learner", s->n, 0, &s->lp_learner, err) < 0 ||
-        get_floats(r, "logp", s->n, 0, &s->lp, err) < 0)
-        return -1;
+    s->has_group = !!(v->has & RO_GROUP);
+    s->group = v->group;
+    // logp_learner is π_old here: a learner probability of 0 (-inf) has no ratio
+    for (size_t t = 0; t < v->logp_learner.n; t++)
+        if (rollout_finite(RO_LOGP_LEARNER, v->logp_learner.v[t], err)) return -1;
+    if (v->has & RO_W) s->w = copy(v->w.v, s->n, sizeof *s->w);
+    if (v->has & RO_LOGP_LEARNER) s->lp_learner = copy(v->logp_learner.v, s->n, sizeof *s->lp_learner);
+    if (v->has & RO_LOGP) s->lp = copy(v->logp.v, s->n, sizeof *s->lp);
     if (l->o.tis > 0 && (s->w || s->lp_learner))
         return err_set(err, "\"%s\" is rl-ratio's: with --tis the learner weighs the tokens itself (leave out "
                             "one of the two)", s->w ? "w" : "logp_learner");
     if (l->o.tis > 0 && !s->lp)
         return err_set(err, "no \"logp\" (the sampler's log-probabilities): --tis weighs the tokens by them");
-    if (!chat && rec_has(r, "mask")) {
-        u8_vec v = {0};
-        int bad = rec_get_u8s(r, "mask", &v) != REC_OK;
-        for (size_t i = 0; !bad && i < v.n; i++) bad = v.v[i] > 1;
-        if (bad || v.n != s->n) {
-            size_t got = v.n;
-            u8_vec_free(&v);
-            return bad ? err_set(err, "\"mask\" is not an array of 0 and 1")
-                       : err_set(err, "\"mask\" has %zu values for %zu completion tokens", got, s->n);
-        }
+    if (!chat && (v->has & RO_MASK)) {
         s->mask = xmalloc(s->n * sizeof(float));
-        for (size_t i = 0; i < s->n; i++) s->mask[i] = v.v[i];
-        u8_vec_free(&v);
+        for (size_t i = 0; i < s->n; i++) s->mask[i] = v->mask.v[i];
     }
-    if (rec_has(r, "ver")) {
-        u32_vec v = {0};
-        if (rec_get_u32s(r, "ver", &v) != REC_OK || v.n != s->n) {
-            u32_vec_free(&v);
-            return err_set(err, "\"ver\" is not an array of %zu versions", s->n);
-        }
-        s->ver = v.v;
-    }
+    if (v->has & RO_VER) s->ver = copy(v->ver.v, s->n, sizeof *s->ver);
     return 0;
 }
 
@@ -385,10 +329,10 @@ static uint64_t batch_advantages(learner_t *l) {
         for (size_t k = i; k < j; k++) r[k - i] = l->s[k].reward;
         int computable = 1;
         for (size_t k = i; k < j; k++) computable &= l->s[k].has_reward;
-        if (computable && l->o.loss != LOSS_SFT) lrn_advantages(l->o.adv, r, j - i, a);
+        if (computable && l->o.loss != LOSS_SFT) obj_advantages(l->o.adv, r, j - i, a);
         else
             for (size_t k = i; k < j; k++) a[k - i] = 0;
-        for (size_t k = i; k < j; k++) l->s[k].a = l->s[k].has_adv ? l->s[k].adv : a[k - i];
+        for (size_t k = i; k < j; k++) l->s[k].a = obj_advantage(l->s[k].has_adv, l->s[k].adv, a[k - i]);
         groups++;
         i = j;
     }
@@ -424,14 +368,13 @@ typedef struct {
 } loss_ctx;
 
 // --tis: token j's weight min(π_old / μ, C) as rl-ratio's token mode makes it
-// (mismatch.h mm_tis_weight, the same float), with log π_old = old; k3 and
-// capped counted.
+// (obj_tis_weight, the same float), with log π_old = old; k3 and capped counted.
 static double tis_weight(loss_ctx *c, const lseq *s, size_t j, float old) {
     double lr = (double)old - (double)s->lp[j], rho = exp(lr);
     int cut;
-    float w = mm_tis_weight(rho, c->l->o.tis, &cut);
+    float w = obj_tis_weight(rho, c->l->o.tis, &cut);
     c->capped += (uint64_t)cut;
-    c->k3 += rho - 1 - lr;
+    c->k3 += obj_k3(lr, rho);
     return w;
 }
 
@@ -442,28 +385,18 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *
     for (size_t i = 0; i < rows; i++) {
         lseq *s = c->mb[c->k];
         size_t j = c->j;
-        double w = s->w ? s->w[j] : 1, mask = s->mask ? s->mask[j] : 1, lp = logp[i], g, v;
+        double w = s->w ? s->w[j] : 1, mask = s->mask ? s->mask[j] : 1, lp = logp[i];
         if (o->loss == LOSS_PPO && c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
         if (o->tis > 0) w = tis_weight(c, s, j, o->loss == LOSS_PPO ? s->pi_old[j] : logp[i]);
-        if (o->loss == LOSS_SFT) {
-            v = -mask * lp;                   // −Σ log π_θ over the completion tokens kept
-            g = -mask;
-        } else if (o->loss == LOSS_PG) {      // (w held constant: its gradient is not taken)
-            v = -w * mask * s->a * lp;
-            g = -w * mask * s->a;
-        } else {   // PPO: −w·mask·min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = π_θ / π_old
-            double rho = exp(lp - (double)s->pi_old[j]);
-            double lo = 1 - o->ppo_eps, hi = 1 + o->ppo_eps, rc = rho < lo ? lo : rho > hi ? hi : rho;
-            double un = rho * s->a, cl = rc * s->a;
-            if (un <= cl) {                   // the unclipped term: d/dlogp (ρ·Â) = ρ·Â
-                v = -w * mask * un;
-                g = -w * mask * un;
-            } else {                          // the clipped one is constant in θ
-                v = -w * mask * cl;
-                g = 0;
-                c->clipped++;
-            }
+        obj_term term;
+        if (o->loss == LOSS_SFT) term = obj_sft(mask, lp);   // −Σ log π_θ over the completion tokens kept
+        else if (o->loss == LOSS_PG) term = obj_pg(w, mask, s->a, lp);
+        else {
+            int clipped;
+            term = obj_ppo(w, mask, s->a, lp, (double)s->pi_old[j], o->ppo_eps, &clipped);
+            c->clipped += (uint64_t)clipped;
         }
+        double v = term.v, g = term.g;
         c->loss += v / c->z;
         d[i] = (float)(g / c->z);
         if (++c->j == s->n) {
@@ -503,7 +436,7 @@ static void batch_stats(const learner_t *l, uint64_t version, lrn_metrics *m) {
             }
             if (s->lp && s->lp_learner) {
                 double lr = (double)s->lp_learner[t] - (double)s->lp[t], rho = exp(lr);
-                k3 += rho - 1 - lr;
+                k3 += obj_k3(lr, rho);
                 nk3++;
                 if (s->w) {
                     capped += s->w[t] < rho * (1 - 1e-6);

@@ -13,17 +13,15 @@
 
 #include "parallel/dist.h"
 #include "learn/adamw.h"
+#include "learn/objective.h"
 #include "model/model.h"
 #include "records/record.h"
 #include "template/chat.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum { LOSS_PG, LOSS_PPO, LOSS_SFT } loss_kind;
-typedef enum { ADV_GRPO, ADV_DRGRPO, ADV_RLOO } adv_kind;
 typedef enum { NORM_SEQS, NORM_TOKENS, NORM_CONST } norm_kind;
 
-// grpo's ε in (r − mean) / (std + ε), std with Bessel's correction (as TRL's GRPO).
-#define LRN_GRPO_EPS 1e-4
 // Tokens (prompt + completion) of one forward: a micro-batch that would hold
 // more is split further, so that the saved activations stay bounded.
 #define LRN_MICRO_TOKENS 16384
@@ -35,7 +33,7 @@ typedef struct {
     double norm_const;          // NORM_CONST: the divisor N
     double ppo_eps;             // PPO's clip range ε
     // > 0: truncated importance sampling in the learner (--tis C): each
-    // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (mismatch.h),
+    // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (objective.h),
     // with π_old the learner's own forward at the batch's first epoch (for pg,
     // the forward being differentiated, held constant) and μ the record's
     // "logp"; records carrying rl-ratio's "w" or "logp_learner" are refused.
@@ -63,9 +61,6 @@ int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err);
 int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err);
 const char *lrn_loss_name(loss_kind k);
 const char *lrn_adv_name(adv_kind k);
-
-// The advantages of one group's rewards r (n), into a (n).
-void lrn_advantages(adv_kind k, const double *r, size_t n, double *a);
 
 // What one step did (doc/design.md §4 and rl-learn(1) METRICS). "has_" flags say
 // whether the records carried what a statistic needs.

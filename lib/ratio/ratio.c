@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "learn/objective.h"
 #include "records/json.h"
 
 const ratio_opts ratio_default_opts = {.mode = RATIO_TOKEN, .clip = 2.0, .lo = 0, .hi = INFINITY};
@@ -71,7 +72,7 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
             double rho = exp((double)logp_learner[t] - (double)logp[t]);
             int cut;
             mask[t] = (uint8_t)inside(o, rho);
-            w[t] = mm_tis_weight(rho, cap ? o->clip : INFINITY, &cut);
+            w[t] = obj_tis_weight(rho, cap ? o->clip : INFINITY, &cut);
             capped += (size_t)cut;
         }
         return capped;
@@ -80,8 +81,8 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
     double sum = 0;   // log of the product of the ratios
     for (size_t t = 0; t < n; t++) sum += (double)logp_learner[t] - (double)logp[t];
     double log_r = o->mode == RATIO_SEQ ? sum : sum / (double)n;
-    int cut = cap && log_r > log(o->clip);
-    float wv = cut ? (float)o->clip : mm_weight_f32(exp(log_r));
+    int cut;
+    float wv = obj_seq_weight(log_r, cap ? o->clip : INFINITY, &cut);
     uint8_t m = (uint8_t)inside(o, exp(log_r));
     for (size_t t = 0; t < n; t++) {
         w[t] = wv;
@@ -91,114 +92,45 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
 }
 
 void ratio_input_free(ratio_input *in) {
-    u32_vec_free(&in->prompt_ids);
-    u32_vec_free(&in->ids);
-    u32_vec_free(&in->ver);
-    f32_vec_free(&in->logp);
-    f32_vec_free(&in->logp_learner);
+    rollout_view_free(&in->v);
     f32_vec_free(&in->w);
     u8_vec_free(&in->mask);
 }
 
-// Reads a field that must be there: 0, or -1 with err (missing, or `what` it is not).
-static int required(rec_status st, const char *key, const char *what, const char *why, rl_err *err) {
-    if (st == REC_MISSING) return err_set(err, "field \"%s\" is missing (%s)", key, why);
-    if (st == REC_TYPE) return err_set(err, "field \"%s\" is not %s", key, what);
-    return 0;
-}
-
-// An optional field: 1 present, 0 absent, -1 of the wrong type (err set).
-static int optional(rec_status st, const char *key, const char *what, rl_err *err) {
-    if (st == REC_TYPE) return err_set(err, "field \"%s\" is not %s", key, what);
-    return st == REC_OK;
-}
-
-static int same_length(const char *key, size_t n, size_t n_ids, rl_err *err) {
-    if (n == n_ids) return 0;
-    return err_set(err, "field \"%s\" has %zu elements but \"ids\" has %zu (one per completion token)", key, n,
-                   n_ids);
-}
-
-// Log-probabilities: never NaN or +inf; -inf only where allowed.
-static int check_logps(const char *key, const f32_vec *v, int allow_neg_inf, rl_err *err) {
-    for (size_t t = 0; t < v->n; t++) {
-        float x = v->v[t];
-        if (isnan(x) || (isinf(x) && (x > 0 || !allow_neg_inf)))
-            return err_set(err, "field \"%s\" holds %s at token %zu (a log-probability is finite%s)", key,
-                           isnan(x) ? "NaN" : x > 0 ? "+inf" : "-inf", t, allow_neg_inf ? " or -inf" : "");
-    }
-    return 0;
-}
-
-static int check_vocab(const char *key, const u32_vec *v, uint32_t vocab, rl_err *err) {
-    for (size_t t = 0; t < v->n; t++)
-        if (v->v[t] >= vocab)
-            return err_set(err, "field \"%s\" holds token id %u at position %zu, not below the model's vocabulary size %u",
-                           key, v->v[t], t, vocab);
-    return 0;
-}
-
-#define U32S "an array of unsigned 32-bit integers"
-#define F32S "an array of numbers (float32)"
-
 int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *err) {
-    if (required(rec_get_u32s(r, "ids", &in->ids), "ids", U32S, "the completion's token ids", err) ||
-        required(rec_get_f32s(r, "logp", &in->logp), "logp", F32S, "the sampler's log-probabilities", err) ||
-        same_length("logp", in->logp.n, in->ids.n, err) || check_logps("logp", &in->logp, 0, err))
+    rollout_view *v = &in->v;
+    if (rollout_read(v, r, err) || rollout_require(v, RO_IDS, "the completion's token ids", err) ||
+        rollout_require(v, RO_LOGP, "the sampler's log-probabilities", err))
         return -1;
-    size_t n = in->ids.n;
-    int has;
-    if ((has = optional(rec_get_u32s(r, "ver", &in->ver), "ver", U32S, err)) < 0) return -1;
-    if (has && same_length("ver", in->ver.n, n, err)) return -1;
-    in->has_ver = has;
-
-    if (!need->score) {
-        if (required(rec_get_f32s(r, "logp_learner", &in->logp_learner), "logp_learner", F32S,
-                     "give --model DIR to compute it", err) ||
-            same_length("logp_learner", in->logp_learner.n, n, err) ||
-            check_logps("logp_learner", &in->logp_learner, 1, err))
-            return -1;
-        if ((has = optional(rec_get_uint(r, "ver_learner", &in->ver_learner), "ver_learner",
-                            "an unsigned integer", err)) < 0)
-            return -1;
-        in->has_ver_learner = has;
-    } else {
-        if (required(rec_get_u32s(r, "prompt_ids", &in->prompt_ids), "prompt_ids", U32S,
-                     "the prompt's token ids, needed to score the completion", err))
-            return -1;
-        if (!in->prompt_ids.n)
-            return err_set(err, "field \"prompt_ids\" is empty (the learner needs at least one token of context)");
-        if (check_vocab("prompt_ids", &in->prompt_ids, need->vocab, err) || check_vocab("ids", &in->ids, need->vocab, err))
-            return -1;
-        // the last token is predicted, never read: n_prompt + n - 1 positions
-        if (need->max_len && n && in->prompt_ids.n + n - 1 > need->max_len)
-            return err_set(err, "prompt and completion are %zu tokens; scoring reads %zu of them, more than "
-                           "the model's %s %zu", in->prompt_ids.n + n, in->prompt_ids.n + n - 1,
-                           need->max_len_key ? need->max_len_key : "max_position_embeddings", need->max_len);
-        if (required(rec_get_f64(r, "temperature", &in->temperature), "temperature", "a number",
-                     "the learner scores at the sampling temperature", err))
-            return -1;
-        if (!(in->temperature > 0) || isinf(in->temperature))
-            return err_set(err, "field \"temperature\" is %g; scoring needs a positive temperature", in->temperature);
-        if (in->logp_learner.cap < n) {
-            in->logp_learner.cap = n;
-            in->logp_learner.v = xrealloc(in->logp_learner.v, n * sizeof *in->logp_learner.v);
-        }
-        in->logp_learner.n = n;
-        in->has_ver_learner = 0;
+    size_t n = v->n;
+    if (!need->score) return rollout_require(v, RO_LOGP_LEARNER, "give --model DIR to compute it", err);
+    if (rollout_require(v, RO_PROMPT_IDS, "the prompt's token ids, needed to score the completion", err)) return -1;
+    if (!v->prompt_ids.n)
+        return err_set(err, "field \"prompt_ids\" is empty (the learner needs at least one token of context)");
+    if (rollout_vocab("prompt_ids", v->prompt_ids.v, v->prompt_ids.n, need->vocab, err) ||
+        rollout_vocab("ids", v->ids.v, n, need->vocab, err))
+        return -1;
+    // the last token is predicted, never read: n_prompt + n - 1 positions
+    if (need->max_len && n && v->prompt_ids.n + n - 1 > need->max_len)
+        return err_set(err, "prompt and completion are %zu tokens; scoring reads %zu of them, more than "
+                       "the model's %s %zu", v->prompt_ids.n + n, v->prompt_ids.n + n - 1,
+                       need->max_len_key ? need->max_len_key : "max_position_embeddings", need->max_len);
+    if (rollout_require(v, RO_TEMPERATURE, "the learner scores at the sampling temperature", err)) return -1;
+    if (!(v->temperature > 0) || isinf(v->temperature))
+        return err_set(err, "field \"temperature\" is %g; scoring needs a positive temperature", v->temperature);
+    if (v->logp_learner.cap < n) {
+        v->logp_learner.cap = n;
+        v->logp_learner.v = xrealloc(v->logp_learner.v, n * sizeof *v->logp_learner.v);
     }
-    in->top_p = 1;
-    in->top_k = 0;
-    if (optional(rec_get_f64(r, "top_p", &in->top_p), "top_p", "a number", err) < 0 ||
-        optional(rec_get_int(r, "top_k", &in->top_k), "top_k", "an integer", err) < 0)
-        return -1;
+    v->logp_learner.n = n;
+    v->has &= ~RO_VER_LEARNER;
     return 0;
 }
 
-int ratio_filtered(const ratio_input *in) { return in->top_p != 1 || in->top_k > 0; }
+int ratio_filtered(const ratio_input *in) { return in->v.top_p != 1 || in->v.top_k > 0; }
 
 size_t ratio_compute(const ratio_opts *o, ratio_input *in) {
-    size_t n = in->ids.n;
+    size_t n = in->v.n;
     if (in->w.cap < n) {
         in->w.cap = n;
         in->w.v = xrealloc(in->w.v, n * sizeof *in->w.v);
@@ -208,13 +140,13 @@ size_t ratio_compute(const ratio_opts *o, ratio_input *in) {
         in->mask.v = xrealloc(in->mask.v, n);
     }
     in->w.n = in->mask.n = n;
-    return ratio_weights(o, in->logp.v, in->logp_learner.v, n, in->w.v, in->mask.v);
+    return ratio_weights(o, in->v.logp.v, in->v.logp_learner.v, n, in->w.v, in->mask.v);
 }
 
 void ratio_store(const ratio_input *in, int scored, rec_t *r) {
     if (scored) {
-        rec_set_f32s(r, "logp_learner", in->logp_learner.v, in->logp_learner.n);
-        rec_set_uint(r, "ver_learner", in->ver_learner);
+        rec_set_f32s(r, "logp_learner", in->v.logp_learner.v, in->v.logp_learner.n);
+        rec_set_uint(r, "ver_learner", in->v.ver_learner);
     }
     rec_set_f32s(r, "w", in->w.v, in->w.n);
     rec_set_u8s(r, "mask", in->mask.v, in->mask.n);
@@ -227,16 +159,17 @@ void ratio_acc_init(ratio_acc *a) {
 
 void ratio_acc_skip(ratio_acc *a, const ratio_input *in) {
     a->records++;
-    a->tokens += in->ids.n;
+    a->tokens += in->v.n;
     a->skipped++;
 }
 
 void ratio_acc_add(ratio_acc *a, const ratio_input *in, size_t capped) {
-    size_t n = in->ids.n;
+    const rollout_view *v = &in->v;
+    size_t n = v->n;
     a->records++;
     a->tokens += n;
-    mm_add_capped(&a->mm, in->logp.v, in->logp_learner.v, in->w.v, in->mask.v, n, capped);
-    if (in->has_ver && in->has_ver_learner) mm_add_lag(&a->mm, in->ver.v, n, in->ver_learner);
+    mm_add_capped(&a->mm, v->logp.v, v->logp_learner.v, in->w.v, in->mask.v, n, capped);
+    if ((v->has & RO_VER) && (v->has & RO_VER_LEARNER)) mm_add_lag(&a->mm, v->ver.v, n, v->ver_learner);
 }
 
 // The quantities of one metrics line, in order; NaN where undefined.

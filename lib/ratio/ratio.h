@@ -22,6 +22,7 @@
 
 #include "records/mismatch.h"
 #include "records/record.h"
+#include "records/rollout.h"
 
 typedef enum { RATIO_TOKEN = 0, RATIO_SEQ, RATIO_GEO, RATIO_NONE } ratio_mode;
 
@@ -56,27 +57,22 @@ typedef struct {
     const char *max_len_key;   // the config key that sets max_len, for messages (cfg_max_seq)
 } ratio_need;
 
-// The fields of one rollout record that weighting reads, decoded, and its
+// One rollout record as weighting reads it (records/rollout.h), and its
 // results (reused from record to record).
 typedef struct {
-    u32_vec prompt_ids, ids, ver;
-    f32_vec logp, logp_learner;      // logp_learner: from the record, or filled by a model
+    rollout_view v;                  // v.logp_learner: from the record, or filled by a model; v's
+                                     // strings point into the record read (a held copy does not keep them)
     f32_vec w;
     u8_vec mask;
-    int has_ver, has_ver_learner;
-    uint64_t ver_learner;
-    double temperature;              // with need->score
-    double top_p;                    // 1 when absent
-    int64_t top_k;                   // 0 when absent (<= 0: no top-k)
 } ratio_input;
 
 void ratio_input_free(ratio_input *in);
 
-// Decodes and checks the fields of r: ids and logp of equal lengths, finite
-// logp; without need->score, logp_learner of the same length, neither NaN
-// nor +inf (-inf is a learner probability of 0); with it, non-empty
-// prompt_ids, token ids below the vocabulary, a positive temperature; ver of
-// the same length if present; types of ver_learner, top_p, top_k.
+// Reads r into in->v (rollout_read: types, lengths and ranges of every
+// field) and checks what weighting needs besides: ids and logp; without
+// need->score, logp_learner; with it, non-empty prompt_ids, token ids below
+// the vocabulary, a positive temperature (a logp_learner in r is then not
+// used, and ver_learner cleared).
 // 0, or -1 with err naming the field (the caller adds where the record is).
 int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *err);
 

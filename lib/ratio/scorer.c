@@ -165,10 +165,10 @@ uint64_t scr_take_group_size(scorer_t *s, const rec_t *in) {
 // The reward of held record h for skip_uniform: 0 and *r, or -1 where it
 // cannot be skipped (no group, no finite reward, or an advantage of its own).
 static int uniform_key(const held_rec *h, uint64_t *group, double *r) {
-    return rec_get_uint(h->rec, "group", group) == REC_OK && rec_get_f64(h->rec, "reward", r) == REC_OK &&
-                   isfinite(*r) && !rec_has(h->rec, "adv")
-               ? 0
-               : -1;
+    const rollout_view *v = &h->in.v;
+    *group = v->group;
+    *r = v->reward;
+    return (v->has & RO_GROUP) && (v->has & RO_REWARD) && isfinite(v->reward) && !(v->has & RO_ADV) ? 0 : -1;
 }
 
 // Marks skip on the held records [0, n) that form whole groups of
@@ -202,13 +202,14 @@ static int score(scorer_t *s, size_t n, rl_err *err) {
         size_t j = i, k = 0, tokens = 0;
         for (; j < n; j++) {
             ratio_input *in = &s->held[j].in;
-            if (!in->ids.n || s->held[j].skip) continue;   // nothing to score
-            size_t t = in->prompt_ids.n + in->ids.n;
+            const rollout_view *v = &in->v;
+            if (!v->n || s->held[j].skip) continue;   // nothing to score
+            size_t t = v->prompt_ids.n + v->n;
             if (k && tokens + t > s->o.forward_tokens) break;
             tokens += t;
-            s->seqs[k++] = (model_seq){.prompt = in->prompt_ids.v, .n_prompt = in->prompt_ids.n,
-                                       .ids = in->ids.v, .n_ids = in->ids.n,
-                                       .temperature = (float)in->temperature, .logp = in->logp_learner.v};
+            s->seqs[k++] = (model_seq){.prompt = v->prompt_ids.v, .n_prompt = v->prompt_ids.n,
+                                       .ids = v->ids.v, .n_ids = v->n,
+                                       .temperature = (float)v->temperature, .logp = in->v.logp_learner.v};
         }
         rl_err e;
         if (k && model_score_groups(s->o.model, s->seqs, k, &e))
@@ -252,8 +253,8 @@ int scr_flush(scorer_t *s, recw_t *w, rl_err *err) {
             continue;
         }
         if (s->o.model) {
-            h->in.ver_learner = ver;
-            h->in.has_ver_learner = 1;
+            h->in.v.ver_learner = ver;
+            h->in.v.has |= RO_VER_LEARNER;
         }
         size_t capped = ratio_compute(&s->o.ratio, &h->in);
         ratio_store(&h->in, s->o.model != NULL, h->rec);
@@ -276,7 +277,7 @@ int scr_add(scorer_t *s, const rec_t *r, const char *where, recw_t *w, rl_err *e
         snprintf(s->warning, sizeof s->warning,
                  "%.400s was sampled with top_p %g, top_k %lld; learner log-probabilities do not apply "
                  "top-p/top-k, so its ratios are biased (sample with top_p 1, top_k 0; said once)",
-                 where, h->in.top_p, (long long)h->in.top_k);
+                 where, h->in.v.top_p, (long long)h->in.v.top_k);
         s->warn_state = 1;
     }
     if (!h->rec) h->rec = rec_new();   // slots fill as records come: a large --batch costs only what is used

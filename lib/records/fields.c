@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "records/rollout.h"
+
 static const struct {
     const char *key;
     fld_type type;
@@ -15,9 +17,6 @@ static const struct {
     {"mask", FLD_MASK},       {"adv", FLD_F64},           {"completion", FLD_STR},
     {"stop_reason", FLD_STR}, {"messages", FLD_ANY},
 };
-
-// Arrays with one entry per completion token.
-static const char *PER_TOKEN[] = {"ids", "logp", "ver", "logp_learner", "w", "mask"};
 
 fld_type fld_type_of(const char *key, size_t len) {
     for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS; i++)
@@ -37,45 +36,9 @@ const char *fld_type_name(fld_type t) {
     }
 }
 
-static rec_status check_one(const rec_t *r, const char *key, fld_type t) {
-    uint64_t u;
-    double d;
-    const char *s;
-    size_t n;
-    static __thread u32_vec u32;
-    static __thread f32_vec f32;
-    static __thread u8_vec u8;
-    switch (t) {
-    case FLD_UINT: return rec_get_uint(r, key, &u);
-    case FLD_F64: return rec_get_f64(r, key, &d);
-    case FLD_STR: return rec_get_str(r, key, &s, &n);
-    case FLD_U32S: return rec_get_u32s(r, key, &u32);
-    case FLD_F32S: return rec_get_f32s(r, key, &f32);
-    case FLD_MASK: {
-        rec_status st = rec_get_u8s(r, key, &u8);
-        for (size_t i = 0; st == REC_OK && i < u8.n; i++)
-            if (u8.v[i] > 1) st = REC_TYPE;
-        return st;
-    }
-    default: return REC_OK;
-    }
-}
-
 int fld_check(const rec_t *r, rl_err *err) {
-    for (size_t i = 0; i < sizeof FIELDS / sizeof *FIELDS; i++)
-        if (check_one(r, FIELDS[i].key, FIELDS[i].type) == REC_TYPE)
-            return err_set(err, "field \"%s\" is not %s", FIELDS[i].key, fld_type_name(FIELDS[i].type));
-    const char *first = NULL;
-    size_t first_n = 0;
-    for (size_t i = 0; i < sizeof PER_TOKEN / sizeof *PER_TOKEN; i++) {
-        size_t n;
-        if (rec_get_len(r, PER_TOKEN[i], &n) != REC_OK) continue;
-        if (!first) { first = PER_TOKEN[i]; first_n = n; }
-        else if (n != first_n)
-            return err_set(err, "field \"%s\" has %zu elements but \"%s\" has %zu (one per completion token)",
-                           PER_TOKEN[i], n, first, first_n);
-    }
-    return 0;
+    static __thread rollout_view v;   // its arrays reused from record to record
+    return rollout_decode(&v, r, err);
 }
 
 int fld_group_size(const rec_t *h, uint64_t *group) {

@@ -24,8 +24,9 @@ typedef enum {
 fld_type fld_type_of(const char *key, size_t len);
 const char *fld_type_name(fld_type t);   // "an array of float32", ...
 
-// Known fields of r have their types, and the per-token arrays (ids, logp,
-// ver, logp_learner, w, mask) have equal lengths. 0, or -1 with err.
+// Known fields of r have their types and the per-token arrays (ids, logp,
+// ver, logp_learner, w, mask) equal lengths: the rollout view's checks
+// but those of ranges (rollout.h rollout_decode). 0, or -1 with err.
 int fld_check(const rec_t *r, rl_err *err);
 
 // A member header's "sampling"."group", the records of each of its groups

@@ -1,6 +1,5 @@
 #include "records/mismatch.h"
 
-#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -77,10 +76,3 @@ double mm_ess(const mm_acc *a) {
     return a->n_ess && a->sum_w2 > 0 ? a->sum_w * a->sum_w / ((double)a->n_ess * a->sum_w2) : NAN;
 }
 double mm_lag_mean(const mm_acc *a) { return ratio(a->sum_lag, a->n_lag); }
-
-float mm_weight_f32(double x) { return x > FLT_MAX ? FLT_MAX : (float)x; }
-
-float mm_tis_weight(double rho, double clip, int *capped) {
-    *capped = rho > clip;
-    return *capped ? (float)clip : mm_weight_f32(rho);
-}

@@ -37,14 +37,6 @@ void mm_add_capped(mm_acc *a, const float *logp, const float *logp_learner, cons
                    const uint8_t *mask, size_t n, size_t n_capped);
 void mm_add_lag(mm_acc *a, const uint32_t *ver, size_t n, uint64_t ver_learner);
 
-// A weight as a float32: a ratio beyond the float32 range is FLT_MAX, not
-// inf (so that w * mask is never inf * 0).
-float mm_weight_f32(double x);
-// One token's truncated importance weight (TIS): min(rho, clip) as a float32
-// (clip +inf: no cap); *capped is set to whether rho > clip. rl-ratio's token
-// mode and rl-learn --tis both weigh by it.
-float mm_tis_weight(double rho, double clip, int *capped);
-
 double mm_k1(const mm_acc *a);
 double mm_k3(const mm_acc *a);
 double mm_ratio_mean(const mm_acc *a);

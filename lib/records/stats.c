@@ -15,11 +15,7 @@ void stats_init(stats_t *s) {
 
 void stats_free(stats_t *s) {
     for (int i = 0; i < STATS_MAX_FINISH; i++) free(s->finish[i]);
-    u32_vec_free(&s->ver);
-    f32_vec_free(&s->logp);
-    f32_vec_free(&s->logp_learner);
-    f32_vec_free(&s->w);
-    u8_vec_free(&s->mask);
+    rollout_view_free(&s->view);
 }
 
 static void count_finish(stats_t *s, const char *reason, size_t n) {
@@ -36,69 +32,46 @@ static void count_finish(stats_t *s, const char *reason, size_t n) {
     s->finish_other++;
 }
 
-// Gets an optional field: 1 present, 0 absent, -1 wrong type (err set).
-#define OPTIONAL(call, key, what)                                                \
-    ({                                                                           \
-        rec_status st_ = (call);                                                 \
-        st_ == REC_TYPE ? err_set(err, "field \"%s\" is not %s", key, what)      \
-                        : st_ == REC_OK;                                         \
-    })
-
 int stats_add(stats_t *s, const rec_t *r, rl_err *err) {
     s->records++;
-    uint64_t g, vl;
-    int has;
-    if ((has = OPTIONAL(rec_get_uint(r, "group", &g), "group", "an unsigned integer")) < 0) return -1;
-    if (has && (!s->have_group || g != s->last_group)) s->groups++;
+    rollout_view *v = &s->view;
+    if (rollout_decode(v, r, err)) return -1;   // describes any float a writer wrote: no ranges
+    int has = !!(v->has & RO_GROUP);
+    if (has && (!s->have_group || v->group != s->last_group)) s->groups++;
     s->have_group = has;
-    if (has) s->last_group = g;
+    if (has) s->last_group = v->group;
 
-    double reward;
-    if ((has = OPTIONAL(rec_get_f64(r, "reward", &reward), "reward", "a number")) < 0) return -1;
-    if (has) {
+    if (v->has & RO_REWARD) {
         s->rewarded++;
-        s->sum_reward += reward;
-        s->positive += reward > 0;
+        s->sum_reward += v->reward;
+        s->positive += v->reward > 0;
     }
-    size_t n;
-    if ((has = OPTIONAL(rec_get_len(r, "ids", &n), "ids", "an array")) < 0) return -1;
-    if (has) {
+    if (v->has & RO_IDS) {
         s->seqs++;
-        s->tokens += n;
-        if (n > s->tokens_max) s->tokens_max = n;
+        s->tokens += v->n;
+        if (v->n > s->tokens_max) s->tokens_max = v->n;
     }
-    const char *fin;
-    size_t fin_len;
-    if ((has = OPTIONAL(rec_get_str(r, "finish", &fin, &fin_len), "finish", "a string")) < 0) return -1;
-    if (has) count_finish(s, fin, fin_len);
+    if (v->has & RO_FINISH) count_finish(s, v->finish, v->finish_len);
 
-    int has_ver = OPTIONAL(rec_get_u32s(r, "ver", &s->ver), "ver", "an array of unsigned integers");
-    if (has_ver < 0) return -1;
-    if (has_ver && s->ver.n) {
+    const u32_vec *ver = &v->ver;
+    if ((v->has & RO_VER) && ver->n) {
         s->ver_seqs++;
-        uint32_t lo = s->ver.v[0], hi = s->ver.v[0];
-        for (size_t t = 1; t < s->ver.n; t++) {
-            if (s->ver.v[t] < lo) lo = s->ver.v[t];
-            if (s->ver.v[t] > hi) hi = s->ver.v[t];
+        uint32_t lo = ver->v[0], hi = ver->v[0];
+        for (size_t t = 1; t < ver->n; t++) {
+            if (ver->v[t] < lo) lo = ver->v[t];
+            if (ver->v[t] > hi) hi = ver->v[t];
         }
         s->ver_mixed += lo != hi;
         if (lo < s->ver_min) s->ver_min = lo;
         if (hi > s->ver_max) s->ver_max = hi;
-        if ((has = OPTIONAL(rec_get_uint(r, "ver_learner", &vl), "ver_learner", "an unsigned integer")) < 0) return -1;
-        if (has) mm_add_lag(&s->mm, s->ver.v, s->ver.n, vl);
+        if (v->has & RO_VER_LEARNER) mm_add_lag(&s->mm, ver->v, ver->n, v->ver_learner);
     }
 
-    int hl = OPTIONAL(rec_get_f32s(r, "logp", &s->logp), "logp", "an array of numbers");
-    int hll = OPTIONAL(rec_get_f32s(r, "logp_learner", &s->logp_learner), "logp_learner", "an array of numbers");
-    int hw = OPTIONAL(rec_get_f32s(r, "w", &s->w), "w", "an array of numbers");
-    int hm = OPTIONAL(rec_get_u8s(r, "mask", &s->mask), "mask", "an array of 0/1");
-    if (hl < 0 || hll < 0 || hw < 0 || hm < 0) return -1;
-    size_t len = hl ? s->logp.n : hw ? s->w.n : hm ? s->mask.n : 0;
-    if ((hll && (!hl || s->logp_learner.n != len)) || (hw && s->w.n != len) || (hm && s->mask.n != len))
-        return err_set(err, "per-token fields logp, logp_learner, w, mask have different lengths");
+    int hl = !!(v->has & RO_LOGP), hll = !!(v->has & RO_LOGP_LEARNER), hw = !!(v->has & RO_W),
+        hm = !!(v->has & RO_MASK);
     if (hl || hw || hm)
-        mm_add(&s->mm, hl && hll ? s->logp.v : NULL, hl && hll ? s->logp_learner.v : NULL,
-               hw ? s->w.v : NULL, hm ? s->mask.v : NULL, len);
+        mm_add(&s->mm, hl && hll ? v->logp.v : NULL, hl && hll ? v->logp_learner.v : NULL, hw ? v->w.v : NULL,
+               hm ? v->mask.v : NULL, v->n);
     return 0;
 }
 

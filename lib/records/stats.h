@@ -8,6 +8,7 @@
 
 #include "records/mismatch.h"
 #include "records/record.h"
+#include "records/rollout.h"
 
 #define STATS_MAX_FINISH 16
 
@@ -24,15 +25,12 @@ typedef struct {
     uint64_t ver_seqs, ver_mixed;
     uint64_t ver_min, ver_max;
     mm_acc mm;
-    // scratch for decoding fields
-    u32_vec ver;
-    f32_vec logp, logp_learner, w;
-    u8_vec mask;
+    rollout_view view;                            // the record being added
 } stats_t;
 
 void stats_init(stats_t *s);
 void stats_free(stats_t *s);
-// Adds one record; fields of the wrong type are an error (-1, err).
+// Adds one record; a record rollout_decode refuses is an error (-1, err).
 int stats_add(stats_t *s, const rec_t *r, rl_err *err);
 // Appends the summary as an aligned table, or as one JSON object; each ends with a newline.
 void stats_table(const stats_t *s, sbuf *out);

@@ -5,14 +5,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "records/rollout.h"
 #include "records/source.h"
 
 // Rollout fields that rl-sample sets (doc/design.md §2) or that later tools own: a
 // prompt carrying one would have it overwritten or misread downstream.
-static const char *const RESERVED[] = {"id",   "group", "ids",          "text",        "logp", "ver",
-                                       "finish", "reward", "temperature", "top_p",      "top_k", "dtype",
-                                       "logp_learner", "ver_learner", "w", "mask", "adv", "completion",
-                                       "stop_reason"};
+static const unsigned RESERVED = RO_ID | RO_GROUP | RO_IDS | RO_TEXT | RO_LOGP | RO_VER | RO_FINISH | RO_REWARD |
+                                 RO_TEMPERATURE | RO_TOP_P | RO_TOP_K | RO_DTYPE | RO_LOGP_LEARNER | RO_VER_LEARNER |
+                                 RO_W | RO_MASK | RO_ADV | RO_COMPLETION | RO_STOP_REASON;
 
 static void prompt_free(prompt *p) {
     rec_free(p->rec);
@@ -22,38 +22,33 @@ static void prompt_free(prompt *p) {
     free(p->where);
 }
 
-static int get_answer(prompt *p, const rec_t *r, rl_err *err) {
-    const char *a;
-    if (rec_get_str(r, "answer", &a, &p->answer_len) == REC_OK) {
-        p->answer = xmalloc(p->answer_len + 1);
-        memcpy(p->answer, a, p->answer_len);
-        p->answer[p->answer_len] = 0;
-    } else if (rec_has(r, "answer")) {
-        return err_set(err, "\"answer\" is not a string");
-    }
-    return 0;
+static void get_answer(prompt *p, const rollout_view *v) {
+    if (!(v->has & RO_ANSWER)) return;
+    p->answer_len = v->answer_len;
+    p->answer = xmalloc(p->answer_len + 1);
+    memcpy(p->answer, v->answer, p->answer_len);
+    p->answer[p->answer_len] = 0;
 }
 
 static int check_length(const prompt *p, const prm_opts *o, rl_err *err);
 
 // A conversation: rendered by the chat template with the generation prompt,
 // then tokenized as apply_chat_template(tokenize=True) does.
-static int prompt_messages(prompt *p, const rec_t *r, const prm_opts *o, rl_err *err) {
-    if (rec_has(r, "prompt") || rec_has(r, "prompt_ids"))
+static int prompt_messages(prompt *p, const rollout_view *v, const prm_opts *o, rl_err *err) {
+    if (v->has & (RO_PROMPT | RO_PROMPT_IDS))
         return err_set(err, "the prompt has \"messages\" and \"%s\": give one of them",
-                       rec_has(r, "prompt") ? "prompt" : "prompt_ids");
+                       v->has & RO_PROMPT ? "prompt" : "prompt_ids");
     if (!o->chat)
         return err_set(err, "\"messages\" need the model's chat template, and the model has none (no "
                        "\"chat_template\" in tokenizer_config.json, no chat_template.jinja)");
-    if (get_answer(p, r, err)) return -1;
-    size_t n;
-    const uint8_t *msgs = rec_value(r, (size_t)rec_find(r, "messages"), &n);
+    get_answer(p, v);
+    size_t n = v->messages_len;
     if (n > o->max_text)
         return err_set(err, "\"messages\" has %zu bytes, more than the %zu that the model's context (%zu tokens) "
                        "could hold: refused before it is rendered", n, o->max_text, o->max_ids + 1);
     sbuf text = {0};
     u32_vec ids = {0};
-    int rc = chat_encode(o->chat, msgs, n, 1, &text, &ids, NULL, &p->tok, err);
+    int rc = chat_encode(o->chat, v->messages, n, 1, &text, &ids, NULL, &p->tok, err);
     p->rendered = (char *)text.data;
     p->text = p->rendered ? p->rendered : "";
     p->text_len = text.len;
@@ -63,28 +58,26 @@ static int prompt_messages(prompt *p, const rec_t *r, const prm_opts *o, rl_err 
     return check_length(p, o, err);
 }
 
-// Fills p from the record r (taken over). 0, or -1 with err (without "where").
-static int prompt_from(prompt *p, rec_t *r, const prm_opts *o, rl_err *err) {
+// Fills p from the record r (taken over), read into v. 0, or -1 with err (without "where").
+static int prompt_from(prompt *p, rec_t *r, rollout_view *v, const prm_opts *o, rl_err *err) {
     memset(p, 0, sizeof *p);
     p->rec = r;
-    for (size_t k = 0; k < sizeof RESERVED / sizeof *RESERVED; k++)
-        if (rec_has(r, RESERVED[k]))
-            return err_set(err, "the prompt carries \"%s\", a field rl-sample writes itself; rename it", RESERVED[k]);
-    if (rec_has(r, "messages")) return prompt_messages(p, r, o, err);
-    if (rec_get_str(r, "prompt", &p->text, &p->text_len) != REC_OK)
-        return err_set(err, rec_has(r, "prompt") ? "\"prompt\" is not a string" : "no \"prompt\" and no \"messages\"");
-    if (get_answer(p, r, err)) return -1;
-    if (rec_has(r, "prompt_ids")) {
-        u32_vec v = {0};
-        if (rec_get_u32s(r, "prompt_ids", &v) != REC_OK) {
-            u32_vec_free(&v);
-            return err_set(err, "\"prompt_ids\" is not an array of token ids");
-        }
-        p->ids = v.v;
-        p->n_ids = v.n;
-        for (size_t t = 0; t < v.n; t++)
-            if (v.v[t] >= o->vocab)
-                return err_set(err, "prompt_ids[%zu] = %u is outside the vocabulary (%zu tokens)", t, v.v[t], o->vocab);
+    if (rollout_read(v, r, err)) return -1;
+    if (v->has & RESERVED) {
+        unsigned first = v->has & RESERVED & -(v->has & RESERVED);
+        return err_set(err, "the prompt carries \"%s\", a field rl-sample writes itself; rename it",
+                       rollout_field_name(first));
+    }
+    if (v->has & RO_MESSAGES) return prompt_messages(p, v, o, err);
+    if (!(v->has & RO_PROMPT)) return err_set(err, "no \"prompt\" and no \"messages\"");
+    p->text = v->prompt;
+    p->text_len = v->prompt_len;
+    get_answer(p, v);
+    if (v->has & RO_PROMPT_IDS) {
+        p->n_ids = v->prompt_ids.n;
+        p->ids = xmalloc(p->n_ids ? p->n_ids * sizeof *p->ids : 1);
+        if (p->n_ids) memcpy(p->ids, v->prompt_ids.v, p->n_ids * sizeof *p->ids);
+        if (rollout_vocab("prompt_ids", p->ids, p->n_ids, o->vocab, err)) return -1;
     } else {
         size_t cap = 0;
         rl_err e;
@@ -119,6 +112,7 @@ int prm_read(prompt_set *ps, const char *path, const prm_opts *opts, rl_err *err
     if (!s) return -1;
     const char *name = strcmp(path, "-") ? path : "(stdin)";
     rec_t *r = rec_new();
+    rollout_view v = {0};
     int rc = 0;
     for (;;) {
         recr_event ev = src_next(s, r);
@@ -145,7 +139,7 @@ int prm_read(prompt_set *ps, const char *path, const prm_opts *opts, rl_err *err
         }
         prompt *p = &ps->v[ps->n];
         rl_err e;
-        if (prompt_from(p, r, o, &e)) {
+        if (prompt_from(p, r, &v, o, &e)) {
             prompt_free(p);
             r = NULL;
             rc = err_set(err, "%s: %s", e.msg, where);
@@ -157,6 +151,7 @@ int prm_read(prompt_set *ps, const char *path, const prm_opts *opts, rl_err *err
         r = rec_new();
     }
     rec_free(r);
+    rollout_view_free(&v);
     src_close(s);
     return rc;
 }

@@ -88,7 +88,7 @@ expect "without --resume, a used --out: exit 1 suggesting --resume" 1 \
     '^rl-learn: error: ck already holds checkpoints \(latest: ck/v000003\): continue with --resume' -- \
     rl-learn --init m --out ck r.rlr
 expect "a bad record: exit 1 naming the field, the file and the record" 1 \
-    '^rl-learn: error: "mask" has 2 values for 3 completion tokens: bad.rlr record 9$' -- \
+    '^rl-learn: error: field "mask" has 2 elements but "ids" has 3 \(one per completion token\): bad.rlr record 9$' -- \
     rl-learn --init m --out ck2 --batch 2 -q bad.rlr
 check "a bad record: the steps before it are kept" "latest: $(cat ck2/latest 2>&1)" \
     eval '[ "$(cat ck2/latest)" = v000004 ]'

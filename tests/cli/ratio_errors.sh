@@ -155,7 +155,7 @@ bad "top_k a float" float-top-k.rlr 'field "top_k" is not an integer'
 expect "-inf in logp_learner (learner probability 0): accepted" 0 '' -- rl-ratio -q neginf-learner.rlr -o ok.rlr
 check "-inf in logp_learner: weight 0 for that token" "$(rl-cat --json ok.rlr 2>&1 | sed -n 4p | head -c 300)" \
     eval "rl-cat --json ok.rlr | sed -n 4p | grep -q '\"w\":\[[^]]*,0\.0\]'"
-expect "without --model the temperature is not read" 0 '' -- rl-ratio -q str-temperature.rlr -o ok.rlr
+bad "temperature a string, without --model too (every field is checked)" str-temperature.rlr 'field "temperature" is not a number'
 expect "member of kind prompts: refused" 1 '^rl-ratio: error: member of kind "prompts".*rollouts.*: prompts\.rlr$' \
     -- rl-ratio prompts.rlr -o x.rlr
 expect "top_k > 0: one warning, not one per record" 0 '^rl-ratio: warning: .*top-k\.rlr record 0.*top_k 40' \

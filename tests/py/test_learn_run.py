@@ -474,7 +474,7 @@ def a_mask_of_the_wrong_length_is_an_error_naming_the_record():
         r["ids"] = [1, 2, 3, 4]
         r["ver"] = [0] * 4
         r["mask"] = [1, 0, 1]
-    bad_record("mask", change, '"mask" has 3 values for 4 completion tokens', index=3)
+    bad_record("mask", change, 'field "mask" has 3 elements but "ids" has 4 (one per completion token)', index=3)
 
 
 @case
@@ -483,7 +483,7 @@ def w_of_the_wrong_length_is_an_error_naming_the_record():
         r["ids"] = [7, 8]
         r["ver"] = [0] * 2
         r["w"] = [1.0] * 3
-    bad_record("w", change, '"w" has 3 values for 2 completion tokens')
+    bad_record("w", change, 'field "w" has 3 elements but "ids" has 2 (one per completion token)')
 
 
 def sampled(recs, seed):
@@ -548,7 +548,7 @@ def a_token_id_outside_the_vocabulary_is_an_error_naming_the_record():
     def change(r):
         r["ids"] = [5, VOCAB, 6]
         r["ver"] = [0] * 3
-    bad_record("vocab", change, f'"ids"[1] = {VOCAB} is outside the model\'s vocabulary ({VOCAB} tokens)')
+    bad_record("vocab", change, f'field "ids" holds token id {VOCAB} at position 1, not below the model\'s vocabulary size {VOCAB}')
 
 
 @case

@@ -11,6 +11,7 @@
 #include "records/mpscan.h"
 #include "records/reader.h"
 #include "records/record.h"
+#include "records/rollout.h"
 #include "records/writer.h"
 
 // ---- helpers ---------------------------------------------------------------
@@ -366,6 +367,207 @@ static void an_empty_string_reads_back_as_an_empty_string_not_null(void) {
     sbuf_free(&enc);
 }
 
+// ---- the rollout view ------------------------------------------------------
+
+// A rollout record with every field of the view, 3 completion tokens.
+static rec_t *good_rollout(void) {
+    rec_t *r = rec_new();
+    uint32_t prompt[2] = {1, 9}, ids[3] = {4, 5, 2}, ver[3] = {7, 7, 8};
+    float lp[3] = {-0.5f, -1.25f, -2.f}, lpl[3] = {-0.25f, -INFINITY, -3.f}, w[3] = {1.f, 0.f, 2.f};
+    uint8_t mask[3] = {1, 0, 1};
+    rec_set_uint(r, "id", 11);
+    rec_set_uint(r, "group", 3);
+    rec_set_cstr(r, "prompt", "1+1=");
+    rec_set_cstr(r, "answer", "2");
+    rec_set_u32s(r, "prompt_ids", prompt, 2);
+    rec_set_u32s(r, "ids", ids, 3);
+    rec_set_cstr(r, "text", "2");
+    rec_set_f32s(r, "logp", lp, 3);
+    rec_set_u32s(r, "ver", ver, 3);
+    rec_set_cstr(r, "finish", "stop");
+    rec_set_f64(r, "reward", 1.0);
+    rec_set_f64(r, "temperature", 0.7);
+    rec_set_f64(r, "top_p", 0.9);
+    rec_set_int(r, "top_k", 40);
+    rec_set_f32s(r, "logp_learner", lpl, 3);
+    rec_set_uint(r, "ver_learner", 9);
+    rec_set_f32s(r, "w", w, 3);
+    rec_set_u8s(r, "mask", mask, 3);
+    rec_set_f64(r, "adv", -0.5);
+    return r;
+}
+
+static void rollout_view_of_a_good_record_fills_every_field(void) {
+    rec_t *r = good_rollout();
+    rollout_view v = {0};
+    rl_err e = {{0}};
+    int rc = rollout_read(&v, r, &e);
+    CHECK(rc == 0, "refused: %s", e.msg);
+    unsigned all = RO_ID | RO_GROUP | RO_PROMPT | RO_ANSWER | RO_PROMPT_IDS | RO_IDS | RO_TEXT | RO_LOGP | RO_VER |
+                   RO_FINISH | RO_REWARD | RO_TEMPERATURE | RO_TOP_P | RO_TOP_K | RO_LOGP_LEARNER | RO_VER_LEARNER |
+                   RO_W | RO_MASK | RO_ADV;
+    CHECK(v.has == all, "has %#x, expected %#x", v.has, all);
+    CHECK(v.id == 11 && v.group == 3 && v.ver_learner == 9, "id %llu group %llu ver_learner %llu",
+          (unsigned long long)v.id, (unsigned long long)v.group, (unsigned long long)v.ver_learner);
+    CHECK(v.prompt_len == 4 && !memcmp(v.prompt, "1+1=", 4) && v.answer_len == 1 && *v.answer == '2', "strings");
+    CHECK(v.finish_len == 4 && !memcmp(v.finish, "stop", 4), "finish");
+    CHECK(v.n == 3 && v.ids.n == 3 && v.ids.v[2] == 2 && v.prompt_ids.n == 2 && v.prompt_ids.v[1] == 9, "ids");
+    CHECK(v.logp.v[1] == -1.25f && isinf(v.logp_learner.v[1]) && v.w.v[2] == 2.f && v.mask.v[1] == 0 &&
+              v.ver.v[2] == 8, "per-token arrays exactly as written");
+    CHECK(v.reward == 1.0 && v.adv == -0.5 && v.temperature == 0.7 && v.top_p == 0.9 && v.top_k == 40, "numbers");
+    rollout_view_free(&v);
+    rec_free(r);
+}
+
+static void rollout_view_of_a_record_without_sampling_fields_has_their_defaults(void) {
+    rec_t *r = rec_new();
+    rec_set_cstr(r, "prompt", "hi");
+    rollout_view v = {0};
+    rl_err e = {{0}};
+    CHECK(rollout_read(&v, r, &e) == 0, "refused: %s", e.msg);
+    CHECK(v.has == RO_PROMPT && v.n == 0, "has %#x n %zu", v.has, v.n);
+    CHECK(v.temperature == 1 && v.top_p == 1 && v.top_k == 0, "temperature %g top_p %g top_k %lld", v.temperature,
+          v.top_p, (long long)v.top_k);
+    CHECK(*v.answer == 0 && v.messages == NULL, "absent strings are empty");
+    rollout_view_free(&v);
+    rec_free(r);
+}
+
+// The message rollout_read gives for good_rollout() changed by set.
+static void refusal(void (*set)(rec_t *), char *msg, size_t n) {
+    rec_t *r = good_rollout();
+    set(r);
+    rollout_view v = {0};
+    rl_err e = {{0}};
+    int rc = rollout_read(&v, r, &e);
+    snprintf(msg, n, "%s", rc ? e.msg : "(accepted)");
+    rollout_view_free(&v);
+    rec_free(r);
+}
+
+// A change of good_rollout() and the message rollout_read refuses it with.
+typedef struct {
+    void (*set)(rec_t *);
+    const char *msg;
+} refusal_case;
+
+static void expect_refusals(const refusal_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char msg[2048];
+        refusal(cases[i].set, msg, sizeof msg);
+        CHECK(!strcmp(msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, msg, cases[i].msg);
+    }
+}
+
+static void ids_a_string(rec_t *r) { rec_set_cstr(r, "ids", "4 5 2"); }
+static void logp_of_strings(rec_t *r) {
+    char *s[3] = {"a", "b", "c"};
+    rec_set_strs(r, "logp", s, 3);
+}
+static void group_negative(rec_t *r) { rec_set_int(r, "group", -1); }
+static void reward_a_string(rec_t *r) { rec_set_cstr(r, "reward", "1"); }
+static void top_k_a_float(rec_t *r) { rec_set_f64(r, "top_k", 1.5); }
+static void mask_with_a_2(rec_t *r) {
+    uint8_t m[3] = {1, 2, 0};
+    rec_set_u8s(r, "mask", m, 3);
+}
+
+static void rollout_view_refuses_a_field_of_the_wrong_type_naming_field_and_type(void) {
+    static const refusal_case cases[] = {
+        {ids_a_string, "field \"ids\" is not an array of unsigned 32-bit integers"},
+        {logp_of_strings, "field \"logp\" is not an array of numbers (float32)"},
+        {group_negative, "field \"group\" is not an unsigned integer"},
+        {reward_a_string, "field \"reward\" is not a number"},
+        {top_k_a_float, "field \"top_k\" is not an integer"},
+        {mask_with_a_2, "field \"mask\" is not an array of 0/1"},
+    };
+    expect_refusals(cases, sizeof cases / sizeof *cases);
+}
+
+static void logp_short(rec_t *r) {
+    float lp[2] = {-1, -2};
+    rec_set_f32s(r, "logp", lp, 2);
+}
+static void mask_long(rec_t *r) {
+    uint8_t m[4] = {1, 1, 1, 1};
+    rec_set_u8s(r, "mask", m, 4);
+}
+static void no_ids_and_w_short(rec_t *r) {
+    float w[2] = {1, 1};
+    rec_del(r, "ids");
+    rec_set_f32s(r, "w", w, 2);
+}
+
+static void rollout_view_refuses_per_token_arrays_whose_lengths_disagree(void) {
+    static const refusal_case cases[] = {
+        {logp_short, "field \"logp\" has 2 elements but \"ids\" has 3 (one per completion token)"},
+        {mask_long, "field \"mask\" has 4 elements but \"ids\" has 3 (one per completion token)"},
+        // without ids the first per-token array present sets the length
+        {no_ids_and_w_short, "field \"w\" has 2 elements but \"logp\" has 3 (one per completion token)"},
+    };
+    expect_refusals(cases, sizeof cases / sizeof *cases);
+}
+
+static void rollout_view_refuses_values_out_of_range_naming_the_token(void) {
+    static const struct {
+        const char *key;
+        float v[3];
+        const char *msg;
+    } cases[] = {
+        {"logp", {-1, NAN, -2}, "field \"logp\" holds NaN at token 1 (a log-probability is finite)"},
+        {"logp", {-1, -2, -INFINITY}, "field \"logp\" holds -inf at token 2 (a log-probability is finite)"},
+        {"logp_learner", {INFINITY, -1, -2},
+         "field \"logp_learner\" holds +inf at token 0 (a log-probability is finite or -inf)"},
+        {"w", {1, -0.5f, 1}, "field \"w\" holds -0.5 at token 1 (a weight is finite and not negative)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        rec_t *r = good_rollout();
+        rec_set_f32s(r, cases[i].key, cases[i].v, 3);
+        rollout_view v = {0};
+        rl_err e = {{0}};
+        int rc = rollout_read(&v, r, &e);
+        rollout_view_free(&v);
+        rec_free(r);
+        CHECK(rc < 0 && !strcmp(e.msg, cases[i].msg), "case %zu: '%s', expected '%s'", i, rc ? e.msg : "(accepted)",
+              cases[i].msg);
+    }
+}
+
+static void rollout_decode_checks_types_and_lengths_but_passes_any_float(void) {
+    rec_t *r = good_rollout();
+    float lp[3] = {NAN, INFINITY, -INFINITY};
+    rec_set_f32s(r, "logp", lp, 3);
+    rollout_view v = {0};
+    rl_err e = {{0}};
+    int rc = rollout_decode(&v, r, &e);
+    CHECK(rc == 0 && isnan(v.logp.v[0]) && isinf(v.logp.v[2]), "refused: %s", e.msg);
+    rec_set_cstr(r, "ids", "x");
+    rc = rollout_decode(&v, r, &e);
+    rollout_view_free(&v);
+    rec_free(r);
+    CHECK(rc < 0 && !strcmp(e.msg, "field \"ids\" is not an array of unsigned 32-bit integers"), "'%s'", e.msg);
+}
+
+static void rollout_require_names_the_missing_field_and_why(void) {
+    rec_t *r = good_rollout();
+    rec_del(r, "logp_learner");
+    rollout_view v = {0};
+    rl_err e = {{0}};
+    CHECK(rollout_read(&v, r, &e) == 0, "refused: %s", e.msg);
+    CHECK(rollout_require(&v, RO_IDS | RO_LOGP, "needed", &e) == 0, "ids and logp are there: %s", e.msg);
+    CHECK(rollout_require(&v, RO_IDS | RO_LOGP_LEARNER, "give --model DIR to compute it", &e) < 0 &&
+              !strcmp(e.msg, "field \"logp_learner\" is missing (give --model DIR to compute it)"),
+          "'%s'", e.msg);
+    CHECK(rollout_finite(RO_REWARD, NAN, &e) < 0 && !strcmp(e.msg, "field \"reward\" is nan: it must be a finite number"),
+          "'%s'", e.msg);
+    CHECK(rollout_vocab("ids", v.ids.v, v.n, 5, &e) < 0 &&
+              !strcmp(e.msg, "field \"ids\" holds token id 5 at position 1, not below the model's vocabulary size 5"),
+          "'%s'", e.msg);
+    CHECK(rollout_vocab("ids", v.ids.v, v.n, 6, &e) == 0, "ids below 6 refused: %s", e.msg);
+    rollout_view_free(&v);
+    rec_free(r);
+}
+
 int main(void) {
     RUN(scan_finds_the_end_of_each_msgpack_type);
     RUN(scan_rejects_an_array_declaring_2_to_the_32_elements_before_reading_them);
@@ -380,5 +582,12 @@ int main(void) {
     RUN(reader_names_file_record_and_reason);
     RUN(json_writes_an_empty_key_and_an_empty_string_value);
     RUN(an_empty_string_reads_back_as_an_empty_string_not_null);
+    RUN(rollout_view_of_a_good_record_fills_every_field);
+    RUN(rollout_view_of_a_record_without_sampling_fields_has_their_defaults);
+    RUN(rollout_view_refuses_a_field_of_the_wrong_type_naming_field_and_type);
+    RUN(rollout_view_refuses_per_token_arrays_whose_lengths_disagree);
+    RUN(rollout_view_refuses_values_out_of_range_naming_the_token);
+    RUN(rollout_decode_checks_types_and_lengths_but_passes_any_float);
+    RUN(rollout_require_names_the_missing_field_and_why);
     CHECK_DONE();
 }

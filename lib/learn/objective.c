@@ -1,0 +1,56 @@
+// objective.c — the formulas of the RL objective (objective.h).
+#include "learn/objective.h"
+
+#include <float.h>
+#include <math.h>
+
+void obj_advantages(adv_kind k, const double *r, size_t n, double *a) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += r[i];
+    double mean = sum / (double)n;
+    int equal = 1;
+    for (size_t i = 1; i < n; i++) equal &= r[i] == r[0];
+    for (size_t i = 0; i < n; i++) a[i] = 0;
+    if (equal) return;   // nothing to prefer: exactly zero, whatever rounding says
+    if (k == ADV_GRPO) {
+        double ss = 0;
+        for (size_t i = 0; i < n; i++) ss += (r[i] - mean) * (r[i] - mean);
+        double sd = sqrt(ss / (double)(n - 1));
+        for (size_t i = 0; i < n; i++) a[i] = (r[i] - mean) / (sd + OBJ_GRPO_EPS);
+    } else if (k == ADV_DRGRPO) {
+        for (size_t i = 0; i < n; i++) a[i] = r[i] - mean;
+    } else {   // leave-one-out: r_i − mean of the others
+        for (size_t i = 0; i < n; i++) a[i] = r[i] - (sum - r[i]) / (double)(n - 1);
+    }
+}
+
+double obj_advantage(int has_adv, double adv, double computed) { return has_adv ? adv : computed; }
+
+obj_term obj_sft(double mask, double logp) { return (obj_term){-mask * logp, -mask}; }
+
+obj_term obj_pg(double w, double mask, double adv, double logp) {
+    return (obj_term){-w * mask * adv * logp, -w * mask * adv};
+}
+
+obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps, int *clipped) {
+    double rho = exp(logp - logp_old);
+    double lo = 1 - eps, hi = 1 + eps, rc = rho < lo ? lo : rho > hi ? hi : rho;
+    double un = rho * adv, cl = rc * adv;
+    *clipped = !(un <= cl);
+    if (!*clipped) return (obj_term){-w * mask * un, -w * mask * un};   // d/dlogp (ρ·Â) = ρ·Â
+    return (obj_term){-w * mask * cl, 0};                                // the clipped term is constant in θ
+}
+
+float obj_weight_f32(double x) { return x > FLT_MAX ? FLT_MAX : (float)x; }
+
+float obj_tis_weight(double rho, double clip, int *capped) {
+    *capped = rho > clip;
+    return *capped ? (float)clip : obj_weight_f32(rho);
+}
+
+float obj_seq_weight(double log_r, double clip, int *capped) {
+    *capped = log_r > log(clip);
+    return *capped ? (float)clip : obj_weight_f32(exp(log_r));
+}
+
+double obj_k3(double log_rho, double rho) { return rho - 1 - log_rho; }

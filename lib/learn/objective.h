@@ -1,0 +1,64 @@
+// objective.h — the mathematics of the RL objective, one function per
+// formula (doc/design.md §4 maps each formula here): the advantages of a
+// group, the per-token terms of the losses, the importance weights and the
+// KL estimate the learner reports.
+//
+// It depends on the leaves only: rl-ratio weighs its tokens with
+// obj_tis_weight and obj_seq_weight, and its binary holds this file's code
+// and nothing else of learn/ (tests/py/test_layers.py allows exactly that).
+// Notation: μ the sampler's distribution (logp), π_old the learner's at the
+// scoring version (logp_learner, or the first epoch's forward), π_θ the one
+// being optimized; per token ρ = π_old/μ (weights) or π_θ/π_old (PPO).
+#ifndef RLPIPE_OBJECTIVE_H
+#define RLPIPE_OBJECTIVE_H
+
+#include <stddef.h>
+
+typedef enum { ADV_GRPO, ADV_DRGRPO, ADV_RLOO } adv_kind;
+
+// grpo's ε in (r − mean) / (std + ε), std with Bessel's correction (as TRL's GRPO).
+#define OBJ_GRPO_EPS 1e-4
+
+// The advantages of one group's rewards r (n), into a (n):
+//   grpo    a_i = (r_i − mean) / (std + ε),  std = sqrt(Σ (r_j − mean)² / (n − 1))
+//   drgrpo  a_i = r_i − mean
+//   rloo    a_i = r_i − (Σ_j r_j − r_i) / (n − 1)   (r_i − the mean of the others)
+// All exactly 0 when every reward is equal (whatever rounding would say).
+void obj_advantages(adv_kind k, const double *r, size_t n, double *a);
+// A record's advantage: its "adv" field as given when it has one
+// (has_adv), else the one its group's rewards gave (computed).
+double obj_advantage(int has_adv, double adv, double computed);
+
+// One token's term of a loss and its derivative with respect to log π_θ
+// (before the normaliser).
+typedef struct {
+    double v, g;
+} obj_term;
+
+// sft: v = −mask · log π_θ, g = −mask.
+obj_term obj_sft(double mask, double logp);
+// pg: v = −w · mask · Â · log π_θ, g = −w · mask · Â (w held constant).
+obj_term obj_pg(double w, double mask, double adv, double logp);
+// ppo: v = −w · mask · min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = exp(log π_θ − log π_old);
+// g = −w · mask · ρ·Â where the unclipped term is the minimum (d/dlog π_θ of
+// ρ·Â is ρ·Â), 0 where the clipped one is (*clipped set to 1, else 0).
+obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps, int *clipped);
+
+// A weight as a float32: a ratio beyond the float32 range is FLT_MAX, not
+// inf (so that w · mask is never inf · 0).
+float obj_weight_f32(double x);
+// One token's truncated importance weight (TIS), w = min(ρ, C) as a float32,
+// ρ = π_old/μ (C +inf: no cap); *capped = ρ > C. rl-ratio's token mode and
+// rl-learn --tis both weigh by it.
+float obj_tis_weight(double rho, double clip, int *capped);
+// A sequence's weight from the log of its ratio, log_r (seq: Σ_t log ρ_t, the
+// product; geo: its mean, the geometric mean): w = min(exp(log_r), C) as a
+// float32, compared in logs so that a long sequence neither overflows nor
+// underflows before the cap; *capped = log_r > log C.
+float obj_seq_weight(double log_r, double clip, int *capped);
+
+// The k3 estimate of KL(μ‖π_old) of one token, from log ρ and ρ = exp(log ρ):
+//   k3 = ρ − 1 − log ρ   (>= 0; its mean over tokens is the reported k3)
+double obj_k3(double log_rho, double rho);
+
+#endif
