@@ -283,10 +283,7 @@ int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err) {
         l->complete = l->n;
         l->run = 1;
     }
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->s = xrealloc(l->s, l->cap * sizeof *l->s);
-    }
+    GROW(l->s, l->cap, l->n + 1, 64);
     l->s[l->n++] = s;
     if (!s.has_group || (l->group_size && l->run >= l->group_size)) l->complete = l->n;
     return 0;

@@ -45,11 +45,7 @@ void rec_clear(rec_t *r) {
     r->dirty = 1;
 }
 
-static void fields_reserve(rec_t *r, size_t n) {
-    if (r->cap >= n) return;
-    r->cap = n < 16 ? 16 : n * 2;
-    r->f = xrealloc(r->f, r->cap * sizeof *r->f);
-}
+static void fields_reserve(rec_t *r, size_t n) { GROW(r->f, r->cap, n, 16); }
 
 void rec_copy(rec_t *dst, const rec_t *src) {
     if (dst == src) return;

@@ -133,10 +133,7 @@ int prm_read(prompt_set *ps, const char *path, const prm_opts *opts, rl_err *err
             continue;
         }
         if (ev != RECR_RECORD) continue;
-        if (ps->n == ps->cap) {
-            ps->cap = ps->cap ? 2 * ps->cap : 64;
-            ps->v = xrealloc(ps->v, ps->cap * sizeof *ps->v);
-        }
+        GROW(ps->v, ps->cap, ps->n + 1, 64);
         prompt *p = &ps->v[ps->n];
         rl_err e;
         if (prompt_from(p, r, &v, o, &e)) {
