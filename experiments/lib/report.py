@@ -137,9 +137,16 @@ def machine():
 
 
 def revision():
+    """The commit the tools were built from; "-dirty" when a tracked file other
+    than the experiments' results (which the runs themselves write) differs."""
+    def git(*args):
+        return subprocess.run(["git", "-C", ROOT, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              check=True).stdout.decode().strip()
     try:
-        return subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, check=True).stdout.decode().strip()
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                      ":(exclude)experiments/**/RESULTS.md", ":(exclude)experiments/**/data/**",
+                      ":(exclude)experiments/**/*.png")
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
