@@ -128,22 +128,22 @@ model_t *model_plan(const model_config *c, const model_opts *o, rl_err *err) {
     m->o = opts;
     m->ops = ops;
     m->lrows = logit_rows(c->vocab);
-    build_table(m);
+    mdl_build_table(m);
     for (size_t i = 0; i < m->nt; i++) {   // a model at another dtype keeps no f32 copy of its matrices
         mtensor *t = &m->t[i];
         if (t->is_mat) set_precision(m, t, w8a8);
-        t->poff = stored_apart(t) ? SIZE_MAX : m->nfloat;
-        if (!stored_apart(t)) m->nfloat += t->n;
+        t->poff = mdl_stored_apart(t) ? SIZE_MAX : m->nfloat;
+        if (!mdl_stored_apart(t)) m->nfloat += t->n;
     }
     return m;
 }
 
-// Bytes of one set of weights (alloc_weights).
+// Bytes of one set of weights (mdl_alloc_weights).
 static uint64_t weight_bytes(const model_t *m) {
     uint64_t b = (uint64_t)m->nfloat * sizeof(float);
     for (size_t i = 0; i < m->nt; i++)
-        b += (uint64_t)m->t[i].n * (stored_apart(&m->t[i]) ? dt_size(m->t[i].dtype) : 0) +
-             (uint64_t)nscales(&m->t[i]) * sizeof(float);
+        b += (uint64_t)m->t[i].n * (mdl_stored_apart(&m->t[i]) ? dt_size(m->t[i].dtype) : 0) +
+             (uint64_t)mdl_nscales(&m->t[i]) * sizeof(float);
     return b;
 }
 
@@ -155,8 +155,8 @@ int model_alloc(model_t *m, rl_err *err) {
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     if (!strcmp(m->ops->name, "cpu") && pages > 0 && page > 0 && need > (uint64_t)pages * (uint64_t)page)
         return err_set(err, "its weights need %.1f GiB at %s, more than this machine's %.1f GiB of memory",
-                       (double)need / (1 << 30), prec_name(m), (double)pages * (double)page / (1 << 30));
-    alloc_weights(m, &m->w);
+                       (double)need / (1 << 30), mdl_prec_name(m), (double)pages * (double)page / (1 << 30));
+    mdl_alloc_weights(m, &m->w);
     return 0;
 }
 
@@ -169,21 +169,21 @@ model_t *model_new(const model_config *c, const model_opts *o, rl_err *err) {
     return m;
 }
 
-model_t *finish_new(model_t *m) {
+model_t *mdl_finish_new(model_t *m) {
     make_rope(m);
     return m;
 }
 
 void model_free(model_t *m) {
     if (!m) return;
-    group_free(m, &m->work, work_table);
-    group_free(m, &m->train, train_table);
-    free_cache(m);
+    mdl_group_free(m, &m->work, mdl_work_table);
+    mdl_group_free(m, &m->train, mdl_train_table);
+    mdl_free_cache(m);
     free(m->forks);
     float *train[] = {m->grads, m->exp_avg, m->exp_avg_sq};
     for (size_t i = 0; i < 3; i++)
         if (train[i]) m->ops->free(train[i]);
-    free_weights(m, &m->w);
+    mdl_free_weights(m, &m->w);
     if (m->cos_sin) m->ops->free(m->cos_sin);
     free(m->t);
     free(m);

@@ -11,10 +11,10 @@ static float *resid_at(const model_t *m, int l, int N) {
 }
 
 // The activations of layer l saved by forward_train for N tokens: set l of
-// each saved buffer of train_table, its layers laid out for N tokens.
+// each saved buffer of mdl_train_table, its layers laid out for N tokens.
 static saved saved_at(const model_t *m, int l, int N) {
     wbuf t[WT_MAX];
-    size_t nt = train_table(m, (size_t)N, t);
+    size_t nt = mdl_train_table(m, (size_t)N, t);
     saved s = {0};
     for (size_t i = 0; i < nt; i++) {
         if (t[i].in_saved < 0) continue;
@@ -31,17 +31,18 @@ static float *grad_of(const model_t *m, const void *param) {
 
 // The forward of model_score, keeping what the backward needs; the residual
 // stream after the last layer is resid_at(m, layers, N). shared: prompts
-// shared as pack_scored laid them out (keys and values through kv_work).
+// shared as mdl_pack_scored laid them out (keys and values through mdl_kv_work).
 static void forward_train(model_t *m, int N, int nseq, int shared) {
     m->ops->embed(resid_at(m, 0, N), &m->w.embed, m->ids, N);
-    if (shared) kv_work(m);
+    if (shared) mdl_kv_work(m);
     for (int l = 0; l < m->c.layers; l++) {
         saved s = saved_at(m, l, N);
-        layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, shared);   // d_h: h, kept only for down
+        // d_h: h, kept only for down
+        mdl_layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, shared);
     }
 }
 
-// Attention's backward when prompts are shared (pack_scored): the layer's key
+// Attention's backward when prompts are shared (mdl_pack_scored): the layer's key
 // and value rows rebuilt from its saved k, v (N tokens) and the copies of the
 // shared prompts; their gradients (Nkv rows) taken, each copy's added to the
 // prompt rows it copied, and the tokens' rows gathered into d_k, d_v.
@@ -81,7 +82,7 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
     o->zero(m->d_x, (size_t)N * C);
     for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
         int rows = (int)(R - r0 < (size_t)m->lrows ? R - r0 : (size_t)m->lrows);
-        logits_rows(m, x, m->hraw, m->sel + r0, rows);                    // hraw: the rows before the norm
+        mdl_logits_rows(m, x, m->hraw, m->sel + r0, rows);                    // hraw: the rows before the norm
         o->logprob(m->lp + r0, entropy ? m->ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, V);
         o->download(lp, m->lp + r0, (size_t)rows * 4);
         dlogp(ctx, r0, (size_t)rows, lp, dl);
@@ -100,7 +101,7 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
 
 // Backward through the layers, from d_x = dloss/d(last residual stream)
 // down to the embeddings; every parameter gradient accumulates.
-// Nkv: key/value rows when prompts are shared (pack_scored), else 0.
+// Nkv: key/value rows when prompts are shared (mdl_pack_scored), else 0.
 static void layers_backward(model_t *m, int N, int nseq, int Nkv) {
     const model_config *c = &m->c;
     const rl_ops *o = m->ops;
@@ -156,13 +157,13 @@ int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, 
     if (!m->grads) return err_set(err, "model_backward before model_train_init");
     size_t N, R, nseq, Nkv;
     int shared;
-    if (pack_scored(m, seqs, n, 1, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
+    if (mdl_pack_scored(m, seqs, n, 1, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
     if (R == 0) return 0;
-    group_reserve(m, &m->train, train_table, (int)N);
+    mdl_group_reserve(m, &m->train, mdl_train_table, (int)N);
     forward_train(m, (int)N, (int)nseq, shared);
-    head_train(m, (int)N, R, want_entropy(seqs, n), dlogp, ctx);
+    head_train(m, (int)N, R, mdl_want_entropy(seqs, n), dlogp, ctx);
     layers_backward(m, (int)N, (int)nseq, shared ? (int)Nkv : 0);
     m->nforks = 0;
-    download_scored(m, seqs, n, R);
+    mdl_download_scored(m, seqs, n, R);
     return 0;
 }

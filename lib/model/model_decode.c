@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void free_cache(model_t *m) {
+void mdl_free_cache(model_t *m) {
     if (m->kc) m->ops->free(m->kc);
     if (m->vc) m->ops->free(m->vc);
     free(m->slot_len);
@@ -27,7 +27,7 @@ int model_cache_init(model_t *m, int slots, int max_len, rl_err *err) {
     size_t n = (size_t)m->c.layers * slots * (size_t)max_len * KVD;
     if (n / (size_t)slots / (size_t)max_len != (size_t)m->c.layers * KVD || n > ((size_t)1 << 38))
         return err_set(err, "KV cache of %d slots of %d tokens needs over 1 TiB", slots, max_len);
-    free_cache(m);
+    mdl_free_cache(m);
     const char *f32 = getenv("RLPIPE_KV_F32");
     m->kc_dt = m->o.act == DT_BF16 && m->ops->kv_dtypes >> DT_BF16 & 1 && !(f32 && *f32 && strcmp(f32, "0"))
                    ? DT_BF16 : DT_F32;
@@ -109,19 +109,20 @@ static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *e
         if (s[i].shared && check_shared(m, s, n, i, err) < 0) return -1;
         if (s[i].replay && !s[i].shared) return err_set(err, "sequence %zu: a replay with no shared prefix", i);
         if (s[i].n == 0 && !s[i].shared) return err_set(err, "sequence %zu: no tokens to append", i);
-        if (check_tokens(m, s[i].ids, s[i].n, "input", i, err) < 0) return -1;
+        if (mdl_check_tokens(m, s[i].ids, s[i].n, "input", i, err) < 0) return -1;
         size_t len0 = s[i].shared ? s[i].shared - (size_t)(s[i].replay != 0) : (size_t)m->slot_len[sl];
         if (len0 + s[i].n > (size_t)m->max_len)
             return err_set(err, "sequence %zu: slot %d holds %zu tokens; %zu more exceed its %d", i, sl, len0,
                            s[i].n, m->max_len);
-        if (check_len(m, i, len0 + s[i].n, err) < 0) return -1;
+        if (mdl_check_len(m, i, len0 + s[i].n, err) < 0) return -1;
         N += s[i].n;
         F += s[i].shared;
-        if (N > max_batch_tokens(m)) return err_set(err, "step of over %zu tokens: prefill in parts", max_batch_tokens(m));
+        if (N > mdl_max_batch_tokens(m))
+            return err_set(err, "step of over %zu tokens: prefill in parts", mdl_max_batch_tokens(m));
     }
     if (n == 0) return 0;
     size_t most = N > n ? N : n;   // n rows of logits, more than N when some share their source's
-    reserve(m, (int)(most > F ? most : F));
+    mdl_reserve(m, (int)(most > F ? most : F));
     int32_t *ids = xmalloc(N * 4), *pos = xmalloc(N * 4), *rows = xmalloc(N * 4), *last = xmalloc(n * 4);
     int32_t *frows = xmalloc((F ? F : 1) * 4);
     rl_attn_seq *as = xmalloc(n * sizeof *as);
@@ -132,7 +133,7 @@ static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *e
         int sl = s[i].slot, len = s[i].shared ? (int)s[i].shared - (s[i].replay != 0) : m->slot_len[sl];
         if (s[i].shared) {
             for (size_t t = 0; t < s[i].shared; t++) frows[f0 + t] = s[i].from * m->max_len + (int32_t)t;
-            add_fork(m, sl * m->max_len, f0, s[i].shared);
+            mdl_add_fork(m, sl * m->max_len, f0, s[i].shared);
             f0 += s[i].shared;
         }
         if (s[i].n == 0) continue;   // its logits row is its source's (below)
@@ -158,7 +159,7 @@ static int step_forward(model_t *m, const model_step_seq *s, size_t n, rl_err *e
     m->kvv = m->vc;
     m->kv_dt = m->kc_dt;
     m->kv_stride = (size_t)m->slots * m->max_len;
-    forward(m, (int)N, nseq, 1);
+    mdl_forward(m, (int)N, nseq, 1);
     m->nforks = 0;
     for (size_t i = 0; i < n; i++)   // a replayed token's row is the prefix's
         m->slot_len[s[i].slot] = s[i].shared ? (int)(s[i].shared + s[i].n) - (s[i].replay != 0)
@@ -177,7 +178,7 @@ int model_step(model_t *m, const model_step_seq *s, size_t n, float *logits, rl_
     size_t V = (size_t)m->c.vocab, chunk = (size_t)m->lrows;
     for (size_t r0 = 0; r0 < n; r0 += chunk) {
         int k = (int)(n - r0 < chunk ? n - r0 : chunk);
-        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
+        mdl_logits_rows(m, m->x, m->hrows, m->sel + r0, k);
         m->ops->download(logits + r0 * V, m->logits, (size_t)k * V * sizeof(float));
     }
     return 0;
@@ -192,7 +193,7 @@ int model_step_sample(model_t *m, const model_step_seq *s, size_t n, const smp_p
     o->upload(m->su, u, n * sizeof(double));
     for (size_t r0 = 0; r0 < n; r0 += chunk) {
         int k = (int)(n - r0 < chunk ? n - r0 : chunk);
-        logits_rows(m, m->x, m->hrows, m->sel + r0, k);
+        mdl_logits_rows(m, m->x, m->hrows, m->sel + r0, k);
         o->sample(m->stok + r0, m->slogp + r0, m->logits, p, m->su + r0, k, m->c.vocab);
     }
     int32_t *t = xmalloc(n * sizeof *t);   // ids are below the vocabulary size, so int32 holds them

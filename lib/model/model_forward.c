@@ -25,7 +25,7 @@ static void matmul_many(const rl_ops *o, float *const *out, const float *x, cons
 // read first). The activations go to s; h (N, F) is the MLP's hidden product
 // (may be s->gate). with_cache: keys and values also go to the cache rows
 // m->rows, and attention reads the cache.
-void layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
+void mdl_layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
                    int with_cache) {
     const model_config *c = &m->c;
     const rl_ops *o = m->ops;
@@ -91,18 +91,18 @@ void layer_forward(model_t *m, int l, const float *x, float *next, const saved *
 // m->x (N, C) = the residual stream after the last layer, for the tokens in
 // m->ids at positions m->pos; with_cache: keys and values go to the cache rows
 // m->rows and attention reads the cache, else they stay in m->k, m->v.
-void forward(model_t *m, int N, int nseq, int with_cache) {
+void mdl_forward(model_t *m, int N, int nseq, int with_cache) {
     saved w = {.n1 = m->xb, .q = m->q, .k = m->k, .v = m->v, .att = m->att, .xm = m->xm, .n2 = m->xb,
                .gate = m->hb, .up = m->hb2, .qr = m->q, .kr = m->k};
     m->ops->embed(m->x, &m->w.embed, m->ids, N);
     act_round(m, m->x, (size_t)N * m->c.hidden);
-    for (int l = 0; l < m->c.layers; l++) layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
+    for (int l = 0; l < m->c.layers; l++) mdl_layer_forward(m, l, m->x, m->x, &w, m->hb, N, nseq, with_cache);
 }
 
 // m->logits (rows, V) for rows sel[0 .. rows) of the residual stream x
 // (tokens, C): those rows gathered into raw (rows, C), the final norm into
 // m->hrows (raw may be m->hrows), the output layer.
-void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
+void mdl_logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
     const rl_ops *o = m->ops;
     o->gather_rows(raw, x, DT_F32, sel, rows, m->c.hidden);
     o->rmsnorm(m->hrows, raw, m->w.norm, rows, m->c.hidden, (float)m->c.rms_eps);
@@ -113,7 +113,7 @@ void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int
 
 // The most tokens of one forward: each activation array (tokens, width) must
 // stay below 2^31 elements, as the ops take int sizes.
-size_t max_batch_tokens(const model_t *m) {
+size_t mdl_max_batch_tokens(const model_t *m) {
     const model_config *c = &m->c;
     size_t w = (size_t)c->hidden, q = (size_t)c->heads * c->head_dim, f = (size_t)c->inter;
     w = q > w ? q : w;
@@ -121,7 +121,7 @@ size_t max_batch_tokens(const model_t *m) {
     return ((size_t)1 << 31) / w - 1;
 }
 
-int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
+int mdl_check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
                  rl_err *err) {
     for (size_t i = 0; i < n; i++)
         if (ids[i] >= (uint32_t)m->c.vocab)
@@ -132,7 +132,7 @@ int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *wh
 
 // Refuses sequence seq of len tokens (positions 0 .. len-1) when it is
 // longer than the model computes as transformers does (cfg_max_seq).
-int check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
+int mdl_check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
     const char *why;
     int max = cfg_max_seq(&m->c, &why);
     if (len <= (size_t)max) return 0;
@@ -144,7 +144,7 @@ int check_len(const model_t *m, size_t seq, size_t len, rl_err *err) {
 
 // A shared prefix for the forward under way: each layer's key/value rows
 // frows[off .. off + n) copied to rows dst .. dst + n.
-void add_fork(model_t *m, int dst, size_t off, size_t n) {
+void mdl_add_fork(model_t *m, int dst, size_t off, size_t n) {
     GROW(m->forks, m->forks_cap, (size_t)m->nforks + 1, 64);
     m->forks[m->nforks++] = (struct fork){.dst = dst, .off = (int32_t)off, .n = (int32_t)n};
 }
@@ -167,7 +167,7 @@ static int same_prompt(const model_seq *seqs, size_t prev, size_t i) {
 // the prompt's rows of the sequence leading them (m->forks, m->rows), and the
 // logits after the prompt are the leader's. *shared says whether any does;
 // *Nkv is the key/value rows (N without sharing).
-int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *N_, size_t *R_,
+int mdl_pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *N_, size_t *R_,
                 size_t *nseq_, int *shared_, size_t *Nkv_, rl_err *err) {
     size_t N = 0, R = 0, nseq = 0, Nown = 0, prev = SIZE_MAX;
     int shared = 0;
@@ -177,11 +177,11 @@ int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *
         if (s->n_prompt == 0) return err_set(err, "sequence %zu: empty prompt: nothing to predict the first token from", i);
         if (!(s->temperature > 0) || !isfinite(s->temperature))
             return err_set(err, "sequence %zu: temperature %g: must be a positive number", i, s->temperature);
-        if (check_tokens(m, s->prompt, s->n_prompt, "prompt", i, err) < 0 ||
-            check_tokens(m, s->ids, s->n_ids, "completion", i, err) < 0)
+        if (mdl_check_tokens(m, s->prompt, s->n_prompt, "prompt", i, err) < 0 ||
+            mdl_check_tokens(m, s->ids, s->n_ids, "completion", i, err) < 0)
             return -1;
         size_t len = s->n_prompt + s->n_ids - 1;
-        if (check_len(m, i, len, err) < 0) return -1;
+        if (mdl_check_len(m, i, len, err) < 0) return -1;
         int follows = share && same_prompt(seqs, prev, i);
         shared |= follows;
         N += len;   // with shared prompts: the key/value rows, more than the tokens computed
@@ -189,7 +189,8 @@ int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *
         R += s->n_ids;
         nseq++;
         prev = i;
-        if (N > max_batch_tokens(m)) return err_set(err, "batch of over %zu tokens: score it in parts", max_batch_tokens(m));
+        if (N > mdl_max_batch_tokens(m))
+            return err_set(err, "batch of over %zu tokens: score it in parts", mdl_max_batch_tokens(m));
     }
     *N_ = shared ? Nown : N;
     *Nkv_ = N;
@@ -197,7 +198,7 @@ int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *
     *nseq_ = nseq;
     *shared_ = shared;
     if (nseq == 0) return 0;
-    reserve(m, (int)N);
+    mdl_reserve(m, (int)N);
     size_t Nq = *N_;
     int32_t *ids = xmalloc(Nq * 4), *pos = xmalloc(Nq * 4), *rows = xmalloc(Nq * 4), *sel = xmalloc(R * 4),
             *tgt = xmalloc(R * 4), *frows = xmalloc(N * 4);
@@ -215,7 +216,7 @@ int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *
         size_t j0 = follows ? P : 0;   // its first token computed: after a shared prompt, the second scored
         if (follows && len > j0) {   // one with a single token reads the leader's logits only
             for (size_t t = 0; t < P; t++) frows[f0 + t] = (int32_t)(lead_kv + t);
-            add_fork(m, (int)kv, f0, P);
+            mdl_add_fork(m, (int)kv, f0, P);
             f0 += P;
         } else if (!follows) {
             lead_q0 = q0;
@@ -271,18 +272,18 @@ static void unpack_scored(model_seq *seqs, size_t n, const float *v, int entropy
     }
 }
 
-int want_entropy(const model_seq *seqs, size_t n) {
+int mdl_want_entropy(const model_seq *seqs, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (seqs[i].entropy && seqs[i].n_ids) return 1;
     return 0;
 }
 
 // The R log-probabilities (and entropies) of the scored tokens into the sequences.
-void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
+void mdl_download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
     float *v = xmalloc(R * 4);
     m->ops->download(v, m->lp, R * 4);
     unpack_scored(seqs, n, v, 0);
-    if (want_entropy(seqs, n)) {
+    if (mdl_want_entropy(seqs, n)) {
         m->ops->download(v, m->ent, R * 4);
         unpack_scored(seqs, n, v, 1);
     }
@@ -290,7 +291,7 @@ void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R) {
 }
 
 // Keys and values of shared prompts through the work buffers, one layer's rows at a time.
-void kv_work(model_t *m) {
+void mdl_kv_work(model_t *m) {
     m->kvk = m->kvs_k;
     m->kvv = m->kvs_v;
     m->kv_dt = DT_F32;
@@ -300,20 +301,20 @@ void kv_work(model_t *m) {
 static int score(model_t *m, model_seq *seqs, size_t n, int share, rl_err *err) {
     size_t N, R, nseq, Nkv;
     int shared;
-    if (pack_scored(m, seqs, n, share, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
+    if (mdl_pack_scored(m, seqs, n, share, &N, &R, &nseq, &shared, &Nkv, err) < 0) return -1;
     if (R == 0) return 0;
     const rl_ops *o = m->ops;
-    if (shared) kv_work(m);
-    forward(m, (int)N, (int)nseq, shared);
+    if (shared) mdl_kv_work(m);
+    mdl_forward(m, (int)N, (int)nseq, shared);
     m->nforks = 0;
     size_t chunk = (size_t)m->lrows;
-    float *ent = want_entropy(seqs, n) ? m->ent : NULL;
+    float *ent = mdl_want_entropy(seqs, n) ? m->ent : NULL;
     for (size_t r0 = 0; r0 < R; r0 += chunk) {
         int rows = (int)(R - r0 < chunk ? R - r0 : chunk);
-        logits_rows(m, m->x, m->hrows, m->sel + r0, rows);
+        mdl_logits_rows(m, m->x, m->hrows, m->sel + r0, rows);
         o->logprob(m->lp + r0, ent ? ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, m->c.vocab);
     }
-    download_scored(m, seqs, n, R);
+    mdl_download_scored(m, seqs, n, R);
     return 0;
 }
 

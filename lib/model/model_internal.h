@@ -1,7 +1,8 @@
 // model/model_internal.h — what the files of the model (lib/model/model*.c)
 // share and model.h does not show: the model's struct, its tensor table and
 // weight sets, the workspaces' tables, and the functions one file calls in
-// another. Included by lib/model/model*.c only.
+// another (named mdl_*, as model.h's are model_*). Included by
+// lib/model/model*.c only.
 //
 //   model.c           the plan from a config, the RoPE table, creation, model_free
 //   model_table.c     the tensor table, weight sets and their layout, conversions
@@ -73,7 +74,7 @@ struct model {
     weights w;                            // the weights in use
     float *cos_sin;                       // (max_pos, HS/2, 2)
 
-    // Workspace: pointers into one block of the backend (work), shapes in work_table.
+    // Workspace: pointers into one block of the backend (work), shapes in mdl_work_table.
     int lrows;
     wgroup work;
     float *x, *xb, *xm, *q, *k, *v, *att, *hb, *hb2;
@@ -92,7 +93,7 @@ struct model {
     float *grads, *exp_avg, *exp_avg_sq;
     size_t mlo, mhi;                      // the moments hold parameters [mlo, mhi) of that order
     // Saved activations of the forward and gradients of activations:
-    // pointers into one block (train), shapes in train_table.
+    // pointers into one block (train), shapes in mdl_train_table.
     wgroup train;
     float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
     float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
@@ -150,47 +151,47 @@ model_t *model_plan(const model_config *c, const model_opts *o, rl_err *err);
 // Allocates the planned weights (-1 and err when they exceed the machine's memory).
 int model_alloc(model_t *m, rl_err *err);
 model_t *model_new(const model_config *c, const model_opts *o, rl_err *err);   // plan and alloc
-model_t *finish_new(model_t *m);   // the RoPE table, once the weights are in
+model_t *mdl_finish_new(model_t *m);   // the RoPE table, once the weights are in
 
 // ---- model_table.c ----------------------------------------------------------
-void build_table(model_t *m);
-const mtensor *find_tensor(const model_t *m, const char *name);   // or NULL
-int stored_apart(const mtensor *t);                  // a matrix kept at its dtype, not in params
-const char *prec_name(const model_t *m);             // its precision's name ("bf16", "int8w/64", ...)
-size_t nscales(const mtensor *t);                    // its scales: int8 per group of a row, fp8 per row
-void alloc_weights(const model_t *m, weights *w);   // the model's layout, zero
-void free_weights(const model_t *m, weights *w);
+void mdl_build_table(model_t *m);
+const mtensor *mdl_find_tensor(const model_t *m, const char *name);   // or NULL
+int mdl_stored_apart(const mtensor *t);                  // a matrix kept at its dtype, not in params
+const char *mdl_prec_name(const model_t *m);             // its precision's name ("bf16", "int8w/64", ...)
+size_t mdl_nscales(const mtensor *t);                    // its scales: int8 per group of a row, fp8 per row
+void mdl_alloc_weights(const model_t *m, weights *w);   // the model's layout, zero
+void mdl_free_weights(const model_t *m, weights *w);
 // Elements [off, off + n) of t in w from f32 host values x (n).
-void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x);
+void mdl_put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x);
 
 // ---- model_work.c -----------------------------------------------------------
-size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]);    // forward's, for N tokens
-size_t train_table(const model_t *m, size_t N, wbuf t[WT_MAX]);   // what training adds
-void group_free(model_t *m, wgroup *g, wbuf_table_fn *table);
-void group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N);   // for N tokens
-void reserve(model_t *m, int N);   // the workspace for N tokens (at least 64)
+size_t mdl_work_table(const model_t *m, size_t N, wbuf t[WT_MAX]);    // forward's, for N tokens
+size_t mdl_train_table(const model_t *m, size_t N, wbuf t[WT_MAX]);   // what training adds
+void mdl_group_free(model_t *m, wgroup *g, wbuf_table_fn *table);
+void mdl_group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N);   // for N tokens
+void mdl_reserve(model_t *m, int N);   // the workspace for N tokens (at least 64)
 
 // ---- model_forward.c --------------------------------------------------------
 // Layer l: x (N, C) in, next (N, C) out, activations to s, h (N, F) the MLP's hidden product.
-void layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
+void mdl_layer_forward(model_t *m, int l, const float *x, float *next, const saved *s, float *h, int N, int nseq,
                    int with_cache);
 // m->x (N, C): the residual stream after the last layer for m->ids at m->pos.
-void forward(model_t *m, int N, int nseq, int with_cache);
+void mdl_forward(model_t *m, int N, int nseq, int with_cache);
 // m->logits (rows, V) of rows sel (rows) of x (tokens, C), through raw (rows, C).
-void logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows);
-size_t max_batch_tokens(const model_t *m);
-int check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
+void mdl_logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows);
+size_t mdl_max_batch_tokens(const model_t *m);
+int mdl_check_tokens(const model_t *m, const uint32_t *ids, size_t n, const char *what, size_t seq,
                  rl_err *err);
-int check_len(const model_t *m, size_t seq, size_t len, rl_err *err);
-void add_fork(model_t *m, int dst, size_t off, size_t n);   // each layer's rows frows[off, off + n) to dst
+int mdl_check_len(const model_t *m, size_t seq, size_t len, rl_err *err);
+void mdl_add_fork(model_t *m, int dst, size_t off, size_t n);   // each layer's rows frows[off, off + n) to dst
 // n sequences into one batch: N tokens, R scored rows, nseq sequences, Nkv key/value rows.
-int pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *N_, size_t *R_,
+int mdl_pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size_t *N_, size_t *R_,
                 size_t *nseq_, int *shared_, size_t *Nkv_, rl_err *err);
-int want_entropy(const model_seq *seqs, size_t n);
-void download_scored(model_t *m, model_seq *seqs, size_t n, size_t R);   // m->lp (R) into seqs
-void kv_work(model_t *m);   // keys and values of shared prompts in the work buffers
+int mdl_want_entropy(const model_seq *seqs, size_t n);
+void mdl_download_scored(model_t *m, model_seq *seqs, size_t n, size_t R);   // m->lp (R) into seqs
+void mdl_kv_work(model_t *m);   // keys and values of shared prompts in the work buffers
 
 // ---- model_decode.c ---------------------------------------------------------
-void free_cache(model_t *m);   // the KV cache and its slots, none left
+void mdl_free_cache(model_t *m);   // the KV cache and its slots, none left
 
 #endif

@@ -21,7 +21,7 @@ static int is_ignored_tensor(const model_t *m, const char *name) {
 // those is_ignored_tensor names): checked before any weight memory is taken.
 static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
     for (size_t i = 0; i < f->n; i++)
-        if (!find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name))
+        if (!mdl_find_tensor(m, f->t[i]->name) && !is_ignored_tensor(m, f->t[i]->name))
             return err_set(err, "%s: tensor '%s' is not part of a %s model with this config.json", hfw_file(f, i),
                            f->t[i]->name, m->c.model_type);
     for (size_t i = 0; i < m->nt; i++) {
@@ -48,12 +48,12 @@ static void load_tensors(model_t *m, const hfw_set *f) {
         const mtensor *t = &m->t[i];
         const st_tensor *s = hfw_find(f, t->name);
         if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
-            put_f32(m, &m->w, t, 0, t->n, s->data);
+            mdl_put_f32(m, &m->w, t, 0, t->n, s->data);
             continue;
         }
         stage = xrealloc(stage, t->n * sizeof(float));
         st_read_f32(s, stage);
-        put_f32(m, &m->w, t, 0, t->n, stage);
+        mdl_put_f32(m, &m->w, t, 0, t->n, stage);
     }
     free(stage);
 }
@@ -87,7 +87,7 @@ model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
         model_free(m);
         return NULL;
     }
-    return finish_new(m);
+    return mdl_finish_new(m);
 }
 
 model_t *model_random(const model_config *c, uint64_t seed, float std, const model_opts *o, rl_err *err) {
@@ -101,10 +101,10 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
         int is_norm = strstr(t->name, "norm.weight") != NULL;
         stage = xrealloc(stage, t->n * sizeof(float));
         for (size_t j = 0; j < t->n; j++) stage[j] = is_norm ? 1.0f : (float)(rng_normal(&rng) * std);
-        put_f32(m, &m->w, t, 0, t->n, stage);
+        mdl_put_f32(m, &m->w, t, 0, t->n, stage);
     }
     free(stage);
-    return finish_new(m);
+    return mdl_finish_new(m);
 }
 
 int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {

@@ -29,7 +29,7 @@ static void add_tensor(model_t *m, int is_mat, int64_t d0, int64_t d1, const cha
     m->nparams += t->n;
 }
 
-void build_table(model_t *m) {
+void mdl_build_table(model_t *m) {
     const model_config *c = &m->c;
     int64_t C = c->hidden, QD = (int64_t)c->heads * c->head_dim, KVD = (int64_t)c->kv_heads * c->head_dim;
     add_tensor(m, 1, c->vocab, C, "model.embed_tokens.weight");
@@ -60,15 +60,15 @@ void build_table(model_t *m) {
     if (!c->tie_embeddings) add_tensor(m, 1, c->vocab, C, "lm_head.weight");
 }
 
-const mtensor *find_tensor(const model_t *m, const char *name) {
+const mtensor *mdl_find_tensor(const model_t *m, const char *name) {
     for (size_t i = 0; i < m->nt; i++)
         if (strcmp(m->t[i].name, name) == 0) return &m->t[i];
     return NULL;
 }
 
-int stored_apart(const mtensor *t) { return t->dtype != DT_F32; }
+int mdl_stored_apart(const mtensor *t) { return t->dtype != DT_F32; }
 
-const char *prec_name(const model_t *m) {
+const char *mdl_prec_name(const model_t *m) {
     const char *p = model_precision_name(&m->o);
     return p ? p : dt_name(m->o.dtype);
 }
@@ -77,9 +77,9 @@ const char *prec_name(const model_t *m) {
 // until training starts: ops.h rl_mat).
 static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
     rl_mat r = {.dtype = t->dtype, .rows = (int)t->shape[0], .cols = (int)t->shape[1], .act = t->act,
-                .fixed = stored_apart(t) || !m->grads};
+                .fixed = mdl_stored_apart(t) || !m->grads};
     size_t i = (size_t)(t - m->t);
-    if (!stored_apart(t)) {
+    if (!mdl_stored_apart(t)) {
         r.data = w->params + t->poff;
         return r;
     }
@@ -90,7 +90,7 @@ static rl_mat mat_of(const model_t *m, const weights *w, const mtensor *t) {
 }
 
 // Scales of matrix t: int8 one per group of each row, fp8 one per row.
-size_t nscales(const mtensor *t) {
+size_t mdl_nscales(const mtensor *t) {
     size_t rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
     return t->dtype == DT_I8 ? rows * ((K + (size_t)t->group - 1) / (size_t)t->group) : t->dtype == DT_FP8 ? rows : 0;
 }
@@ -99,7 +99,7 @@ size_t nscales(const mtensor *t) {
 static const mtensor *layer_tensor(const model_t *m, const char *fmt, int l, const char *what) {
     char name[96];
     snprintf(name, sizeof name, fmt, l, what);
-    return find_tensor(m, name);
+    return mdl_find_tensor(m, name);
 }
 
 static float *param_of(const model_t *m, const weights *w, const char *fmt, int l, const char *what) {
@@ -113,7 +113,7 @@ static rl_mat layer_mat(const model_t *m, const weights *w, const char *fmt, int
 
 // Allocates a set of weights of the model's layout (contents zero) and points
 // its layer structs into it.
-void alloc_weights(const model_t *m, weights *w) {
+void mdl_alloc_weights(const model_t *m, weights *w) {
     const char *A = "model.layers.%d.self_attn.%s", *P = "model.layers.%d.%s";
     memset(w, 0, sizeof *w);
     w->params = m->ops->alloc((m->nfloat ? m->nfloat : 1) * sizeof(float));
@@ -121,12 +121,12 @@ void alloc_weights(const model_t *m, weights *w) {
     w->mscales = xmalloc(m->nt * sizeof *w->mscales);
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
-        w->mdata[i] = stored_apart(t) ? m->ops->alloc(t->n * dt_size(t->dtype)) : NULL;
-        w->mscales[i] = nscales(t) ? m->ops->alloc(nscales(t) * sizeof(float)) : NULL;
+        w->mdata[i] = mdl_stored_apart(t) ? m->ops->alloc(t->n * dt_size(t->dtype)) : NULL;
+        w->mscales[i] = mdl_nscales(t) ? m->ops->alloc(mdl_nscales(t) * sizeof(float)) : NULL;
     }
-    w->embed = mat_of(m, w, find_tensor(m, "model.embed_tokens.weight"));
-    w->head = m->c.tie_embeddings ? w->embed : mat_of(m, w, find_tensor(m, "lm_head.weight"));
-    w->norm = w->params + find_tensor(m, "model.norm.weight")->poff;
+    w->embed = mat_of(m, w, mdl_find_tensor(m, "model.embed_tokens.weight"));
+    w->head = m->c.tie_embeddings ? w->embed : mat_of(m, w, mdl_find_tensor(m, "lm_head.weight"));
+    w->norm = w->params + mdl_find_tensor(m, "model.norm.weight")->poff;
     w->L = xmalloc((size_t)m->c.layers * sizeof *w->L);
     for (int l = 0; l < m->c.layers; l++) {
         layer_w *L = &w->L[l];
@@ -151,7 +151,7 @@ void alloc_weights(const model_t *m, weights *w) {
     }
 }
 
-void free_weights(const model_t *m, weights *w) {
+void mdl_free_weights(const model_t *m, weights *w) {
     for (size_t i = 0; w->mdata && i < m->nt; i++) {
         if (w->mdata[i]) m->ops->free(w->mdata[i]);
         if (w->mscales[i]) m->ops->free(w->mscales[i]);
@@ -168,7 +168,7 @@ void free_weights(const model_t *m, weights *w) {
 // whole rows convert exactly as the whole matrix would.
 static void convert_rows(const model_t *m, weights *w, const mtensor *t, const float *x, size_t r0, size_t rows) {
     size_t i = (size_t)(t - m->t), K = (size_t)t->shape[1], n = rows * K, es = dt_size(t->dtype);
-    size_t per_row = nscales(t) / (size_t)t->shape[0];
+    size_t per_row = mdl_nscales(t) / (size_t)t->shape[0];
     void *conv = xmalloc(n * es);
     float *sc = per_row ? xmalloc(rows * per_row * sizeof(float)) : NULL;
     switch (t->dtype) {
@@ -187,8 +187,8 @@ static void convert_rows(const model_t *m, weights *w, const mtensor *t, const f
 // Elements [off, off + n) of tensor t in w from f32 host values x: its f32
 // parameters, or for a matrix stored apart its rows at its dtype
 // (off and n then whole rows).
-void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x) {
-    if (!stored_apart(t)) {
+void mdl_put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x) {
+    if (!mdl_stored_apart(t)) {
         m->ops->upload(w->params + t->poff + off, x, n * sizeof(float));
         return;
     }
@@ -201,13 +201,13 @@ void put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t 
 model_weights *model_weights_new(const model_t *m) {
     model_weights *w = xmalloc(sizeof *w);
     memset(w, 0, sizeof *w);
-    alloc_weights(m, &w->w);
+    mdl_alloc_weights(m, &w->w);
     return w;
 }
 
 void model_weights_free(const model_t *m, model_weights *w) {
     if (!w) return;
-    free_weights(m, &w->w);
+    mdl_free_weights(m, &w->w);
     free(w->stage);
     free(w);
 }
@@ -217,9 +217,9 @@ int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, 
     if (i >= m->nt) return -1;
     const mtensor *t = &m->t[i];
     size_t K = t->ndim == 2 ? (size_t)t->shape[1] : 1;
-    if (off > t->n || n > t->n - off || (stored_apart(t) && (off % K || n % K))) return -1;
+    if (off > t->n || n > t->n - off || (mdl_stored_apart(t) && (off % K || n % K))) return -1;
     if (wire != DT_F32 && wire != DT_BF16 && wire != DT_F16) return -1;
-    if (stored_apart(t) && wire == t->dtype) {   // as sent: widening and rounding again gives the same bits
+    if (mdl_stored_apart(t) && wire == t->dtype) {   // as sent: widening and rounding again gives the same bits
         m->ops->upload((char *)w->w.mdata[i] + off * dt_size(wire), data, n * dt_size(wire));
         return 0;
     }
@@ -234,7 +234,7 @@ int model_weights_put(const model_t *m, model_weights *w, size_t i, size_t off, 
         else dt_f16_to_f32(w->stage, data, n);
         x = w->stage;
     }
-    put_f32(m, &w->w, t, off, n, x);
+    mdl_put_f32(m, &w->w, t, off, n, x);
     return 0;
 }
 

@@ -23,7 +23,7 @@ static void unfix_params(model_t *m) {
 int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
     if (m->o.dtype != DT_F32 || m->o.act != DT_F32)
         return err_set(err, "training needs f32 weights and activations; this model computes at %s",
-                       prec_name(m));
+                       mdl_prec_name(m));
     if (lo > hi || hi > m->nparams)
         return err_set(err, "optimizer range [%zu, %zu) outside the model's %zu parameters", lo, hi, m->nparams);
     if (m->grads) return m->mlo == lo && m->mhi == hi ? 0 : err_set(err, "model_train_init: already another range");
@@ -119,11 +119,11 @@ int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
         m->ops->download(out, base + t->off, t->n * sizeof(float));
         return 0;
     }
-    if (!stored_apart(t)) {
+    if (!mdl_stored_apart(t)) {
         m->ops->download(out, base + t->poff, t->n * sizeof(float));
         return 0;
     }
-    size_t es = dt_size(t->dtype), ns = nscales(t), rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
+    size_t es = dt_size(t->dtype), ns = mdl_nscales(t), rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
     void *q = xmalloc(t->n * es);
     float *sc = ns ? xmalloc(ns * sizeof(float)) : NULL;
     m->ops->download(q, m->w.mdata[i], t->n * es);

@@ -46,7 +46,7 @@ static size_t wbuf_bytes(const wbuf *b) {
 
 // The workspace for N tokens: one layer's activations, which forward reuses
 // for every layer, and the batch's inputs and outputs.
-size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
+size_t mdl_work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
     const model_config *c = &m->c;
     size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim,
            F = (size_t)c->inter, R = (size_t)m->lrows;
@@ -81,7 +81,7 @@ size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(d_kvs_k, N * KVD),              // (N, NKV, HS) their gradients (model_backward)
         WBUF(d_kvs_v, N * KVD),              // (N, NKV, HS)
     };
-    _Static_assert(sizeof b / sizeof *b <= WT_MAX, "work_table: raise WT_MAX");
+    _Static_assert(sizeof b / sizeof *b <= WT_MAX, "mdl_work_table: raise WT_MAX");
     memcpy(t, b, sizeof b);
     return sizeof b / sizeof *b;
 }
@@ -89,7 +89,7 @@ size_t work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
 // What training adds for N tokens: the activations of every layer saved by
 // forward_train for the backward, (L, N, width); the gradients of the
 // activations of one layer at a time, (N, width); the output layer's rows.
-size_t train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
+size_t mdl_train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
     const model_config *c = &m->c;
     size_t L = (size_t)c->layers, C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
            KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, NH = (size_t)c->heads,
@@ -122,7 +122,7 @@ size_t train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(d_qr, qk * N * QD),                // (N, NH, HS) qwen3
         WBUF(d_kr, qk * N * KVD),               // (N, NKV, HS) qwen3
     };
-    _Static_assert(sizeof b / sizeof *b <= WT_MAX, "train_table: raise WT_MAX");
+    _Static_assert(sizeof b / sizeof *b <= WT_MAX, "mdl_train_table: raise WT_MAX");
     memcpy(t, b, sizeof b);
     return sizeof b / sizeof *b;
 }
@@ -143,7 +143,7 @@ static void group_point(model_t *m, const wbuf *t, size_t nt, char *block) {
 }
 
 // Frees group g and clears the pointers of its table.
-void group_free(model_t *m, wgroup *g, wbuf_table_fn *table) {
+void mdl_group_free(model_t *m, wgroup *g, wbuf_table_fn *table) {
     wbuf t[WT_MAX];
     if (g->block) m->ops->free(g->block);
     *g = (wgroup){0};
@@ -154,10 +154,10 @@ void group_free(model_t *m, wgroup *g, wbuf_table_fn *table) {
 // kept while later batches fit. Regrown by a quarter at least: batches of
 // varying sizes would otherwise map and clear a new block (hundreds of MB for
 // a learner) each time one is a little larger than all before it.
-void group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N) {
+void mdl_group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N) {
     if (N <= g->cap) return;
     if (g->cap && N < g->cap + g->cap / 4) N = g->cap + g->cap / 4;
-    group_free(m, g, table);
+    mdl_group_free(m, g, table);
     wbuf t[WT_MAX];
     size_t nt = table(m, (size_t)N, t), bytes = 0;
     for (size_t i = 0; i < nt; i++) bytes += wbuf_bytes(&t[i]);
@@ -167,4 +167,4 @@ void group_reserve(model_t *m, wgroup *g, wbuf_table_fn *table, int N) {
 }
 
 // The workspace for N tokens in at most N sequences, for no fewer than 64.
-void reserve(model_t *m, int N) { group_reserve(m, &m->work, work_table, N < 64 ? 64 : N); }
+void mdl_reserve(model_t *m, int N) { mdl_group_reserve(m, &m->work, mdl_work_table, N < 64 ? 64 : N); }
