@@ -141,6 +141,7 @@ typedef struct {
     int64_t shape[2];
     size_t n;                 // elements
     rl_dtype stored;          // the dtype products read it at: the model's for matrices, else f32
+    int group;                // int8: inputs per scale (a whole row: the row's length)
 } model_tensor;
 size_t model_ntensors(const model_t *m);
 model_tensor model_tensor_at(const model_t *m, size_t i);

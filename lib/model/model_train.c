@@ -93,7 +93,7 @@ size_t model_ntensors(const model_t *m) { return m->nt; }
 model_tensor model_tensor_at(const model_t *m, size_t i) {
     const mtensor *t = &m->t[i];
     return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n,
-                          .stored = t->dtype};
+                          .stored = t->dtype, .group = t->group};
 }
 
 static float *state_of(const model_t *m, int which) {

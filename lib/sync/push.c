@@ -2,7 +2,9 @@
 // token, message framing, the greeting and its HMAC, tensor lists.
 #include "sync/push.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <msgpack.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -304,5 +306,83 @@ int push_get_tensors(const rec_t *msg, const char *key, push_tensor **t, size_t 
     }
     *t = out;
     *n = (size_t)count;
+    return 0;
+}
+
+// ---- What the receiver stores, and the figures of an update ------------------
+
+void push_set_stored(rec_t *msg, const char *key, const surv_round *s, size_t n) {
+    sbuf b = {0};
+    sbuf_reserve(&b, 1);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].dtype == DT_I8) sbuf_printf(&b, "%sint8/%d", i ? "," : "", s[i].group);
+        else sbuf_printf(&b, "%s%s", i ? "," : "", dt_name(s[i].dtype));
+    }
+    rec_set_str(msg, key, (const char *)b.data, b.len);
+    sbuf_free(&b);
+}
+
+// One entry of stored: p[0..n) into *s; 0, or -1.
+static int stored_entry(const char *p, size_t n, surv_round *s) {
+    char e[16];
+    if (n == 0 || n >= sizeof e || memchr(p, 0, n)) return -1;
+    memcpy(e, p, n);
+    e[n] = 0;
+    s->group = 0;
+    if (!strncmp(e, "int8/", 5)) {
+        char *end;
+        long g = strtol(e + 5, &end, 10);
+        if (!isdigit((unsigned char)e[5]) || *end || g < 1 || g > 65536) return -1;
+        s->dtype = DT_I8;
+        s->group = (int)g;
+        return 0;
+    }
+    return dt_parse(e, &s->dtype) || s->dtype == DT_I8 ? -1 : 0;
+}
+
+int push_get_stored(const rec_t *msg, const char *key, surv_round *s, size_t n, rl_err *err) {
+    const char *p;
+    size_t len;
+    rec_status st = rec_get_str(msg, key, &p, &len);
+    if (st == REC_MISSING) return 1;
+    if (st != REC_OK) return err_set(err, "\"%s\" is not a string", key);
+    if (n == 0) return len ? err_set(err, "\"%s\" lists tensors, the hello none", key) : 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (at > len) return err_set(err, "\"%s\" has %zu entries, the tensors are %zu", key, i, n);
+        const char *c = memchr(p + at, ',', len - at);
+        size_t end = c ? (size_t)(c - p) : len;
+        if (stored_entry(p + at, end - at, &s[i]))
+            return err_set(err, "\"%s\": entry %zu is not f32, bf16, f16, int8/G (G in 1..65536) or fp8", key, i);
+        at = end + 1;
+    }
+    if (at <= len) return err_set(err, "\"%s\" has more entries than the %zu tensors", key, n);
+    return 0;
+}
+
+void push_set_update(rec_t *msg, const surv_figures *f) {
+    rec_set_uint(msg, "update_from", f->from);
+    rec_set_uint(msg, "update_n", f->n);
+    rec_set_f64(msg, "update_moved", f->moved);
+    rec_set_f64(msg, "update_changed", f->changed);
+    if (f->moved > 0) {
+        rec_set_f64(msg, "update_kept", f->kept);
+        rec_set_f64(msg, "update_along", f->along);
+    }
+}
+
+int push_get_update(const rec_t *msg, surv_figures *f, rl_err *err) {
+    if (!rec_has(msg, "update_from")) return 1;
+    memset(f, 0, sizeof *f);
+    if (rec_get_uint(msg, "update_from", &f->from) || rec_get_uint(msg, "update_n", &f->n) ||
+        rec_get_f64(msg, "update_moved", &f->moved) || rec_get_f64(msg, "update_changed", &f->changed))
+        return err_set(err, "its update figures lack update_n, update_moved or update_changed, or are not numbers");
+    if (!(f->moved >= 0 && f->moved <= 1 && f->changed >= 0 && f->changed <= 1))
+        return err_set(err, "its update figures are not fractions");
+    f->kept = f->along = NAN;
+    if (f->moved > 0 &&
+        (rec_get_f64(msg, "update_kept", &f->kept) || rec_get_f64(msg, "update_along", &f->along)))
+        return err_set(err, "its update figures lack update_kept or update_along");
+    if (rec_get_uint(msg, "version", &f->to)) f->to = 0;
     return 0;
 }

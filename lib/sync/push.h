@@ -13,10 +13,18 @@
 //     0.1.0", dtype: "bf16" (its precision), version: V (installed, or verified and about to
 //     be), tensors: [[name, dtype, [d0, d1...]], ...]}: every tensor it needs,
 //     each with the dtype it prefers to receive ("f32", or the receiver's
-//     "bf16"/"f16" for the matrices it stores so).
+//     "bf16"/"f16" for the matrices it stores so), and stored: "bf16,f32,
+//     int8/32,...": how it keeps each of them, in the list's order (f32, bf16,
+//     f16, int8/G with one scale per G inputs, fp8 with one per row), so that
+//     the sender can tell how much of the update survives (survival.h).
 //  4. sender -> receiver, message *push*: {version: N, bytes: B, checksum:
 //     "xxh3-64", tensors: [[name, dtype, [d0, ...]], ...]}: each tensor of the
-//     hello exactly once, in any order, each as f32, bf16 or f16.
+//     hello exactly once, in any order, each as f32, bf16 or f16; and, when
+//     the sender measured them from the hello's stored, the figures of
+//     survival.h over the update from the version the receiver holds:
+//     update_from, update_n (unsigned), update_moved, update_changed,
+//     update_kept, update_along (floats; the last two absent when nothing
+//     sampled moved).
 //  5. receiver -> sender, message {ok: true}, or {ok: false, error} and close
 //     (N not newer than V, a tensor missing, unknown or of another shape, B not
 //     the sum of the tensors' sizes, ...).
@@ -42,6 +50,7 @@
 
 #include "dtype.h"
 #include "records/record.h"
+#include "sync/survival.h"
 #include "util.h"
 
 #define PUSH_MAGIC "RLPW"
@@ -100,6 +109,16 @@ typedef struct {
 
 // Sets key to [[name, dtype, [shape...]], ...].
 void push_set_tensors(rec_t *msg, const char *key, const push_tensor *t, size_t n);
+// The hello's stored: key = "f32,bf16,int8/32,..." for s[0..n).
+void push_set_stored(rec_t *msg, const char *key, const surv_round *s, size_t n);
+// Reads it back into s[0..n): 0; 1 when key is absent; -1 with err when it
+// is not a string of n such entries (a group outside 1..65536).
+int push_get_stored(const rec_t *msg, const char *key, surv_round *s, size_t n, rl_err *err);
+// The figures of the push message (step 4): set; read back (0; 1 when the
+// message has none; -1 with err when they are malformed).
+void push_set_update(rec_t *msg, const surv_figures *f);
+int push_get_update(const rec_t *msg, surv_figures *f, rl_err *err);
+
 // Reads key back (*t malloc'd, *n entries): 0, or -1 with err saying which
 // entry is malformed (not such a triple, a dtype other than f32/bf16/f16, more
 // than PUSH_MAX_DIMS dimensions, a negative dimension, a name too long, more

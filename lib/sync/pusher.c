@@ -149,6 +149,28 @@ static int send_tensor(push_conn *c, stream_bufs *b, const st_tensor *s, rl_dtyp
     return 0;
 }
 
+// The update from the version the receiver holds to this one, over the
+// sample of o->surv, at the precision the hello's stored gives each tensor
+// (none given: not measured). 0, or -1 when stored is malformed.
+static int measure(push_conn *c, const st_tensor **src, size_t n, uint64_t version, push_report *rep) {
+    surv_round *kept = xmalloc((n ? n : 1) * sizeof *kept);
+    int g = push_get_stored(c->msg, "stored", kept, n, c->err);
+    if (g < 0) fail(c, "its hello", 1);
+    if (g == 0) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < n; i++) total += src[i]->nelem;
+        surv_begin(c->o->surv, rep->had, version, total);
+        for (size_t i = 0; i < n; i++) {
+            const st_tensor *s = src[i];
+            size_t K = s->ndim >= 2 ? (size_t)s->shape[s->ndim - 1] : s->nelem;   // a vector is one row
+            if (K) surv_rows(c->o->surv, s->nelem / K, K, s->data, s->dtype, kept[i]);
+        }
+        rep->has_update = surv_end(c->o->surv, &rep->update);
+    }
+    free(kept);
+    return g < 0 ? -1 : 0;
+}
+
 // Steps 4-7 once the hello has been read and the version is newer.
 static int push_data(push_conn *c, const char *dir, uint64_t version, push_report *rep) {
     hfw_set *f = hfw_open(dir, c->err);
@@ -165,12 +187,14 @@ static int push_data(push_conn *c, const char *dir, uint64_t version, push_repor
     }
     src = xmalloc((n ? n : 1) * sizeof *src);
     if (match_tensors(c, f, t, n, src, &bytes)) goto out;
+    if (c->o->surv && measure(c, src, n, version, rep)) goto out;
 
     rec_clear(c->msg);
     rec_set_uint(c->msg, "version", version);
     rec_set_uint(c->msg, "bytes", bytes);
     rec_set_cstr(c->msg, "checksum", "xxh3-64");
     push_set_tensors(c->msg, "tensors", t, n);
+    if (rep->has_update) push_set_update(c->msg, &rep->update);
     if (push_send_msg(c->fd, c->msg, c->o->stop_fd, c->timeout, c->err)) {
         fail(c, "sending the push message", 1);
         goto out;
@@ -198,6 +222,7 @@ static int push_data(push_conn *c, const char *dir, uint64_t version, push_repor
     if (rec_get_f64(c->msg, "stall_us", &us) == REC_OK) rep->stall_us = us;
     rc = 0;
 out:
+    if (rc && c->o->surv) surv_drop(c->o->surv);   // the receiver may not hold this version
     if (b.hash) XXH3_freeState(b.hash);
     free(b.f32);
     free(b.in16);

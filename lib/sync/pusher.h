@@ -8,12 +8,18 @@
 #include <stdint.h>
 
 #include "sync/net.h"
+#include "sync/survival.h"
 #include "util.h"
 
 typedef struct {
     const sbuf *token;        // shared secret, or NULL (no authentication offered)
     double timeout;           // seconds without progress before giving up (<= 0: PUSH_TIMEOUT)
     int stop_fd;              // >= 0: readable = give up now ("stopped")
+    // NULL, or the sample of the weights last pushed to this receiver: the
+    // push then measures how much of the update from the version the receiver
+    // holds survives the precision it keeps them at (survival.h; the hello's
+    // stored), tells the receiver, and keeps the new version's sample.
+    surv_t *surv;
 } push_opts;
 
 typedef struct {
@@ -25,6 +31,8 @@ typedef struct {
     int skipped;              // 1: it already held this version or a newer one; nothing was sent
     double seconds;           // connect to result
     double recv_us, wait_us, stall_us;   // as the receiver reported them
+    int has_update;           // the update was measured (push_opts.surv; not on a first push)
+    surv_figures update;
 } push_report;
 
 enum { PUSH_OK = 0, PUSH_UNREACHABLE = 1 };

@@ -34,7 +34,12 @@ struct rcv {
     sbuf token;
     int has_token;
     push_tensor *want;             // (nt) the hello's tensor list, in the model's order
+    surv_round *stored;            // (nt) how the model keeps each
     size_t nt;
+    const char *prec;              // the model's precision ("bf16")
+    double t_start;                // clock_now() at rcv_start
+    int warned_lost;               // the warning of surv_lost said
+    int metrics_failed;            // a metrics line could not be written: no more (the thread's own copy)
     uint8_t *chunk;                // (chunk_cap) received bytes
     size_t chunk_cap;
     pthread_t thread;
@@ -236,6 +241,8 @@ typedef struct {
     push_tensor *t;          // (n) the tensors of the push, in the sender's order
     size_t *order;           // (n) the model's index of each
     size_t n;
+    int has_update;          // the sender measured the update (survival.h)
+    surv_figures update;
     char why[1200];          // why the push is refused
 } incoming;
 
@@ -257,10 +264,10 @@ static int send_hello(rcv_t *r, int fd, incoming *in) {
     pthread_mutex_unlock(&r->mu);
     rec_set_bool(in->msg, "ok", 1);
     rec_set_cstr(in->msg, "receiver", r->name);
-    const char *prec = model_precision_name(model_options(r->m));
-    rec_set_cstr(in->msg, "dtype", prec ? prec : dt_name(model_dtype(r->m)));
+    rec_set_cstr(in->msg, "dtype", r->prec);
     rec_set_uint(in->msg, "version", in->have);
     push_set_tensors(in->msg, "tensors", r->want, r->nt);
+    push_set_stored(in->msg, "stored", r->stored, r->nt);
     rl_err e;
     return push_send_msg(fd, in->msg, r->stop_pipe[0], timeout_of(r), &e) ? -1 : 0;
 }
@@ -290,6 +297,9 @@ static int read_push(rcv_t *r, int fd, incoming *in) {
     if (in->bytes != want_bytes)
         return refusal(in, "'bytes' is %llu, the tensors listed hold %llu", (unsigned long long)in->bytes,
                        (unsigned long long)want_bytes);
+    int u = push_get_update(in->msg, &in->update, &e);
+    if (u < 0) return refusal(in, "the push message: %s", e.msg);
+    in->has_update = u == 0 && in->update.from == in->have;   // figures of another update say nothing here
     return 0;
 }
 
@@ -319,6 +329,59 @@ static int install_when_free(rcv_t *r, const incoming *in, double *stall) {
     return installed;
 }
 
+// One JSON line of rcv_opts.metrics for an install.
+static void metrics_line(rcv_t *r, const incoming *in, double recv, double wait, double stall) {
+    sbuf b = {0};
+    sbuf_printf(&b, "{\"t\":%.3f,\"version\":%llu,\"from\":%llu,\"bytes\":%llu,\"recv_s\":%.6f,\"wait_s\":%.6f,"
+                    "\"stall_s\":%.6f", clock_now() - r->t_start, (unsigned long long)in->version,
+                (unsigned long long)in->have, (unsigned long long)in->bytes, recv, wait, stall);
+    if (in->has_update) {
+        const surv_figures *f = &in->update;
+        sbuf_printf(&b, ",\"sampled\":%llu,\"moved\":%.6g,\"changed\":%.6g", (unsigned long long)f->n, f->moved,
+                    f->changed);
+        if (f->moved > 0) sbuf_printf(&b, ",\"kept\":%.6g,\"along\":%.6g", f->kept, f->along);
+    }
+    sbuf_printf(&b, "}\n");
+    if (fwrite(b.data, 1, b.len, r->o.metrics) != b.len || fflush(r->o.metrics)) {
+        int e = errno ? errno : EIO;
+        r->metrics_failed = 1;
+        pthread_mutex_lock(&r->mu);
+        r->st.metrics_errno = e;
+        pthread_mutex_unlock(&r->mu);
+        fprintf(stderr, "%s: warning: write error: %s: %s; no more metrics lines\n", r->o.tool, r->o.metrics_name,
+                strerror(e));
+    }
+    sbuf_free(&b);
+}
+
+// After an install: the line on stderr, the metrics line, and once the
+// warning that the sampler's precision loses most of the learner's updates.
+static void report(rcv_t *r, const incoming *in, double recv, double wait, double stall) {
+    char upd[300] = "";
+    if (in->has_update) {
+        char d[240];
+        surv_describe(&in->update, r->prec, d, sizeof d);
+        snprintf(upd, sizeof upd, "; the update from v%llu: %s", (unsigned long long)in->have, d);
+    }
+    if (r->o.metrics && !r->metrics_failed) metrics_line(r, in, recv, wait, stall);
+    if (!r->o.quiet) {
+        char b[32];
+        fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
+                        "stall %.0f us%s\n", r->o.tool, (unsigned long long)in->version,
+                fmt_bytes(in->bytes, b, sizeof b), recv, recv > 0 ? (double)in->bytes / recv / 1e9 : 0.0, wait * 1e6,
+                stall * 1e6, upd);
+    }
+    if (in->has_update && surv_lost(&in->update) && !r->warned_lost) {
+        r->warned_lost = 1;
+        fprintf(stderr, "%s: warning: at %s, the weights installed carry %.2f of the learner's update from v%llu to "
+                        "v%llu (%.1f%% of the weights changed, %.1f%% in f32): updates smaller than half a step of %s "
+                        "round back to the weights held, and the sampler goes on sampling the model it started from; "
+                        "sample at a precision that follows them (f16 or f32: rl-sample(1), Precision)\n",
+                r->o.tool, r->prec, in->update.along, (unsigned long long)in->have, (unsigned long long)in->version,
+                100 * in->update.changed, 100 * in->update.moved, r->prec);
+    }
+}
+
 // Step 7: the result to the sender (even while stopping: the weights are
 // installed, whether or not the sender hears it), and a line on stderr. t0, t1,
 // t2 (clock_now() seconds): the data began, was verified, was installed.
@@ -332,11 +395,7 @@ static void answer(rcv_t *r, int fd, incoming *in, double t0, double t1, double 
     set_us(in->msg, "wait_us", t2 - t1);
     set_us(in->msg, "stall_us", stall);
     push_send_msg(fd, in->msg, -1, 5, &e);
-    if (r->o.quiet) return;
-    char b[32];
-    fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
-                    "stall %.0f us\n", r->o.tool, (unsigned long long)in->version, fmt_bytes(in->bytes, b, sizeof b),
-            t1 - t0, t1 > t0 ? (double)in->bytes / (t1 - t0) / 1e9 : 0.0, (t2 - t1) * 1e6, stall * 1e6);
+    report(r, in, t1 - t0, t2 - t1, stall);
 }
 
 // Steps 3-7 of push.h after the greeting; messages go to stderr.
@@ -426,6 +485,10 @@ rcv_t *rcv_start(model_t *m, uint64_t version, const rcv_opts *o, rl_err *err) {
     r->nt = model_ntensors(m);
     r->want = xmalloc(r->nt * sizeof *r->want);
     memset(r->want, 0, r->nt * sizeof *r->want);
+    r->stored = xmalloc((r->nt ? r->nt : 1) * sizeof *r->stored);
+    r->prec = model_precision_name(model_options(m));
+    if (!r->prec) r->prec = dt_name(model_dtype(m));
+    r->t_start = clock_now();
     for (size_t i = 0; i < r->nt; i++) {
         model_tensor mt = model_tensor_at(m, i);
         push_tensor *p = &r->want[i];
@@ -435,6 +498,7 @@ rcv_t *rcv_start(model_t *m, uint64_t version, const rcv_opts *o, rl_err *err) {
         p->shape[0] = mt.shape[0];
         p->shape[1] = mt.shape[1];
         p->n = mt.n;
+        r->stored[i] = (surv_round){.dtype = mt.stored, .group = mt.group};
     }
     r->chunk = xmalloc(r->chunk_cap = CHUNK_BYTES);
     // The standby copy now: its pages are touched once, here, not during the
@@ -470,6 +534,7 @@ fail:
     sbuf_free(&r->token);
     model_weights_free(m, r->standby);
     free(r->want);
+    free(r->stored);
     free(r->chunk);
     free(r);
     return NULL;
@@ -496,6 +561,7 @@ void rcv_stop(rcv_t *r) {
     if (r->token.data) memset(r->token.data, 0, r->token.len);
     sbuf_free(&r->token);
     free(r->want);
+    free(r->stored);
     free(r->chunk);
     free(r);
 }

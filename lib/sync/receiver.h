@@ -12,6 +12,7 @@
 #define RLPIPE_RECEIVER_H
 
 #include <signal.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "model/model.h"
@@ -23,6 +24,12 @@ typedef struct {
     const char *tool;         // "rl-sample": names the receiver in its hello and messages
     int quiet;                // no line on stderr per version installed
     double timeout;           // seconds a push may make no progress (<= 0: PUSH_TIMEOUT)
+    // NULL, or a JSON line per version installed: t (seconds since rcv_start),
+    // version, from (the version it replaced), bytes, recv_s, wait_s, stall_s,
+    // and the sender's figures of the update when it measured them (push.h):
+    // sampled, moved, changed, kept, along (survival.h).
+    FILE *metrics;
+    const char *metrics_name; // for messages
 } rcv_opts;
 
 typedef struct rcv rcv_t;
@@ -55,6 +62,7 @@ typedef struct {
     uint64_t version;                // of the weights in the model
     double stall_s, stall_max_s;     // the holder blocked by swaps (total, the longest)
     double wait_s;                   // in rcv_wait: generation paused for weights
+    int metrics_errno;               // writing rcv_opts.metrics failed (a warning said so)
 } rcv_stats;
 rcv_stats rcv_get_stats(rcv_t *r);
 

@@ -37,6 +37,7 @@ typedef struct {
     double deadline;         // one-shot: the last try of an unreachable receiver (-1: before the first try)
     uint64_t tried_seq;      // the offer of the last unsuccessful try: a newer one is tried at once
     int fails;               // failed pushes in a row: the backoff's exponent
+    surv_t *surv;            // the sample of the weights last pushed to it (survival.h)
 } peer;
 
 struct syncer {
@@ -269,7 +270,7 @@ static int push_once(peer *p) {
     pthread_mutex_unlock(&s->mu);
 
     if (p->deadline < 0) p->deadline = clock_now() + o->retry;
-    push_opts po = {.token = o->token, .timeout = o->timeout, .stop_fd = s->stop_pipe[0]};
+    push_opts po = {.token = o->token, .timeout = o->timeout, .stop_fd = s->stop_pipe[0], .surv = p->surv};
     a.rc = push_weights(p->to, a.dir, a.version, &po, &a.rep, &a.err);
 
     pthread_mutex_lock(&s->mu);
@@ -337,6 +338,7 @@ sync_t *sync_start(const sync_opts *o) {
         p->s = s;
         p->to = &o->to[i];
         p->deadline = -1;
+        p->surv = surv_new();
         net_format(p->to, p->name, sizeof p->name);
         int rc = pthread_create(&p->thread, NULL, peer_main, p);
         if (rc) {
@@ -396,7 +398,10 @@ sync_stats sync_stop(sync_t *s) {
     char c = 1;
     ssize_t w = write(s->stop_pipe[1], &c, 1);
     (void)w;
-    for (size_t i = 0; i < s->o.nto; i++) pthread_join(s->p[i].thread, NULL);
+    for (size_t i = 0; i < s->o.nto; i++) {
+        pthread_join(s->p[i].thread, NULL);
+        surv_free(s->p[i].surv);
+    }
     sync_stats st = s->st;
     for (int i = 0; i < 2; i++) close(s->stop_pipe[i]), close(s->note_pipe[i]);
     pthread_cond_destroy(&s->cv);

@@ -117,6 +117,10 @@ expect "--listen tcp without --token-file: usage error" 2 'tcp needs --token-fil
 expect "--listen with a bad address: usage error" 2 '^rl-sample: error: --listen tcp:x:' -- \
     rl-sample --model m --listen tcp:x:99999 p.jsonl
 expect "--token-file without --listen: usage error" 2 'is for --listen' -- rl-sample --model m --token-file t p.jsonl
+expect "--metrics without --listen: usage error" 2 "^rl-sample: error: --metrics tells of the weights installed: give --listen ADDR" -- \
+    rl-sample --model m --metrics met.jsonl p.jsonl
+expect "--metrics -: usage error" 2 "^rl-sample: error: --metrics: name a file of its own" -- \
+    rl-sample --model m --listen unix:s.sock --metrics - p.jsonl
 expect "--listen on a path that is not a socket: exit 1 naming it" 1 'p.jsonl' -- \
     rl-sample --model m --listen unix:p.jsonl p.jsonl
 expect "output file is an input: usage error" 2 'also an input' -- rl-sample --model m p.jsonl -o p.jsonl

@@ -2,7 +2,9 @@
 // bytes arriving over a socketpair (a non-blocking write of at most what
 // its buffer holds, then end of input). The first byte m chooses:
 //   m % 4 = 0: messages (push_recv_msg) until the end or an error, the
-//              tensor lists of each (push_get_tensors "tensors");
+//              tensor lists of each (push_get_tensors "tensors"), their
+//              stored lists (push_get_stored) and update figures
+//              (push_get_update);
 //   m % 4 = 1: a receiver's greeting, answered by push_answer (with a
 //              token when m & 4);
 //   m % 4 = 2: a sender's answer to push_greet's greeting (a token required;
@@ -40,6 +42,31 @@ static void peer_sent(int sv[2], const uint8_t *p, size_t n) {
     if (shutdown(sv[1], SHUT_WR)) abort();
 }
 
+// The hello's stored, read for as many tensors as it has entries (one fewer
+// is an error): what reads back writes as a string that reads the same.
+static void stored(const rec_t *msg) {
+    const char *p;
+    size_t len;
+    if (rec_get_str(msg, "stored", &p, &len) != REC_OK || len > 4096) return;
+    size_t n = 1;
+    for (size_t i = 0; i < len; i++) n += p[i] == ',';
+    if (n > 2048) return;
+    surv_round s[2048], s2[2048];
+    rl_err err;
+    if (push_get_stored(msg, "stored", s, n, &err)) return;   // malformed: err says why
+    if (n > 1 && push_get_stored(msg, "stored", s2, n - 1, &err) == 0) {
+        fprintf(stderr, "fuzz_push: stored with %zu entries read as %zu\n", n, n - 1);
+        __builtin_trap();
+    }
+    rec_t *again = rec_new();
+    push_set_stored(again, "stored", s, n);
+    if (push_get_stored(again, "stored", s2, n, &err) || memcmp(s, s2, n * sizeof *s)) {
+        fprintf(stderr, "fuzz_push: a stored list written by push_set_stored reads back otherwise\n");
+        __builtin_trap();
+    }
+    rec_free(again);
+}
+
 static void messages(int fd) {
     rec_t *msg = rec_new();
     rl_err err;
@@ -62,6 +89,12 @@ static void messages(int fd) {
             free(t);
         }
         (void)rec_get_uint(msg, "version", &v);
+        stored(msg);
+        surv_figures f;
+        if (push_get_update(msg, &f, &err) == 0 && !(f.moved >= 0 && f.moved <= 1 && f.changed >= 0 && f.changed <= 1)) {
+            fprintf(stderr, "fuzz_push: push_get_update accepted fractions outside [0, 1]\n");
+            __builtin_trap();
+        }
     }
     rec_free(msg);
 }

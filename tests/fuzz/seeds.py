@@ -118,8 +118,11 @@ def push_seeds(out):
 
     tensors = [["model.embed_tokens.weight", "bf16", [448, 128]], ["model.norm.weight", "f32", [128]],
                ["model.layers.0.self_attn.q_proj.weight", "f16", [128, 128]]]
-    hello = {"ok": True, "receiver": "rl-sample 0.1.0", "dtype": "bf16", "version": 3, "tensors": tensors}
-    push = {"version": 4, "bytes": 448 * 128 * 2 + 128 * 4 + 128 * 128 * 2, "checksum": "xxh3-64", "tensors": tensors}
+    hello = {"ok": True, "receiver": "rl-sample 0.1.0", "dtype": "bf16", "version": 3, "tensors": tensors,
+             "stored": "bf16,f32,int8/32"}
+    push = {"version": 4, "bytes": 448 * 128 * 2 + 128 * 4 + 128 * 128 * 2, "checksum": "xxh3-64", "tensors": tensors,
+            "update_from": 3, "update_n": 73856, "update_moved": 0.999, "update_changed": 0.004,
+            "update_kept": 0.05, "update_along": 0.02}
     result = {"ok": True, "version": 4, "bytes": 10, "recv_us": 5, "wait_us": 1, "stall_us": 0}
     write(d, "messages", b"\x00" + msg(hello) + msg(push) + msg({"ok": True}) + msg(result))
     write(d, "error", b"\x00" + msg({"ok": False, "error": "a tensor missing"}))

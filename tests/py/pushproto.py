@@ -17,8 +17,11 @@ length L, 1 <= L <= 16 MiB, then a msgpack map of L bytes):
 
   1. receiver: "RLPW", u32 1, u32 flags (bit 0: token required), u32 0, 32-byte nonce
   2. sender (token required only): HMAC-SHA256(token, b"rlpipe push 1" + nonce)
-  3. receiver: {ok: true, receiver, dtype, version, tensors: [[name, dtype, shape]...]}
-  4. sender:   {version, bytes, checksum: "xxh3-64", tensors: [[name, dtype, shape]...]}
+  3. receiver: {ok: true, receiver, dtype, version, tensors: [[name, dtype, shape]...],
+               stored: "bf16,f32,int8/32,..." (how it keeps each tensor; optional)}
+  4. sender:   {version, bytes, checksum: "xxh3-64", tensors: [[name, dtype, shape]...],
+               and with stored: update_from, update_n, update_moved, update_changed,
+               update_kept, update_along (the update's figures, from the second push on)}
   5. receiver: {ok: true} or {ok: false, error}
   6. sender:   the tensors' elements in the push's order, then u64 XXH3-64 (seed 0) of them
   7. receiver: {ok: true, version, bytes, recv_us, wait_us, stall_us} or {ok: false, error}
@@ -170,7 +173,8 @@ class Receiver:
     Knobs that may be changed at any time: refuse (an error message: every
     push is refused at step 5), delay (seconds before the result), hello_version
     (announced instead of `version`), fail_result (an error message sent as the
-    result after the checksum verified), timeout (seconds a read may wait).
+    result after the checksum verified), timeout (seconds a read may wait),
+    stored (a string sent as the hello's stored; None: no stored).
     """
 
     def __init__(self, addr, tensors, version=0, token=None, dtype="f32", name="pushproto 1", timeout=10.0):
@@ -179,7 +183,7 @@ class Receiver:
             shape, dt = (v if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str) else (v, dtype))
             self.tensors[k] = (tuple(int(d) for d in shape), dt)
         self.version, self.token, self.dtype, self.name, self.timeout = version, token, dtype, name, timeout
-        self.refuse = self.fail_result = self.hello_version = None
+        self.refuse = self.fail_result = self.hello_version = self.stored = None
         self.delay = 0.0
         self.exchanges = []
         self.active = None       # the Exchange in progress
@@ -284,8 +288,11 @@ class Receiver:
             if not hmac.compare_digest(got, mac(self.token, nonce)):
                 return self._refuse(conn, ex, "auth", "authentication failed: wrong token")
         version = self.version if self.hello_version is None else self.hello_version
-        send_msg(conn, {"ok": True, "receiver": self.name, "dtype": self.dtype, "version": version,
-                        "tensors": [[k, dt, list(shape)] for k, (shape, dt) in self.tensors.items()]})
+        hello = {"ok": True, "receiver": self.name, "dtype": self.dtype, "version": version,
+                 "tensors": [[k, dt, list(shape)] for k, (shape, dt) in self.tensors.items()]}
+        if self.stored is not None:
+            hello["stored"] = self.stored
+        send_msg(conn, hello)
         ex.kind = "hello"
         push = recv_msg(conn)           # Closed here: a probe, or it held the version already
         ex.push = push

@@ -434,5 +434,78 @@ def a_receiver_killed_by_sigterm_or_ending_in_an_error_leaves_no_socket_file():
         assert not os.path.exists(sock), "an error exit left the socket file behind"
 
 
+# ---- 5. how much of each update the sampler's precision keeps ----------------------------
+
+def version_root(name, base, scales):
+    """A checkpoint root whose version v holds base's weights with the matrices
+    times scales[v] (norms kept), each version written whole before 'latest'
+    names it, as checkpoint.c writes them."""
+    import shutil
+    import numpy as np
+    from safetensors.numpy import save_file
+    root, w = path(name), load_file(os.path.join(base, "model.safetensors"))
+    os.makedirs(root)
+
+    def write(v):
+        d = os.path.join(root, f"v{v:06d}")
+        os.makedirs(d)
+        shutil.copy(os.path.join(base, "config.json"), d)
+        save_file({k: (t.astype(np.float32) * np.float32(scales[v]) if t.ndim == 2 else t.astype(np.float32))
+                   for k, t in w.items()}, os.path.join(d, "model.safetensors"))
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"version": v}, f)
+        with open(os.path.join(root, ".latest.tmp"), "w") as f:
+            f.write(f"v{v:06d}\n")
+        os.rename(os.path.join(root, ".latest.tmp"), os.path.join(root, "latest"))
+    return root, write
+
+
+@case
+def the_sampler_tells_how_much_of_each_update_its_precision_keeps_and_warns_once_at_bf16():
+    # a model stored in bf16 (its weights on the bf16 grid), updated by a tenth
+    # of a bf16 step a version: at bf16 nothing of it arrives, at f32 all
+    base = path("grid")
+    llama_ref.random_model(base, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, vocab=448, tie=True,
+                           logit_scale=2.5, max_pos=512, seed=3, dtype="BF16")
+    llama_ref.add_tiny_tokenizer(base)
+    for prec in ("bf16", "f32"):
+        sock, met = path(f"upd-{prec}.sock"), path(f"upd-{prec}.jsonl")
+        root, write = version_root(f"upd-{prec}", base, {0: 1, 1: 1 + 2e-4, 2: 1 + 4e-4, 3: 1 + 6e-4})
+        write(0)
+        with iu.Procs(WORK) as P:
+            s = P.start("rl-sample", "--model", base, "--dtype", prec, "--listen", "unix:" + sock, "--metrics", met,
+                        "--epochs", "0", "--max-new-tokens", "8", "-u", PROMPTS, name="rl-sample")
+            iu.listen_address(s)
+            sync = P.start("rl-sync", "--watch", root, "--to", "unix:" + sock, "--poll", "0.1", "--max-version", "3",
+                           name="rl-sync")
+            for v in (1, 2, 3):
+                write(v)
+                iu.wait_stderr(s, rf"^rl-sample: weights v{v} installed from a push: ")
+            serr = iu.expect_exit_0(sync)
+            s.send_signal(signal.SIGTERM)
+            err = iu.expect_exit_0(s)
+        lines = metrics(met)
+        assert [(x["from"], x["version"]) for x in lines] == [(0, 1), (1, 2), (2, 3)], lines
+        assert "along" not in lines[0], "figures for the first push, with no sample to compare with"
+        for x in lines[1:]:
+            assert x["sampled"] > 0 and x["moved"] > 0.9, x
+            if prec == "f32":
+                assert x["along"] == 1 and x["kept"] == 1 and x["changed"] == x["moved"], x
+            else:
+                assert x["along"] == 0 and x["kept"] == 0 and x["changed"] == 0, x
+        warn = [x for x in err.splitlines() if "warning" in x]
+        swarn = [x for x in serr.splitlines() if "warning" in x]
+        if prec == "f32":
+            assert not warn and not swarn, (warn, swarn)
+            assert re.search(r"^rl-sample: weights v3 installed .*; the update from v2: along 1\.00 \(kept 1\.00 ",
+                             err, re.M), err
+        else:
+            assert len(warn) == 1 and warn[0].startswith(
+                "rl-sample: warning: at bf16, the weights installed carry 0.00 of the learner's update from v1 to v2 "
+                "(0.0% of the weights changed, "), warn
+            assert "(f16 or f32: rl-sample(1), Precision)" in warn[0], warn[0]
+            assert len(swarn) == 1, serr
+
+
 if __name__ == "__main__":
     rltest.finish()

@@ -301,6 +301,101 @@ def watch_pushes_each_new_version_and_ends_at_max_version():
     assert re.search(r"^rl-sync: 3 pushes, 0 failed, 1 already held, 0 versions skipped", err, re.M), err
 
 
+def kept_as(t, stored):
+    """t (a float32 tensor) as a receiver keeping it as `stored` holds it, computed
+    with PyTorch's roundings and numpy: bf16 and f16 to nearest even; int8/G:
+    per group of G inputs of a row, s = max|x| / 127 and q = rint(x * (1 / s))
+    clipped to ±127, all in float32, read back as q * s."""
+    if stored == "f32":
+        return t.double()
+    if stored in ("bf16", "f16"):
+        return t.to(torch.bfloat16 if stored == "bf16" else torch.float16).double()
+    import numpy as np
+    g = int(stored.split("/")[1])
+    x = t.numpy().astype(np.float32).reshape(-1, t.shape[-1])
+    out = np.empty_like(x)
+    for c0 in range(0, x.shape[1], g):
+        part = x[:, c0:c0 + g]
+        s = (np.abs(part).max(axis=1, keepdims=True) / np.float32(127)).astype(np.float32)
+        inv = np.where(s > 0, np.float32(1) / np.where(s > 0, s, 1), 0).astype(np.float32)
+        q = np.clip(np.rint(part * inv), -127, 127).astype(np.float32)
+        out[:, c0:c0 + g] = q * s
+    return torch.from_numpy(out.reshape(t.shape)).double()
+
+
+@case
+def the_update_figures_are_those_of_the_weights_rounded_as_the_receiver_keeps_them():
+    # v1 on the bf16 grid (a model stored in bf16), v2 = v1 moved by about a
+    # bf16 step: part of the update rounds away at bf16, less at f16, int8's
+    # errors are unbiased; the figures must be those of PyTorch's and numpy's
+    # roundings over every weight (a tiny model is sampled whole)
+    gen = torch.Generator().manual_seed(7)
+    v1 = {k: t.to(torch.bfloat16).float() for k, t in WEIGHTS.items()}
+    v2 = {k: (t + 0.002 * t.abs() * torch.randn(t.shape, generator=gen)).contiguous() for k, t in v1.items()}
+    names = list(SHAPES)
+    mats = [k for k in names if len(SHAPES[k]) == 2]
+    stored = {k: "f32" for k in names}
+    stored.update({k: "bf16" for k in mats})
+    stored[mats[1]], stored[mats[2]] = "f16", "int8/16"
+    wire = {k: (SHAPES[k], stored[k] if stored[k] in ("bf16", "f16") else "f32") for k in names}
+    root = path("ck_update")
+    write_version(root, 0, WEIGHTS)
+    with pushproto.Receiver(sock("update"), wire, dtype="bf16") as r:
+        r.stored = ",".join(stored[k] for k in names)
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.1", "--max-version", "2")
+        assert r.wait(lambda x: len(x.exchanges) >= 1), "no exchange for v000000"
+        for v, w in ((1, v1), (2, v2)):
+            write_version(root, v, w)
+            assert r.wait(lambda x: x.version == v), f"v{v} not pushed: {r.exchanges}"
+        rc, err = finish(proc)
+        first, second = [e.push for e in r.pushes()]
+    assert rc == 0, err
+    assert not any(k.startswith("update_") for k in first), f"figures without a version to compare with: {first}"
+    d = torch.cat([(v2[k].double() - v1[k].double()).flatten() for k in names])
+    e = torch.cat([(kept_as(v2[k], stored[k]) - kept_as(v1[k], stored[k])).flatten() for k in names])
+    want = {"update_from": 1, "update_n": d.numel(), "update_moved": (d != 0).double().mean().item(),
+            "update_changed": (e != 0).double().mean().item(), "update_kept": (e.norm() / d.norm()).item(),
+            "update_along": (e.dot(d) / d.dot(d)).item()}
+    for k, x in want.items():
+        assert abs(second[k] - x) <= 1e-9 * max(1, abs(x)), f"{k}: sent {second[k]}, computed {x}"
+    print(f"  at bf16 (and one f16, one int8 matrix): along {want['update_along']:.3f}, kept "
+          f"{want['update_kept']:.3f}, changed {want['update_changed']:.3f} of the weights, moved "
+          f"{want['update_moved']:.3f}")
+    assert 0.3 < want["update_changed"] < 0.9 and want["update_moved"] > 0.99, "the update is not the mix intended"
+    line = re.search(r"^rl-sync: v000002 -> .*; the update from v000001: along (\S+) \(kept (\S+) of the norm; "
+                     r"(\S+)% of the weights changed at bf16, (\S+)% in f32; (\S+) sampled\)$", err, re.M)
+    assert line, err
+    assert [float(x) for x in line.groups()[:4]] == [round(want["update_along"], 2), round(want["update_kept"], 2),
+                                                       round(100 * want["update_changed"], 1),
+                                                       round(100 * want["update_moved"], 1)], line.group(0)
+
+
+@case
+def a_receiver_losing_most_of_the_update_is_warned_of_once():
+    # v1 on the bf16 grid and updates of a tenth of a bf16 step: at bf16 nothing changes
+    v = {0: {k: t.to(torch.bfloat16).float() for k, t in WEIGHTS.items()}}
+    for i in (1, 2, 3):
+        v[i] = {k: (t * (1 + 4e-4 * i) if t.dim() == 2 else t).contiguous() for k, t in v[0].items()}
+    root = path("ck_lost")
+    write_version(root, 0, v[0])
+    wire = {k: (s, "bf16" if len(s) == 2 else "f32") for k, s in SHAPES.items()}
+    with pushproto.Receiver(sock("lost"), wire, dtype="bf16") as r:
+        r.stored = ",".join(dt for _, dt in wire.values())
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.1", "--max-version", "3")
+        assert r.wait(lambda x: len(x.exchanges) >= 1), "no exchange for v000000"
+        for i in (1, 2, 3):
+            write_version(root, i, v[i])
+            assert r.wait(lambda x: x.version == i), f"v{i} not pushed: {r.exchanges}"
+        rc, err = finish(proc)
+        pushes = [e.push for e in r.pushes()]
+    assert rc == 0, err
+    assert [p.get("update_along") for p in pushes][1:] == [0.0, 0.0], [p.get("update_along") for p in pushes]
+    warnings = [x for x in err.splitlines() if "warning" in x]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"rl-sync: warning: {r.address} keeps its weights at bf16, which carries 0.00 of the learner's update "), err
+    assert "sample at f16 or f32 (rl-sample(1), Precision)" in warnings[0], warnings[0]
+
+
 @case
 def watch_passes_over_versions_that_pile_up_while_a_push_is_in_flight():
     root = path("ck_pile")

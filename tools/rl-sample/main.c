@@ -78,6 +78,8 @@ static const char USAGE[] =
     "                         more than K versions after the weights held\n"
     "      --sync             the conventional baseline, --max-lag 0: after each batch,\n"
     "                         wait for the weights trained on it\n"
+    "      --metrics FILE     one JSON line per version installed, with how much of the\n"
+    "                         learner's update survived the sampler's precision\n"
     "\n"
     "Output:\n"
     CLI_OUT_HELP
@@ -94,7 +96,7 @@ static const char USAGE[] =
     "  rl-sample --model m/ -n 8 --listen unix:/tmp/s.sock --max-lag 2 --batch 64 train.jsonl | ...\n";
 
 typedef struct {
-    const char *model, *verifier_cmd, *listen, *token_file;
+    const char *model, *verifier_cmd, *listen, *token_file, *metrics;
     uint64_t batch;
     int64_t max_lag;              // -1: no bound
     model_opts prec;          // --dtype: the precision's dtype and activations
@@ -126,7 +128,7 @@ static char *unescape(const char *s) {
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
-           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS };
+           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -140,6 +142,7 @@ static options parse_options(int argc, char **argv) {
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
         {"chat-arg", required_argument, 0, O_CHATARG},     {"ignore-eos", no_argument, 0, O_IGNOREEOS},
+        {"metrics", required_argument, 0, O_METRICS},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
@@ -187,6 +190,7 @@ static options parse_options(int argc, char **argv) {
         case O_VTIMEOUT: o.verifier_timeout = cli_parse_f64("--verifier-timeout", optarg, 0, 1e9, 0); break;
         case O_LISTEN: o.listen = optarg; break;
         case O_TOKEN: o.token_file = optarg; break;
+        case O_METRICS: o.metrics = optarg; break;
         case O_BATCH: o.batch = cli_parse_uint("--batch", optarg, UINT32_MAX, 0); break;
         case O_MAXLAG: {
             int64_t k = (int64_t)cli_parse_uint("--max-lag", optarg, UINT32_MAX, 0);
@@ -212,6 +216,9 @@ static options parse_options(int argc, char **argv) {
         cli_usage_error("--max-lag and --sync need --batch N, the records per learner step (rl-learn --batch)");
     if (o.batch && o.max_lag < 0) cli_usage_error("--batch is for --max-lag or --sync");
     if (o.token_file && !o.listen) cli_usage_error("--token-file is for --listen");
+    if (o.metrics && !o.listen) cli_usage_error("--metrics tells of the weights installed: give --listen ADDR");
+    if (o.metrics && (!strcmp(o.metrics, "-") || (o.out.output && cli_same_file(o.metrics, o.out.output))))
+        cli_usage_error("--metrics: name a file of its own (standard output and --output carry the records)");
     rl_err e;
     if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
     if (!o.epochs_set && (o.max_prompts || o.max_records)) o.epochs = 0;
@@ -227,7 +234,11 @@ int main(int argc, char **argv) {
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
+    cli_refuse_overwrite(inputs, ninputs, o.metrics, "metrics file");
     int fd = cli_open_output(o.out.output, 1, o.out.force);
+    FILE *metrics = NULL;
+    if (o.metrics && !(metrics = fopen(o.metrics, "w")))
+        cli_die("cannot create the metrics file: %s: %s", o.metrics, strerror(errno));
     double t0 = clock_now();
 
     rl_err e;
@@ -288,7 +299,8 @@ int main(int argc, char **argv) {
     gen_set_version(g, (uint32_t)version);
     rcv_t *rcv = NULL;
     if (o.listen) {
-        rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-sample", .quiet = o.out.quiet};
+        rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-sample", .quiet = o.out.quiet,
+                         .metrics = metrics, .metrics_name = o.metrics};
         if (!(rcv = rcv_start(m, version, &ropt, &e))) cli_die("%s", e.msg);
         if (!o.out.quiet) fprintf(stderr, "rl-sample: listening for weights on %s\n", rcv_address(rcv));
         rcv_remove_at_exit(rcv);
@@ -354,6 +366,8 @@ int main(int argc, char **argv) {
         rcv_stop(rcv);
     }
     if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || recw_close(w, &e)) cli_die("%s", e.msg);
+    if (metrics && (rs.metrics_errno || fclose(metrics)))   // the records are out whole; the metrics are not
+        cli_die("write error: %s: %s", o.metrics, strerror(rs.metrics_errno ? rs.metrics_errno : errno));
     double tend = clock_now();
     const ro_totals *t = ro_total(ro);
     if (!o.out.quiet) {
