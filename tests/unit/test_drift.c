@@ -28,22 +28,25 @@ static int feed(const double *k3, int n, long *at, drift_report *r) {
     return warnings;
 }
 
-static void a_flat_series_never_warns(void) {
+// Batches 1 .. n with k3 `start` for the first 5, `then` for the rest: the
+// warnings fed, the batch of the first in *at.
+static int step_series(double start, double then, int n, long *at) {
     double k3[100];
-    for (int i = 0; i < 100; i++) k3[i] = 0.0016;   // the lag alone, f32 sampler
-    long at;
     drift_report r;
-    int w = feed(k3, 100, &at, &r);
+    for (int i = 0; i < n; i++) k3[i] = i < DRIFT_WINDOW ? start : then;
+    return feed(k3, n, at, &r);
+}
+
+static void a_flat_series_never_warns(void) {
+    long at;
+    int w = step_series(0.0016, 0.0016, 100, &at);   // the lag alone, f32 sampler
     CHECK(w == 0, "%d warnings, the first at batch %ld", w, at);
 }
 
 static void a_flat_high_series_never_warns(void) {
     // a sampler far off from the start, that does not drift: first = latest
-    double k3[100];
-    for (int i = 0; i < 100; i++) k3[i] = 0.3;
     long at;
-    drift_report r;
-    int w = feed(k3, 100, &at, &r);
+    int w = step_series(0.3, 0.3, 100, &at);
     CHECK(w == 0, "%d warnings, the first at batch %ld", w, at);
 }
 
@@ -67,27 +70,20 @@ static void growth_from_0_0015_to_0_24_over_30_batches_warns_once_at_batch_18(vo
     CHECK(near(r.latest_mean, latest) && fabs(latest - 0.021348) < 1e-6, "latest mean %.8g", r.latest_mean);
 }
 
-static void a_fourfold_growth_below_the_floor_never_warns(void) {
+static void a_growth_below_the_floor_never_warns(void) {
     // 0.001 to 0.019: nineteen times the start, still below 0.02
-    double k3[40];
-    for (int i = 0; i < 40; i++) k3[i] = i < 5 ? 0.001 : 0.019;
     long at;
-    drift_report r;
-    int w = feed(k3, 40, &at, &r);
+    int w = step_series(0.001, 0.019, 40, &at);
     CHECK(w == 0, "%d warnings, the first at batch %ld", w, at);
 }
 
 static void growth_above_the_floor_but_less_than_fourfold_never_warns(void) {
-    // 1/64 to 0.06: above the floor, 3.84 times the start (powers of 2 below:
+    // 1/64 to 0.06: above the floor, 3.84 times the start (with powers of 2
     // the means are exact)
-    double k3[40];
-    for (int i = 0; i < 40; i++) k3[i] = i < 5 ? 1.0 / 64 : 0.06;
     long at;
-    drift_report r;
-    int w = feed(k3, 40, &at, &r);
+    int w = step_series(1.0 / 64, 0.06, 40, &at);
     CHECK(w == 0, "%d warnings, the first at batch %ld", w, at);
-    for (int i = 5; i < 40; i++) k3[i] = 1.0 / 16;   // exactly 4 times: due at the first chance
-    w = feed(k3, 40, &at, &r);
+    w = step_series(1.0 / 64, 1.0 / 16, 40, &at);   // exactly 4 times: due at the first chance
     CHECK(w == 1 && at == 10, "%d warnings, the first at batch %ld", w, at);
 }
 
@@ -135,7 +131,7 @@ int main(void) {
     RUN(a_flat_series_never_warns);
     RUN(a_flat_high_series_never_warns);
     RUN(growth_from_0_0015_to_0_24_over_30_batches_warns_once_at_batch_18);
-    RUN(a_fourfold_growth_below_the_floor_never_warns);
+    RUN(a_growth_below_the_floor_never_warns);
     RUN(growth_above_the_floor_but_less_than_fourfold_never_warns);
     RUN(nan_batches_are_skipped_and_the_windows_name_the_batches_fed);
     RUN(fewer_than_10_batches_never_warn);
