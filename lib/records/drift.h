@@ -10,8 +10,8 @@
 // tracker) at the first batch where
 //   latest >= DRIFT_FLOOR  and  latest >= DRIFT_FACTOR * first.
 // The floor is ten times the k3 that a lag of one version alone gives
-// (0.0016 measured on SmolLM2-135M with an f32 sampler; f16 0.0023): a
-// growth from that level to above it is a sampler that does not follow the
+// (0.0016 measured on SmolLM2-135M with an f32 sampler; f16 0.0023): a k3
+// that grows from there past the floor is a sampler that does not follow the
 // learner, e.g. a bf16 sampler of a model stored in bf16, which rounds the
 // learner's updates below half a bf16 step back to the weights it started
 // from (k3 0.0015 at step 1 to 0.24-0.63 at step 30). A mismatch that is
