@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "learn/zero.h"
+#include "records/drift.h"
 #include "records/fields.h"
 #include "records/json.h"
 #include "records/mismatch.h"
@@ -47,6 +48,9 @@ struct learner {
     char dropped_first[512];   // what the first of them dropped, and where
     int epoch;                 // PPO epochs done on it
     rollout_view view;         // the record being added
+    drift_t drift;             // --tis: each batch's k3, for the warning of a growing mismatch
+    int drift_due;             // its warning pending
+    char drift_warning[1024];
 };
 
 // ---- Options --------------------------------------------------------------------
@@ -93,6 +97,7 @@ learner_t *lrn_new(model_t *m, const lrn_opts *o) {
     if (l->o.epochs < 1) l->o.epochs = 1;
     if (l->o.micro < 1) l->o.micro = 1;
     if (!l->o.micro_tokens) l->o.micro_tokens = LRN_MICRO_TOKENS;
+    drift_init(&l->drift);
     return l;
 }
 
@@ -584,6 +589,12 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         m->has_k3 = m->has_capped = 1;
         m->k3 = sums[4] / sums[2];
         m->capped = sums[5] / sums[2];
+        // π_old is the first epoch's forward: the batch's k3, the same at every epoch, counts once
+        drift_report r;
+        if (m->epoch == 1 && drift_add(&l->drift, (long)m->step, m->k3, &r)) {
+            drift_message(&r, "steps", l->drift_warning, sizeof l->drift_warning);
+            l->drift_due = 1;
+        }
     }
     m->seconds = clock_now() - t0;
     return 0;
@@ -609,6 +620,12 @@ int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err) {
 int lrn_step(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err) {
     int rc = lrn_grad(l, version, steps, m, err);
     return rc ? rc : lrn_apply(l, m, err);
+}
+
+const char *lrn_take_warning(learner_t *l) {
+    if (!l->drift_due) return NULL;
+    l->drift_due = 0;
+    return l->drift_warning;
 }
 
 // ---- Metrics --------------------------------------------------------------------------

@@ -121,6 +121,12 @@ int lrn_step(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
 int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_err *err);
 int lrn_apply(learner_t *l, lrn_metrics *m, rl_err *err);
 
+// A warning to print once: with --tis, a mismatch k3 that keeps growing over
+// the steps (records/drift.h; steps numbered as the metrics' "step"), the
+// sign of a sampler that does not follow the learner's updates. The first
+// call after the step that makes it due returns the message, every other NULL.
+const char *lrn_take_warning(learner_t *l);
+
 // Records consumed by finished batches (those steps are done), and held.
 uint64_t lrn_consumed(const learner_t *l);
 size_t lrn_held(const learner_t *l);

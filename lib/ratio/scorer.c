@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
+#include "records/drift.h"
 #include "records/fields.h"
 #include "sync/receiver.h"
 
@@ -28,8 +29,11 @@ struct scorer {
     ratio_acc batch, total;   // the current batch of `o.batch` records, and the run
     uint64_t group_size;      // records a group holds (the header's sampling.group); 0: unknown
     long batches;             // metrics lines written
-    int warn_state;           // 0: nothing to say, 1: warning pending, 2: given
+    int warn_state;           // top-p/top-k: 0 nothing to say, 1 warning pending, 2 given
     char warning[768];
+    drift_t drift;            // each batch's k3, for the warning of a growing mismatch
+    int drift_due;            // its warning pending
+    char drift_warning[1024];
     sbuf line;
 };
 
@@ -51,6 +55,7 @@ scorer_t *scr_new(const scr_opts *o) {
     s->seqs = xmalloc(s->cap * sizeof *s->seqs);
     ratio_acc_init(&s->batch);
     ratio_acc_init(&s->total);
+    drift_init(&s->drift);
     return s;
 }
 
@@ -69,9 +74,13 @@ void scr_free(scorer_t *s) {
 const ratio_acc *scr_total(const scorer_t *s) { return &s->total; }
 
 const char *scr_take_warning(scorer_t *s) {
-    if (s->warn_state != 1) return NULL;
-    s->warn_state = 2;
-    return s->warning;
+    if (s->warn_state == 1) {
+        s->warn_state = 2;
+        return s->warning;
+    }
+    if (!s->drift_due) return NULL;
+    s->drift_due = 0;
+    return s->drift_warning;
 }
 
 // ---- the learner model ----------------------------------------------------
@@ -220,7 +229,13 @@ static int score(scorer_t *s, size_t n, rl_err *err) {
     return 0;
 }
 
+// The batch is complete: its metrics line, and its k3 to the drift tracker.
 static int metrics_line(scorer_t *s, rl_err *err) {
+    drift_report r;
+    if (drift_add(&s->drift, s->batches, mm_k3(&s->batch.mm), &r)) {
+        drift_message(&r, "batches", s->drift_warning, sizeof s->drift_warning);
+        s->drift_due = 1;
+    }
     if (s->o.metrics) {
         s->line.len = 0;
         ratio_acc_json(&s->batch, s->batches, &s->line);

@@ -78,9 +78,11 @@ int scr_finish(scorer_t *s, rl_err *err);
 
 // Totals over the run.
 const ratio_acc *scr_total(const scorer_t *s);
-// A warning to print once: the first record sampled with top-p or top-k
-// (whose truncation learner log-probabilities do not reproduce). The first
-// call after such a record returns the message, every other call NULL.
+// Warnings to print, each once: the first record sampled with top-p or top-k
+// (whose truncation learner log-probabilities do not reproduce), and a
+// mismatch that keeps growing over the batches (records/drift.h; batches
+// numbered as the metrics lines' "batch"). Each call returns one pending
+// message, or NULL when none is.
 const char *scr_take_warning(scorer_t *s);
 
 #endif

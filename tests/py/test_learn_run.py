@@ -486,16 +486,18 @@ def w_of_the_wrong_length_is_an_error_naming_the_record():
     bad_record("w", change, 'field "w" has 3 elements but "ids" has 2 (one per completion token)')
 
 
-def sampled(recs, seed):
+def sampled(recs, seed, below=None):
     """The records as rl-sample writes them: the sampler's logp, here the
-    float64 model's own within ±0.5, so that π/μ lies on both sides of 1.2."""
+    float64 model's own within ±0.5, so that π/μ lies on both sides of 1.2;
+    or, given below (a number per record), the model's own less below[i] on
+    every token of record i."""
     ref = llama_ref.Llama(MODEL)
     rng = random.Random(seed)
-    for r in recs:
+    for i, r in enumerate(recs):
         p, ids = r["prompt_ids"], r["ids"]
         h = ref.forward(torch.tensor([p + ids[:-1]]))[0, len(p) - 1:]
         lp = torch.log_softmax(ref.logits(h), dim=-1).gather(1, torch.tensor(ids)[:, None])[:, 0]
-        r["logp"] = [rltest.f32(float(x) + rng.uniform(-0.5, 0.5)) for x in lp]
+        r["logp"] = [rltest.f32(float(x) + (rng.uniform(-0.5, 0.5) if below is None else -below[i])) for x in lp]
     return recs
 
 
@@ -541,6 +543,35 @@ def tis_refuses_records_weighed_by_rl_ratio_and_records_without_logp():
         rc, _, err = learn("--init", MODEL, "--out", path(f"c_tis_{key}"), "--batch", "2", "--tis", "2", "-q", src)
         assert rc == 1 and expect in err and f"{src} record 5" in err, (rc, err)
         assert check_all_versions_complete(path(f"c_tis_{key}")) == 2
+
+
+@case
+def tis_warns_once_when_the_mismatch_keeps_growing_over_the_steps():
+    # A bf16 sampler that rounds the learner's updates away: step s's records
+    # have logp = the model's log-probability less d_s on every token,
+    # d_s = sqrt(2 k_s), k_s = 0.0015 * 160^((s-1)/29), so that the step's k3
+    # = exp(d) - 1 - d grows from 0.0016; with --lr 0 the model stays as it
+    # is. The rule (records/drift.h: the latest 5 steps' mean k3 >= 0.02 and
+    # >= 4x the first 5's) is due at step 18 (steps 13-17: 0.0191; 14-18:
+    # 0.0229). A steady k3 of 0.0018 (the lag alone) draws no warning.
+    growing = [math.sqrt(2 * 0.0015 * 160 ** (s / 29)) for s in range(20)]
+    for label, offsets in (("growing", growing), ("steady", [0.06] * 12)):
+        recs = sampled(rollouts([2] * (2 * len(offsets)), seed=31), 32, below=[d for d in offsets for _ in range(4)])
+        c = path(f"c_drift_{label}")
+        err = learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--lr", "0", "--tis", "2", "-q",
+                       "--metrics", c + ".jsonl", write(f"drift_{label}.rlr", recs))
+        warnings = [x for x in err.splitlines() if "warning" in x]
+        k3 = [x["k3"] for x in metrics(c + ".jsonl")]
+        assert len(k3) == len(offsets), k3
+        if label == "steady":
+            assert warnings == [] and all(abs(k - 0.0018) < 1e-4 for k in k3), (err, k3)
+            continue
+        first, latest = sum(k3[0:5]) / 5, sum(k3[13:18]) / 5
+        assert sum(k3[12:17]) / 5 < 0.02 <= latest and abs(first - 0.00224) < 1e-5, k3
+        want = (f"rl-learn: warning: the mismatch keeps growing: k3 {first:.2g} over steps 1-5, "
+                f"{latest:.2g} over steps 14-18; the sampler is not following the learner's updates.")
+        assert len(warnings) == 1 and warnings[0].startswith(want), f"{err}\nexpected one warning beginning {want}"
+        assert "sample at f16 or f32 (rl-sample(1), Precision" in warnings[0], warnings[0]
 
 
 @case

@@ -434,6 +434,72 @@ def top_p_or_top_k_sampling_is_warned_about_once_per_run():
     assert len(output_records(out)) == 12
 
 
+# ---- a mismatch that keeps growing -----------------------------------------------------
+
+# The growth of a bf16 sampler that rounds the learner's updates away: a
+# batch's k3 about 0.0015 * 160^(b/29) (0.0015 at batch 0, 0.24 at 29), each
+# token's logp_learner = logp + sqrt(2 k) (k3 = exp(d) - 1 - d ~ d^2 / 2).
+GROWING = [math.sqrt(2 * 0.0015 * 160 ** (b / 29)) for b in range(24)]
+
+
+def offset_records(offsets, per_batch=3, seed=8):
+    """per_batch records for each offset d: logp_learner = logp + d on every token (float32)."""
+    rng = np.random.default_rng(seed)
+    recs = []
+    for d in offsets:
+        for _ in range(per_batch):
+            logp = (-1 - rng.exponential(1.0, 6)).astype(np.float32)
+            ll = (logp + np.float32(d)).astype(np.float32)
+            recs.append({"id": len(recs), "ids": [int(x) for x in rng.integers(0, 90, 6)],
+                         "logp": [float(x) for x in logp], "logp_learner": [float(x) for x in ll]})
+    return recs
+
+
+def drift_warnings(err):
+    return [x for x in err.splitlines() if "mismatch keeps growing" in x]
+
+
+@case
+def a_growing_mismatch_is_warned_about_once_naming_both_windows_k3():
+    # Rule (records/drift.h): once 10 batches were seen, warn once at the first
+    # batch whose latest 5 batches' mean k3 is >= 0.02 and >= 4x the first 5's.
+    # numpy's k3 of the batches: first 5 mean 0.00224; the latest window
+    # reaches 0.0191 at batches 12-16, 0.0229 at 13-17.
+    recs = offset_records(GROWING)
+    src = put("growing.rlr", write_stream(recs))
+    k3 = []
+    for b in range(len(GROWING)):
+        d = np.concatenate([arr(r["logp_learner"]) - arr(r["logp"]) for r in recs[3 * b:3 * b + 3]])
+        k3.append(float(np.mean(np.exp(d) - 1 - d)))
+    first, latest = np.mean(k3[0:5]), np.mean(k3[13:18])
+    assert abs(first - 0.00224) < 1e-5 and np.mean(k3[12:17]) < 0.02 <= latest, (first, k3)
+    mpath = path("growing.jsonl")
+    for args in (["--metrics", mpath], [], ["-q"]):
+        _, out, err = ratio("--batch", "3", *args, src)
+        warnings = drift_warnings(err)
+        assert len(warnings) == 1, f"{args}: {len(warnings)} warnings: {err.strip()}"
+        want = (f"rl-ratio: warning: the mismatch keeps growing: k3 {first:.2g} over batches 0-4, "
+                f"{latest:.2g} over batches 13-17; the sampler is not following the learner's updates.")
+        assert warnings[0].startswith(want), f"{args}: {warnings[0]}\nexpected it to begin {want}"
+        assert "bf16" in warnings[0] and "sample at f16 or f32 (rl-sample(1), Precision" in warnings[0], warnings[0]
+        assert len(output_records(out)) == len(recs)
+        assert ("rl-ratio: records " in err) == (args != ["-q"]), f"{args}: {err}"
+    lines = [json.loads(x) for x in open(mpath)]
+    assert [x["batch"] for x in lines] == list(range(24))
+    assert all(abs(x["k3"] - k) <= 1e-9 * k for x, k in zip(lines, k3)), [x["k3"] for x in lines]
+
+
+@case
+def a_steady_mismatch_low_or_high_draws_no_warning():
+    # the lag alone (k3 0.0018), and a sampler far off from the start (k3 0.21):
+    # the latest batches are no worse than the first
+    for d, label in ((0.06, "low"), (0.6, "high")):
+        src = put(f"steady-{label}.rlr", write_stream(offset_records([d] * 30, seed=9)))
+        _, out, err = ratio("--batch", "3", src)
+        assert drift_warnings(err) == [] and "warning" not in err, f"{label}: {err.strip()}"
+        assert len(output_records(out)) == 90
+
+
 # ---- a producer on a pipe --------------------------------------------------------------
 
 def held_records_appear_before_the_input_ends(args, recs):

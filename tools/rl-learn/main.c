@@ -317,6 +317,8 @@ static int train(run_t *r, learner_t *l, int keep_last) {
         r->tokens += m.tokens;
         // (rank 0 reports the step once its version is out)
         if (pub_save(p, l, &m, &e)) die_all(p->d, e.msg);
+        const char *warning = lrn_take_warning(l);
+        if (warning && !p->rank) cli_warn("%s", warning);   // rank 0 speaks for all
         cli_idle(BUSY_STEP);
     }
     return 1;

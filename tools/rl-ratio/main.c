@@ -150,6 +150,15 @@ static void on_header(run_t *r, const rec_t *h, const char *name) {
     rec_free(out);
 }
 
+// The scorer's pending warnings (top-p sampling, a growing mismatch), each given once.
+static void print_warnings(scorer_t *scr, cli_progress *prog) {
+    const char *warning;
+    while ((warning = scr_take_warning(scr))) {
+        cli_progress_done(prog);
+        cli_warn("%s", warning);
+    }
+}
+
 int main(int argc, char **argv) {
     cli_init("rl-ratio");
     options o = parse_options(argc, argv);
@@ -210,11 +219,7 @@ int main(int argc, char **argv) {
                     if (recw_flush(run.w, &e2)) cli_die("%s", e2.msg);
                     cli_die("%s", e.msg);
                 }
-                const char *warning = scr_take_warning(run.scr);
-                if (warning) {
-                    cli_progress_done(&prog);
-                    cli_warn("%s", warning);
-                }
+                print_warnings(run.scr, &prog);
             }
             if (cli_progress_due(&prog)) {
                 char b[32];
@@ -234,6 +239,7 @@ int main(int argc, char **argv) {
     cli_progress_done(&prog);
     rl_err e;
     if (scr_flush(run.scr, run.w, &e) || scr_finish(run.scr, &e) || recw_close(run.w, &e)) cli_die("%s", e.msg);
+    print_warnings(run.scr, &prog);
     uint64_t bytes_out = recw_bytes_written(run.w);
     rcv_stats rs = {0};
     if (o.scr.receiver) {
