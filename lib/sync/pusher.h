@@ -18,7 +18,8 @@ typedef struct {
     // NULL, or the sample of the weights last pushed to this receiver: the
     // push then measures how much of the update from the version the receiver
     // holds survives the precision it keeps them at (survival.h; the hello's
-    // stored), tells the receiver, and keeps the new version's sample.
+    // stored), tells the receiver, and keeps the new version's sample; a
+    // receiver found holding the version offered has its sample taken.
     surv_t *surv;
 } push_opts;
 
@@ -31,7 +32,7 @@ typedef struct {
     int skipped;              // 1: it already held this version or a newer one; nothing was sent
     double seconds;           // connect to result
     double recv_us, wait_us, stall_us;   // as the receiver reported them
-    int has_update;           // the update was measured (push_opts.surv; not on a first push)
+    int has_update;           // the update was measured (push_opts.surv, with a sample of the version held)
     surv_figures update;
 } push_report;
 
