@@ -32,8 +32,8 @@ int drift_add(drift_t *d, long index, double k3, drift_report *r) {
 void drift_message(const drift_report *r, const char *unit, char *buf, size_t size) {
     snprintf(buf, size,
              "the mismatch keeps growing: k3 %.2g over %s %ld-%ld, %.2g over %s %ld-%ld; the sampler is not "
-             "following the learner's updates. A sampler at bf16 (rl-sample --dtype bf16 or bf16w) of "
-             "a model stored in bf16 rounds updates below half a bf16 step back to the model it started from: "
-             "sample at f16 or f32 (rl-sample(1), Precision; said once)",
+             "following the learner's updates. A sampler at bf16 (rl-sample --dtype bf16 or bf16w) does this: "
+             "updates far below a bf16 step reach it only as rounding noise, and for a model stored in bf16 not "
+             "at all; sample at f16 or f32 (rl-sample(1), Precision; said once)",
              r->first_mean, unit, r->first_lo, r->first_hi, r->latest_mean, unit, r->latest_lo, r->latest_hi);
 }
