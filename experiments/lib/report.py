@@ -9,6 +9,7 @@ trained on).
     report.py inflight OUT EXPDIR     in flight (--max-lag K) against --sync
     report.py tis      OUT EXPDIR     sampler precision x correction, over seeds
     report.py smollm2  OUT EXPDIR     RL on SmolLM2-135M-Instruct, per seed
+    report.py precision OUT EXPDIR    sampler precision x output layer x lr: time to accuracy
 
 OUT is the experiment's output directory (runs under OUT/runs/NAME), EXPDIR
 where RESULTS.md and the PNGs go. Only Python's standard library; gnuplot
@@ -509,6 +510,86 @@ def smollm2(out, exp):
     return base["accuracy"], [r.final_acc() for r in runs]
 
 
+THRESHOLDS = (0.4, 0.5, 0.6)
+
+
+def precision(out, exp):
+    """Sampler precision x output layer x learning rate: held-out accuracy
+    against steps and wall time, the time to each accuracy of THRESHOLDS, how
+    much of each update survived the precision, the mismatch."""
+    names = sorted(os.listdir(os.path.join(out, "runs")))
+    runs = [Run(os.path.join(out, "runs", n)) for n in names]
+    configs = {}
+    for r in runs:
+        configs.setdefault((r.meta["dtype"], r.meta.get("head", "dtype"), r.meta["lr"]), []).append(r)
+    order = sorted(configs, key=lambda k: (-float(k[2]), PRECISIONS.index(k[0]) if k[0] in PRECISIONS else 99, k[1]))
+
+    def minute(r, s):
+        return next((x.get("elapsed") / 60 for x in r.steps if x["step"] == s and x.get("elapsed") is not None),
+                    0.0 if s == 0 else None)
+
+    def reached(r, a):
+        """(step, minute) of the first kept version at or above accuracy a, or None."""
+        return next(((s, minute(r, s)) for s, e in r.evals if e["accuracy"] >= a), None)
+
+    def survival(r, key):
+        p = os.path.join(r.dir, "sample.jsonl")
+        xs = [x[key] for x in jsonl(p) if key in x] if os.path.exists(p) else []
+        return mean(xs)
+
+    def label(k):
+        return f"{k[0]}{', head f32' if k[1] == 'f32' else ''}, lr {k[2]}"
+
+    rows, seedrows = [], []
+    for k in order:
+        rs = configs[k]
+        fin = [r.final_acc() for r in rs]
+        times = []
+        for a in THRESHOLDS:
+            got = [reached(r, a) for r in rs]
+            done = [m for m in (g[1] for g in got if g) if m is not None]
+            times.append(f"{fmt(mean(done), 1)} ({len(done)}/{len(rs)})" if done else f"– (0/{len(rs)})")
+        rows.append((label(k), len(rs), fmt(mean(fin)), fmt(statistics.stdev(fin) if len(fin) > 1 else None))
+                    + tuple(times) +
+                    (fmt(mean(r.steps[-1].get("elapsed", 0) / 60 / len(r.steps) * 10 for r in rs), 2),
+                     f"{mean(mean(b['k3'] for b in r.ratio) for r in rs if r.ratio):.2e}",
+                     f"{mean(mean(b['k3'] for b in r.ratio[-5:]) for r in rs if r.ratio):.2e}",
+                     fmt(mean(survival(r, "along") for r in rs)), fmt(mean(survival(r, "kept") for r in rs), 2),
+                     fmt(mean(survival(r, "changed") for r in rs)),
+                     fmt(mean(mean(s["reward_mean"] for s in r.steps[-5:]) for r in rs)),
+                     fmt(mean(mean(s["entropy"] for s in r.steps[-5:]) for r in rs))))
+        for r in sorted(rs, key=lambda r: r.meta["seed"]):
+            seedrows.append((label(k), r.meta["seed"]) +
+                            tuple(f"{fmt(r.acc_at(s))} ({fmt(minute(r, s), 1)})" for s in (10, 20, 30)) +
+                            (fmt(r.final_acc()),) +
+                            tuple(f"step {g[0]}, {fmt(g[1], 1)} min" if g else "–"
+                                  for g in (reached(r, a) for a in THRESHOLDS)))
+    seeds = sorted({r.meta["seed"] for r in runs})
+    base = runs[0].evals[0][1]
+    m = runs[0].meta
+    text = header("Sampler precision: time to held-out accuracy, SmolLM2-135M-Instruct", ", ".join(map(str, seeds)),
+                  SMOL_MODEL, smol_task(out, base["samples"]), sampler_text(runs))
+    text += (f"\nOne pipeline per configuration and seed (experiments/lib/rl-run.sh), from the same model: "
+             f"{m['group']} samples per question, {m['batch']} per step, {m['steps']} steps, temperature "
+             f"{m.get('temperature', 1)}, {m['lag'].replace('--', '')}, rl-ratio {m['ratio']}, GRPO, at most "
+             f"{m.get('max_new_tokens', 48)} new tokens; the learner f32. Held-out accuracy: greedy decoding in f32 "
+             f"of the kept versions ({base['samples']} questions; {fmt(base['accuracy'])} before RL). Minutes are "
+             f"rl-learn's `elapsed` at the first kept version at or above the accuracy (mean over the seeds that "
+             f"reached it; how many did in brackets); min/10 steps, the learner's elapsed time per 10 steps. "
+             f"Update survival (rl-sync(1)), mean over the versions the sampler installed: along, the share of "
+             f"the learner's update that the sampler's carries; kept, the norm of the sampler's update against "
+             f"the learner's (rounding noise above 1); changed, the fraction of the weights whose value at the "
+             f"sampler's precision changed. k3 (rl-ratio's metrics, per batch) compares the sampler's log-probs "
+             f"with the scorer's (f32, the newest weights pushed). Reward and entropy are the sampler's, over the last 5 steps.\n\n")
+    text += table(["sampler, lr", "seeds", "held-out acc after", "sd"] + [f"minutes to {a}" for a in THRESHOLDS] +
+                  ["min/10 steps", "k3 mean", "k3, last 5 batches", "along", "kept", "changed", "reward, last 5",
+                   "entropy, last 5"], rows)
+    text += "\nPer seed: held-out accuracy (minute) at steps 10, 20 and 30, and when each accuracy was reached:\n\n"
+    text += table(["sampler, lr", "seed", "step 10", "step 20", "step 30", "after"] +
+                  [f"reached {a}" for a in THRESHOLDS], seedrows)
+    open(os.path.join(exp, "RESULTS.md"), "w").write(text)
+
+
 def scale(out, exp):
     runs = [Run(os.path.join(out, "runs", n)) for n in ("one", "scale")]
     lag = runs[0].meta["lag"]
@@ -534,8 +615,8 @@ def scale(out, exp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale"):
-        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale OUT EXPDIR")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision"):
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision OUT EXPDIR")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)
@@ -544,6 +625,8 @@ def main():
         inflight(out, exp)
     elif what == "scale":
         scale(out, exp)
+    elif what == "precision":
+        precision(out, exp)
     elif what == "smollm2":
         before, after = smollm2(out, exp)
         print(f"held-out accuracy: before RL {before}, after RL " + ", ".join(fmt(a) for a in after) + " (per seed)")
