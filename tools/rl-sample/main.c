@@ -36,8 +36,7 @@ static const char USAGE[] =
     "                         activations and KV cache); int8 (W8A8: int8 weights per output\n"
     "                         channel, int8 activations per token); fp8 (W8A8 e4m3); or with\n"
     "                         f32 activations, bf16w, f16 and int8w (int8 weights per 32 inputs)\n"
-    "      --head H           the output layer and its logits at dtype (default: as --dtype)\n"
-    "                         or f32 (closer to an f32 learner's probabilities)\n"
+    "      --head H           the output layer and its logits: dtype (default) or f32\n"
     CLI_DEVICE_HELP
     CLI_CHAT_HELP
     "\n"
