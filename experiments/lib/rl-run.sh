@@ -12,6 +12,7 @@
 #
 # Usage: rl-run.sh --init DIR --prompts FILE --out RUN [OPTION]...
 #   --dtype T          sampler precision (default bf16)
+#   --head H           the sampler's output layer: dtype (default: as --dtype) or f32
 #   --group G          samples per prompt (default 8)
 #   --batch N          records per learner step (default 128)
 #   --steps N          learner steps (default 300)
@@ -35,7 +36,8 @@
 #   --ranks R          the learner as R data-parallel ranks: mpirun -np R rl-learn
 #
 # RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl (not with --tis)
-# (metrics), rollouts.rlr (the records the learner trained on, for replay and
+# (metrics), sample.jsonl (a line per version the sampler installed: how much of
+# each update survived its precision; sample1.jsonl ... with several samplers), rollouts.rlr (the records the learner trained on, for replay and
 # lag statistics), log/{sample,ratio,learn,sync}.log (with several samplers
 # log/sample1.log ... and log/merge.log), and run.json (wall
 # time, exit statuses). The run ends when rl-learn has taken --steps steps:
@@ -46,15 +48,16 @@
 # Exit 0 when rl-learn and rl-sync exit 0 and the others 0 or 141.
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
-init= prompts= out= dtype=bf16 group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
+init= prompts= out= dtype=bf16 head=dtype group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
 keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis= save_dtype=f32
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
     --prompts) prompts=$2; shift ;;
     --out) out=$2; shift ;;
     --dtype) dtype=$2; shift ;;
+    --head) head=$2; shift ;;
     --group) group=$2; shift ;;
     --batch) batch=$2; shift ;;
     --steps) steps=$2; shift ;;
@@ -100,7 +103,8 @@ t0=$(date +%s.%N)
 sample() {
     local i=$1 name=sample$1
     [ "$samplers" = 1 ] && name=sample
-    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --listen "unix:$out/$name.sock" $lag --batch "$share" \
+    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --head "$head" --listen "unix:$out/$name.sock" \
+        --metrics "$out/$name.jsonl" $lag --batch "$share" \
         --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed $((seed + 1000 * (i - 1))) "$prompts" \
         2>"$log/$name.log"
 }
@@ -174,8 +178,8 @@ case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s}\n' \
-    "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$group" "$batch" "$steps" \
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s}\n' \
+    "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$head" "$group" "$batch" "$steps" \
     "$lr" "$lag" "$weigh" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2

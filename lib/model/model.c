@@ -91,10 +91,12 @@ static void make_rope(model_t *m) {
 
 // The dtype, group and input rounding of matrix t (model.h model_opts): with
 // W8A8 the decoder layers' matrices at the model's dtype, one scale per
-// output channel, the embedding and output layer bf16.
+// output channel, the embedding and output layer bf16; with head_f32 the
+// output layer f32 (with tied embeddings, the embedding that is it).
 static void set_precision(const model_t *m, mtensor *t, int w8a8) {
     int outer = !strcmp(t->name, "model.embed_tokens.weight") || !strcmp(t->name, "lm_head.weight");
-    t->dtype = w8a8 && outer ? DT_BF16 : m->o.dtype;
+    int head = !strcmp(t->name, m->c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    t->dtype = m->o.head_f32 && head ? DT_F32 : w8a8 && outer ? DT_BF16 : m->o.dtype;
     t->group = t->dtype == DT_I8 ? (w8a8 ? (int)t->shape[1] : m->o.group) : t->dtype == DT_FP8 ? (int)t->shape[1] : 0;
     t->act = !w8a8 || outer ? ACT_F32 : t->dtype == DT_I8 ? ACT_I8 : ACT_FP8;
 }
@@ -116,6 +118,8 @@ model_t *model_plan(const model_config *c, const model_opts *o, rl_err *err) {
     } else if (opts.group != 0) {
         return err_set(err, "a group size (%d) is for weight-only int8", opts.group), NULL;
     }
+    if (opts.dtype == DT_F32 && opts.act == DT_F32) opts.head_f32 = 0;   // the head is f32 already
+    opts.head_f32 = !!opts.head_f32;
     if (c->head_dim % 2) {
         err_set(err, "head_dim %d: rotary embedding needs an even head size", c->head_dim);
         return NULL;

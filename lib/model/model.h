@@ -30,6 +30,14 @@ typedef struct {
     // their inputs per token (ops.h rl_act); the embedding and output layer
     // stay bf16, as in the W8A8 checkpoints inference engines run.
     rl_dtype act;
+    // 1: the output layer at f32 whatever dtype and act say (rl-sample --head
+    // f32): its weight stored f32, the final norm's output not rounded before
+    // it, the logits f32 sums of f32 products, not rounded; the rest as
+    // without. Tied embeddings are one tensor, stored f32 then: the lookup
+    // reads f32 rows, which bf16 activations round to the same bits as from
+    // a bf16 table; with f32 activations (bf16w, f16, int8w) the embedding
+    // is then exact. No effect on an f32 model.
+    int head_f32;
 } model_opts;
 
 // The sampler's precisions by name (rl-sample --dtype): f32; bf16 (bf16
@@ -41,6 +49,9 @@ int model_precision_parse(const char *name, model_opts *o);
 const char *model_precision_name(const model_opts *o);
 // The names, for messages: "f32, bf16, int8, fp8, bf16w, f16, int8w".
 extern const char model_precision_names[];
+// The output layer's precision (rl-sample --head): "f32" sets o->head_f32,
+// "dtype" (the precision's own) clears it. 0, or -1 for another name.
+int model_head_parse(const char *name, model_opts *o);
 
 // Reads DIR/config.json and DIR's weights (model.safetensors, or the shards
 // model.safetensors.index.json names; F32, BF16 or F16); checks that every tensor
@@ -140,7 +151,8 @@ typedef struct {
     int ndim;
     int64_t shape[2];
     size_t n;                 // elements
-    rl_dtype stored;          // the dtype products read it at: the model's for matrices, else f32
+    rl_dtype stored;          // the dtype products read it at: the model's for matrices (f32 for the
+                              // output layer with head_f32), else f32
     int group;                // int8: inputs per scale (a whole row: the row's length)
 } model_tensor;
 size_t model_ntensors(const model_t *m);

@@ -101,14 +101,15 @@ void mdl_forward(model_t *m, int N, int nseq, int with_cache) {
 
 // m->logits (rows, V) for rows sel[0 .. rows) of the residual stream x
 // (tokens, C): those rows gathered into raw (rows, C), the final norm into
-// m->hrows (raw may be m->hrows), the output layer.
+// m->hrows (raw may be m->hrows), the output layer. With head_f32 (model.h)
+// neither the norm's output nor the logits are rounded: the head is f32.
 void mdl_logits_rows(model_t *m, const float *x, float *raw, const int32_t *sel, int rows) {
     const rl_ops *o = m->ops;
     o->gather_rows(raw, x, DT_F32, sel, rows, m->c.hidden);
     o->rmsnorm(m->hrows, raw, m->w.norm, rows, m->c.hidden, (float)m->c.rms_eps);
-    act_round(m, m->hrows, (size_t)rows * m->c.hidden);
+    if (!m->o.head_f32) act_round(m, m->hrows, (size_t)rows * m->c.hidden);
     o->matmul(m->logits, m->hrows, &m->w.head, NULL, rows);
-    act_round(m, m->logits, (size_t)rows * m->c.vocab);
+    if (!m->o.head_f32) act_round(m, m->logits, (size_t)rows * m->c.vocab);
 }
 
 // The most tokens of one forward: each activation array (tokens, width) must

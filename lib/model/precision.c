@@ -35,3 +35,9 @@ const char *model_precision_name(const model_opts *o) {
         }
     return NULL;
 }
+
+int model_head_parse(const char *name, model_opts *o) {
+    if (strcmp(name, "f32") && strcmp(name, "dtype")) return -1;
+    o->head_f32 = !strcmp(name, "f32");
+    return 0;
+}

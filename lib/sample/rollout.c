@@ -182,6 +182,9 @@ void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const ch
     rec_set_cstr(sub, "path", dir);
     rec_set_uint(sub, "version", version);
     rec_set_cstr(sub, "dtype", precision);
+    // Only with rl-sample --head f32: a stream without the key (all before
+    // it) computed the output layer at dtype.
+    if (model_options(m)->head_f32) rec_set_cstr(sub, "head_dtype", "f32");
     rec_set_cstr(sub, "device", model_device(m));
     rec_set_uint(sub, "params", model_nparams(m));
     // generation_config.json's sampling defaults, shown and never applied:

@@ -47,7 +47,8 @@ uint64_t ro_held(const ro_t *r);      // records held, waiting for rewards
 const ro_totals *ro_total(const ro_t *r);
 
 // The header of rl-sample's output (kind "rollouts"): provenance, the seed,
-// the model (its directory, version, dtype, device, parameters, and
+// the model (its directory, version, dtype, head_dtype "f32" when the output
+// layer is f32 (model_opts.head_f32), device, parameters, and
 // generation_config.json's sampling defaults, shown and never applied) and
 // the sampling options (g, the verifier's name).
 void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,

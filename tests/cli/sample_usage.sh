@@ -33,6 +33,17 @@ expect "--verifier-cmd under the sanitizers: exit 0" 0 'reward mean 1\.0000' -- 
 expect "-q: exit 0" 0 '' -- rl-sample -q --model m --max-new-tokens 2 p.jsonl -o out3.rlr
 check "-q: nothing on stderr" "stderr: $(head -c 200 err)" [ ! -s err ]
 
+# ---- --head f32: the header's model says head_dtype f32 (only then); at f32 it changes nothing
+for a in "bf16 --head f32" "bf16" "f32 --head f32" "f32 --head dtype" "f32"; do
+    rl-sample -q --no-provenance -u --model m --dtype $a --max-new-tokens 4 --seed 1 p.jsonl -o "head $a.rlr"
+done
+check "--dtype bf16 --head f32: the header's model has head_dtype f32; without --head none" \
+    "$(rl-cat --json --header 'head bf16 --head f32.rlr' | head -n 1 | head -c 300)" \
+    eval 'rl-cat --json --header "head bf16 --head f32.rlr" | head -n 1 | grep -q "\"dtype\":\"bf16\",\"head_dtype\":\"f32\"" &&
+          ! rl-cat --json --header "head bf16.rlr" | grep -q head_dtype'
+check "--dtype f32 with --head f32 or dtype: the same bytes as without" "$(cmp 'head f32.rlr' 'head f32 --head f32.rlr' 2>&1)" \
+    eval 'cmp -s "head f32.rlr" "head f32 --head f32.rlr" && cmp -s "head f32.rlr" "head f32 --head dtype.rlr"'
+
 # ---- --ignore-eos: an eos id no longer ends a completion; --max-new-tokens and
 # --stop strings still do. Model me is m whose eos is a token that greedy
 # decoding of eos.jsonl picks (the first one after the first token that is new).
@@ -92,6 +103,9 @@ expect "a verifier command that is not found: exit 1" 1 'verifier' -- \
 expect "no --model: usage error" 2 '^rl-sample: error: --model DIR is required' -- rl-sample p.jsonl
 check "no --model: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]
 expect "--dtype f64: usage error" 2 '^rl-sample: error: --dtype: expected one of f32, bf16, int8, fp8, bf16w, f16, int8w' -- rl-sample --model m --dtype f64 p.jsonl
+expect "--head bf16: usage error" 2 "^rl-sample: error: --head: expected f32 or dtype, got 'bf16'" -- \
+    rl-sample --model m --dtype bf16 --head bf16 p.jsonl
+check "--head bf16: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]
 expect "--group 0: usage error" 2 '^rl-sample: error: --group' -- rl-sample --model m -n 0 p.jsonl
 expect "--slots 0: usage error" 2 '^rl-sample: error: --slots' -- rl-sample --model m --slots 0 p.jsonl
 expect "--temperature -1: usage error" 2 '^rl-sample: error: --temperature' -- rl-sample --model m --temperature -1 p.jsonl
@@ -126,7 +140,7 @@ expect "--listen on a path that is not a socket: exit 1 naming it" 1 'p.jsonl' -
 expect "output file is an input: usage error" 2 'also an input' -- rl-sample --model m p.jsonl -o p.jsonl
 expect "--help: exit 0" 0 '' -- rl-sample --help
 check "--help: usage on stdout naming every option" "stdout: $(head -c 300 out)" \
-    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --verifier-timeout --ignore-eos --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
+    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --head --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --verifier-timeout --ignore-eos --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
 help_matches_man rl-sample 20
 expect "--version: exit 0" 0 '' -- rl-sample --version
 check "--version: first line 'rl-sample (rlpipe) 0.1.0'" "stdout: $(head -c 200 out)" \

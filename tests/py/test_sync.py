@@ -494,6 +494,45 @@ def watch_follows_latest_when_published_names_an_older_version():
 
 
 @case
+def a_sampler_with_the_f32_head_is_sent_its_output_layer_at_f32_and_the_other_matrices_at_bf16():
+    """rl-sample --dtype bf16 --head f32 asks for its output layer (tied:
+    the embedding) at f32, so that pushes keep it exact, and for every other
+    matrix at bf16: what rl-sync sends weighs 4 bytes a parameter for the
+    head and the norm weights, 2 for the rest. It installs the push between
+    its two batches (--sync: v1 after the first, v2 after the last) and says
+    head_dtype f32 in its header."""
+    v0 = llama_ref.add_tiny_tokenizer(model("head0", vocab=448, tie=True))
+    v1 = model("head1", vocab=448, tie=True, seed=5)
+    shapes = {k: v.numel() for k, v in load_file(os.path.join(v1, "model.safetensors")).items()}
+    want = sum(n * (4 if k == "model.embed_tokens.weight" or k.endswith("norm.weight") else 2)
+               for k, n in shapes.items())
+    kb = f"{want / 1e3:.1f} kB"
+    prompts = path("head-prompts.jsonl")
+    with open(prompts, "w") as f:
+        f.write("".join(f'{{"prompt": "{i}+{i}="}}\n' for i in range(4)))
+    out = path("head.rlr")
+    s = subprocess.Popen([os.path.join(rltest.BIN, "rl-sample"), "--model", v0, "--dtype", "bf16", "--head", "f32",
+                          "--listen", sock("head"), "--sync", "--batch", "2", "--max-prompts", "4",
+                          "--max-new-tokens", "4", "--verifier", "none", "-o", out, prompts],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        err = sync_ok("--as-version", "1", "--retry", "20", v1, "--to", sock("head"))
+        sync_ok("--as-version", "2", v1, "--to", sock("head"))   # --sync waits for the last batch's weights
+        _, serr = s.communicate(timeout=60)
+    finally:
+        s.kill()
+    serr = serr.decode("utf-8", "replace")
+    assert s.returncode == 0, f"rl-sample exited {s.returncode}: {serr[-600:]}"
+    assert re.search(rf"^rl-sync: v000001 -> {re.escape(sock('head'))}: {kb} in ", err, re.M), (kb, err)
+    assert re.search(rf"^rl-sample: weights v1 installed from a push: {kb} in ", serr, re.M), (kb, serr)
+    with open(out, "rb") as f:
+        (hdr, recs, _), = rltest.read_stream(f.read())
+    assert hdr["model"]["head_dtype"] == "f32" and hdr["model"]["dtype"] == "bf16", hdr["model"]
+    assert [r["ver"][0] for r in recs] == [0, 0, 1, 1], [r["ver"] for r in recs]
+    print(f"  {kb} pushed ({shapes['model.embed_tokens.weight']} head parameters at f32)")
+
+
+@case
 def watch_on_a_model_directory_is_an_error():
     rc, err = sync("--watch", MODEL, "--to", sock("x"))
     assert rc == 1 and f"{MODEL} is a model directory, not a checkpoint root" in err, err

@@ -36,6 +36,7 @@ static const char USAGE[] =
     "                         activations and KV cache); int8 (W8A8: int8 weights per output\n"
     "                         channel, int8 activations per token); fp8 (W8A8 e4m3); or with\n"
     "                         f32 activations, bf16w, f16 and int8w (int8 weights per 32 inputs)\n"
+    "      --head H           the output layer and its logits: dtype (default) or f32\n"
     CLI_DEVICE_HELP
     CLI_CHAT_HELP
     "\n"
@@ -99,7 +100,7 @@ typedef struct {
     const char *model, *verifier_cmd, *listen, *token_file, *metrics;
     uint64_t batch;
     int64_t max_lag;              // -1: no bound
-    model_opts prec;          // --dtype: the precision's dtype and activations
+    model_opts prec;          // --dtype, --head: the precision's dtype, activations and head
     rl_device device;
     gen_opts gen;
     char **stop;
@@ -128,7 +129,7 @@ static char *unescape(const char *s) {
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
-           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS };
+           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS, O_HEAD };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -142,7 +143,7 @@ static options parse_options(int argc, char **argv) {
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
         {"chat-arg", required_argument, 0, O_CHATARG},     {"ignore-eos", no_argument, 0, O_IGNOREEOS},
-        {"metrics", required_argument, 0, O_METRICS},
+        {"metrics", required_argument, 0, O_METRICS},      {"head", required_argument, 0, O_HEAD},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
@@ -157,6 +158,9 @@ static options parse_options(int argc, char **argv) {
         case O_DTYPE:
             if (model_precision_parse(optarg, &o.prec))
                 cli_usage_error("--dtype: expected one of %s, got '%s'", model_precision_names, optarg);
+            break;
+        case O_HEAD:
+            if (model_head_parse(optarg, &o.prec)) cli_usage_error("--head: expected f32 or dtype, got '%s'", optarg);
             break;
         case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case 'n': o.gen.group = (int)cli_parse_uint("--group", optarg, 65536, 0); break;
@@ -245,7 +249,8 @@ int main(int argc, char **argv) {
     char dir[4096], path[4200];
     uint64_t version;
     if (ckpt_resolve(o.model, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
-    model_t *m = model_load(dir, &(model_opts){.dtype = o.prec.dtype, .act = o.prec.act, .device = o.device}, &e);
+    o.prec.device = o.device;
+    model_t *m = model_load(dir, &o.prec, &e);
     if (!m) cli_die("cannot load the model: %s", e.msg);
     const model_config *cfg = model_cfg(m);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
