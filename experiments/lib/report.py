@@ -554,7 +554,7 @@ def precision(out, exp):
                     (fmt(mean(r.steps[-1].get("elapsed", 0) / 60 / len(r.steps) * 10 for r in rs), 2),
                      f"{mean(mean(b['k3'] for b in r.ratio) for r in rs if r.ratio):.2e}",
                      f"{mean(mean(b['k3'] for b in r.ratio[-5:]) for r in rs if r.ratio):.2e}",
-                     fmt(mean(survival(r, "along") for r in rs)), fmt(mean(survival(r, "kept") for r in rs), 2),
+                     fmt(mean(survival(r, "along") for r in rs)), fmt(mean(survival(r, "norm") for r in rs), 2),
                      fmt(mean(survival(r, "changed") for r in rs)),
                      fmt(mean(mean(s["reward_mean"] for s in r.steps[-5:]) for r in rs)),
                      fmt(mean(mean(s["entropy"] for s in r.steps[-5:]) for r in rs))))
@@ -577,12 +577,12 @@ def precision(out, exp):
              f"rl-learn's `elapsed` at the first kept version at or above the accuracy (mean over the seeds that "
              f"reached it; how many did in brackets); min/10 steps, the learner's elapsed time per 10 steps. "
              f"Update survival (rl-sync(1)), mean over the versions the sampler installed: along, the share of "
-             f"the learner's update that the sampler's carries; kept, the norm of the sampler's update against "
+             f"the learner's update that the sampler's carries; norm, the norm of the sampler's update against "
              f"the learner's (rounding noise above 1); changed, the fraction of the weights whose value at the "
              f"sampler's precision changed. k3 (rl-ratio's metrics, per batch) compares the sampler's log-probs "
              f"with the scorer's (f32, the newest weights pushed). Reward and entropy are the sampler's, over the last 5 steps.\n\n")
     text += table(["sampler, lr", "seeds", "held-out acc after", "sd"] + [f"minutes to {a}" for a in THRESHOLDS] +
-                  ["min/10 steps", "k3 mean", "k3, last 5 batches", "along", "kept", "changed", "reward, last 5",
+                  ["min/10 steps", "k3 mean", "k3, last 5 batches", "along", "norm", "changed", "reward, last 5",
                    "entropy, last 5"], rows)
     text += "\nPer seed: held-out accuracy (minute) at steps 10, 20 and 30, and when each accuracy was reached:\n\n"
     text += table(["sampler, lr", "seed", "step 10", "step 20", "step 30", "after"] +

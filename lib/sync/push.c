@@ -366,7 +366,7 @@ void push_set_update(rec_t *msg, const surv_figures *f) {
     rec_set_f64(msg, "update_moved", f->moved);
     rec_set_f64(msg, "update_changed", f->changed);
     if (f->moved > 0) {
-        rec_set_f64(msg, "update_kept", f->kept);
+        rec_set_f64(msg, "update_norm", f->norm);
         rec_set_f64(msg, "update_along", f->along);
     }
 }
@@ -379,10 +379,10 @@ int push_get_update(const rec_t *msg, surv_figures *f, rl_err *err) {
         return err_set(err, "its update figures lack update_n, update_moved or update_changed, or are not numbers");
     if (!(f->moved >= 0 && f->moved <= 1 && f->changed >= 0 && f->changed <= 1))
         return err_set(err, "its update figures are not fractions");
-    f->kept = f->along = NAN;
+    f->norm = f->along = NAN;
     if (f->moved > 0 &&
-        (rec_get_f64(msg, "update_kept", &f->kept) || rec_get_f64(msg, "update_along", &f->along)))
-        return err_set(err, "its update figures lack update_kept or update_along");
+        (rec_get_f64(msg, "update_norm", &f->norm) || rec_get_f64(msg, "update_along", &f->along)))
+        return err_set(err, "its update figures lack update_norm or update_along");
     if (rec_get_uint(msg, "version", &f->to)) f->to = 0;
     return 0;
 }

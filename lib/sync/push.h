@@ -23,7 +23,7 @@
 //     the sender measured them from the hello's stored, the figures of
 //     survival.h over the update from the version the receiver holds:
 //     update_from, update_n (unsigned), update_moved, update_changed,
-//     update_kept, update_along (floats; the last two absent when nothing
+//     update_norm, update_along (floats; the last two absent when nothing
 //     sampled moved).
 //  5. receiver -> sender, message {ok: true}, or {ok: false, error} and close
 //     (N not newer than V, a tensor missing, unknown or of another shape, B not

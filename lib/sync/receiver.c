@@ -339,7 +339,7 @@ static void metrics_line(rcv_t *r, const incoming *in, double recv, double wait,
         const surv_figures *f = &in->update;
         sbuf_printf(&b, ",\"sampled\":%llu,\"moved\":%.6g,\"changed\":%.6g", (unsigned long long)f->n, f->moved,
                     f->changed);
-        if (f->moved > 0) sbuf_printf(&b, ",\"kept\":%.6g,\"along\":%.6g", f->kept, f->along);
+        if (f->moved > 0) sbuf_printf(&b, ",\"norm\":%.6g,\"along\":%.6g", f->norm, f->along);
     }
     sbuf_printf(&b, "}\n");
     if (fwrite(b.data, 1, b.len, r->o.metrics) != b.len || fflush(r->o.metrics)) {

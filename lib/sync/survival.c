@@ -135,7 +135,7 @@ int surv_end(surv_t *s, surv_figures *f) {
         f->n = s->nn;
         f->moved = (double)s->moved / (double)s->nn;
         f->changed = (double)s->changed / (double)s->nn;
-        f->kept = s->dd > 0 ? sqrt(s->qq / s->dd) : NAN;
+        f->norm = s->dd > 0 ? sqrt(s->qq / s->dd) : NAN;
         f->along = s->dd > 0 ? s->dq / s->dd : NAN;
     }
     float *t = s->w;   // the update's sample becomes the one held
@@ -170,8 +170,8 @@ void surv_describe(const surv_figures *f, const char *prec, char *buf, size_t si
         snprintf(buf, size, "the learner changed none of the %s weights sampled", count(f->n, n, sizeof n));
         return;
     }
-    snprintf(buf, size, "along %.2f (kept %.2f of the norm; %.1f%% of the weights changed at %s, %.1f%% in f32; %s "
-                        "sampled)", f->along, f->kept, 100 * f->changed, prec, 100 * f->moved, count(f->n, n, sizeof n));
+    snprintf(buf, size, "along %.2f (norm %.2fx the learner's; %.1f%% of the weights changed at %s, %.1f%% in f32; "
+                        "%s sampled)", f->along, f->norm, 100 * f->changed, prec, 100 * f->moved, count(f->n, n, sizeof n));
 }
 
 int surv_lost(const surv_figures *f) { return f->moved > 0 && f->along < 0.5; }

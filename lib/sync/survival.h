@@ -7,7 +7,7 @@
 // goes on sampling the model it started from. Over a sample of the weights:
 //   moved    fraction of the weights the learner changed (w_new ≠ w_old)
 //   changed  fraction whose value at the sampler's precision changed
-//   kept     ‖δ‖ / ‖Δ‖
+//   norm     ‖δ‖ / ‖Δ‖ (above 1: rounding noise larger than the update)
 //   along    ⟨δ, Δ⟩ / ⟨Δ, Δ⟩: the share of the learner's update that the
 //            sampler's carries (1 at f32; near 1 where rounding errors are
 //            unbiased; near 0 where the update rounds away)
@@ -39,7 +39,7 @@ typedef struct {
     uint64_t from, to;        // the versions compared
     uint64_t n;               // weights in the sample
     double moved, changed;    // fractions of n
-    double kept, along;       // NaN when the learner moved nothing sampled
+    double norm, along;       // NaN when the learner moved nothing sampled
 } surv_figures;
 
 typedef struct surv surv_t;
@@ -60,7 +60,7 @@ int surv_end(surv_t *s, surv_figures *f);
 // Forgets the sample (the receiver refused the update, or it failed).
 void surv_drop(surv_t *s);
 
-// "along 0.02 (kept 0.06 of the norm; 0.4% of the weights changed at bf16,
+// "along 0.02 (norm 0.06x the learner's; 0.4% of the weights changed at bf16,
 // 99.8% in f32; 2.1M sampled)" for messages; `prec` names the precision.
 void surv_describe(const surv_figures *f, const char *prec, char *buf, size_t size);
 // Most of the learner's update is lost: along < 1/2.

@@ -122,7 +122,7 @@ def push_seeds(out):
              "stored": "bf16,f32,int8/32"}
     push = {"version": 4, "bytes": 448 * 128 * 2 + 128 * 4 + 128 * 128 * 2, "checksum": "xxh3-64", "tensors": tensors,
             "update_from": 3, "update_n": 73856, "update_moved": 0.999, "update_changed": 0.004,
-            "update_kept": 0.05, "update_along": 0.02}
+            "update_norm": 0.05, "update_along": 0.02}
     result = {"ok": True, "version": 4, "bytes": 10, "recv_us": 5, "wait_us": 1, "stall_us": 0}
     write(d, "messages", b"\x00" + msg(hello) + msg(push) + msg({"ok": True}) + msg(result))
     write(d, "error", b"\x00" + msg({"ok": False, "error": "a tensor missing"}))

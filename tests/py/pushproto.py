@@ -21,7 +21,7 @@ length L, 1 <= L <= 16 MiB, then a msgpack map of L bytes):
                stored: "bf16,f32,int8/32,..." (how it keeps each tensor; optional)}
   4. sender:   {version, bytes, checksum: "xxh3-64", tensors: [[name, dtype, shape]...],
                and with stored: update_from, update_n, update_moved, update_changed,
-               update_kept, update_along (the update's figures, from the second push on)}
+               update_norm, update_along (the update's figures, from the second push on)}
   5. receiver: {ok: true} or {ok: false, error}
   6. sender:   the tensors' elements in the push's order, then u64 XXH3-64 (seed 0) of them
   7. receiver: {ok: true, version, bytes, recv_us, wait_us, stall_us} or {ok: false, error}

@@ -490,14 +490,14 @@ def the_sampler_tells_how_much_of_each_update_its_precision_keeps_and_warns_once
         for x in lines:   # the first too: rl-sync took v0's sample when it found the sampler holding it
             assert x["sampled"] > 0 and x["moved"] > 0.9, x
             if prec == "f32":
-                assert x["along"] == 1 and x["kept"] == 1 and x["changed"] == x["moved"], x
+                assert x["along"] == 1 and x["norm"] == 1 and x["changed"] == x["moved"], x
             else:
-                assert x["along"] == 0 and x["kept"] == 0 and x["changed"] == 0, x
+                assert x["along"] == 0 and x["norm"] == 0 and x["changed"] == 0, x
         warn = [x for x in err.splitlines() if "warning" in x]
         swarn = [x for x in serr.splitlines() if "warning" in x]
         if prec == "f32":
             assert not warn and not swarn, (warn, swarn)
-            assert re.search(r"^rl-sample: weights v3 installed .*; the update from v2: along 1\.00 \(kept 1\.00 ",
+            assert re.search(r"^rl-sample: weights v3 installed .*; the update from v2: along 1\.00 \(norm 1\.00x ",
                              err, re.M), err
         else:
             assert len(warn) == 1 and warn[0].startswith(

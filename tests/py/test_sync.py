@@ -355,18 +355,18 @@ def the_update_figures_are_those_of_the_weights_rounded_as_the_receiver_keeps_th
     d = torch.cat([(v2[k].double() - v1[k].double()).flatten() for k in names])
     e = torch.cat([(kept_as(v2[k], stored[k]) - kept_as(v1[k], stored[k])).flatten() for k in names])
     want = {"update_from": 1, "update_n": d.numel(), "update_moved": (d != 0).double().mean().item(),
-            "update_changed": (e != 0).double().mean().item(), "update_kept": (e.norm() / d.norm()).item(),
+            "update_changed": (e != 0).double().mean().item(), "update_norm": (e.norm() / d.norm()).item(),
             "update_along": (e.dot(d) / d.dot(d)).item()}
     for k, x in want.items():
         assert abs(second[k] - x) <= 1e-9 * max(1, abs(x)), f"{k}: sent {second[k]}, computed {x}"
-    print(f"  at bf16 (and one f16, one int8 matrix): along {want['update_along']:.3f}, kept "
-          f"{want['update_kept']:.3f}, changed {want['update_changed']:.3f} of the weights, moved "
+    print(f"  at bf16 (and one f16, one int8 matrix): along {want['update_along']:.3f}, norm "
+          f"{want['update_norm']:.3f}, changed {want['update_changed']:.3f} of the weights, moved "
           f"{want['update_moved']:.3f}")
     assert 0.3 < want["update_changed"] < 0.9 and want["update_moved"] > 0.99, "the update is not the mix intended"
-    line = re.search(r"^rl-sync: v000002 -> .*; the update from v000001: along (\S+) \(kept (\S+) of the norm; "
+    line = re.search(r"^rl-sync: v000002 -> .*; the update from v000001: along (\S+) \(norm (\S+)x the learner's; "
                      r"(\S+)% of the weights changed at bf16, (\S+)% in f32; (\S+) sampled\)$", err, re.M)
     assert line, err
-    assert [float(x) for x in line.groups()[:4]] == [round(want["update_along"], 2), round(want["update_kept"], 2),
+    assert [float(x) for x in line.groups()[:4]] == [round(want["update_along"], 2), round(want["update_norm"], 2),
                                                        round(100 * want["update_changed"], 1),
                                                        round(100 * want["update_moved"], 1)], line.group(0)
 
