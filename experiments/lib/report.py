@@ -581,6 +581,9 @@ def precision(out, exp):
              f"the learner's (rounding noise above 1); changed, the fraction of the weights whose value at the "
              f"sampler's precision changed. k3 (rl-ratio's metrics, per batch) compares the sampler's log-probs "
              f"with the scorer's (f32, the newest weights pushed). Reward and entropy are the sampler's, over the last 5 steps.\n\n")
+    note = os.environ.get("REPORT_NOTE")
+    if note:
+        text += f"**{note}**\n\n"
     text += table(["sampler, lr", "seeds", "held-out acc after", "sd"] + [f"minutes to {a}" for a in THRESHOLDS] +
                   ["min/10 steps", "k3 mean", "k3, last 5 batches", "along", "norm", "changed", "reward, last 5",
                    "entropy, last 5"], rows)
