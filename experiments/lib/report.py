@@ -567,8 +567,13 @@ def precision(out, exp):
     seeds = sorted({r.meta["seed"] for r in runs})
     base = runs[0].evals[0][1]
     m = runs[0].meta
+    cfg = os.path.join(out, "model", "config.json")
+    stored = json.load(open(cfg)).get("torch_dtype") if os.path.exists(cfg) else None
+    model = SMOL_MODEL if stored != "bfloat16" else SMOL_MODEL.replace(
+        "converted to f32 by `scripts/gguf2hf.py`", "converted to bf16 by `scripts/gguf2hf.py --dtype bf16` (stored in "
+        "bf16 as Hugging Face's checkpoints are: its weights on the bf16 grid)")
     text = header("Sampler precision: time to held-out accuracy, SmolLM2-135M-Instruct", ", ".join(map(str, seeds)),
-                  SMOL_MODEL, smol_task(out, base["samples"]), sampler_text(runs))
+                  model, smol_task(out, base["samples"]), sampler_text(runs))
     text += (f"\nOne pipeline per configuration and seed (experiments/lib/rl-run.sh), from the same model: "
              f"{m['group']} samples per question, {m['batch']} per step, {m['steps']} steps, temperature "
              f"{m.get('temperature', 1)}, {m['lag'].replace('--', '')}, rl-ratio {m['ratio']}, GRPO, at most "
