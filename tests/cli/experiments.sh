@@ -52,11 +52,15 @@ expect "rl-run.sh --tis 2, in flight: exit 0" 0 '' -- timeout 300 \
     --out "$T/tis" --max-lag 1 --group 4 --batch 16 --steps 3 --tis 2
 # (the weights themselves are test_learn_run.py's: this SFT model earns no
 # reward yet, so no step here has a sequence to weigh)
-check "... 3 steps, lag <= 1, no rl-ratio, no ratio.jsonl, no socket left" \
-    "$(cat tis/run.json 2>&1); $(head -c 400 tis/learn.jsonl 2>&1)" "$PY" -c '
+check "... 3 steps, lag <= 1, no rl-ratio, no ratio.jsonl, no socket left, the sampler's metrics" \
+    "$(cat tis/run.json 2>&1); $(head -c 400 tis/learn.jsonl 2>&1); $(head -c 400 tis/sample.jsonl 2>&1)" "$PY" -c '
 import json, os, sys
 j = json.load(open("tis/run.json"))
 assert j["exit"]["rl-learn"] == 0 and j["exit"]["rl-sync"] == 0 and j["ratio"] == "rl-learn --tis 2", j
+assert j["dtype"] == "bf16" and j["head"] == "dtype", j
+s = [json.loads(x) for x in open("tis/sample.jsonl")]   # a line per version the sampler installed
+assert s and all(x["version"] > x["from"] for x in s), s
+assert all("sampled" in x and 0 <= x["changed"] <= x["moved"] + 1e-9 or x["moved"] == 0 for x in s[1:]), s
 assert not os.path.exists("tis/ratio.jsonl") and not [f for f in os.listdir("tis") if "sock" in f]
 m = [json.loads(x) for x in open("tis/learn.jsonl")]
 assert [x["step"] for x in m] == [1, 2, 3] and all(x["lag_max"] <= 1 for x in m), m'
