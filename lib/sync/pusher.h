@@ -34,6 +34,12 @@ typedef struct {
     double recv_us, wait_us, stall_us;   // as the receiver reported them
     int has_update;           // the update was measured (push_opts.surv, with a sample of the version held)
     surv_figures update;
+    // Set by the syncer (surv_watch_add over the receiver's versions): the
+    // warning that its precision loses the updates is due, with the window's
+    // mean along and the version it starts from.
+    int lost;
+    double lost_along;
+    uint64_t lost_from;
 } push_report;
 
 enum { PUSH_OK = 0, PUSH_UNREACHABLE = 1 };

@@ -38,7 +38,7 @@ struct rcv {
     size_t nt;
     const char *prec;              // the model's precision ("bf16")
     double t_start;                // clock_now() at rcv_start
-    int warned_lost;               // the warning of surv_lost said
+    surv_watch watch;              // the versions' along, for the warning that updates are lost
     int metrics_failed;            // a metrics line could not be written: no more (the thread's own copy)
     uint8_t *chunk;                // (chunk_cap) received bytes
     size_t chunk_cap;
@@ -355,7 +355,8 @@ static void metrics_line(rcv_t *r, const incoming *in, double recv, double wait,
 }
 
 // After an install: the line on stderr, the metrics line, and once the
-// warning that the sampler's precision loses most of the learner's updates.
+// warning that the sampler's precision loses most of the learner's updates
+// (surv_watch_add).
 static void report(rcv_t *r, const incoming *in, double recv, double wait, double stall) {
     char upd[300] = "";
     if (in->has_update) {
@@ -371,15 +372,16 @@ static void report(rcv_t *r, const incoming *in, double recv, double wait, doubl
                 fmt_bytes(in->bytes, b, sizeof b), recv, recv > 0 ? (double)in->bytes / recv / 1e9 : 0.0, wait * 1e6,
                 stall * 1e6, upd);
     }
-    if (in->has_update && surv_lost(&in->update) && !r->warned_lost) {
-        r->warned_lost = 1;
-        fprintf(stderr, "%s: warning: at %s, the weights installed carry %.2f of the learner's update from v%llu to "
-                        "v%llu (%.1f%% of the weights changed, %.1f%% in f32): updates smaller than half a step of %s "
-                        "round back to the weights held, and the sampler goes on sampling the model it started from; "
-                        "sample at a precision that follows them (f16 or f32: rl-sample(1), Precision)\n",
-                r->o.tool, r->prec, in->update.along, (unsigned long long)in->have, (unsigned long long)in->version,
+    double mean;
+    uint64_t first;
+    if (in->has_update && surv_watch_add(&r->watch, &in->update, &mean, &first))
+        fprintf(stderr, "%s: warning: at %s, the versions installed carry on average %.2f of the learner's update (the "
+                        "%d from v%llu to v%llu; the latest: %.1f%% of the weights changed, %.1f%% in f32): updates "
+                        "smaller than half a step of %s round back to the weights held, and the sampler goes on "
+                        "sampling the model it started from; sample at a precision that follows them (f16 or f32: "
+                        "rl-sample(1), Precision)\n",
+                r->o.tool, r->prec, mean, SURV_WINDOW, (unsigned long long)first, (unsigned long long)in->version,
                 100 * in->update.changed, 100 * in->update.moved, r->prec);
-    }
 }
 
 // Step 7: the result to the sender (even while stopping: the weights are

@@ -174,4 +174,17 @@ void surv_describe(const surv_figures *f, const char *prec, char *buf, size_t si
                         "%s sampled)", f->along, f->norm, 100 * f->changed, prec, 100 * f->moved, count(f->n, n, sizeof n));
 }
 
-int surv_lost(const surv_figures *f) { return f->moved > 0 && f->along < 0.5; }
+int surv_watch_add(surv_watch *w, const surv_figures *f, double *mean, uint64_t *first) {
+    if (!(f->moved > 0) || isnan(f->along)) return 0;
+    w->along[w->n % SURV_WINDOW] = f->along;
+    w->from[w->n % SURV_WINDOW] = f->from;
+    w->n++;
+    if (w->warned || w->n < SURV_WINDOW) return 0;
+    double sum = 0;
+    for (int i = 0; i < SURV_WINDOW; i++) sum += w->along[i];
+    if (sum / SURV_WINDOW >= 0.5) return 0;
+    w->warned = 1;
+    *mean = sum / SURV_WINDOW;
+    *first = w->from[w->n % SURV_WINDOW];   // the oldest of the ring
+    return 1;
+}

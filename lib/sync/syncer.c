@@ -38,6 +38,7 @@ typedef struct {
     uint64_t tried_seq;      // the offer of the last unsuccessful try: a newer one is tried at once
     int fails;               // failed pushes in a row: the backoff's exponent
     surv_t *surv;            // the sample of the weights last pushed to it (survival.h)
+    surv_watch watch;        // the along of the versions pushed to it
 } peer;
 
 struct syncer {
@@ -272,6 +273,8 @@ static int push_once(peer *p) {
     if (p->deadline < 0) p->deadline = clock_now() + o->retry;
     push_opts po = {.token = o->token, .timeout = o->timeout, .stop_fd = s->stop_pipe[0], .surv = p->surv};
     a.rc = push_weights(p->to, a.dir, a.version, &po, &a.rep, &a.err);
+    if (a.rc == PUSH_OK && a.rep.has_update)
+        a.rep.lost = surv_watch_add(&p->watch, &a.rep.update, &a.rep.lost_along, &a.rep.lost_from);
 
     pthread_mutex_lock(&s->mu);
     p->pushing = 0;

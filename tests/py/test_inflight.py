@@ -462,31 +462,32 @@ def version_root(name, base, scales):
 
 @case
 def the_sampler_tells_how_much_of_each_update_its_precision_keeps_and_warns_once_at_bf16():
-    # a model stored in bf16 (its weights on the bf16 grid), updated by a tenth
-    # of a bf16 step a version: at bf16 nothing of it arrives, at f32 all
+    # a model stored in bf16 (its weights on the bf16 grid), updated by an
+    # eighth of a bf16 step a version (under half a step in all): at bf16
+    # nothing of it arrives, at f32 all; the warning after 5 versions
     base = path("grid")
     llama_ref.random_model(base, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, vocab=448, tie=True,
                            logit_scale=2.5, max_pos=512, seed=3, dtype="BF16")
     llama_ref.add_tiny_tokenizer(base)
     for prec in ("bf16", "f32"):
         sock, met = path(f"upd-{prec}.sock"), path(f"upd-{prec}.jsonl")
-        root, write = version_root(f"upd-{prec}", base, {0: 1, 1: 1 + 2e-4, 2: 1 + 4e-4, 3: 1 + 6e-4})
+        root, write = version_root(f"upd-{prec}", base, {v: 1 + 2.5e-4 * v for v in range(6)})
         write(0)
         with iu.Procs(WORK) as P:
             s = P.start("rl-sample", "--model", base, "--dtype", prec, "--listen", "unix:" + sock, "--metrics", met,
                         "--epochs", "0", "--max-new-tokens", "8", "-u", PROMPTS, name="rl-sample")
             iu.listen_address(s)
-            sync = P.start("rl-sync", "--watch", root, "--to", "unix:" + sock, "--poll", "0.1", "--max-version", "3",
+            sync = P.start("rl-sync", "--watch", root, "--to", "unix:" + sock, "--poll", "0.1", "--max-version", "5",
                            name="rl-sync")
             iu.wait_stderr(sync, r"already holds v000000$")
-            for v in (1, 2, 3):
+            for v in range(1, 6):
                 write(v)
                 iu.wait_stderr(s, rf"^rl-sample: weights v{v} installed from a push: ")
             serr = iu.expect_exit_0(sync)
             s.send_signal(signal.SIGTERM)
             err = iu.expect_exit_0(s)
         lines = metrics(met)
-        assert [(x["from"], x["version"]) for x in lines] == [(0, 1), (1, 2), (2, 3)], lines
+        assert [(x["from"], x["version"]) for x in lines] == [(v, v + 1) for v in range(5)], lines
         for x in lines:   # the first too: rl-sync took v0's sample when it found the sampler holding it
             assert x["sampled"] > 0 and x["moved"] > 0.9, x
             if prec == "f32":
@@ -497,12 +498,12 @@ def the_sampler_tells_how_much_of_each_update_its_precision_keeps_and_warns_once
         swarn = [x for x in serr.splitlines() if "warning" in x]
         if prec == "f32":
             assert not warn and not swarn, (warn, swarn)
-            assert re.search(r"^rl-sample: weights v3 installed .*; the update from v2: along 1\.00 \(norm 1\.00x ",
+            assert re.search(r"^rl-sample: weights v5 installed .*; the update from v4: along 1\.00 \(norm 1\.00x ",
                              err, re.M), err
         else:
             assert len(warn) == 1 and warn[0].startswith(
-                "rl-sample: warning: at bf16, the weights installed carry 0.00 of the learner's update from v0 to v1 "
-                "(0.0% of the weights changed, "), warn
+                "rl-sample: warning: at bf16, the versions installed carry on average 0.00 of the learner's update "
+                "(the 5 from v0 to v5; the latest: 0.0% of the weights changed, "), warn
             assert "(f16 or f32: rl-sample(1), Precision)" in warn[0], warn[0]
             assert len(swarn) == 1, serr
 

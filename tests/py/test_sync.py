@@ -373,28 +373,33 @@ def the_update_figures_are_those_of_the_weights_rounded_as_the_receiver_keeps_th
 
 @case
 def a_receiver_losing_most_of_the_update_is_warned_of_once():
-    # v1 on the bf16 grid and updates of a tenth of a bf16 step: at bf16 nothing changes
+    # v0 on the bf16 grid and updates of an eighth of a bf16 step a version: at
+    # bf16 nothing changes; the warning comes with the fifth version measured
     v = {0: {k: t.to(torch.bfloat16).float() for k, t in WEIGHTS.items()}}
-    for i in (1, 2, 3):
-        v[i] = {k: (t * (1 + 4e-4 * i) if t.dim() == 2 else t).contiguous() for k, t in v[0].items()}
+    for i in range(1, 7):
+        v[i] = {k: (t * (1 + 2.5e-4 * i) if t.dim() == 2 else t).contiguous() for k, t in v[0].items()}
     root = path("ck_lost")
     write_version(root, 0, v[0])
     wire = {k: (s, "bf16" if len(s) == 2 else "f32") for k, s in SHAPES.items()}
     with pushproto.Receiver(sock("lost"), wire, dtype="bf16") as r:
         r.stored = ",".join(dt for _, dt in wire.values())
-        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.1", "--max-version", "3")
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.1", "--max-version", "6")
         assert r.wait(lambda x: len(x.exchanges) >= 1), "no exchange for v000000"
-        for i in (1, 2, 3):
+        for i in range(1, 7):
             write_version(root, i, v[i])
             assert r.wait(lambda x: x.version == i), f"v{i} not pushed: {r.exchanges}"
         rc, err = finish(proc)
         pushes = [e.push for e in r.pushes()]
     assert rc == 0, err
-    assert [p.get("update_along") for p in pushes] == [0.0, 0.0, 0.0], [p.get("update_along") for p in pushes]
+    assert [p.get("update_along") for p in pushes] == [0.0] * 6, [p.get("update_along") for p in pushes]
     warnings = [x for x in err.splitlines() if "warning" in x]
     assert len(warnings) == 1 and warnings[0].startswith(
-        f"rl-sync: warning: {r.address} keeps its weights at bf16, which carries 0.00 of the learner's update "), err
+        f"rl-sync: warning: {r.address} keeps its weights at bf16, whose versions carry on average 0.00 of the "
+        f"learner's update (the 5 from v000000 to v000005; the latest: 0.0% of the weights changed, "), err
     assert "sample at f16 or f32 (rl-sample(1), Precision)" in warnings[0], warnings[0]
+    lines = err.splitlines()
+    assert lines.index(warnings[0]) == next(i for i, x in enumerate(lines) if x.startswith("rl-sync: v000005 ->")) + 1, \
+        "the warning does not follow the fifth version's line"
 
 
 @case

@@ -148,7 +148,6 @@ typedef struct {
     pthread_mutex_t mu;
     cli_progress prog;
     int v0_hint;             // SRC has no version of its own (0) and no --as-version
-    int warned_lost;         // a receiver's precision loses the updates: said once
 } output;
 
 static const char *vname(uint64_t v, char *buf, size_t size) {
@@ -179,13 +178,12 @@ static void on_event(void *ctx, const sync_event *e) {
             fprintf(stderr, "rl-sync: %s -> %s: %s in %.3f s (%s), receiver stall %.0f us%s\n",
                     vname(e->version, v, sizeof v), e->to, fmt_bytes(e->rep->bytes, b, sizeof b), e->rep->seconds,
                     rate(e->rep->bytes, e->rep->seconds, r, sizeof r), e->rep->stall_us, upd);
-        if (e->rep->has_update && surv_lost(&e->rep->update) && !out->warned_lost) {
-            out->warned_lost = 1;
-            cli_warn("%s keeps its weights at %s, which carries %.2f of the learner's update (%.1f%% of the weights "
-                     "changed, %.1f%% in f32): its sampler goes on sampling the model it started from; sample at f16 "
-                     "or f32 (rl-sample(1), Precision)", e->to, e->rep->dtype, e->rep->update.along,
-                     100 * e->rep->update.changed, 100 * e->rep->update.moved);
-        }
+        if (e->rep->lost)   // once per receiver (surv_watch_add)
+            cli_warn("%s keeps its weights at %s, whose versions carry on average %.2f of the learner's update (the "
+                     "%d from %s to %s; the latest: %.1f%% of the weights changed, %.1f%% in f32): its sampler goes "
+                     "on sampling the model it started from; sample at f16 or f32 (rl-sample(1), Precision)", e->to,
+                     e->rep->dtype, e->rep->lost_along, SURV_WINDOW, vname(e->rep->lost_from, v, sizeof v),
+                     vname(e->version, b, sizeof b), 100 * e->rep->update.changed, 100 * e->rep->update.moved);
         break;
     }
     case SYNC_HELD:
