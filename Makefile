@@ -147,7 +147,13 @@ $(BUILD)/asan/tests/%: $(BUILD)/asan/tests/unit/%.o $(BUILD)/asan/librlpipe.a
 TEST_BINS := $(AUX) $(addprefix $(BUILD)/tests/,$(TESTS)) $(addprefix $(BUILD)/asan/tests/,$(TESTS)) \
              $(addprefix $(BUILD)/asan/bin/,$(TOOLS))
 
-check: all $(TEST_BINS)
+# make check and make check-san compile JOBS files at once (default: one per
+# CPU) unless make was given -j; tests/run.sh runs JOBS test programs at once.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+PARALLEL = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
+
+check:
+	@$(MAKE) --no-print-directory $(PARALLEL) all $(TEST_BINS) $(FUZZ_CHECK)
 	@sh scripts/deps.sh test
 	@BUILD=$(BUILD) BIN=$(BIN) bash tests/run.sh
 
@@ -164,7 +170,7 @@ SAN_CHECK_FLAGS = $(SAN_OPT) $(filter-out -O%,$(SAN_FLAGS))
 
 .PHONY: check-san
 check-san:
-	@$(MAKE) --no-print-directory CUDA=0 CC=$(SAN_CC) BUILD=$(SAN_BUILD) BIN=$(SAN_BUILD)/bin \
+	@$(MAKE) --no-print-directory $(PARALLEL) CUDA=0 CC=$(SAN_CC) BUILD=$(SAN_BUILD) BIN=$(SAN_BUILD)/bin \
 	  CFLAGS="$(SAN_CHECK_FLAGS) $(CFLAGS)" LDFLAGS="$(SAN_CHECK_FLAGS) $(LDFLAGS)" \
 	  all aux $(addprefix $(SAN_BUILD)/tests/,$(TESTS))
 	@sh scripts/deps.sh test

@@ -171,51 +171,59 @@ static int measure(push_conn *c, const st_tensor **src, size_t n, uint64_t versi
     return g < 0 ? -1 : 0;
 }
 
+// The checkpoint's tensors that the hello lists, in its order: src[i] is the
+// file's tensor for t[i]; bytes, what they weigh as the receiver asks.
+typedef struct {
+    hfw_set *f;
+    push_tensor *t;
+    const st_tensor **src;
+    size_t n;
+    uint64_t bytes;
+} matched;
+
+static void matched_free(matched *m) {
+    free(m->src);
+    free(m->t);
+    hfw_close(m->f);
+}
+
+// Opens dir and matches its tensors to the hello in c->msg. 0, or -1 with
+// c->err set; matched_free() either way.
+static int match_hello(push_conn *c, const char *dir, matched *m) {
+    *m = (matched){0};
+    if (!(m->f = hfw_open(dir, c->err))) return fail(c, "reading the checkpoint", 1);
+    if (push_get_tensors(c->msg, "tensors", &m->t, &m->n, c->err))
+        return fail(c, "its hello lists the tensors wrongly", 1);
+    m->src = xmalloc((m->n ? m->n : 1) * sizeof *m->src);
+    return match_tensors(c, m->f, m->t, m->n, m->src, &m->bytes);
+}
+
 // The receiver holds `version` already: its sample is taken, so that the
 // first version pushed to it has figures. Nothing is said when the
 // checkpoint does not fit it: a push would say so.
 static void sample_held(push_conn *c, const char *dir, uint64_t version) {
     rl_err quiet, *err = c->err;
     c->err = &quiet;
-    hfw_set *f = hfw_open(dir, c->err);
-    push_tensor *t = NULL;
-    size_t n = 0;
-    const st_tensor **src = NULL;
-    uint64_t bytes;
+    matched m;
     push_report held = {.had = version};
-    if (f && !push_get_tensors(c->msg, "tensors", &t, &n, c->err)) {
-        src = xmalloc((n ? n : 1) * sizeof *src);
-        if (match_tensors(c, f, t, n, src, &bytes) || measure(c, src, n, version, &held)) surv_drop(c->o->surv);
-    }
-    free(src);
-    free(t);
-    hfw_close(f);
+    if (match_hello(c, dir, &m) || measure(c, m.src, m.n, version, &held)) surv_drop(c->o->surv);
+    matched_free(&m);
     c->err = err;
 }
 
 // Steps 4-7 once the hello has been read and the version is newer.
 static int push_data(push_conn *c, const char *dir, uint64_t version, push_report *rep) {
-    hfw_set *f = hfw_open(dir, c->err);
-    if (!f) return fail(c, "reading the checkpoint", 1);
-    push_tensor *t = NULL;
-    size_t n = 0;
-    const st_tensor **src = NULL;
+    matched m;
     stream_bufs b = {0};
-    uint64_t bytes = 0;
     int rc = -1;
-    if (push_get_tensors(c->msg, "tensors", &t, &n, c->err)) {
-        fail(c, "its hello lists the tensors wrongly", 1);
-        goto out;
-    }
-    src = xmalloc((n ? n : 1) * sizeof *src);
-    if (match_tensors(c, f, t, n, src, &bytes)) goto out;
-    if (c->o->surv && measure(c, src, n, version, rep)) goto out;
+    if (match_hello(c, dir, &m)) goto out;
+    if (c->o->surv && measure(c, m.src, m.n, version, rep)) goto out;
 
     rec_clear(c->msg);
     rec_set_uint(c->msg, "version", version);
-    rec_set_uint(c->msg, "bytes", bytes);
+    rec_set_uint(c->msg, "bytes", m.bytes);
     rec_set_cstr(c->msg, "checksum", "xxh3-64");
-    push_set_tensors(c->msg, "tensors", t, n);
+    push_set_tensors(c->msg, "tensors", m.t, m.n);
     if (rep->has_update) push_set_update(c->msg, &rep->update);
     if (push_send_msg(c->fd, c->msg, c->o->stop_fd, c->timeout, c->err)) {
         fail(c, "sending the push message", 1);
@@ -228,8 +236,8 @@ static int push_data(push_conn *c, const char *dir, uint64_t version, push_repor
     b.out16 = xmalloc(CHUNK_ELEMS * sizeof *b.out16);
     if (!(b.hash = XXH3_createState())) abort();
     XXH3_64bits_reset(b.hash);
-    for (size_t i = 0; i < n; i++)
-        if (send_tensor(c, &b, src[i], t[i].dtype)) goto out;
+    for (size_t i = 0; i < m.n; i++)
+        if (send_tensor(c, &b, m.src[i], m.t[i].dtype)) goto out;
     uint64_t h = XXH3_64bits_digest(b.hash);   // sent little-endian: the host's order
     if (net_send_all(c->fd, &h, 8, c->o->stop_fd, c->timeout, c->err)) {
         fail(c, "sending the checksum", 1);
@@ -237,7 +245,7 @@ static int push_data(push_conn *c, const char *dir, uint64_t version, push_repor
     }
     if (recv_answer(c, "result")) goto out;
     rep->version = version;
-    rep->bytes = bytes;
+    rep->bytes = m.bytes;
     double us;
     if (rec_get_f64(c->msg, "recv_us", &us) == REC_OK) rep->recv_us = us;
     if (rec_get_f64(c->msg, "wait_us", &us) == REC_OK) rep->wait_us = us;
@@ -249,9 +257,7 @@ out:
     free(b.f32);
     free(b.in16);
     free(b.out16);
-    free(src);
-    free(t);
-    hfw_close(f);
+    matched_free(&m);
     return rc;
 }
 

