@@ -2,7 +2,7 @@
 # bench/precision.sh [110m|15m] -- the sampler's precisions (rl-sample
 # --dtype) against f32 on the same machine: decoding tokens/s at 1, 64 and
 # 256 slots, and a batched prefill, for f32, bf16, int8 (W8A8), fp8 (W8A8
-# e4m3) and the weight-only bf16w and int8w.
+# e4m3) and the weight-only bf16w, f16 and int8w.
 #
 # The model is the llama configuration of bench/forward.c (random weights,
 # vocabulary 32000; 110m: hidden 768, 12 layers, 109.5M parameters). Each
@@ -19,7 +19,8 @@
 #     over OpenBLAS sgemm's at the MLP's shape (1024 tokens).
 # Which kernels ran is said: RLPIPE_CPU=avx2 measures without AVX-512.
 #
-# Environment: RUNS=N (rounds, default 3), KEEP=1 (keep the model), BENCH_OUT,
+# Environment: RUNS=N (rounds, default 3), KEEP=1 (keep the model), PRECS
+# (the precisions, f32 among them; default all), BENCH_OUT,
 # BUILD, BIN (as the Makefile). Results: the table on stdout and in
 # BENCH_OUT/precision.txt, RESULT lines in BENCH_OUT/precision.results.
 # Takes about 6 minutes (110m) on 2 cores.
@@ -32,9 +33,10 @@ RUNS=${RUNS:-3}
 KEEP=${KEEP:-0}
 FWD=$BUILD/bench/forward
 MEMBW=$BUILD/bench/membw
-PRECS=(f32 bf16 int8 fp8 bf16w int8w)
+read -r -a PRECS <<<"${PRECS:-f32 bf16 int8 fp8 bf16w f16 int8w}"
 SLOTS=(1 64 256)
 case $CFG in 15m | 110m) ;; *) die "usage: bench/precision.sh [110m|15m]" ;; esac
+[[ " ${PRECS[*]} " == *" f32 "* ]] || die "PRECS must hold f32, the reference: '${PRECS[*]}'"
 positive RUNS
 [[ -x $FWD && -x $MEMBW ]] || die "$FWD or $MEMBW not found (run: make aux)"
 
