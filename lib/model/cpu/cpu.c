@@ -24,7 +24,7 @@ void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 // Products with at most this many rows use the row kernels (the weights are
 // read once from memory, converted on the fly); more rows go to sgemm.
 #define FEW_ROWS 4
-// Weight rows converted to f32 per sgemm call when weights are not f32.
+// Weight rows converted to f32 per product call when weights are not f32.
 #define TILE_ROWS 128
 // Products of at least this many rows on a matrix that is not fixed (a
 // learner's) pack its panels for themselves, the packing (reading and
@@ -130,8 +130,13 @@ static void matmul_few_part(void *ctx, int lo, int hi) {
 }
 
 // The same for many rows: f32 and bf16 weights by the build's kernel
-// (kernels.h gemm), which reads them as stored; without one, and for the
-// other dtypes, sgemm, non-f32 weights converted TILE_ROWS rows at a time.
+// (kernels.h gemm), which reads them as stored; the other dtypes converted to
+// f32 TILE_ROWS rows at a time, for that kernel too (OpenBLAS 0.3.21 runs its
+// SSE3 kernel on processors it does not know, as a KVM guest's Xeon of model
+// 207: there f16 products of 64 rows ran at 0.24 times f32's through sgemm).
+// fp8 (x scaled per row) and a build without a gemm kernel use sgemm: fp8's
+// activations are rounded from these sums, and with sgemm's one order every
+// kernel build gives them the same bits (test_precision.py).
 static void matmul_sgemm_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     const rl_mat *W = a->W;
@@ -156,8 +161,11 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
         for (int r = 0; r < rows; r++)
             cpu_K->row_to_f32(tile + (size_t)r * Kd, mat_row(W, m0 + r), mat_scales(W, m0 + r), Kd, W->group,
                            W->dtype);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, Kd, 1.0f, a->x, Kd, tile, Kd, 0.0f,
-                    a->out + m0, M);
+        if (cpu_K->gemm && !a->xscale)
+            cpu_K->gemm(a->out + m0, (size_t)M, a->x, N, tile, DT_F32, rows, Kd);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, Kd, 1.0f, a->x, Kd, tile, Kd, 0.0f,
+                        a->out + m0, M);
         for (int n = 0; a->xscale && n < N; n++) {   // fp8: each input row's scale
             float *o = a->out + (size_t)n * M + m0, sx = a->xscale[n];
             for (int r = 0; r < rows; r++) o[r] *= sx;
