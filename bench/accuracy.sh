@@ -3,8 +3,10 @@
 # each trainer's process start: rlpipe against TRL's GRPOTrainer on the same
 # task, model and machine, one seed after another (defaults: seeds "1 2 3";
 # each run STEPS steps, default 30, or MINUTES minutes, default 15, whichever
-# comes first). Takes, on 2 shared cores, about 40 minutes a seed with the
-# defaults (TRL's 15 minutes and its evaluations are most of it).
+# comes first). Takes about 40 minutes a seed with the defaults on 2 cores
+# shared with other work (TRL's 15 minutes and more than one step, rlpipe's
+# 30 steps, 5 to 17 minutes, and the evaluations, 40 s each, 10 to 15 a seed);
+# MODES="inflight sync" adds the --sync run and its evaluations.
 #
 # The task and settings are bench/step.sh's and bench/trl.sh's
 # (experiments/smollm2: SmolLM2-135M-Instruct, add2 questions, GRPO 8 prompts
@@ -49,8 +51,8 @@
 # TARGETS (default "0.4 0.5 0.6") the seconds to the first evaluated version
 # at or above it per seed ("not reached"), their median when every seed
 # reached it, and TRL's time over rlpipe's per seed (a bound, "> x" or
-# "< x", when only one of them reached it) with its median. Every run is
-# reported. The evaluations are in BENCH_OUT/accuracy/acc.jsonl, a line per
+# "< x", when only one of them reached it) with its median when every seed
+# has one. Every run is reported. The evaluations are in BENCH_OUT/accuracy/acc.jsonl, a line per
 # run in BENCH_OUT/accuracy/runs.jsonl, the runs' metrics under
 # BENCH_OUT/accuracy/.
 #
@@ -172,7 +174,7 @@ EOF
 # (its STEPS batches of 64: the stream is cut where the pipeline stopped), a
 # line each (messages and answer) in the order it took their groups.
 questions() {
-    "$BIN/rl-cat" --json --head $((STEPS * 64)) "$1" | "$PY" -c '
+    "$BIN/rl-cat" -q --json --head $((STEPS * 64)) "$1" | "$PY" -c '
 import json, sys
 seen = set()
 for line in sys.stdin:
@@ -237,7 +239,7 @@ run = {(r["engine"], r["seed"]): r for r in runs}
 trl = next((r for r in runs if "trl" in r), None)
 if trl:
     print(f"TRL {trl['trl']}, transformers {trl['transformers']}, torch {trl['torch']}")
-print(f"\neach run: {steps} steps or {minutes} minute{'s' * (minutes != '1')} from its process's start, whichever comes first "
+print(f"\neach run: {steps} step{'s' * (steps != '1')} or {minutes} minute{'s' * (minutes != '1')} from its process's start, whichever comes first "
       "(rl-learn has no time limit: an rlpipe run past it is marked over the limit)\n")
 print("| engine | seed | steps | minutes | ended by | first step done, s | s a step (median) |")
 print("|---|---|---|---|---|---|---|")
@@ -279,8 +281,8 @@ def ratio(e, s, target):
 
 
 print("\ntime to a held-out accuracy (the first evaluated version at or above it), seconds from the process's start, "
-      "the step in brackets; TRL's time over rlpipe's, per seed and the median:\n")
-print("| target | engine | " + " | ".join(f"seed {s}" for s in seeds) + " | median | TRL's / this, per seed | median |")
+      "the step in brackets; TRL's time over rlpipe's, per seed and its median:\n")
+print("| target | engine | " + " | ".join(f"seed {s}" for s in seeds) + " | median | TRL's time / this, per seed | its median |")
 print("|---|---|" + "---|" * (len(seeds) + 3))
 for target in targets:
     for e in engines:

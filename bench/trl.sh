@@ -80,6 +80,8 @@ usage() { echo "usage: bench/trl.sh [STEPS [SEED [K]]]" >&2; exit 2; }
 STEPS=${1:-10} SEED=${2:-1} K=${3:-5}
 for v in STEPS K; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "trl.sh: $v must be a positive integer, not '${!v}'" >&2; usage; }; done
 [[ $SEED =~ ^[0-9]+$ ]] || { echo "trl.sh: SEED must be a non-negative integer, not '$SEED'" >&2; usage; }
+[[ -z ${MINUTES:-} || $MINUTES =~ ^[1-9][0-9]*$ ]] ||
+    { echo "trl.sh: MINUTES must be a positive integer, not '$MINUTES'" >&2; usage; }
 
 VENV=$root/.deps/trl-venv
 PKGS="trl==1.16.0 transformers==5.24.0 torch==2.15.0"
@@ -103,8 +105,6 @@ DATA=${DATA:-$root/experiments/smollm2/out/data}
 [ -f "$MODEL/config.json" ] || die "$MODEL: no model (make -C experiments/smollm2 out/.base-eval makes it)"
 [ -f "$DATA/train.jsonl" ] || die "$DATA/train.jsonl: missing (make -C experiments/smollm2 out/.base-eval makes it)"
 case ${LOSS:-trl} in trl | rlpipe) ;; *) echo "trl.sh: LOSS must be trl or rlpipe, not '$LOSS'" >&2; usage ;; esac
-[[ -z ${MINUTES:-} || $MINUTES =~ ^[1-9][0-9]*$ ]] ||
-    { echo "trl.sh: MINUTES must be a positive integer, not '$MINUTES'" >&2; usage; }
 OUT=${BENCH_OUT:-$here/out}/trl/s$SEED
 if [ -e "$OUT" ]; then rm -rf "$OUT" || die "cannot remove the previous $OUT"; fi
 mkdir -p "$OUT" || die "cannot create $OUT"
