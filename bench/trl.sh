@@ -8,17 +8,23 @@
 # Makes .deps/trl-venv once (python3 -m venv; trl, transformers and torch
 # pinned below, and what pip resolves for them, from PyPI: several GB with
 # torch's CUDA libraries, minutes to install; never part of make check), then
-# runs bench/trl_grpo.py for STEPS optimizer steps into $BENCH_OUT/trl/s<SEED>
-# (BENCH_OUT default bench/out; LOSS=trl, the default, or rlpipe: below):
+# runs bench/trl_grpo.py for STEPS optimizer steps, or until the first step
+# that ends more than MINUTES minutes (default: no limit) after Python's launch,
+# into $BENCH_OUT/trl/s<SEED> (BENCH_OUT default bench/out; LOSS=trl, the
+# default, or rlpipe: below). The clock starts just before this script
+# launches Python (trl_grpo.py --t0): the imports, the model load and TRL's
+# set-up are counted, the virtual environment's making is not.
 #   train.jsonl   one line per step: step, step_s (wall time of the step),
 #                 gen_s (of which sampling and scoring), save_s, elapsed_s
-#                 (since training began, saves included), reward_mean,
-#                 reward_std, completion_len_mean, grad_norm, ... (see
-#                 trl_grpo.py)
+#                 (seconds from Python's launch to the step's end, its
+#                 checkpoint written), reward_mean, reward_std,
+#                 completion_len_mean, grad_norm, ... (see trl_grpo.py)
 #   ckpt/vNNNNNN  the model after every K-th step and the last, Hugging Face
 #                 format, tokenizer files included: bench/eval_hf.py takes
 #                 them as it takes rlpipe's (step 0 is MODEL itself)
-#   run.json      the settings, the versions of the packages, the wall time
+#   run.json      the settings, the versions of the packages, start_s (from
+#                 the launch to the first step), train_s, elapsed_s,
+#                 steps_done and stopped ("steps" or "minutes")
 # Held-out accuracy of the checkpoints, as of rlpipe's (bench/eval_hf.py):
 #   .deps/venv/bin/python bench/eval_hf.py experiments/smollm2/out/data/test.jsonl bench/out/trl/s1/ckpt/v*
 # MODEL (default experiments/smollm2/out/model) and DATA (default
@@ -41,8 +47,10 @@
 # otherwise:
 #   - sampling: TRL samples with the policy itself (transformers' generate,
 #     f32, no vLLM), on policy and in turn with learning; rlpipe samples in
-#     bf16 in another process, up to 2 versions behind (--max-lag 2), and
-#     rl-ratio weights each token by min(p_learner / p_sampler, 2) (TIS).
+#     another process at its own precision (experiments/smollm2: bf16w;
+#     bench/accuracy.sh: DTYPE, default f32), up to 2 versions behind
+#     (--max-lag 2), and rl-ratio weights each token by
+#     min(p_learner / p_sampler, 2) (TIS).
 #     TRL's importance-sampling correction exists only with vLLM, and with
 #     one iteration per batch its ratio is 1 (on policy), so there is none.
 #   - loss normalisation and clipping: by default (LOSS=trl) TRL's own, as
@@ -72,6 +80,8 @@ usage() { echo "usage: bench/trl.sh [STEPS [SEED [K]]]" >&2; exit 2; }
 STEPS=${1:-10} SEED=${2:-1} K=${3:-5}
 for v in STEPS K; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "trl.sh: $v must be a positive integer, not '${!v}'" >&2; usage; }; done
 [[ $SEED =~ ^[0-9]+$ ]] || { echo "trl.sh: SEED must be a non-negative integer, not '$SEED'" >&2; usage; }
+[[ -z ${MINUTES:-} || $MINUTES =~ ^[1-9][0-9]*$ ]] ||
+    { echo "trl.sh: MINUTES must be a positive integer, not '$MINUTES'" >&2; usage; }
 
 VENV=$root/.deps/trl-venv
 PKGS="trl==1.16.0 transformers==5.24.0 torch==2.15.0"
@@ -103,7 +113,8 @@ mkdir -p "$OUT" || die "cannot create $OUT"
 # threads sleep instead of spinning between the many small operations.
 export OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE TOKENIZERS_PARALLELISM=false
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+t0=$(date +%s.%N)   # the run's clock: from here, Python's start-up included
 exec "$VENV/bin/python" "$here/trl_grpo.py" --model "$MODEL" --prompts "${PROMPTS:-$DATA/train.jsonl}" --out "$OUT" \
     --steps "$STEPS" --seed "$SEED" --save-every "$K" --threads 2 \
     --group 8 --batch 64 --lr 1e-5 --temperature 0.7 --max-new-tokens 32 --loss "${LOSS:-trl}" \
-    ${PROMPTS:+--in-order}
+    --t0 "$t0" ${MINUTES:+--minutes "$MINUTES"} ${PROMPTS:+--in-order}

@@ -6,21 +6,35 @@ which settings match and what differs).
     trl_grpo.py --model DIR --prompts FILE --out DIR [--steps N] [--seed S]
                 [--save-every K] [--threads T] [--group G] [--batch N]
                 [--lr X] [--temperature T] [--max-new-tokens N]
+                [--t0 EPOCH_S] [--minutes M] [--in-order] [--loss trl|rlpipe]
+
+The clock starts at --t0 (seconds since the epoch; bench/trl.sh gives the
+time just before it launched Python), by default when this script began: its
+times include the imports, the model load and TRL's set-up, as rl-learn's
+`elapsed` includes its start-up. --minutes M stops training at the end of
+the first step that ends more than M minutes after --t0 (so a run takes at
+most one step more than M minutes), its checkpoint written.
 
 FILE is JSON lines {"messages": [...], "answer": "..."} (train.jsonl of
 experiments/smollm2/task.py); the reward is rl-sample's number verifier
 (bench/eval_hf.py's number_reward). OUT receives
   train.jsonl   one line per optimizer step: {"step", "step_s" (its wall time:
                 sampling, scoring, forward and backward, the update), "gen_s"
-                (of which sampling and scoring), "save_s",
-                "elapsed_s" (since training began, saves included),
+                (of which sampling and scoring), "save_s" (its checkpoint's
+                write, 0 when none), "elapsed_s" (seconds from --t0 to the
+                step's end, its checkpoint written: start-up and every earlier
+                step and save included),
                 "reward_mean", "reward_std", "frac_reward_zero_std",
                 "completion_len_mean", "clipped_ratio", "grad_norm" (of TRL's
                 loss, before clipping: rlpipe's scale is 32 times it), "lr"}
   ckpt/vNNNNNN  the model after step N, every K steps and after the last,
                 Hugging Face format with the tokenizer files (written under a
                 temporary name, then renamed: a vNNNNNN is always complete)
-  run.json      the settings, the package versions, load and train seconds
+  run.json      the settings, the package versions, "start_s" (seconds from
+                --t0 to the first step: imports, model load, TRL's set-up),
+                "train_s" (first step to the end of training), "elapsed_s"
+                (--t0 to the end), "steps_done", "stopped" ("steps" or
+                "minutes": which limit ended the run)
 Exit 1 on a bad FILE line or a failed save; 2 on bad usage.
 """
 import argparse
@@ -29,6 +43,8 @@ import os
 import shutil
 import sys
 import time
+
+T_SCRIPT = time.time()   # the clock's default start, before the imports of torch and TRL
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from eval_hf import number_reward, read_test  # noqa: E402
@@ -48,6 +64,10 @@ def parse(argv):
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--t0", type=float, default=T_SCRIPT,
+                    help="the clock's start, seconds since the epoch (default: when this script began)")
+    ap.add_argument("--minutes", type=float,
+                    help="stop at the end of the first step that ends more than M minutes after --t0 (default: none)")
     ap.add_argument("--in-order", action="store_true",
                     help="the prompts in the file's order (TRL's shuffle_dataset off): another engine's order, "
                          "for a run on the same questions")
@@ -62,6 +82,10 @@ def parse(argv):
         ap.error(f"--batch {o.batch} must be whole groups of --group {o.group}")
     if o.seed < 0 or not o.lr > 0 or not o.temperature > 0:
         ap.error("--seed must be >= 0, --lr and --temperature > 0")
+    if o.minutes is not None and not o.minutes > 0:
+        ap.error(f"--minutes must be > 0, not {o.minutes}")
+    if not 0 < o.t0 <= time.time():
+        ap.error(f"--t0 {o.t0}: not a time since the epoch before now")
     return o
 
 
@@ -75,7 +99,6 @@ def main(argv):
     if not os.path.isfile(os.path.join(o.model, "config.json")):
         sys.exit(f"trl_grpo.py: {o.model}: no config.json")
     items = read_test(o.prompts, "trl_grpo.py")
-    t_start = time.time()
 
     import torch
     torch.set_num_threads(o.threads)
@@ -115,14 +138,16 @@ def main(argv):
     log = open(os.path.join(o.out, "train.jsonl"), "w")
 
     class StepLog(TrainerCallback):
-        """Times each step, saves every --save-every steps, writes train.jsonl."""
+        """Times each step, saves every --save-every steps and the last,
+        stops after --minutes, writes train.jsonl."""
 
         def __init__(self):
-            self.t0 = self.t_step = None
+            self.t_begin = self.t_step = None
             self.step_s = self.save_s = self.gen_s = 0.0
+            self.steps_done, self.stopped = 0, "steps"
 
         def on_train_begin(self, args, state, control, **kw):
-            self.t0 = time.time()
+            self.t_begin = time.time()
 
         def on_step_begin(self, args, state, control, **kw):
             self.t_step = time.time()
@@ -132,7 +157,11 @@ def main(argv):
             t = time.time()
             self.step_s = t - self.t_step
             self.save_s = 0.0
-            if state.global_step % o.save_every == 0 or state.global_step == o.steps:
+            self.steps_done = state.global_step
+            if o.minutes is not None and t - o.t0 > 60 * o.minutes and state.global_step < o.steps:
+                control.should_training_stop = True   # the Trainer still logs this step, then stops
+                self.stopped = "minutes"
+            if state.global_step % o.save_every == 0 or state.global_step == o.steps or self.stopped == "minutes":
                 save(state.global_step)
                 self.save_s = time.time() - t
 
@@ -141,7 +170,7 @@ def main(argv):
                 return
             rec = {"step": state.global_step, "step_s": round(self.step_s, 3), "gen_s": round(self.gen_s, 3),
                    "save_s": round(self.save_s, 3),
-                   "elapsed_s": round(time.time() - self.t0, 3), "reward_mean": logs["reward"],
+                   "elapsed_s": round(time.time() - o.t0, 3), "reward_mean": logs["reward"],
                    "reward_std": logs.get("reward_std"), "frac_reward_zero_std": logs.get("frac_reward_zero_std"),
                    "completion_len_mean": logs.get("completions/mean_length"),
                    "clipped_ratio": logs.get("completions/clipped_ratio"), "grad_norm": logs.get("grad_norm"),
@@ -176,21 +205,21 @@ def main(argv):
             steplog.gen_s += time.time() - t
             return out
         trainer._generate_and_score_completions = timed_generate
-    t_load = time.time() - t_start
-    t0 = time.time()
     trainer.train()
-    t_train = time.time() - t0
+    t_end = time.time()
     log.close()
     run = {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
            "model": o.model, "prompts": o.prompts, "steps": o.steps, "seed": o.seed, "save_every": o.save_every,
            "threads": o.threads, "group": o.group, "batch": o.batch, "lr": o.lr, "temperature": o.temperature,
            "max_new_tokens": o.max_new_tokens, "loss_type": cfg.loss_type, "max_grad_norm": cfg.max_grad_norm,
-           "weight_decay": cfg.weight_decay, "beta": cfg.beta, "load_s": round(t_load, 3),
-           "train_s": round(t_train, 3)}
+           "weight_decay": cfg.weight_decay, "beta": cfg.beta, "minutes": o.minutes, "t0": o.t0,
+           "start_s": round(steplog.t_begin - o.t0, 3), "train_s": round(t_end - steplog.t_begin, 3),
+           "elapsed_s": round(t_end - o.t0, 3), "steps_done": steplog.steps_done, "stopped": steplog.stopped}
     with open(os.path.join(o.out, "run.json"), "w") as f:
         json.dump(run, f)
         f.write("\n")
-    print(f"trl_grpo.py: {o.steps} steps in {t_train:.0f} s; {o.out}", file=sys.stderr)
+    print(f"trl_grpo.py: {steplog.steps_done} steps in {t_end - steplog.t_begin:.0f} s after {run['start_s']:.0f} s "
+          f"of start-up{' (stopped by --minutes)' if steplog.stopped == 'minutes' else ''}; {o.out}", file=sys.stderr)
     return 0
 
 
