@@ -22,7 +22,8 @@
 void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 
 // Products with at most this many rows use the row kernels (the weights are
-// read once from memory, converted on the fly); more rows go to sgemm.
+// read once from memory, converted on the fly); more rows go to the many-row
+// products (matmul_sgemm_part).
 #define FEW_ROWS 4
 // Weight rows converted to f32 per product call when weights are not f32.
 #define TILE_ROWS 128
