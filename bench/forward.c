@@ -193,8 +193,8 @@ static void gemm_method(int k, float *out, const float *x, const float *xr, cons
         break;
     case 2: cpu_K->gemm(out, (size_t)N, x, M, wb, DT_BF16, N, K); break;
     case 3: cpu_K->gemm(out, (size_t)N, xr, M, wb, DT_BF16, N, K); break;
-    case 5: cpu_K->gemm_panels(out, (size_t)N, xr, M, wb, DT_BF16, pb, N, K); break;
-    case 6: cpu_K->gemm_panels(out, (size_t)N, x, M, wf, DT_F32, pf, N, K); break;
+    case 5: cpu_K->gemm_panels(out, (size_t)N, xr, M, wb, DT_BF16, pb, N, K, 0); break;
+    case 6: cpu_K->gemm_panels(out, (size_t)N, x, M, wf, DT_F32, pf, N, K, 0); break;
     case 7: gemm_i8_tiles(out, q, M, N, K); break;
     case 8: cpu_K->gemm_i8(out, (size_t)N, q->x, q->sx, M, q->w, NULL, q->sw, N, K); break;
     default: cpu_K->gemm(out, (size_t)N, x, M, wf, DT_F32, N, K); break;

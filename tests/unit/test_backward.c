@@ -121,9 +121,18 @@ static void logprob_backward_matches_finite_differences_with_temperature(void) {
 
 // ---- matmul ------------------------------------------------------------------
 
-// Shapes where the work splits over dx rows (N ≥ K), over columns (N < K),
-// or stays on one thread (small).
-static const struct { int N, M, K; } MM[] = {{300, 40, 24}, {67, 45, 130}, {3, 5, 7}};
+// Shapes where sgemm's work splits over dx rows (N ≥ K), over columns
+// (N < K), or stays on one thread (small); the panel kernel's over the
+// columns of dx and dW in panels of 16, the last short, several K blocks in
+// the largest. Each product is checked on both paths: panels (the default
+// where the build has them) and sgemm (RLPIPE_CPU_PANELS=0).
+static const struct { int N, M, K; } MM[] = {{300, 40, 24}, {67, 45, 130}, {3, 5, 7}, {700, 1100, 90}};
+
+// "" (the panels) or "0" (sgemm) into RLPIPE_CPU_PANELS
+static void set_panels(int on) {
+    if (on) unsetenv("RLPIPE_CPU_PANELS");
+    else setenv("RLPIPE_CPU_PANELS", "0", 1);
+}
 
 static void matmul_dx_matches_double_product_and_accumulates(void) {
     for (size_t c = 0; c < sizeof MM / sizeof *MM; c++) {
@@ -132,30 +141,37 @@ static void matmul_dx_matches_double_product_and_accumulates(void) {
         rl_mat W = {.dtype = DT_F32, .rows = M, .cols = K, .data = w};
         double *ref = malloc((size_t)N * K * sizeof(double));
         for (int acc = 0; acc < 2; acc++) {
-            float *dx = copy_f(dx0, (size_t)N * K);
             for (int n = 0; n < N; n++)
                 for (int k = 0; k < K; k++) {
                     double s = acc ? dx0[(size_t)n * K + k] : 0;
                     for (int m = 0; m < M; m++) s += (double)dout[(size_t)n * M + m] * w[(size_t)m * K + k];
                     ref[(size_t)n * K + k] = s;
                 }
-            O->matmul_dx(dx, dout, &W, N, acc);
-            double e = rel_err(dx, ref, (size_t)N * K);
-            printf("# matmul_dx N=%d M=%d K=%d accumulate=%d: relative error %.2e\n", N, M, K, acc, e);
-            CHECK(e <= 1e-5, "relative error %g, bound 1e-5", e);
-            O->free(dx);
+            for (int panels = 1; panels >= 0; panels--) {
+                set_panels(panels);
+                float *dx = copy_f(dx0, (size_t)N * K);
+                O->matmul_dx(dx, dout, &W, N, acc);
+                double e = rel_err(dx, ref, (size_t)N * K);
+                printf("# matmul_dx N=%d M=%d K=%d accumulate=%d %s: relative error %.2e\n", N, M, K, acc,
+                       panels ? "panels" : "sgemm", e);
+                CHECK(e <= 1e-5, "relative error %g, bound 1e-5", e);
+                O->free(dx);
+            }
         }
         free(ref);
         O->free(dout);
         O->free(w);
         O->free(dx0);
     }
+    set_panels(1);
 }
 
 static void matmul_dw_accumulates_product_and_bias_sum(void) {
-    const struct { int N, M, K; } shapes[] = {{50, 200, 30}, {67, 45, 130}, {3, 5, 7}};
+    const struct { int N, M, K; } shapes[] = {{50, 200, 30}, {67, 45, 130}, {3, 5, 7}, {700, 90, 1100}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++)
         for (int with_bias = 0; with_bias < 2; with_bias++) {
+            int panels = (int)(c + with_bias) % 2;   // each shape on both paths
+            set_panels(panels);
             int N = shapes[c].N, M = shapes[c].M, K = shapes[c].K;
             float *dout = randn((size_t)N * M, 1.0), *x = randn((size_t)N * K, 1.0);
             float *dW = randn((size_t)M * K, 1.0), *db = with_bias ? randn((size_t)M, 1.0) : NULL;
@@ -174,8 +190,8 @@ static void matmul_dw_accumulates_product_and_bias_sum(void) {
             O->matmul_dw(dW, db, dout, x, N, M, K);
             O->matmul_dw(dW, db, dout, x, N, M, K);
             double eW = rel_err(dW, rW, (size_t)M * K), eb = db ? rel_err(db, rb, (size_t)M) : 0;
-            printf("# matmul_dw N=%d M=%d K=%d bias=%d, two calls: relative error dW %.2e, dbias %.2e\n", N, M, K,
-                   with_bias, eW, eb);
+            printf("# matmul_dw N=%d M=%d K=%d bias=%d %s, two calls: relative error dW %.2e, dbias %.2e\n", N, M,
+                   K, with_bias, panels ? "panels" : "sgemm", eW, eb);
             CHECK(eW <= 1e-5 && eb <= 1e-5, "relative errors dW %g, dbias %g, bound 1e-5", eW, eb);
             free(rW);
             free(rb);
@@ -184,6 +200,7 @@ static void matmul_dw_accumulates_product_and_bias_sum(void) {
             O->free(dW);
             O->free(db);
         }
+    set_panels(1);
 }
 
 // ---- rmsnorm -----------------------------------------------------------------

@@ -186,7 +186,7 @@ static void many_row_float_products_match_a_double_reference(void) {
                     for (size_t i = 0; i < (size_t)N * ldo; i++) out[i] = -7.0f;
                     if (panels)
                         B->gemm_panels(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt,
-                                       dt == DT_BF16 ? pb : pf, M, K);
+                                       dt == DT_BF16 ? pb : pf, M, K, 0);
                     else B->gemm(out, ldo, x, N, dt == DT_BF16 ? (const void *)wb : wf, dt, M, K);
                     for (int n = 0; n < N; n++) {
                         for (int m = 0; m < M; m++) {
@@ -210,6 +210,49 @@ static void many_row_float_products_match_a_double_reference(void) {
             }
         }
         free(x), free(wf), free(out), free(wb), free(pb), free(pf);
+    }
+}
+
+// gemm_panels with add = 1 (f32 weights: the backward's products, which
+// accumulate) adds its sums to what out held, within 1e-5 of Σ|xw| + |out|,
+// on every build that has f32 panels; the weights packed both as pack_panels
+// packs a matrix's rows and as pack_panels_t packs its transpose's (the
+// same panels: checked equal), K cut into blocks in the largest shape.
+static void f32_panel_products_add_to_out_when_asked(void) {
+    rl_rng r;
+    rng_seed(&r, 11);
+    const int shapes[][3] = {{5, 7, 3}, {9, 33, 100}, {300, 50, 2000}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
+        int N = shapes[t][0], M = shapes[t][1], K = shapes[t][2], np = (M + PANEL_ROWS - 1) / PANEL_ROWS;
+        float *x = malloc((size_t)N * K * sizeof(float)), *w = malloc((size_t)M * K * sizeof(float));
+        float *wt = malloc((size_t)K * M * sizeof(float)), *out = malloc((size_t)N * M * sizeof(float));
+        float *pf = aligned_alloc(64, (size_t)np * panel_bytes(DT_F32, K));
+        float *pt = aligned_alloc(64, (size_t)np * panel_bytes(DT_F32, K));
+        for (size_t i = 0; i < (size_t)N * K; i++) x[i] = (float)rng_normal(&r);
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K; k++) wt[(size_t)k * M + m] = w[(size_t)m * K + k] = (float)rng_normal(&r) * 0.05f;
+        pack_panels(pf, w, DT_F32, M, K, 0, np);
+        pack_panels_t(pt, wt, (size_t)M, K, M, 0, np);
+        CHECK(memcmp(pf, pt, (size_t)np * panel_bytes(DT_F32, K)) == 0,
+              "%dx%d: pack_panels_t of the transpose differs from pack_panels", M, K);
+        for (int b = 0; b < nbuilds; b++) {
+            const cpu_kernels *B = builds[b];
+            if (!B->gemm_panels || !(B->panels_for >> DT_F32 & 1)) continue;
+            for (size_t i = 0; i < (size_t)N * M; i++) out[i] = (float)(i % 7) - 3.0f;
+            B->gemm_panels(out, (size_t)M, x, N, w, DT_F32, pt, M, K, 1);
+            for (int n = 0; n < N; n++)
+                for (int m = 0; m < M; m++) {
+                    double before = (double)(((size_t)n * M + m) % 7) - 3.0, want = before, mag = fabs(before);
+                    for (int k = 0; k < K; k++) {
+                        want += (double)x[(size_t)n * K + k] * w[(size_t)m * K + k];
+                        mag += fabs((double)x[(size_t)n * K + k] * w[(size_t)m * K + k]);
+                    }
+                    double got = out[(size_t)n * M + m];
+                    CHECK(fabs(got - want) <= 1e-5 * mag, "%s: %dx%dx%d, out[%d][%d] %.9g, want %.9g", B->name, N,
+                          M, K, n, m, got, want);
+                }
+        }
+        free(x), free(w), free(wt), free(out), free(pf), free(pt);
     }
 }
 
@@ -473,6 +516,7 @@ int main(void) {
     RUN(many_row_int8_products_give_the_defined_bits);
     RUN(panels_hold_each_weight_where_the_layout_says);
     RUN(many_row_float_products_match_a_double_reference);
+    RUN(f32_panel_products_add_to_out_when_asked);
     RUN(decode_attention_products_on_a_bf16_cache_match_a_double_reference);
     RUN(input_rows_quantize_alike_on_every_build);
     RUN(bf16_rounding_gives_the_defined_bits_on_every_build);

@@ -144,7 +144,7 @@ static void matmul_sgemm_part(void *ctx, int lo, int hi) {
     int M = W->rows, Kd = W->cols, N = a->N;
     if (a->panels) {   // lo is a multiple of PANEL_ROWS (pool_for's align)
         const char *p = (const char *)a->panels + (size_t)(lo / PANEL_ROWS) * panel_bytes(W->dtype, Kd);
-        cpu_K->gemm_panels(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo), W->dtype, p, hi - lo, Kd);
+        cpu_K->gemm_panels(a->out + lo, (size_t)M, a->x, N, mat_row(W, lo), W->dtype, p, hi - lo, Kd, 0);
         return;
     }
     if (cpu_K->gemm && (W->dtype == DT_F32 || W->dtype == DT_BF16) && !a->xscale) {

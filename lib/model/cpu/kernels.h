@@ -69,8 +69,10 @@ typedef struct {
     // vdpbf16ps (AVX512_BF16) where every x is a bf16 value, else gemm on
     // w's rows, and as the AVX2 build on processors without AVX512_BF16.
     // AMX: bf16 on AMX tiles (amx.h) where every x is a bf16 value.
+    // add (f32 weights only; 0 for bf16): 1 adds the sums to out's values, as
+    // the backward's products accumulate (cpu/train.c).
     void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
-                        const void *panels, int M, int K);
+                        const void *panels, int M, int K, int add);
     unsigned panels_for;
     // Decoding attention against one key/value head of a bf16 cache, for
     // the G query heads that share it; keys and values are T rows of HS bf16

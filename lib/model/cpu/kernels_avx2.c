@@ -513,7 +513,7 @@ AVX2 static inline __attribute__((always_inline)) void panel_tile_bf16_avx2(floa
 // next (measured: 4096-row products 1.15 to 1.28 times the order with the
 // step blocks outside, which re-read every output row from memory).
 AVX2 void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
-                           const void *panels, int M, int K) {
+                           const void *panels, int M, int K, int add_to) {
     (void)w;
     int np = (M + PANEL_ROWS - 1) / PANEL_ROWS, S = dt == DT_BF16 ? (K + 1) / 2 : K, most, sc;
     size_t pb = panel_bytes(dt, K);
@@ -522,7 +522,7 @@ AVX2 void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N, const 
         int nb = N - n0 < most ? N - n0 : most;
         for (int p = 0; p < np; p++)
             for (int s0 = 0; s0 < S; s0 += sc) {
-                int Sb = S - s0 < sc ? S - s0 : sc, add = s0 > 0, half = dt == DT_BF16 && (K & 1) && s0 + Sb == S;
+                int Sb = S - s0 < sc ? S - s0 : sc, add = add_to || s0 > 0, half = dt == DT_BF16 && (K & 1) && s0 + Sb == S;
                 int last = (p + 1) * PANEL_ROWS <= M ? PANEL_ROWS : M - p * PANEL_ROWS;
                 const char *P = (const char *)panels + (size_t)p * pb + (size_t)s0 * 64;
                 float *o = out + (size_t)n0 * ldo + (size_t)p * PANEL_ROWS;

@@ -557,7 +557,7 @@ AVX512BF16 static inline __attribute__((always_inline)) void panel_tile_bf16(flo
 // f32 weights: input rows and steps in panel_blocks' blocks, each block of
 // inputs against every group of panels.
 AVX512 static void gemm_panels_f32(float *out, size_t ldo, const float *x, int N, const float *panels, int M,
-                                   int K) {
+                                   int K, int add_to) {
     int np = (M + PANEL_ROWS - 1) / PANEL_ROWS, most, sc;
     size_t pb = panel_bytes(DT_F32, K), ldp = pb / 4;
     panel_blocks(N, K, &most, &sc);
@@ -565,7 +565,7 @@ AVX512 static void gemm_panels_f32(float *out, size_t ldo, const float *x, int N
         int nb = N - n0 < most ? N - n0 : most;
         float *o = out + (size_t)n0 * ldo;
         for (int s0 = 0; s0 < K; s0 += sc) {
-            int S = K - s0 < sc ? K - s0 : sc, add = s0 > 0;
+            int S = K - s0 < sc ? K - s0 : sc, add = add_to || s0 > 0;
             const float *xn = x + (size_t)n0 * K + s0;
             const float *ps = panels + (size_t)s0 * PANEL_ROWS;
 #define TILE(ot, xr, NX, NP) panel_tile_f32(ot, ldo, xr, (size_t)K, P, ldp, S, last, add, NX, NP)
@@ -612,23 +612,23 @@ AVX512BF16 static void gemm_panels_bf16(float *out, size_t ldo, const float *x, 
 
 // Without AVX512_BF16, bf16 panels are read as the AVX2 build reads them.
 AVX512 static void gemm_panels_avx512(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
-                                      const void *panels, int M, int K) {
-    if (dt == DT_BF16) gemm_panels_avx2(out, ldo, x, N, w, dt, panels, M, K);
-    else gemm_panels_f32(out, ldo, x, N, panels, M, K);
+                                      const void *panels, int M, int K, int add) {
+    if (dt == DT_BF16) gemm_panels_avx2(out, ldo, x, N, w, dt, panels, M, K, 0);
+    else gemm_panels_f32(out, ldo, x, N, panels, M, K, add);
 }
 
 AVX512BF16 static void gemm_panels_avx512bf16(float *out, size_t ldo, const float *x, int N, const void *w,
-                                              rl_dtype dt, const void *panels, int M, int K) {
+                                              rl_dtype dt, const void *panels, int M, int K, int add) {
     if (dt == DT_BF16) gemm_panels_bf16(out, ldo, x, N, w, panels, M, K);
-    else gemm_panels_f32(out, ldo, x, N, panels, M, K);
+    else gemm_panels_f32(out, ldo, x, N, panels, M, K, add);
 }
 
 // With AMX-BF16, bf16 panels go to the tiles (amx.h), but for inputs that
 // are not all bf16 values.
 AVX512BF16 static void gemm_panels_amx(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
-                                       const void *panels, int M, int K) {
+                                       const void *panels, int M, int K, int add) {
     if (dt == DT_BF16 && amx_gemm_panels_bf16(out, ldo, x, N, panels, M, K)) return;
-    gemm_panels_avx512bf16(out, ldo, x, N, w, dt, panels, M, K);
+    gemm_panels_avx512bf16(out, ldo, x, N, w, dt, panels, M, K, add);
 }
 
 const cpu_kernels *cpu_kernels_vnni(void) {

@@ -250,7 +250,7 @@ static __attribute__((unused)) void panel_blocks(int N, int S, int *nb, int *sc)
 // Panels of f32 or bf16 weights (pack.h) with AVX2: the AVX-512 build's for
 // bf16 without AVX512_BF16.
 AVX2 void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
-                           const void *panels, int M, int K);
+                           const void *panels, int M, int K, int add);
 #endif
 
 #endif

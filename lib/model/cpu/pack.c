@@ -45,6 +45,17 @@ void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0,
     }
 }
 
+void pack_panels_t(float *panels, const float *a, size_t lda, int R, int C, int p0, int p1) {
+    for (int p = p0; p < p1; p++) {
+        float *P = panels + (size_t)p * R * PANEL_ROWS;
+        int c0 = p * PANEL_ROWS, n = C - c0 < PANEL_ROWS ? C - c0 : PANEL_ROWS;
+        for (int r = 0; r < R; r++) {
+            memcpy(P + (size_t)r * PANEL_ROWS, a + (size_t)r * lda + c0, (size_t)n * sizeof(float));
+            if (n < PANEL_ROWS) memset(P + (size_t)r * PANEL_ROWS + n, 0, (size_t)(PANEL_ROWS - n) * sizeof(float));
+        }
+    }
+}
+
 typedef struct {
     const void *data;   // the matrix packed: its rows as stored
     size_t bytes;       // rows · cols · its element's size
@@ -97,15 +108,13 @@ static void pack_part(void *ctx, int lo, int hi) {
     pack_panels(a->panels, a->W->data, a->W->dtype, a->W->rows, a->W->cols, lo, hi);
 }
 
-// Read at every product, so that a program (a test, a benchmark) can turn
-// them off and on.
-static int panels_allowed(void) {
+int cpu_panels_allowed(void) {
     const char *e = getenv("RLPIPE_CPU_PANELS");
     return !(e && strcmp(e, "0") == 0);
 }
 
 static int packable(const rl_mat *W) {
-    return panels_allowed() && (W->dtype == DT_BF16 || W->dtype == DT_F32 || W->dtype == DT_I8);
+    return cpu_panels_allowed() && (W->dtype == DT_BF16 || W->dtype == DT_F32 || W->dtype == DT_I8);
 }
 
 static size_t panels_size(const rl_mat *W) {

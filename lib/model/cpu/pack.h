@@ -45,6 +45,17 @@ void pack4_i8(int8_t *p, const int8_t *w, size_t ldw, int rows, int K, int lanes
 // panels (the layout above).
 void pack_panels(void *panels, const void *w, rl_dtype dt, int M, int K, int p0, int p1);
 
+// Panels [p0, p1) of the transpose of the f32 matrix a (R rows of C, row
+// stride lda): the panels of aᵀ (C, R), panel p holding a's columns
+// [16p, 16p + 16): panels[(p·R + r)·16 + i] = a[r][16p + i], zero past
+// column C. A strip of 16 contiguous floats per row: the backward's products
+// (cpu/train.c), whose second operand is a matrix read by columns.
+void pack_panels_t(float *panels, const float *a, size_t lda, int R, int C, int p0, int p1);
+
+// 1 unless RLPIPE_CPU_PANELS=0 forbids panels (read at every product, so
+// that a program, a test or a benchmark, can turn them off and on).
+int cpu_panels_allowed(void);
+
 // The panels of the fixed f32, bf16 or int8 matrix W, made now (spread over the
 // threads) if its data was written since, or never packed; NULL for a
 // matrix not fixed, or when RLPIPE_CPU_PANELS=0 forbids them (the product

@@ -1,14 +1,27 @@
 // cpu/train.c — the backward of the CPU backend's operations (but attention,
 // in attention.c, and rope and logprob, next to their forward in cpu.c) and
-// the optimizer. Products are sgemm on blocks, one per thread, split along
-// the larger free dimension; every output element is written by one thread
-// only, so results do not depend on the number of threads or on timing.
+// the optimizer. Every output element is written by one thread only, so
+// results do not depend on the number of threads or on timing.
+//
+// The products run on the build's panel kernel (kernels.h gemm_panels), the
+// forward's: their second operand, read by columns, is packed into panels
+// of its transpose (pack.h pack_panels_t), 16 contiguous floats a row, and
+// the parts split its panels, every part with all the input rows (so that
+// the kernel's blocks, which depend on those rows, are the same for any
+// number of threads). Not OpenBLAS's sgemm, which stays where a build has
+// no panel kernel or RLPIPE_CPU_PANELS=0: OpenBLAS 0.3.21 runs its SSE3
+// kernel on processors it does not know (a KVM guest's Xeon of model 207:
+// 33 GFLOP/s a core against 155 with its AVX-512 kernel), where sgemm took
+// three quarters of the learner's time.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/cpu/cpu.h"
+#include "model/cpu/kernels.h"
+#include "model/cpu/mem.h"
+#include "model/cpu/pack.h"
 #include "model/cpu/pool.h"
 #include "util.h"
 
@@ -18,11 +31,51 @@ typedef struct {
     const float *u;             // up (swiglu)
     const float *r;             // per row 1/rms (rmsnorm)
     const int32_t *ids;
+    const float *panels;        // the products' second operand, packed (pack_panels_t)
+    float *t;                   // doutᵀ (M, N)
     int N, M, K;
     float beta, eps;
 } targs;
 
+// The buffers of the backward's products, one per purpose and calling
+// thread, kept from one call to the next: they are of the same few sizes at
+// every step, and fresh memory costs a page fault and a cleared page.
+enum { BUF_PANELS, BUF_T, NBUF };
+static _Thread_local float *bufs[NBUF];
+
+static float *buf(int which, size_t n) {
+    if (!bufs[which] || cpu_mem_size(bufs[which]) < n * sizeof(float)) {
+        cpu_mem_free(bufs[which]);
+        bufs[which] = cpu_mem_alloc(n * sizeof(float));
+    }
+    return bufs[which];
+}
+
+// 1 where the products go to the panel kernel
+static int use_panels(void) { return cpu_K->gemm_panels && (cpu_K->panels_for >> DT_F32 & 1) && cpu_panels_allowed(); }
+
+// panels [lo, hi) of the transpose of a->x (a->N rows of a->K)
+static void pack_t_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    pack_panels_t((float *)a->panels, a->x, (size_t)a->K, a->N, a->K, lo, hi);
+}
+
+// The panels of aᵀ for a (R, C): ceil(C / 16) panels of R · 16 floats.
+static const float *pack_t(const float *x, int R, int C) {
+    int np = (C + PANEL_ROWS - 1) / PANEL_ROWS;
+    targs a = {.panels = buf(BUF_PANELS, (size_t)np * R * PANEL_ROWS), .x = x, .N = R, .K = C};
+    pool_for(np, 1, PAR_MIN / (R * PANEL_ROWS) + 1, pack_t_part, &a);
+    return a.panels;
+}
+
 // ---- matmul_dx: dx (N, K) = dout (N, M) · W (M, K) --------------------------
+// Panels: dx's columns [lo, hi) = dout · (Wᵀ's rows [lo, hi))ᵀ.
+
+static void dx_panels_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cpu_K->gemm_panels(a->out + lo, (size_t)a->K, a->dout, a->N, NULL, DT_F32,
+                       a->panels + (size_t)(lo / PANEL_ROWS) * a->M * PANEL_ROWS, hi - lo, a->M, a->beta != 0);
+}
 
 static void dx_rows_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
@@ -45,6 +98,11 @@ void cpu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int acc
     if (N <= 0) return;
     targs a = {.out = dx, .dout = dout, .w = W->data, .N = N, .M = W->rows, .K = W->cols,
                .beta = accumulate ? 1.0f : 0.0f};
+    if (use_panels()) {
+        a.panels = pack_t(W->data, a.M, a.K);
+        pool_for(a.K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * a.M)) + 1, dx_panels_part, &a);
+        return;
+    }
     // Each thread packs the whole of the other operand: split the larger side.
     if ((long)N * a.M * a.K < PAR_MIN) dx_rows_part(&a, 0, N);
     else if (N >= a.K) pool_for(N, 4, 0, dx_rows_part, &a);
@@ -52,6 +110,24 @@ void cpu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int acc
 }
 
 // ---- matmul_dw: dW (M, K) += doutᵀ (M, N) · x (N, K); dbias (M) += Σ_n dout --
+// Panels: doutᵀ made (t), then dW's columns [lo, hi) += t · (xᵀ's rows [lo, hi))ᵀ.
+
+// t (M, N) = doutᵀ for dout's columns [lo, hi), in 16 × 16 blocks
+static void transpose_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    for (int n0 = 0; n0 < a->N; n0 += 16)
+        for (int m0 = lo; m0 < hi; m0 += 16) {
+            int n1 = n0 + 16 < a->N ? n0 + 16 : a->N, m1 = m0 + 16 < hi ? m0 + 16 : hi;
+            for (int m = m0; m < m1; m++)
+                for (int n = n0; n < n1; n++) a->t[(size_t)m * a->N + n] = a->dout[(size_t)n * a->M + m];
+        }
+}
+
+static void dw_panels_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cpu_K->gemm_panels(a->out + lo, (size_t)a->K, a->t, a->M, NULL, DT_F32,
+                       a->panels + (size_t)(lo / PANEL_ROWS) * a->N * PANEL_ROWS, hi - lo, a->N, 1);
+}
 
 static void dw_rows_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
@@ -82,9 +158,18 @@ static void colsum_part(void *ctx, int lo, int hi) {
 void cpu_matmul_dw(float *dW, float *dbias, const float *dout, const float *x, int N, int M, int K) {
     if (N <= 0) return;
     targs a = {.out = dW, .out2 = dbias, .dout = dout, .x = x, .N = N, .M = M, .K = K};
-    if ((long)N * M * K < PAR_MIN) dw_rows_part(&a, 0, M);
-    else if (M >= K) pool_for(M, 16, 0, dw_rows_part, &a);
-    else pool_for(K, 16, 0, dw_cols_part, &a);
+    if (use_panels()) {
+        a.t = buf(BUF_T, (size_t)M * N);
+        pool_for(M, 16, (int)(PAR_MIN / N) + 1, transpose_part, &a);
+        a.panels = pack_t(x, N, K);
+        pool_for(K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * M)) + 1, dw_panels_part, &a);
+    } else if ((long)N * M * K < PAR_MIN) {
+        dw_rows_part(&a, 0, M);
+    } else if (M >= K) {
+        pool_for(M, 16, 0, dw_rows_part, &a);
+    } else {
+        pool_for(K, 16, 0, dw_cols_part, &a);
+    }
     if (dbias) pool_for(M, 16, PAR_MIN / N, colsum_part, &a);
 }
 
