@@ -522,7 +522,8 @@ AVX2 void gemm_panels_avx2(float *out, size_t ldo, const float *x, int N, const 
         int nb = N - n0 < most ? N - n0 : most;
         for (int p = 0; p < np; p++)
             for (int s0 = 0; s0 < S; s0 += sc) {
-                int Sb = S - s0 < sc ? S - s0 : sc, add = add_to || s0 > 0, half = dt == DT_BF16 && (K & 1) && s0 + Sb == S;
+                int Sb = S - s0 < sc ? S - s0 : sc, add = add_to || s0 > 0;
+                int half = dt == DT_BF16 && (K & 1) && s0 + Sb == S;
                 int last = (p + 1) * PANEL_ROWS <= M ? PANEL_ROWS : M - p * PANEL_ROWS;
                 const char *P = (const char *)panels + (size_t)p * pb + (size_t)s0 * 64;
                 float *o = out + (size_t)n0 * ldo + (size_t)p * PANEL_ROWS;

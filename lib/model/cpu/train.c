@@ -52,7 +52,9 @@ static float *buf(int which, size_t n) {
 }
 
 // 1 where the products go to the panel kernel
-static int use_panels(void) { return cpu_K->gemm_panels && (cpu_K->panels_for >> DT_F32 & 1) && cpu_panels_allowed(); }
+static int use_panels(void) {
+    return cpu_K->gemm_panels && (cpu_K->panels_for >> DT_F32 & 1) && cpu_panels_allowed();
+}
 
 // panels [lo, hi) of the transpose of a->x (a->N rows of a->K)
 static void pack_t_part(void *ctx, int lo, int hi) {
