@@ -426,6 +426,9 @@ def tis(out, exp):
              "batches and seeds) compare the sampler's log-probs with the scorer's, which holds the newest weights "
              "pushed: they include the staleness of in-flight tokens (up to --max-lag versions), not the precision "
              "alone; the f32 row is that part, and the first batch (no token lags yet) is the precision alone.\n\n")
+    note = os.environ.get("REPORT_NOTE")
+    if note:
+        text += f"**{note}**\n\n"
     text += table(["sampler, correction", "seeds", "held-out acc before", "held-out acc after (mean)", "sd over seeds",
                    "gain", "logged reward, last 20 steps", "k3 mean", "k3, first batch", "max abs p diff", "rho min",
                    "rho max", "masked frac", "entropy, last 20 steps"],
