@@ -548,6 +548,11 @@ def precision(out, exp):
         el = r.steps[-1].get("elapsed") if r.steps else None
         return sum(s.get("seconds", 0) for s in r.steps) / el if el else None
 
+    def rate(r):
+        """Completion tokens the learner trained on per second of the run."""
+        el = r.steps[-1].get("elapsed") if r.steps else None
+        return sum(s.get("tokens", 0) for s in r.steps) / el if el else None
+
     rows, seedrows = [], []
     for k in order:
         rs = configs[k]
@@ -561,6 +566,8 @@ def precision(out, exp):
                     + tuple(times) +
                     (fmt(mean(r.steps[-1].get("elapsed", 0) / 60 / len(r.steps) * 10 for r in rs), 2),
                      fmt(mean(busy(r) for r in rs), 2),
+                     fmt(mean(mean(s.get("tokens", 0) for s in r.steps) for r in rs), 0),
+                     fmt(mean(rate(r) for r in rs), 0),
                      f"{mean(mean(b['k3'] for b in r.ratio) for r in rs if r.ratio):.2e}",
                      f"{mean(mean(b['k3'] for b in r.ratio[-5:]) for r in rs if r.ratio):.2e}",
                      fmt(mean(survival(r, "along") for r in rs)), fmt(mean(survival(r, "norm") for r in rs), 2),
@@ -591,7 +598,9 @@ def precision(out, exp):
              f"rl-learn's `elapsed` at the first kept version at or above the accuracy (mean over the seeds that "
              f"reached it; how many did in brackets); min/10 steps, the learner's elapsed time per 10 steps; "
              f"learner busy, the share of that time rl-learn spent in its steps (near 1: the learner sets the "
-             f"pace, and a faster sampler saves no time). "
+             f"pace, and a faster sampler saves no time); tokens a step, the completion tokens rl-learn "
+             f"trained on per step, and tokens/s, per second of the run (a run whose samples are longer takes "
+             f"longer a step at the same rate). "
              f"Update survival (rl-sync(1)), mean over the versions the sampler installed: along, the share of "
              f"the learner's update that the sampler's carries; norm, the norm of the sampler's update against "
              f"the learner's (rounding noise above 1); changed, the fraction of the weights whose value at the "
@@ -601,7 +610,7 @@ def precision(out, exp):
     if note:
         text += f"**{note}**\n\n"
     text += table(["sampler, lr", "seeds", "held-out acc after", "sd"] + [f"minutes to {a}" for a in THRESHOLDS] +
-                  ["min/10 steps", "learner busy", "k3 mean", "k3, last 5 batches", "along", "norm", "changed", "reward, last 5",
+                  ["min/10 steps", "learner busy", "tokens a step", "tokens/s", "k3 mean", "k3, last 5 batches", "along", "norm", "changed", "reward, last 5",
                    "entropy, last 5"], rows)
     text += "\nPer seed: held-out accuracy (minute) at steps 10, 20 and 30, and when each accuracy was reached:\n\n"
     text += table(["sampler, lr", "seed", "step 10", "step 20", "step 30", "after"] +
