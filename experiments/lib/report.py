@@ -71,6 +71,20 @@ class Run:
     def first_acc(self):
         return self.acc_at(0)
 
+    def elapsed_at(self, step):
+        """rl-learn's `elapsed` (seconds from its start) at the step; 0 before the first."""
+        return next((x["elapsed"] for x in self.steps if x["step"] == step and x.get("elapsed") is not None),
+                    0.0 if step == 0 else None)
+
+    def minute(self, step):
+        e = self.elapsed_at(step)
+        return e / 60 if e is not None else None
+
+    def per_second(self, key):
+        """A per-step metric's sum over the run, per second of the run (rl-learn's last `elapsed`)."""
+        el = self.steps[-1].get("elapsed")
+        return sum(s.get(key, 0) for s in self.steps) / el if el else None
+
     def cum_samples(self):
         out, n = {0: 0}, 0
         for s in self.steps:
@@ -198,6 +212,12 @@ def smol_task(out, problems):
     task = json.load(open(os.path.join(out, "data", "task.json")))
     return (f"{task['kind']}: {task['description']}, as \"What is A + B? Answer with just the number.\" in the "
             f"model's chat format (`experiments/smollm2/task.py`); {task['train']} RL prompts, {problems} held out")
+
+
+def note():
+    """REPORT_NOTE from the environment, in bold, for a remark on how the runs were made."""
+    n = os.environ.get("REPORT_NOTE")
+    return f"**{n}**\n\n" if n else ""
 
 
 def table(head, rows):
@@ -426,9 +446,7 @@ def tis(out, exp):
              "batches and seeds) compare the sampler's log-probs with the scorer's, which holds the newest weights "
              "pushed: they include the staleness of in-flight tokens (up to --max-lag versions), not the precision "
              "alone; the f32 row is that part, and the first batch (no token lags yet) is the precision alone.\n\n")
-    note = os.environ.get("REPORT_NOTE")
-    if note:
-        text += f"**{note}**\n\n"
+    text += note()
     text += table(["sampler, correction", "seeds", "held-out acc before", "held-out acc after (mean)", "sd over seeds",
                    "gain", "logged reward, last 20 steps", "k3 mean", "k3, first batch", "max abs p diff", "rho min",
                    "rho max", "masked frac", "entropy, last 20 steps"],
@@ -453,12 +471,9 @@ def tis(out, exp):
              "the mean minute of rl-learn's `elapsed` in brackets):\n\n")
     evsteps = sorted(set.intersection(*[{s for s, _ in r.evals} for r in runs]))
     cum = runs[0].cum_samples()
-    def minute(r, s):
-        return next((x.get("elapsed") / 60 for x in r.steps if x["step"] == s and x.get("elapsed") is not None),
-                    0.0 if s == 0 else None)
     text += table(["step", "samples"] + [row[0] for row in rows],
                   [(s, cum.get(s, 0)) + tuple(f"{fmt(mean(r.acc_at(s) for r in configs[k]))} "
-                                              f"({fmt(mean(minute(r, s) for r in configs[k]), 1)})" for k in order)
+                                              f"({fmt(mean(r.minute(s) for r in configs[k]), 1)})" for k in order)
                    for s in evsteps])
     text += "\n![reward, held-out accuracy, k3 and entropy against steps, mean over seeds](tis.png)\n"
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
@@ -502,11 +517,9 @@ def smollm2(out, exp):
                    "k3 mean", "lag mean"], rows)
     text += "\nHeld-out accuracy against steps and against the run's wall time (rl-learn's `elapsed`):\n\n"
     steps = sorted(set.intersection(*[{s for s, _ in r.evals} for r in runs]))
-    def at(r, s):
-        return next((x.get("elapsed") for x in r.steps if x["step"] == s), 0.0 if s == 0 else None)
     text += table(["step", "samples"] + [f"seed {r.meta['seed']}: acc (minute)" for r in runs],
                   [(s, runs[0].cum_samples().get(s, 0)) +
-                   tuple(f"{fmt(r.acc_at(s))} ({fmt(at(r, s) / 60, 1) if at(r, s) is not None else '–'})"
+                   tuple(f"{fmt(r.acc_at(s))} ({fmt(r.minute(s), 1)})"
                          for r in runs) for s in steps])
     text += "\n![reward, held-out accuracy, k3 and lag against steps, per seed](smollm2.png)\n"
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
@@ -527,13 +540,9 @@ def precision(out, exp):
         configs.setdefault((r.meta["dtype"], r.meta.get("head", "dtype"), r.meta["lr"]), []).append(r)
     order = sorted(configs, key=lambda k: (-float(k[2]), PRECISIONS.index(k[0]) if k[0] in PRECISIONS else 99, k[1]))
 
-    def minute(r, s):
-        return next((x.get("elapsed") / 60 for x in r.steps if x["step"] == s and x.get("elapsed") is not None),
-                    0.0 if s == 0 else None)
-
     def reached(r, a):
         """(step, minute) of the first kept version at or above accuracy a, or None."""
-        return next(((s, minute(r, s)) for s, e in r.evals if e["accuracy"] >= a), None)
+        return next(((s, r.minute(s)) for s, e in r.evals if e["accuracy"] >= a), None)
 
     def survival(r, key):
         p = os.path.join(r.dir, "sample.jsonl")
@@ -542,16 +551,6 @@ def precision(out, exp):
 
     def label(k):
         return f"{k[0]}{', head f32' if k[1] == 'f32' else ''}, lr {k[2]}"
-
-    def busy(r):
-        """The share of the run that rl-learn spent in its steps (its metrics' seconds over elapsed)."""
-        el = r.steps[-1].get("elapsed") if r.steps else None
-        return sum(s.get("seconds", 0) for s in r.steps) / el if el else None
-
-    def rate(r):
-        """Completion tokens the learner trained on per second of the run."""
-        el = r.steps[-1].get("elapsed") if r.steps else None
-        return sum(s.get("tokens", 0) for s in r.steps) / el if el else None
 
     rows, seedrows = [], []
     for k in order:
@@ -565,9 +564,9 @@ def precision(out, exp):
         rows.append((label(k), len(rs), fmt(mean(fin)), fmt(statistics.stdev(fin) if len(fin) > 1 else None))
                     + tuple(times) +
                     (fmt(mean(r.steps[-1].get("elapsed", 0) / 60 / len(r.steps) * 10 for r in rs), 2),
-                     fmt(mean(busy(r) for r in rs), 2),
+                     fmt(mean(r.per_second("seconds") for r in rs), 2),
                      fmt(mean(mean(s.get("tokens", 0) for s in r.steps) for r in rs), 0),
-                     fmt(mean(rate(r) for r in rs), 0),
+                     fmt(mean(r.per_second("tokens") for r in rs), 0),
                      f"{mean(mean(b['k3'] for b in r.ratio) for r in rs if r.ratio):.2e}",
                      f"{mean(mean(b['k3'] for b in r.ratio[-5:]) for r in rs if r.ratio):.2e}",
                      fmt(mean(survival(r, "along") for r in rs)), fmt(mean(survival(r, "norm") for r in rs), 2),
@@ -576,7 +575,7 @@ def precision(out, exp):
                      fmt(mean(mean(s["entropy"] for s in r.steps[-5:]) for r in rs))))
         for r in sorted(rs, key=lambda r: r.meta["seed"]):
             seedrows.append((label(k), r.meta["seed"]) +
-                            tuple(f"{fmt(r.acc_at(s))} ({fmt(minute(r, s), 1)})" for s in (10, 20, 30)) +
+                            tuple(f"{fmt(r.acc_at(s))} ({fmt(r.minute(s), 1)})" for s in (10, 20, 30)) +
                             (fmt(r.final_acc()),) +
                             tuple(f"step {g[0]}, {fmt(g[1], 1)} min" if g else "–"
                                   for g in (reached(r, a) for a in THRESHOLDS)))
@@ -606,9 +605,7 @@ def precision(out, exp):
              f"the learner's (rounding noise above 1); changed, the fraction of the weights whose value at the "
              f"sampler's precision changed. k3 (rl-ratio's metrics, per batch) compares the sampler's log-probs "
              f"with the scorer's (f32, the newest weights pushed). Reward and entropy are the sampler's, over the last 5 steps.\n\n")
-    note = os.environ.get("REPORT_NOTE")
-    if note:
-        text += f"**{note}**\n\n"
+    text += note()
     text += table(["sampler, lr", "seeds", "held-out acc after", "sd"] + [f"minutes to {a}" for a in THRESHOLDS] +
                   ["min/10 steps", "learner busy", "tokens a step", "tokens/s", "k3 mean", "k3, last 5 batches", "along", "norm", "changed", "reward, last 5",
                    "entropy, last 5"], rows)
