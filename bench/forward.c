@@ -9,15 +9,17 @@
 //
 //   forward write   --model DIR --config 15m|110m|1b [--seed N]
 //   forward sgemm   --m M --n N --k K [--reps R]
-//   forward gemm    --m M --n N --k K [--reps R]
+//   forward gemm    --m M --n N --k K [--reps R] [--span MB]
+//   forward peak    [--reps R]
 //   forward score   --model DIR [--dtype D] [--group G] [--records N] [--prompt P]
 //                   [--completion C] [--reps R] [--device D]
 //   forward decode  --model DIR [--dtype D] [--group G] [--slots S[,S...]] [--prompt P]
 //                   [--steps N] [--reps R] [--warmup W] [--sample] [--device D]
 //
 // gemm: one thread's many-row products on the CPU, out (M, N) = x (M, K) ·
-// Wᵀ, each timed over copies of W that together exceed the last-level cache
-// (as decoding reads its weights from memory): cblas_sgemm of f32 weights;
+// Wᵀ, each timed over copies of W that together span --span MB (default 96,
+// past most last-level caches, as decoding reads its weights from memory; a
+// larger L3 holds them unless it is raised): cblas_sgemm of f32 weights;
 // bf16 weights widened 128 rows at a time for sgemm (the CPU backend's way
 // without a many-row kernel); the chosen build's kernel (kernels.h gemm) on
 // bf16 weights with f32 inputs (bf16w), with bf16-valued inputs (bf16) and
@@ -30,6 +32,12 @@
 // kernels.h gemm_i8, its packing in the timing, as the backend calls it).
 // The methods take turns within each repetition; each line
 // adds gflops= and of_sgemm= (its speed over sgemm's).
+// peak: the processor's own one-thread rate of a product instruction on
+// 512 bits, the bound of the products above: 12 independent accumulators,
+// each updated 2^22 times (so that no instruction waits for the one before),
+// by the f32 FMA (fma512: 32 FLOP an instruction) and, where the processor
+// has AVX-512 BF16, by vdpbf16ps (dpbf16: 64 FLOP an instruction, 16 lanes
+// of two products each); x86-64 with AVX-512 only. Its lines add gflops=.
 // --device cpu|cuda|auto: the backend of score and decode (default auto, as
 // the tools: CUDA's when built with it and a GPU is there).
 // decode: for each slot count S in turn (a new KV cache each), prefills S
@@ -52,6 +60,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "bench.h"
 #include "model/cpu/kernels.h"
@@ -97,7 +108,7 @@ typedef struct {
     model_opts mo;
     int records, prompt, completion, steps, reps, warmup, sample, prefill_only;
     int slots[MAX_SLOT_COUNTS], nslots;
-    int m, n, k;
+    int m, n, k, span_mb;
     uint64_t seed;
 } args;
 
@@ -151,7 +162,7 @@ static void cmd_sgemm(const args *a) {
     free(x), free(w), free(out);
 }
 
-enum { GEMM_METHODS = 9, GEMM_TILE_ROWS = 128, GEMM_SPAN = 96 << 20 };
+enum { GEMM_METHODS = 9, GEMM_TILE_ROWS = 128 };
 
 // The int8 operands of methods 7 and 8: x and one copy of the weights quantized, their scales.
 typedef struct {
@@ -212,7 +223,7 @@ static void cmd_gemm(const args *a) {
         fprintf(stderr, "forward: the %s kernels have no many-row product (kernels.h gemm)\n", cpu_K->name);
         exit(1);
     }
-    size_t copies = GEMM_SPAN / (N * K * 6) + 1;   // f32 and bf16 copies past the cache
+    size_t copies = ((size_t)a->span_mb << 20) / (N * K * 6) + 1;   // f32 and bf16 copies past the cache
     float *x = xmalloc(M * K * sizeof *x), *xr = xmalloc(M * K * sizeof *xr), *out = xmalloc(M * N * sizeof *out);
     float *wf = xmalloc(copies * N * K * sizeof *wf), *tile = xmalloc(GEMM_TILE_ROWS * K * sizeof *tile);
     uint16_t *wb = xmalloc(copies * N * K * sizeof *wb);
@@ -270,6 +281,71 @@ static model_t *load(const args *a) {
 static void random_ids(rl_rng *r, uint32_t *ids, size_t n, int V) {
     for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(rng_u64(r) % (uint64_t)V);
 }
+
+#if defined(__x86_64__)
+enum { PEAK_ITERS = 1 << 22 };
+// 12 chains a##j: each declared, updated by PEAK_STEP, summed into s.
+#define PEAK_12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+#define PEAK_INIT(j) __m512 a##j = _mm512_set1_ps((float)(j));
+#define PEAK_SUM(j) s = _mm512_add_ps(s, a##j);
+
+// 12 chains of f32 FMAs on 512 bits; returns a sum of them so that none is dropped.
+__attribute__((target("avx512f"))) static float peak_fma512(void) {
+    const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
+#define PEAK_STEP(j) a##j = _mm512_fmadd_ps(a##j, m, c);
+    PEAK_12(PEAK_INIT)
+    for (int i = 0; i < PEAK_ITERS; i++) { PEAK_12(PEAK_STEP) }
+    __m512 s = _mm512_setzero_ps();
+    PEAK_12(PEAK_SUM)
+    return _mm512_reduce_add_ps(s);
+#undef PEAK_STEP
+}
+
+// 12 chains of vdpbf16ps: each lane adds two bf16 products to its f32 sum.
+__attribute__((target("avx512f,avx512bf16"))) static float peak_dpbf16(void) {
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);  // 1.0, 2^-24
+#define PEAK_STEP(j) a##j = _mm512_dpbf16_ps(a##j, x, y);
+    PEAK_12(PEAK_INIT)
+    for (int i = 0; i < PEAK_ITERS; i++) { PEAK_12(PEAK_STEP) }
+    __m512 s = _mm512_setzero_ps();
+    PEAK_12(PEAK_SUM)
+    return _mm512_reduce_add_ps(s);
+#undef PEAK_STEP
+}
+#undef PEAK_INIT
+#undef PEAK_SUM
+
+static void peak_time(const char *what, float (*loop)(void), double flop_per_instr, int reps) {
+    double t[MAX_REPS];
+    volatile float sink = 0;
+    for (int i = -1; i < reps; i++) {     // one warm-up, which also lifts the clock
+        double t0 = bench_now();
+        sink += loop();
+        if (i >= 0) t[i] = bench_now() - t0;
+    }
+    (void)sink;
+    double flop = flop_per_instr * 12.0 * PEAK_ITERS;
+    char more[32];
+    snprintf(more, sizeof more, "gflops=%.1f", flop / bench_median(t, reps) * 1e-9);
+    result_more(what, 1, flop, more, t, reps);
+}
+
+static void cmd_peak(const args *a) {
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) {
+        fprintf(stderr, "forward: error: peak: this processor has no AVX-512\n");
+        exit(1);
+    }
+    peak_time("peak_fma512", peak_fma512, 32, a->reps);
+    if (__builtin_cpu_supports("avx512bf16")) peak_time("peak_dpbf16", peak_dpbf16, 64, a->reps);
+}
+#else
+static void cmd_peak(const args *a) {
+    (void)a;
+    fprintf(stderr, "forward: error: peak: x86-64 only\n");
+    exit(1);
+}
+#endif
 
 static void cmd_score(const args *a) {
     model_t *m = load(a);
@@ -430,7 +506,7 @@ static void parse_slots(const char *s, args *a) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: forward write|sgemm|gemm|score|decode [options]  (see bench/forward.c)\n");
+    fprintf(f, "usage: forward write|sgemm|gemm|peak|score|decode [options]  (see bench/forward.c)\n");
 }
 
 int main(int argc, char **argv) {
@@ -445,10 +521,11 @@ int main(int argc, char **argv) {
         {"m", required_argument, 0, '1'},      {"n", required_argument, 0, '2'},
         {"k", required_argument, 0, '3'},      {"seed", required_argument, 0, 'S'},
         {"device", required_argument, 0, 'D'}, {"warmup", required_argument, 0, 'w'},
+        {"span", required_argument, 0, 'X'},
         {"sample", no_argument, 0, 'x'},       {"prefill-only", no_argument, 0, 'P'},
         {0, 0, 0, 0}};
     args a = {.mo = {.dtype = DT_F32, .act = DT_F32}, .records = 64, .prompt = 32, .completion = 96, .slots = {1}, .nslots = 1,
-              .steps = 32, .reps = 3, .m = 1024, .n = 1024, .k = 1024, .seed = 1, .config = "15m"};
+              .steps = 32, .reps = 3, .m = 1024, .n = 1024, .k = 1024, .span_mb = 96, .seed = 1, .config = "15m"};
     int c;
     optind = 2;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -473,6 +550,7 @@ int main(int argc, char **argv) {
             }
             break;
         case 'w': a.warmup = bench_int_arg("forward", optarg, "warmup", 0, 1 << 16); break;
+        case 'X': a.span_mb = bench_int_arg("forward", optarg, "span", 1, 1 << 16); break;
         case 'x': a.sample = 1; break;
         case 'P': a.prefill_only = 1; break;
         case 'n': a.steps = bench_int_arg("forward", optarg, "steps", 1, 1 << 16); break;
@@ -485,11 +563,12 @@ int main(int argc, char **argv) {
         }
     }
     if (optind != argc) { usage(stderr); return 2; }
-    int needs_model = strcmp(cmd, "sgemm") != 0 && strcmp(cmd, "gemm") != 0;
+    int needs_model = strcmp(cmd, "sgemm") != 0 && strcmp(cmd, "gemm") != 0 && strcmp(cmd, "peak") != 0;
     if (needs_model && !a.model) { fprintf(stderr, "forward: error: %s needs --model DIR\n", cmd); return 2; }
     if (strcmp(cmd, "write") == 0) cmd_write(&a);
     else if (strcmp(cmd, "sgemm") == 0) cmd_sgemm(&a);
     else if (strcmp(cmd, "gemm") == 0) cmd_gemm(&a);
+    else if (strcmp(cmd, "peak") == 0) cmd_peak(&a);
     else if (strcmp(cmd, "score") == 0) cmd_score(&a);
     else if (strcmp(cmd, "decode") == 0) cmd_decode(&a);
     else { usage(stderr); return 2; }
