@@ -283,35 +283,35 @@ static void random_ids(rl_rng *r, uint32_t *ids, size_t n, int V) {
 }
 
 #if defined(__x86_64__)
-enum { PEAK_ITERS = 1 << 22 };
-// 12 chains a##j: each declared, updated by PEAK_STEP, summed into s.
+enum { PEAK_ITERS = 1 << 22, PEAK_N = 12 };
+// PEAK_N (12) chains a##j of 512 bits: each declared, updated PEAK_ITERS times by STEP(j),
+// and summed into the value returned, so that none is dropped.
 #define PEAK_12(op) op(0) op(1) op(2) op(3) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
 #define PEAK_INIT(j) __m512 a##j = _mm512_set1_ps((float)(j));
 #define PEAK_SUM(j) s = _mm512_add_ps(s, a##j);
+#define PEAK_CHAINS(STEP)                                           \
+    PEAK_12(PEAK_INIT)                                              \
+    for (int i = 0; i < PEAK_ITERS; i++) { PEAK_12(STEP) }         \
+    __m512 s = _mm512_setzero_ps();                                 \
+    PEAK_12(PEAK_SUM)                                               \
+    return _mm512_reduce_add_ps(s);
 
-// 12 chains of f32 FMAs on 512 bits; returns a sum of them so that none is dropped.
+// f32 FMAs on 512 bits.
 __attribute__((target("avx512f"))) static float peak_fma512(void) {
     const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
-#define PEAK_STEP(j) a##j = _mm512_fmadd_ps(a##j, m, c);
-    PEAK_12(PEAK_INIT)
-    for (int i = 0; i < PEAK_ITERS; i++) { PEAK_12(PEAK_STEP) }
-    __m512 s = _mm512_setzero_ps();
-    PEAK_12(PEAK_SUM)
-    return _mm512_reduce_add_ps(s);
-#undef PEAK_STEP
+#define FMA_STEP(j) a##j = _mm512_fmadd_ps(a##j, m, c);
+    PEAK_CHAINS(FMA_STEP)
+#undef FMA_STEP
 }
 
-// 12 chains of vdpbf16ps: each lane adds two bf16 products to its f32 sum.
+// vdpbf16ps: each lane adds two bf16 products to its f32 sum.
 __attribute__((target("avx512f,avx512bf16"))) static float peak_dpbf16(void) {
     const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);  // 1.0, 2^-24
-#define PEAK_STEP(j) a##j = _mm512_dpbf16_ps(a##j, x, y);
-    PEAK_12(PEAK_INIT)
-    for (int i = 0; i < PEAK_ITERS; i++) { PEAK_12(PEAK_STEP) }
-    __m512 s = _mm512_setzero_ps();
-    PEAK_12(PEAK_SUM)
-    return _mm512_reduce_add_ps(s);
-#undef PEAK_STEP
+#define DPBF16_STEP(j) a##j = _mm512_dpbf16_ps(a##j, x, y);
+    PEAK_CHAINS(DPBF16_STEP)
+#undef DPBF16_STEP
 }
+#undef PEAK_CHAINS
 #undef PEAK_INIT
 #undef PEAK_SUM
 
@@ -324,7 +324,7 @@ static void peak_time(const char *what, float (*loop)(void), double flop_per_ins
         if (i >= 0) t[i] = bench_now() - t0;
     }
     (void)sink;
-    double flop = flop_per_instr * 12.0 * PEAK_ITERS;
+    double flop = flop_per_instr * PEAK_N * PEAK_ITERS;
     char more[32];
     snprintf(more, sizeof more, "gflops=%.1f", flop / bench_median(t, reps) * 1e-9);
     result_more(what, 1, flop, more, t, reps);
