@@ -104,7 +104,7 @@ int err_set(rl_err *e, const char *fmt, ...) {
     return -1;
 }
 
-int utf8_valid(const uint8_t *p, size_t n) {
+size_t utf8_valid_len(const uint8_t *p, size_t n) {
     size_t i = 0;
     while (i < n) {
         // ASCII fast path: eight bytes at a time while no high bit is set.
@@ -122,17 +122,19 @@ int utf8_valid(const uint8_t *p, size_t n) {
         if ((c & 0xe0) == 0xc0) { len = 2; cp = c & 0x1f; min = 0x80; }
         else if ((c & 0xf0) == 0xe0) { len = 3; cp = c & 0x0f; min = 0x800; }
         else if ((c & 0xf8) == 0xf0) { len = 4; cp = c & 0x07; min = 0x10000; }
-        else return 0;
-        if (i + len > n) return 0;
+        else return i;
+        if (i + len > n) return i;
         for (size_t k = 1; k < len; k++) {
-            if ((p[i + k] & 0xc0) != 0x80) return 0;
+            if ((p[i + k] & 0xc0) != 0x80) return i;
             cp = (cp << 6) | (p[i + k] & 0x3f);
         }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
         i += len;
     }
-    return 1;
+    return n;
 }
+
+int utf8_valid(const uint8_t *p, size_t n) { return utf8_valid_len(p, n) == n; }
 
 // The length of the well-formed prefix of a sequence starting at p[0] (at
 // most n bytes): the sequence's length when complete, else the bytes that

@@ -88,6 +88,9 @@ int path_parent(const char *path, char *out, size_t size);
 
 // True if p[0..n) is well-formed UTF-8 (no overlongs, surrogates, or > U+10FFFF).
 int utf8_valid(const uint8_t *p, size_t n);
+// The length of the longest well-formed prefix of p[0..n): n when it all is,
+// else the offset of the first byte that starts no well-formed sequence.
+size_t utf8_valid_len(const uint8_t *p, size_t n);
 // Appends p[0..n) to out with each maximal ill-formed subsequence replaced by
 // U+FFFD, as Unicode recommends and Rust's String::from_utf8_lossy (hence
 // Hugging Face's decode) does: "\xE2\x82" becomes one U+FFFD, "\xFF\xFF" two.

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "jsonfile.h"
+
 #define CFG_MAX_SIZE (1 << 24)            // any size: hidden, intermediate, layers, heads, positions
 #define CFG_MAX_VOCAB (1 << 22)
 #define CFG_MAX_PARAMS (1ull << 40)       // parameters, so that every byte count fits comfortably
@@ -479,25 +481,11 @@ int cfg_check(const model_config *c, rl_err *err) { return check_at(c, "config",
 
 // ---- Reading config.json -------------------------------------------------------------
 
-// A key twice in one object: cJSON finds the first value, Python's json (and
-// so transformers) keeps the last, so the two would read different models.
-static int check_unique(const char *path, const cJSON *obj, const char *where, rl_err *err) {
-    for (const cJSON *x = obj->child; x; x = x->next) {
-        for (const cJSON *y = obj->child; y != x; y = y->next)
-            if (x->string && y->string && !strcmp(x->string, y->string))
-                return err_set(err, "%s: %s%s\"%.100s\" appears twice (transformers would take the last value; "
-                               "rlpipe does not guess)", path, where, *where ? " key " : "key ", x->string);
-        if (cJSON_IsObject(x) && check_unique(path, x, x->string, err)) return -1;
-    }
-    return 0;
-}
-
 // Refuses a key that no family reads or ignores on purpose (see known_keys),
 // unless its value is null.
 static int check_keys(const char *path, const cJSON *root, const struct family *f, rl_err *err) {
     const cJSON *x;
     char b[80];
-    if (check_unique(path, root, "", err)) return -1;
     cJSON_ArrayForEach(x, root) {
         if (x->string[0] == '_' || cJSON_IsNull(x)) continue;
         size_t i = 0;
@@ -668,20 +656,13 @@ static int read_generation(const char *file, model_config *c, rl_err *err) {
                           .min_p = NAN, .repetition_penalty = NAN};
     if (path_parent(file, dir, sizeof dir)) return err_set(err, "%s: path too long", file);
     snprintf(path, sizeof path, "%s/" CFG_GENERATION, dir);
-    sbuf text = {0};
-    if (read_whole_file(path, CFG_MAX_FILE, &text, err)) {
-        int absent = errno == ENOENT;
-        sbuf_free(&text);
-        return absent ? 0 : -1;
-    }
-    cJSON *root = cJSON_ParseWithLength((const char *)text.data, text.len);
-    sbuf_free(&text);
+    cJSON *root = jsonfile_load(path, CFG_MAX_FILE, err);
+    if (!root) return errno == ENOENT ? 0 : -1;
     int rc = -1;
     if (!cJSON_IsObject(root)) {
         err_set(err, "%s: not a JSON object", path);
         goto out;
     }
-    if (check_unique(path, root, "", err)) goto out;
     g->present = 1;
     int bos = -1, pad = -1;
     const struct {
@@ -709,19 +690,12 @@ out:
 
 int cfg_load(const char *path, model_config *c, rl_err *err) {
     char *file = config_path(path);
-    sbuf text = {0};
-    cJSON *root = NULL;
     int rc = -1;
-    if (read_whole_file(file, CFG_MAX_FILE, &text, err)) goto out;
-    root = cJSON_ParseWithLength((const char *)text.data, text.len);
-    if (!root) {
-        err_set(err, "%s: not valid JSON", file);
-        goto out;
-    }
+    cJSON *root = jsonfile_load(file, CFG_MAX_FILE, err);
+    if (!root) goto out;
     if (parse(file, root, c, err) == 0 && read_generation(file, c, err) == 0 && check_at(c, file, err) == 0) rc = 0;
 out:
     cJSON_Delete(root);
-    sbuf_free(&text);
     free(file);
     return rc;
 }

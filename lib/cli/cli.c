@@ -16,6 +16,7 @@
 #include <zstd.h>
 
 #include "clock.h"
+#include "records/reader.h"
 #include "util.h"
 
 static const char *tool_name = "rlpipe";
@@ -34,6 +35,39 @@ static void vmessage(const char *kind, const char *fmt, va_list ap) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     funlockfile(stderr);
+}
+
+const char *cli_partial_check(cli_partial *p, const rec_t *trailer, const char *where, char *why, size_t size) {
+    size_t n;
+    const char *s = rec_partial(trailer, &n);
+    if (!s) return NULL;
+    snprintf(why, size, "%.*s", (int)n, s);
+    p->seen++;
+    if (p->allow) cli_warn("%s: a partial member, its writer lost records (%s): read with --allow-partial", where, why);
+    else
+        cli_error("%s: a partial member, its writer lost records (%s): its records are read, and the run ends with "
+                  "exit status 1 (--allow-partial accepts it)", where, why);
+    return why;
+}
+
+int cli_partial_failed(const cli_partial *p) { return p->seen && !p->allow; }
+
+void cli_require_utf8_args(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (utf8_valid((const uint8_t *)argv[i], n)) continue;
+        // The argument as Python's backslashreplace shows it: what is not
+        // printable ASCII as \xNN (the terminal may not be UTF-8 either).
+        char shown[200];
+        size_t k = 0;
+        for (size_t j = 0; j < n && k + 5 < sizeof shown; j++) {
+            unsigned char ch = (unsigned char)argv[i][j];
+            k += (size_t)snprintf(shown + k, sizeof shown - k, ch >= 0x20 && ch < 0x7f ? "%c" : "\\x%02x", ch);
+        }
+        cli_usage_error("the argument '%s%s' is not valid UTF-8: the stream's header and records carry the "
+                        "arguments, paths and stop strings as UTF-8 text, which readers check",
+                        shown, k + 5 >= sizeof shown ? "..." : "");
+    }
 }
 
 void cli_die(const char *fmt, ...) {

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "records/record.h"
+
 // Names the tool for messages and restores the default SIGPIPE action, so a
 // closed pipe ends the tool quietly.
 void cli_init(const char *tool);
@@ -18,6 +20,30 @@ void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), 
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void cli_print_version(void);
+// --allow-partial, and the partial members a tool reads: members whose
+// writer lost records on the way, which their trailer says (rlpipe-records(5)).
+typedef struct {
+    int allow;   // --allow-partial: a warning, and exit status 0
+    int seen;    // partial members read
+} cli_partial;
+#define CLI_PARTIAL_HELP                                                                             \
+    "      --allow-partial    read a stream whose writer lost records (its trailer says\n"           \
+    "                         \"partial\") with a warning; without it, an error, and exit\n"        \
+    "                         status 1 once the records are read\n"
+// At a trailer of the input `where`: NULL when its member is whole; else
+// says so on standard error (an error, or with allow a warning) and returns
+// why it is partial, which a tool that writes records passes on to its own
+// output's trailer (recw_set_partial), so that its readers know too.
+const char *cli_partial_check(cli_partial *p, const rec_t *trailer, const char *where, char *why, size_t size);
+// 1 when a partial member was read without --allow-partial: the run then
+// exits with status 1 at its end.
+int cli_partial_failed(const cli_partial *p);
+
+// A usage error (exit 2) showing the first argument that is not valid UTF-8:
+// a tool that writes a record stream copies its arguments (paths, --stop,
+// --chat-arg) into the stream's strings, which its readers refuse unless
+// they are UTF-8.
+void cli_require_utf8_args(int argc, char **argv);
 
 // The output options of every tool that writes records (doc/design.md §7):
 // -o/--output, -u/--uncompressed, --no-provenance, -f/--force, -q/--quiet,

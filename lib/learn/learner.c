@@ -48,6 +48,7 @@ struct learner {
     char dropped_first[512];   // what the first of them dropped, and where
     int epoch;                 // PPO epochs done on it
     rollout_view view;         // the record being added
+    size_t max_text;           // "messages" of more bytes could not fit the context (0: not computed yet)
     drift_t drift;             // --tis: each batch's k3, for the warning of a growing mismatch
     int drift_due;             // its warning pending
     char drift_warning[1024];
@@ -167,10 +168,21 @@ static int conversation(learner_t *l, const rollout_view *v, lseq *s, tok_report
     if (!l->o.chat)
         return err_set(err, "\"messages\" need the model's chat template, and the model has none (no "
                        "\"chat_template\" in tokenizer_config.json, no chat_template.jinja)");
+    // As rl-sample bounds its prompts: a token covers at most its string's
+    // bytes of normalized text, and normalizing shrinks text at most 4 times.
+    const char *key;
+    size_t max_ids = (size_t)cfg_max_seq(model_cfg(l->m), &key) + 1;   // the last token is only predicted
+    if (!l->max_text) {
+        size_t per = 4 * tok_longest_token(l->o.tok);
+        l->max_text = max_ids > SIZE_MAX / per ? SIZE_MAX : max_ids * per;
+    }
+    if (v->messages_len > l->max_text)
+        return err_set(err, "\"messages\" has %zu bytes, more than the %zu that %zu tokens (%s + 1) could hold: "
+                       "refused before it is rendered", v->messages_len, l->max_text, max_ids, key);
     u32_vec ids = {0};
     u8_vec mask = {0};
     int rc = -1;
-    if (chat_encode(l->o.chat, v->messages, v->messages_len, 0, NULL, &ids, &mask, rep, err)) goto out;
+    if (chat_encode(l->o.chat, v->messages, v->messages_len, 0, max_ids, NULL, &ids, &mask, rep, err)) goto out;
     size_t first = 0;
     while (first < ids.n && !mask.v[first]) first++;
     if (first == ids.n) {

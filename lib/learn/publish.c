@@ -43,6 +43,39 @@ static int report(const pub_opts *o, int metrics, const lrn_metrics *m, rl_err *
     return 0;
 }
 
+int pub_trim_metrics(publisher *p, size_t *dropped, rl_err *err) {
+    *dropped = 0;
+    struct stat st;
+    if (p->metrics < 0) return 0;
+    if (fstat(p->metrics, &st)) return err_set(err, "cannot stat: %s: %s", p->o->metrics, strerror(errno));
+    if (!S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    sbuf text = {0};
+    sbuf_reserve(&text, (size_t)st.st_size);
+    ssize_t got = pread(p->metrics, text.data, (size_t)st.st_size, 0);
+    if (got != (ssize_t)st.st_size) {
+        int e = got < 0 ? errno : EIO;
+        sbuf_free(&text);
+        return err_set(err, "cannot read: %s: %s", p->o->metrics, strerror(e));
+    }
+    const char *s = (const char *)text.data, *end = s + st.st_size;
+    size_t cut = (size_t)st.st_size;
+    for (const char *line = s; line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        const char *v = nl ? memmem(line, (size_t)(nl - line), "\"version\":", 10) : NULL;
+        if (!nl || (v && strtoull(v + 10, NULL, 10) > p->version)) {
+            cut = (size_t)(line - s);
+            for (const char *q = line; q < end; q++) *dropped += *q == '\n' || q == end - 1;
+            break;
+        }
+        line = nl + 1;
+    }
+    sbuf_free(&text);
+    if (cut < (size_t)st.st_size && ftruncate(p->metrics, (off_t)cut))
+        return err_set(err, "cannot cut the lines of the versions after %llu from %s: %s", (unsigned long long)p->version,
+                       p->o->metrics, strerror(errno));
+    return 0;
+}
+
 // The writer's thread, once version `version` is published: the step that
 // made it is reported.
 static int published(void *ctx, uint64_t version, rl_err *err) {

@@ -74,6 +74,12 @@ int pub_start(publisher *p, tokenizer **tok, rl_err *err);
 // state_every (every rank decides alike). l (or NULL) counts the records
 // consumed. Every rank calls it. 0, or -1 with err.
 int pub_save(publisher *p, learner_t *l, const lrn_metrics *m, rl_err *err);
+// --resume with a metrics file: the lines of the versions after p->version
+// (weights-only versions, --state-every, whose steps are taken again) and a
+// last line left unfinished are cut off, so that the file ends as an
+// uninterrupted run's would at this version. A file that is not a regular
+// one is left as it is. *dropped: the lines cut off. 0, or -1 with err.
+int pub_trim_metrics(publisher *p, size_t *dropped, rl_err *err);
 // Waits for the version being written: 0, or -1 with the error of a failed write.
 int pub_wait(publisher *p, rl_err *err);
 // At the end of a run whose last version was written without AdamW's state,

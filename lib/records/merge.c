@@ -109,11 +109,18 @@ static void complete(msrc *s, mgroup **g) {
     pthread_mutex_unlock(&m->mu);
 }
 
-static void put_fault(mrg_t *m, const char *msg) {
+// A message for mrg_next to report: kind 'F' a source failed (MRG_FAULT),
+// 'P' a member it read is partial (MRG_PARTIAL).
+static void put_report(mrg_t *m, char kind, const char *msg) {
     m->faults = xrealloc(m->faults, (m->nfaults + 1) * sizeof *m->faults);
-    m->faults[m->nfaults++] = xstrdup(msg);
+    size_t n = strlen(msg);
+    char *s = xmalloc(n + 2);
+    s[0] = kind;
+    memcpy(s + 1, msg, n + 1);
+    m->faults[m->nfaults++] = s;
     pthread_cond_broadcast(&m->ready);
 }
+static void put_fault(mrg_t *m, const char *msg) { put_report(m, 'F', msg); }
 
 static void kind_of(const rec_t *h, const char **kind, size_t *n) {
     if (rec_get_str(h, "kind", kind, n) != REC_OK) *kind = "", *n = 0;
@@ -193,6 +200,16 @@ static void *reader_main(void *arg) {
             fld_group_size(rec, &size);
         } else if (ev == RECR_TRAILER) {
             complete(s, &g);
+            size_t n;
+            const char *partial = rec_partial(rec, &n);
+            if (partial) {
+                char msg[sizeof m->fault];
+                snprintf(msg, sizeof msg, "%s member %llu: a partial member, its writer lost records (%.*s)",
+                         s->st.name, (unsigned long long)s->st.members, (int)(n < 1500 ? n : 1500), partial);
+                pthread_mutex_lock(&m->mu);
+                put_report(m, 'P', msg);
+                pthread_mutex_unlock(&m->mu);
+            }
         } else if (ev == RECR_END) {
             complete(s, &g);
             break;
@@ -347,10 +364,12 @@ mrg_event mrg_next(mrg_t *m, rec_t *out, double wait) {
     pthread_mutex_lock(&m->mu);
     for (;;) {
         if (m->fault_head < m->nfaults) {
-            snprintf(m->fault, sizeof m->fault, "%s", m->faults[m->fault_head]);
-            free(m->faults[m->fault_head++]);
+            char *f = m->faults[m->fault_head++];
+            snprintf(m->fault, sizeof m->fault, "%s", f + 1);
+            mrg_event ev = f[0] == 'P' ? MRG_PARTIAL : MRG_FAULT;
+            free(f);
             pthread_mutex_unlock(&m->mu);
-            return MRG_FAULT;
+            return ev;
         }
         msrc *s = pick(m);
         int done = !s && all_done(m);

@@ -69,6 +69,8 @@ typedef enum {
     MRG_HEADER,    // out: the merged stream's header; once, before the first record
     MRG_RECORD,    // out: the next record
     MRG_FAULT,     // a source failed: mrg_fault says how
+    MRG_PARTIAL,   // a member a source sent is partial (its writer lost records):
+                   // mrg_fault says which; its records are merged as any others
     MRG_END,       // every source has ended and every complete group has gone out
 } mrg_event;
 
@@ -76,7 +78,8 @@ typedef enum {
 // MRG_NONE at once when nothing is ready, and a writer flushes then, before
 // waiting); < 0: until there is one.
 mrg_event mrg_next(mrg_t *m, rec_t *out, double wait);
-// After MRG_FAULT: "<what>: <source> record <N> (...dropped)".
+// After MRG_FAULT: "<what>: <source> record <N> (...dropped)"; after
+// MRG_PARTIAL: "<source> member <N>: a partial member, ... (<why>)".
 const char *mrg_fault(const mrg_t *m);
 
 // What the merge did with each source (for the summary line).

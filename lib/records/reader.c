@@ -174,6 +174,10 @@ recr_event recr_next(recr_t *r, rec_t *out) {
             return fail(r, "trailer count mismatch: the trailer of member %llu says %llu records, the member has %llu",
                         (unsigned long long)r->members, (unsigned long long)v,
                         (unsigned long long)r->member_records);
+        const char *why;
+        size_t len;
+        if (rec_has(out, "partial") && rec_get_str(out, "partial", &why, &len) != REC_OK)
+            return fail(r, "trailer of member %llu: \"partial\" is not a string", (unsigned long long)r->members);
         ins_member_end(r->in);
         r->state = EXPECT_HEADER;
         return RECR_TRAILER;
@@ -184,6 +188,11 @@ recr_event recr_next(recr_t *r, rec_t *out) {
     r->records++;
     r->member_records++;
     return RECR_RECORD;
+}
+
+const char *rec_partial(const rec_t *trailer, size_t *len) {
+    const char *why;
+    return rec_get_str(trailer, "partial", &why, len) == REC_OK ? why : NULL;
 }
 
 int recr_read(recr_t *r, rec_t *out) {

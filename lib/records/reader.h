@@ -39,6 +39,11 @@ int recr_read(recr_t *r, rec_t *out);
 // across the file's members) of the first record not delivered.
 const char *recr_error(const recr_t *r);
 
+// The reason a trailer gives when its member lost records on the way (its
+// "partial" string: rl-cat --merge ends its member so after a source failed),
+// or NULL when the member is whole. recr_next has checked that it is a string.
+const char *rec_partial(const rec_t *trailer, size_t *len);
+
 const char *recr_name(const recr_t *r);
 uint64_t recr_records(const recr_t *r);      // data records delivered
 uint64_t recr_bytes_in(const recr_t *r);     // input bytes consumed

@@ -15,6 +15,7 @@ struct recw {
     sbuf enc;                // one record's encoding
     uint64_t count;
     size_t frame_records, frame_bytes;   // in the current frame
+    char partial[1024];      // the trailer's "partial" reason ("": the member is whole)
 };
 
 static int put(recw_t *w, const rec_t *rec, rl_err *err) {
@@ -61,10 +62,23 @@ int recw_write(recw_t *w, const rec_t *rec, rl_err *err) {
     return 0;
 }
 
+void recw_set_partial(recw_t *w, const char *why) {
+    if (w->partial[0]) return;
+    // The trailer's string is UTF-8 as every other: cut before a character
+    // that does not fit, or that is not UTF-8.
+    size_t n = strlen(why);
+    if (n >= sizeof w->partial) n = sizeof w->partial - 1;
+    n = utf8_valid_len((const uint8_t *)why, n);
+    memcpy(w->partial, why, n);
+    w->partial[n] = 0;
+    if (!n) snprintf(w->partial, sizeof w->partial, "records lost");
+}
+
 int recw_close(recw_t *w, rl_err *err) {
     rec_t *t = rec_new();
     rec_set_uint(t, "rlpipe_end", 1);
     rec_set_uint(t, "count", w->count);
+    if (w->partial[0]) rec_set_cstr(t, "partial", w->partial);
     int rc = put(w, t, err);
     rec_free(t);
     if (!rc) rc = recw_flush(w, err);

@@ -27,6 +27,10 @@ recw_t *recw_fdopen(int fd, const char *name, const recw_opts *o, const rec_t *h
 // Refuses records that carry the reserved keys "rlpipe" or "rlpipe_end".
 int recw_write(recw_t *w, const rec_t *rec, rl_err *err);
 int recw_flush(recw_t *w, rl_err *err);
+// The member lost records on the way (why: which, and how): its trailer says
+// so, "partial": why (the first reason given), and its readers report it
+// (rlpipe-records(5)).
+void recw_set_partial(recw_t *w, const char *why);
 // Writes the trailer and flushes. Free the writer with recw_free after.
 int recw_close(recw_t *w, rl_err *err);
 // Frees the writer; without recw_close first the member has no trailer and

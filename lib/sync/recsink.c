@@ -118,9 +118,19 @@ int recsink_record(recsink_t *k, const rec_t *r, rl_err *err) {
     return rc ? -1 : 0;
 }
 
+void recsink_set_partial(recsink_t *k, const char *why) {
+    if (k->partial[0]) return;
+    size_t n = strlen(why);   // cut as recw_set_partial cuts: UTF-8, whole characters
+    if (n >= sizeof k->partial) n = sizeof k->partial - 1;
+    n = utf8_valid_len((const uint8_t *)why, n);
+    if (n) snprintf(k->partial, sizeof k->partial, "%.*s", (int)n, why);
+    else snprintf(k->partial, sizeof k->partial, "records lost");
+}
+
 int recsink_close(recsink_t *k, rl_err *err) {
     switch (k->o->kind) {
     case RECSINK_RECORDS: {
+        if (k->partial[0]) recw_set_partial(k->w, k->partial);
         if (recw_close(k->w, err)) return recsink_fail(k, err);
         k->bytes_out = recw_bytes_written(k->w);
         recw_free(k->w);
@@ -134,7 +144,18 @@ int recsink_close(recsink_t *k, rl_err *err) {
         break;
     }
     case RECSINK_JSON:
-        if (k->o->header) sbuf_printf(&k->line, "{\"rlpipe_end\":1,\"count\":%llu}\n", (unsigned long long)k->count);
+        if (k->o->header && !k->partial[0])
+            sbuf_printf(&k->line, "{\"rlpipe_end\":1,\"count\":%llu}\n", (unsigned long long)k->count);
+        if (k->o->header && k->partial[0]) {
+            rec_t *t = rec_new();
+            rec_set_uint(t, "rlpipe_end", 1);
+            rec_set_uint(t, "count", k->count);
+            rec_set_cstr(t, "partial", k->partial);
+            int rc = json_from_rec(t, &k->line, err);
+            rec_free(t);
+            if (rc) return -1;
+            sbuf_putc(&k->line, '\n');
+        }
         break;
     case RECSINK_STATS:
         if (k->o->json) stats_json(&k->st, &k->line);

@@ -36,6 +36,7 @@ typedef struct {
     sbuf line;              // RECSINK_JSON output waiting for write()
     stats_t st;             // RECSINK_STATS (st.members: the caller counts them)
     uint64_t count, bytes_out;
+    char partial[1024];     // why the output is partial ("": it is whole)
 } recsink_t;
 
 void recsink_init(recsink_t *k, const recsink_opts *o, int fd, const char *name);
@@ -49,6 +50,9 @@ int recsink_generated_header(recsink_t *k, int argc, char **argv, const char *wh
 int recsink_record(recsink_t *k, const rec_t *r, rl_err *err);
 // Passes on what is buffered (before waiting for more input). 0, or -1 with err.
 int recsink_flush(recsink_t *k, rl_err *err);
+// Records were lost on the way (why: which, and how): the output's trailer
+// says "partial" (records and JSON lines with --header); the first reason is kept.
+void recsink_set_partial(recsink_t *k, const char *why);
 // Ends the output: the trailer, the summary; with --to, the merge has read
 // every record or says why not. 0, or -1 with err.
 int recsink_close(recsink_t *k, rl_err *err);

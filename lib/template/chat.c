@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonfile.h"
 #include "records/json.h"
 
 #define CHAT_MAX_FILE (16u << 20)   // tokenizer_config.json or chat_template.jinja: templates are kilobytes
@@ -43,13 +44,17 @@ static void add_var(chat_t *c, const char *name, const char *json) {
     c->n_vars++;
 }
 
-// A special token of tokenizer_config.json: a string or an AddedToken {"content": ...}.
-static const char *token_string(const cJSON *v) {
+// A special token of tokenizer_config.json: a string or an AddedToken {"content": ...};
+// NULL when absent or null; NULL with err for anything else (transformers refuses it too).
+static const char *token_string(const cJSON *v, const char *path, const char *key, rl_err *err) {
+    if (!v || cJSON_IsNull(v)) return NULL;
     if (cJSON_IsString(v)) return v->valuestring;
-    if (cJSON_IsObject(v)) {
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(v, "content");
-        if (cJSON_IsString(s)) return s->valuestring;
-    }
+    const cJSON *s = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "content") : NULL;
+    if (cJSON_IsString(s)) return s->valuestring;
+    char *shown = cJSON_PrintUnformatted(v);
+    err_set(err, "%s: \"%s\" is %.60s%s, neither a string nor an AddedToken {\"content\": \"...\"}", path, key,
+            shown ? shown : "?", shown && strlen(shown) > 60 ? "..." : "");
+    cJSON_free(shown);
     return NULL;
 }
 
@@ -65,22 +70,30 @@ static void add_string_var(chat_t *c, const char *name, const char *s) {
     cJSON_Delete(j);
 }
 
-static void read_special_tokens(chat_t *c, const cJSON *root) {
+static int read_special_tokens(chat_t *c, const cJSON *root, const char *path, rl_err *err) {
+    err->msg[0] = 0;
     for (size_t k = 0; k < sizeof SPECIAL_KEYS / sizeof *SPECIAL_KEYS; k++) {
-        const char *s = token_string(cJSON_GetObjectItemCaseSensitive(root, SPECIAL_KEYS[k]));
+        const char *s = token_string(cJSON_GetObjectItemCaseSensitive(root, SPECIAL_KEYS[k]), path, SPECIAL_KEYS[k], err);
         if (s) add_string_var(c, SPECIAL_KEYS[k], s);
+        else if (err->msg[0]) return -1;
     }
     const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens"), *x;
-    if (!cJSON_IsArray(extra)) return;
+    if (!extra || cJSON_IsNull(extra)) return 0;
+    if (!cJSON_IsArray(extra)) return err_set(err, "%s: \"additional_special_tokens\" is not a list", path);
     cJSON *list = cJSON_CreateArray();
     cJSON_ArrayForEach(x, extra) {
-        const char *s = token_string(x);
-        if (s) cJSON_AddItemToArray(list, cJSON_CreateString(s));
+        const char *s = token_string(x, path, "additional_special_tokens", err);
+        if (!s) {
+            cJSON_Delete(list);
+            return err->msg[0] ? -1 : err_set(err, "%s: \"additional_special_tokens\" holds a null", path);
+        }
+        cJSON_AddItemToArray(list, cJSON_CreateString(s));
     }
     char *text = cJSON_PrintUnformatted(list);
     if (text) add_var(c, "additional_special_tokens", text);
     cJSON_free(text);
     cJSON_Delete(list);
+    return 0;
 }
 
 // The template text of tokenizer_config.json's "chat_template" into out; 1 if
@@ -93,15 +106,18 @@ static int config_template(const cJSON *root, const char *path, sbuf *out, rl_er
         return 1;
     }
     if (!cJSON_IsArray(t)) return err_set(err, "%s: \"chat_template\" is neither a string nor a list of templates", path);
+    // Of several named "default", the last, as transformers' dict of them keeps it.
+    const char *chosen = NULL;
     cJSON_ArrayForEach(x, t) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(x, "name");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(x, "template");
         if (!cJSON_IsString(name) || !cJSON_IsString(text))
             return err_set(err, "%s: \"chat_template\": each entry of the list needs a \"name\" and a \"template\"", path);
-        if (!strcmp(name->valuestring, "default")) {
-            sbuf_put(out, text->valuestring, strlen(text->valuestring));
-            return 1;
-        }
+        if (!strcmp(name->valuestring, "default")) chosen = text->valuestring;
+    }
+    if (chosen) {
+        sbuf_put(out, chosen, strlen(chosen));
+        return 1;
     }
     return err_set(err, "%s: \"chat_template\" lists templates but none named \"default\"", path);
 }
@@ -120,23 +136,26 @@ chat_t *chat_load(const char *dir, const tokenizer *tok, rl_err *err) {
     int found = 0;
     rl_err e;
     err->msg[0] = 0;
-    if (read_whole_file(cfg_path, CHAT_MAX_FILE, &text, &e) == 0) {
-        root = cJSON_ParseWithLength((const char *)text.data, text.len);
-        if (!root || !cJSON_IsObject(root)) {
+    if ((root = jsonfile_load(cfg_path, CHAT_MAX_FILE, &e))) {
+        if (!cJSON_IsObject(root)) {
             err_set(err, "%s: not a JSON object", cfg_path);
             goto fail;
         }
-        read_special_tokens(c, root);
+        if (read_special_tokens(c, root, cfg_path, err)) goto fail;
         if ((found = config_template(root, cfg_path, &tpl, err)) < 0) goto fail;
         if (found) c->source = xstrdup(cfg_path);
-        const char *eos = token_string(cJSON_GetObjectItemCaseSensitive(root, "eos_token"));
+        const char *eos = token_string(cJSON_GetObjectItemCaseSensitive(root, "eos_token"), cfg_path, "eos_token", err);
         if (eos) c->eos = tok_id(tok, eos);
     } else if (errno != ENOENT) {
         err_set(err, "%s", e.msg);
         goto fail;
     }
-    text.len = 0;
     if (read_whole_file(jinja_path, CHAT_MAX_FILE, &text, &e) == 0) {
+        size_t ok = utf8_valid_len(text.data, text.len);
+        if (ok < text.len) {   // transformers reads the file as UTF-8 and fails so
+            err_set(err, "%s: not UTF-8 at byte %zu (0x%02x)", jinja_path, ok, text.data[ok]);
+            goto fail;
+        }
         tpl.len = 0;
         sbuf_put(&tpl, text.data, text.len);
         free(c->source);
@@ -264,8 +283,12 @@ static jinja_val *messages_value(jinja_arena *a, const uint8_t *msgs, size_t n, 
         err_set(err, "\"messages\" is not a complete value");
         goto out;
     }
-    if (o.type != MSGPACK_OBJECT_ARRAY || o.via.array.size == 0) {
+    if (o.type != MSGPACK_OBJECT_ARRAY) {
         err_set(err, "\"messages\" is not a list of messages (maps with \"role\" and \"content\")");
+        goto out;
+    }
+    if (o.via.array.size == 0) {   // transformers' apply_chat_template fails on [] too (IndexError)
+        err_set(err, "\"messages\" is an empty list: a conversation needs at least one message");
         goto out;
     }
     for (uint32_t i = 0; i < o.via.array.size; i++) {
@@ -362,20 +385,47 @@ static int span_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-// 1 if byte p of the text is inside one of the spans.
-static int in_spans(const jinja_spans *spans, size_t p) {
+static int span_start_cmp(const void *a, const void *b) {
+    size_t x = ((const jinja_span *)a)->start, y = ((const jinja_span *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+// The union of the spans as disjoint spans in order, empty ones left out
+// (the bytes they cover, which is all the mask asks of them), into u.
+static void span_union(const jinja_spans *spans, jinja_spans *u) {
+    u->n = 0;
+    GROW(u->v, u->cap, spans->n + 1, 8);
     for (size_t s = 0; s < spans->n; s++)
-        if (spans->v[s].start <= p && p < spans->v[s].end) return 1;
-    return 0;
+        if (spans->v[s].start < spans->v[s].end) u->v[u->n++] = spans->v[s];
+    qsort(u->v, u->n, sizeof *u->v, span_start_cmp);
+    size_t k = 0;
+    for (size_t s = 0; s < u->n; s++) {
+        if (k && u->v[s].start <= u->v[k - 1].end) {
+            if (u->v[s].end > u->v[k - 1].end) u->v[k - 1].end = u->v[s].end;
+        } else u->v[k++] = u->v[s];
+    }
+    u->n = k;
+}
+
+// 1 if byte p of the text is inside one of the disjoint, ordered spans u.
+static int in_spans(const jinja_spans *u, size_t p) {
+    size_t lo = 0, hi = u->n;   // the first span that ends after p
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (u->v[mid].end <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < u->n && u->v[lo].start <= p;
 }
 
 // The mask when every span boundary is a token boundary: the text encoded
 // piece by piece, cut at the boundaries, gives the ids of the whole text.
 // Then a token is the assistant's when its piece is inside a span (the
 // tokenizer's own view of the text: normalizers, dropped characters). 1 if
-// it applies, 0 if a boundary falls inside a token, -1 with err.
-static int mask_by_pieces(const tokenizer *tok, const sbuf *text, const jinja_spans *spans, const u32_vec *ids,
-                          u8_vec *mask, rl_err *err) {
+// it applies, 0 if a boundary falls inside a token, -1 with err. u: the
+// spans' union (span_union).
+static int mask_by_pieces(const tokenizer *tok, const sbuf *text, const jinja_spans *spans, const jinja_spans *u,
+                          const u32_vec *ids, u8_vec *mask, rl_err *err) {
     size_t *cut = xmalloc((2 * spans->n + 2) * sizeof *cut), n_cut = 0;
     cut[n_cut++] = 0;
     for (size_t s = 0; s < spans->n; s++) {
@@ -395,7 +445,7 @@ static int mask_by_pieces(const tokenizer *tok, const sbuf *text, const jinja_sp
             break;
         }
         if (at + n_piece > ids->n || (n_piece && memcmp(piece, ids->v + at, n_piece * sizeof *piece))) rc = 0;
-        else memset(mask->v + at, in_spans(spans, cut[k]), n_piece);
+        else memset(mask->v + at, in_spans(u, cut[k]), n_piece);
         at += n_piece;
     }
     if (rc == 1 && at != ids->n) rc = 0;
@@ -409,8 +459,9 @@ static int mask_by_pieces(const tokenizer *tok, const sbuf *text, const jinja_sp
 // (transformers' char_to_token of the span's first and last characters, and
 // every token between). The offsets come from decoding each token, so the
 // tokens must spell the text: -1 with err when they do not (a normalizer
-// changed it, or characters with no token were dropped).
-static int mask_by_offsets(const tokenizer *tok, const sbuf *text, const jinja_spans *spans, const u32_vec *ids,
+// changed it, or characters with no token were dropped). u: the spans'
+// union (span_union), walked once beside the tokens.
+static int mask_by_offsets(const tokenizer *tok, const sbuf *text, const jinja_spans *u, const u32_vec *ids,
                            u8_vec *mask, rl_err *err) {
     size_t *off = xmalloc((ids->n + 1) * sizeof *off);
     sbuf b = {0};
@@ -423,10 +474,10 @@ static int mask_by_offsets(const tokenizer *tok, const sbuf *text, const jinja_s
     if (!rc && (b.len != text->len || (b.len && memcmp(b.data, text->data, b.len))))
         rc = err_set(err, "an assistant turn begins or ends inside a token, and the tokens do not spell the text "
                      "(the tokenizer normalizes it or drops characters): the turn cannot be placed in tokens");
-    for (size_t s = 0; !rc && s < spans->n; s++)
-        for (size_t t = 0; t < ids->n; t++)
-            if (spans->v[s].start < spans->v[s].end && off[t] < spans->v[s].end && off[t + 1] > spans->v[s].start)
-                mask->v[t] = 1;
+    for (size_t t = 0, s = 0; !rc && t < ids->n; t++) {
+        while (s < u->n && u->v[s].end <= off[t]) s++;
+        if (s < u->n && u->v[s].start < off[t + 1]) mask->v[t] = 1;
+    }
     sbuf_free(&b);
     free(off);
     return rc;
@@ -477,25 +528,31 @@ static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf
     return rc;
 }
 
-int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *rendered,
-                u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err) {
+int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, size_t max_ids,
+                sbuf *rendered, u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err) {
     sbuf text = {0};
-    jinja_spans spans = {0};
+    jinja_spans spans = {0}, u = {0};
     int rc = -1;
     if (render(c, msgs, n, SIZE_MAX, add_generation_prompt, &text, mask && c->has_generation ? &spans : NULL, err))
         goto out;
     ids->n = 0;
     if (tok_encode_ex(c->tok, (const char *)text.data, text.len, 0, &ids->v, &ids->n, &ids->cap, rep, err)) goto out;
+    if (max_ids && ids->n > max_ids) {
+        err_set(err, "\"messages\" render to %zu tokens, more than the %zu the model's context takes: refused before "
+                "the assistant's turns are located", ids->n, max_ids);
+        goto out;
+    }
     if (mask) {
         if (!c->has_generation && turn_spans(c, msgs, n, &text, &spans, err)) goto out;
+        span_union(&spans, &u);
         GROW(mask->v, mask->cap, ids->n, ids->n);
         mask->n = ids->n;
         memset(mask->v, 0, ids->n);
-        int by_pieces = mask_by_pieces(c->tok, &text, &spans, ids, mask, err);
+        int by_pieces = mask_by_pieces(c->tok, &text, &spans, &u, ids, mask, err);
         if (by_pieces < 0) goto out;
         if (!by_pieces) {
             memset(mask->v, 0, ids->n);
-            if (mask_by_offsets(c->tok, &text, &spans, ids, mask, err)) goto out;
+            if (mask_by_offsets(c->tok, &text, &u, ids, mask, err)) goto out;
         }
     }
     if (rendered) {
@@ -507,5 +564,6 @@ int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generati
 out:
     sbuf_free(&text);
     free(spans.v);
+    free(u.v);
     return rc;
 }

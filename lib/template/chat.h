@@ -50,10 +50,13 @@ int chat_set_arg(chat_t *c, const char *arg, rl_err *err);
 //     the model's. A template that renders earlier turns differently once
 //     later ones follow (Qwen3 drops the reasoning of earlier turns) cannot
 //     be split so: an error then, which names {% generation %} as the remedy.
+// Locating the turns renders the conversation once per assistant turn, each
+// time as long as the text up to it: a conversation of more than max_ids
+// tokens (0: no bound) is refused before that, once it is rendered whole.
 // rep (when not NULL) says what tokenizing dropped (tok_encode_ex). 0, or -1 with err.
 // text (when not NULL) gets the rendered text appended, NUL-terminated (len not counting it).
-int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, sbuf *text, u32_vec *ids,
-                u8_vec *mask, tok_report *rep, rl_err *err);
+int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, size_t max_ids, sbuf *text,
+                u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err);
 
 // The token that ends an assistant turn in this template (<|im_end|>,
 // <|eot_id|>, </s>): the special token that follows an assistant message's

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "template/jinja_case.h"
 #include "template/jinja_internal.h"
 
 static jinja_val *NONE_ARG;   // marks "not given" in argument binding (compared by address only)
@@ -56,67 +57,38 @@ static int need_int(jx_ctx *c, int line, const char *fn, jinja_val *v) {
     return 0;
 }
 
-// ---- case mapping, as Python's str methods ----------------------------------------
-static void put_upper(sbuf *b, uint32_t cp) {
-    if (cp == 0xDF) { sbuf_put(b, "SS", 2); return; }
-    jx_utf8_put(b, (uint32_t)utf8proc_toupper((utf8proc_int32_t)cp));
-}
-static void put_lower(sbuf *b, uint32_t cp) {
-    if (cp == 0x130) { sbuf_put(b, "i\xCC\x87", 3); return; }
-    jx_utf8_put(b, (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp));
-}
-static void put_title(sbuf *b, uint32_t cp) {
-    if (cp == 0xDF) { sbuf_put(b, "Ss", 2); return; }
-    jx_utf8_put(b, (uint32_t)utf8proc_totitle((utf8proc_int32_t)cp));
-}
-static int is_cased(uint32_t cp) {
-    utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)cp);
-    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
-}
-
+// ---- case mapping, as Python's str methods (jinja_case.h) ---------------------------
 typedef enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE, CASE_SWAP } case_op;
 
 static jinja_val *recase(jx_ctx *c, jinja_val *s, case_op op) {
+    static void (*const FN[])(sbuf *, const char *, size_t) = {
+        [CASE_UPPER] = jx_case_upper, [CASE_LOWER] = jx_case_lower, [CASE_TITLE] = jx_case_title,
+        [CASE_CAPITALIZE] = jx_case_capitalize, [CASE_SWAP] = jx_case_swapcase};
     sbuf b = {0};
-    int prev_cased = 0, first = 1;
-    for (size_t i = 0; i < s->u.s.n;) {
-        uint32_t cp;
-        i = jx_utf8_next(s->u.s.p, s->u.s.n, i, &cp);
-        switch (op) {
-        case CASE_UPPER: put_upper(&b, cp); break;
-        case CASE_LOWER: put_lower(&b, cp); break;
-        case CASE_TITLE:
-            if (prev_cased) put_lower(&b, cp);
-            else put_title(&b, cp);
-            prev_cased = is_cased(cp);
-            break;
-        case CASE_CAPITALIZE:
-            if (first) put_title(&b, cp);
-            else put_lower(&b, cp);
-            break;
-        case CASE_SWAP:
-            if (utf8proc_category((utf8proc_int32_t)cp) == UTF8PROC_CATEGORY_LU) put_lower(&b, cp);
-            else if (utf8proc_category((utf8proc_int32_t)cp) == UTF8PROC_CATEGORY_LL) put_upper(&b, cp);
-            else jx_utf8_put(&b, cp);
-            break;
-        }
-        first = 0;
-    }
+    FN[op](&b, s->u.s.p, s->u.s.n);
     return jx_sbuf_str(c, &b);
 }
 
-// jinja2's title filter: words begin after '-', whitespace or an opening bracket.
+// jinja2's title filter: the text split before and after each run of '-',
+// whitespace and opening brackets, each piece's first code point upper-cased
+// and the rest lower-cased as a string of its own (item[0].upper() +
+// item[1:].lower()).
 static jinja_val *title_filter(jx_ctx *c, jinja_val *s) {
     sbuf b = {0};
-    int at_start = 1;
-    for (size_t i = 0; i < s->u.s.n;) {
+    const char *p = s->u.s.p;
+    size_t n = s->u.s.n;
+    for (size_t i = 0; i < n;) {
         uint32_t cp;
-        i = jx_utf8_next(s->u.s.p, s->u.s.n, i, &cp);
+        size_t first_end = jx_utf8_next(p, n, i, &cp), end = first_end;
         int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jx_isspace(cp);
-        if (sep) jx_utf8_put(&b, cp);
-        else if (at_start) put_upper(&b, cp);
-        else put_lower(&b, cp);
-        at_start = sep;
+        while (end < n) {   // the piece: a run of separators, or of the rest
+            size_t next = jx_utf8_next(p, n, end, &cp);
+            if (sep != (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jx_isspace(cp))) break;
+            end = next;
+        }
+        jx_case_upper(&b, p + i, first_end - i);
+        jx_case_lower(&b, p + first_end, end - first_end);
+        i = end;
     }
     return jx_sbuf_str(c, &b);
 }
@@ -523,7 +495,10 @@ static int indent_filter(jx_ctx *c, int line, jinja_val *v, const jx_args *args,
     sbuf ind = {0};
     if (!arg[0]) sbuf_put(&ind, "    ", 4);
     else if (arg[0]->kind == JV_STR) sbuf_put(&ind, arg[0]->u.s.p, arg[0]->u.s.n);
-    else if (is_int(arg[0])) for (int64_t i = 0; i < ival(arg[0]) && i < 1000; i++) sbuf_putc(&ind, ' ');
+    else if (is_int(arg[0])) {   // Python's " " * width: any width (the output limit bounds the result)
+        if (ival(arg[0]) > 0 && jx_check_size(c, line, (size_t)ival(arg[0]))) return -1;
+        for (int64_t i = 0; i < ival(arg[0]); i++) sbuf_putc(&ind, ' ');
+    }
     else return jx_fail(c, line, "indent: width must be an int or a str");
     // jinja2 appends "\n" before splitting lines (so a trailing newline is dropped).
     sbuf t = {0};
@@ -978,15 +953,16 @@ int jx_test_known(const char *name) {
     return 0;
 }
 
+// str.isupper (upper) or str.islower: no code point of the other case or
+// titlecase, and at least one of this case.
 static int cased_all(jinja_val *s, int upper) {
     int any = 0;
     for (size_t i = 0; i < s->u.s.n;) {
         uint32_t cp;
         i = jx_utf8_next(s->u.s.p, s->u.s.n, i, &cp);
-        utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)cp);
-        if (k == UTF8PROC_CATEGORY_LT) return 0;
-        if (k == (upper ? UTF8PROC_CATEGORY_LL : UTF8PROC_CATEGORY_LU)) return 0;
-        if (k == (upper ? UTF8PROC_CATEGORY_LU : UTF8PROC_CATEGORY_LL)) any = 1;
+        if (utf8proc_category((utf8proc_int32_t)cp) == UTF8PROC_CATEGORY_LT) return 0;
+        if (upper ? jx_is_lower(cp) : jx_is_upper(cp)) return 0;
+        if (upper ? jx_is_upper(cp) : jx_is_lower(cp)) any = 1;
     }
     return any;
 }

@@ -479,7 +479,10 @@ static jinja_val *fn_range(jx_ctx *c, int line, jinja_val **pos, size_t npos) {
     }
     if (step == 0) { jx_fail(c, line, "range() arg 3 must not be zero"); return NULL; }
     double count = step > 0 ? ceil(((double)en - (double)st) / (double)step) : ceil(((double)st - (double)en) / (double)-step);
-    if (count > JX_MAX_RANGE) { jx_fail(c, line, "range() of more than %d items is refused", JX_MAX_RANGE); return NULL; }
+    if (count > JX_MAX_RANGE) {   // jinja2's sandbox: OverflowError
+        jx_fail(c, line, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", JX_MAX_RANGE);
+        return NULL;
+    }
     jinja_val *v = jinja_list(c->a);
     for (int64_t i = st; step > 0 ? i < en : i > en; i += step) jinja_list_push(v, jinja_int(c->a, i));
     return v;
@@ -555,7 +558,7 @@ static jinja_val *apply_chain(jx_ctx *c, jx_scope *s, const jx_node *f, jinja_va
     return eval_filter(c, s, f, v);
 }
 
-static jinja_val *eval(jx_ctx *c, jx_scope *s, const jx_node *n) {
+static jinja_val *eval_node(jx_ctx *c, jx_scope *s, const jx_node *n) {
     if (jx_step(c, n->line)) return NULL;
     jinja_arena *a = c->a;
     jinja_val *x, *y;
@@ -649,6 +652,22 @@ static jinja_val *eval(jx_ctx *c, jx_scope *s, const jx_node *n) {
     return NULL;
 }
 
+// The C stack bounds how deep evaluation may go: a tree deeper than the
+// parser's limit (chains inside chains) or recursive macros stop here with
+// an error, not a crash.
+static int enter(jx_ctx *c, int line) {
+    if (c->depth >= JX_MAX_DEPTH) return jx_fail(c, line, "evaluation nested deeper than the limit (%d levels)", JX_MAX_DEPTH);
+    c->depth++;
+    return 0;
+}
+
+static jinja_val *eval(jx_ctx *c, jx_scope *s, const jx_node *n) {
+    if (enter(c, n->line)) return NULL;
+    jinja_val *v = eval_node(c, s, n);
+    c->depth--;
+    return v;
+}
+
 // ---- statements -----------------------------------------------------------------------
 static int unpack(jx_ctx *c, jx_scope *s, const jx_node *target, jinja_val *v, int line);
 
@@ -727,7 +746,7 @@ static int exec_for(jx_ctx *c, jx_scope *s, const jx_node *n) {
     return FLOW_NONE;
 }
 
-static int exec_node(jx_ctx *c, jx_scope *s, const jx_node *n) {
+static int exec_stmt(jx_ctx *c, jx_scope *s, const jx_node *n) {
     if (jx_step(c, n->line)) return FLOW_ERR;
     jinja_val *v;
     switch (n->kind) {
@@ -800,6 +819,13 @@ static int exec_node(jx_ctx *c, jx_scope *s, const jx_node *n) {
     default: break;
     }
     return jx_fail(c, n->line, "internal error: an expression where a statement belongs");
+}
+
+static int exec_node(jx_ctx *c, jx_scope *s, const jx_node *n) {
+    if (enter(c, n->line)) return FLOW_ERR;
+    int rc = exec_stmt(c, s, n);
+    c->depth--;
+    return rc;
 }
 
 static int exec_body(jx_ctx *c, jx_scope *s, const jx_nodes *body) {

@@ -18,7 +18,8 @@
 #define JX_MAX_STEPS 100000000LL            // evaluation steps per render
 #define JX_MAX_CALL_DEPTH 64                // macro calls in progress
 #define JX_MAX_NESTING 256                  // parse nesting (statements and expressions)
-#define JX_MAX_RANGE 1000000                // items of one range()
+#define JX_MAX_DEPTH 4096                   // expressions and statements being evaluated, one inside another
+#define JX_MAX_RANGE 100000                 // items of one range(): jinja2's sandbox's MAX_RANGE
 
 // ---- arena -----------------------------------------------------------------
 struct jinja_arena {
@@ -188,6 +189,7 @@ struct jx_ctx {
     jinja_spans *gen;
     rl_err *err;
     long long steps;
+    int depth;                  // eval and exec_node calls in progress (JX_MAX_DEPTH)
     int call_depth;
     int failed;
 };

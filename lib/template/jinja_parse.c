@@ -71,9 +71,12 @@ static void push(parser *P, jx_nodes *l, jx_node *n) {
     l->v[l->n++] = n;
 }
 
+// One level deeper: a bracket, a statement's body, or a link of a chain
+// (a + b + c, a|f|g, a.b.c, elif ...) whose tree nests one level a link.
 static int enter(parser *P) {
     if (++P->depth > JX_MAX_NESTING) {
-        fail(P, cur(P)->line, "%s", "nesting deeper than the parse limit (256)");
+        fail(P, cur(P)->line, "%s",
+             "nesting deeper than the parse limit (256; each link of a chain such as a + b + c or a|f|g counts one)");
         return -1;
     }
     return 0;
@@ -116,7 +119,10 @@ static jx_node *parse_tuple(parser *P, int with_condexpr, int explicit_parens, c
 static jx_node *parse_expression(parser *P, int with_condexpr) {
     if (enter(P)) return NULL;
     jx_node *x = parse_or(P);
+    int links = 0;
     while (x && with_condexpr && is_name(cur(P), "if")) {
+        if (enter(P)) return NULL;
+        links++;
         jx_node *c = node(P, JN_COND, cur(P)->line);
         advance(P);
         c->b = x;
@@ -127,20 +133,24 @@ static jx_node *parse_expression(parser *P, int with_condexpr) {
         }
         x = c;
     }
-    P->depth--;
+    P->depth -= links + 1;
     return x;
 }
 
 // operand (word operand)*, left-associative: "a and b and c", "a or b".
 static jx_node *parse_chain(parser *P, const char *word, jx_node_kind kind, jx_node *(*operand)(parser *)) {
     jx_node *x = operand(P);
+    int links = 0;
     while (x && is_name(cur(P), word)) {
+        if (enter(P)) return NULL;
+        links++;
         jx_node *n = node(P, kind, cur(P)->line);
         advance(P);
         n->a = x;
         if (!(n->b = operand(P))) return NULL;
         x = n;
     }
+    P->depth -= links;
     return x;
 }
 
@@ -159,6 +169,7 @@ static jx_node *binop(parser *P, int op, int line, jx_node *a, jx_node *b) {
 static jx_node *parse_math1(parser *P);
 static jx_node *parse_compare(parser *P) {
     jx_node *x = parse_math1(P), *chain = NULL;
+    int links = 0;
     while (x) {
         const jx_tok *c = cur(P);
         int line = c->line, op;
@@ -173,6 +184,8 @@ static jx_node *parse_compare(parser *P) {
             op = JO_NOTIN;
             advance(P);
         } else break;
+        if (enter(P)) return NULL;
+        links++;
         advance(P);
         jx_node *y = parse_math1(P);
         if (!y) return NULL;
@@ -186,6 +199,7 @@ static jx_node *parse_compare(parser *P) {
         } else x = cmp;
         chain = cmp;
     }
+    P->depth -= links;
     return x;
 }
 
@@ -217,11 +231,17 @@ static const struct {
 static jx_node *parse_binary(parser *P, size_t level) {
     if (level == N_BINARY_LEVELS) return parse_unary(P, 1);
     jx_node *x = parse_binary(P, level + 1);
+    int links = 0;
     while (x) {
         const jx_tok *c = cur(P);
         size_t k = 0;
         while (k < 4 && BINARY_LEVELS[level][k].op && !is_op(c, BINARY_LEVELS[level][k].op)) k++;
-        if (k == 4 || !BINARY_LEVELS[level][k].op) return x;
+        if (k == 4 || !BINARY_LEVELS[level][k].op) {
+            P->depth -= links;
+            return x;
+        }
+        if (enter(P)) return NULL;
+        links++;
         int line = c->line;
         advance(P);
         jx_node *y = parse_binary(P, level + 1);
@@ -405,8 +425,12 @@ static jx_node *parse_subscript(parser *P, jx_node *obj) {
 }
 
 static jx_node *parse_postfix(parser *P, jx_node *x) {
+    int links = 0;
     while (x) {
         const jx_tok *c = cur(P);
+        if (!is_op(c, ".") && !is_op(c, "[") && !is_op(c, "(")) break;
+        if (enter(P)) return NULL;
+        links++;
         if (is_op(c, ".")) {
             advance(P);
             const jx_tok *t = cur(P);
@@ -426,13 +450,14 @@ static jx_node *parse_postfix(parser *P, jx_node *x) {
                 x = n;
             } else return fail(P, t->line, "%s", "expected a name after '.'");
         } else if (is_op(c, "[")) x = parse_subscript(P, x);
-        else if (is_op(c, "(")) {
+        else {
             jx_node *n = node(P, JN_CALL, c->line);
             n->a = x;
             if (parse_call_args(P, n)) return NULL;
             x = n;
-        } else break;
+        }
     }
+    P->depth -= links;
     return x;
 }
 
@@ -479,7 +504,11 @@ static jx_node *parse_test(parser *P, jx_node *operand) {
 }
 
 static jx_node *parse_filter_expr(parser *P, jx_node *x) {
+    int links = 0;
     while (x) {
+        if (!is_op(cur(P), "|") && !is_name(cur(P), "is") && !is_op(cur(P), "(")) break;
+        if (enter(P)) return NULL;
+        links++;
         if (is_op(cur(P), "|")) {
             advance(P);
             x = parse_filter(P, x);
@@ -489,8 +518,9 @@ static jx_node *parse_filter_expr(parser *P, jx_node *x) {
             n->a = x;
             if (parse_call_args(P, n)) return NULL;
             x = n;
-        } else break;
+        }
     }
+    P->depth -= links;
     return x;
 }
 
@@ -551,9 +581,11 @@ static jx_node *parse_if(parser *P, int line) {
     if (parse_body(P, &n->body, ends, &which)) return NULL;
     int l2 = cur(P)->line;
     advance(P);
-    if (which == 0) {
+    if (which == 0) {   // elif: an if nested in the else branch
+        if (enter(P)) return NULL;
         jx_node *e = parse_if(P, l2);
         if (!e) return NULL;
+        P->depth--;
         push(P, &n->orelse, e);
         return n;
     }
@@ -604,10 +636,14 @@ static jx_node *parse_for(parser *P, int line) {
 // the innermost filter's operand is NULL, the body's output at render time.
 static jx_node *parse_filter_chain(parser *P) {
     jx_node *x = parse_filter(P, NULL);
+    int links = 0;
     while (x && is_op(cur(P), "|")) {
+        if (enter(P)) return NULL;
+        links++;
         advance(P);
         x = parse_filter(P, x);
     }
+    P->depth -= links;
     return x;
 }
 

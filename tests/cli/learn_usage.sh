@@ -92,4 +92,18 @@ expect "a bad record: exit 1 naming the field, the file and the record" 1 \
     rl-learn --init m --out ck2 --batch 2 -q bad.rlr
 check "a bad record: the steps before it are kept" "latest: $(cat ck2/latest 2>&1)" \
     eval '[ "$(cat ck2/latest)" = v000004 ]'
+
+# ---- a chat template that does not load fails only what renders conversations
+"$PY" - "$RLPIPE_ROOT" <<'EOF2'
+import shutil, sys, llama_ref
+llama_ref.random_model("hostile", hidden=32, inter=48, layers=1, heads=2, kv_heads=1, vocab=448, seed=2)
+shutil.copy(sys.argv[1] + "/models/tiny/tokenizer.json", "hostile/")
+open("hostile/chat_template.jinja", "w").write("{{ 1" + " + 1" * 100000 + " }}")
+EOF2
+expect "--loss pg with a template of 100,000 chained terms: it is not read, exit 0" 0 '' -- \
+    rl-learn --init hostile --out ck3 --batch 4 -q --max-steps 1 r.rlr
+expect "--loss sft with it: exit 1, the template's nesting named, no crash" 1 \
+    '^rl-learn: error: the chat template: ck4/v000000/chat_template\.jinja line 1: nesting deeper than the parse limit \(256; each link of a chain' -- \
+    rl-learn --init hostile --out ck4 --loss sft -q r.rlr
+usage "--chat-arg with --loss pg" '--chat-arg: only --loss sft renders conversations' --init m --out ck --chat-arg x=1
 finish

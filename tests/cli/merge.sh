@@ -214,6 +214,36 @@ from mergecheck import *
 check_whole(merged("f.rlr")[1], {1: [4] * 5, 5: [4, 4, 4], 6: [4, 4, 4], 7: [4, 4]},
             dropped=[(5, 2), (6, 1), (6, 2), (7, 0), (7, 1)])
 EOF
+# ---- a merge that lost records ends its stream partial, and its readers say so ---------------
+pycheck "the output of a merge with failed sources: its trailer says partial, naming the first" <<'EOF'
+from rltest import read_stream
+h, recs, t = read_stream(open("f.rlr", "rb").read())[0]
+assert t["count"] == 32 and "trunc.rlr record 11" in t["partial"], t
+EOF
+expect "rl-cat --check of it: exit 1, the member said partial, with why" 1 \
+    '^rl-cat: error: f\.rlr: a partial member, its writer lost records \(truncated stream: .*trunc\.rlr record 11.*\): its records are read, and the run ends with exit status 1 \(--allow-partial accepts it\)$' \
+    -- rl-cat --check f.rlr
+check "rl-cat --check of it: the summary says partial" "$(tail -n 1 err)" grep -q '^rl-cat: partial: 32 records in 1 member, 1 file$' err
+expect "rl-cat --check --allow-partial of it: exit 0, a warning" 0 \
+    '^rl-cat: warning: f\.rlr: a partial member, its writer lost records \(.*\): read with --allow-partial$' \
+    -- rl-cat --check --allow-partial f.rlr
+expect "rl-cat of it: exit 1, every record copied" 1 'a partial member' -- rl-cat f.rlr -o g.rlr
+expect "rl-cat --json --header of it: exit 1" 1 'a partial member' -- bash -c 'rl-cat --json --header f.rlr >g.jsonl'
+expect "merging it again: exit 1, named as the source of a partial member" 1 \
+    '^rl-cat: error: f\.rlr member 1: a partial member, its writer lost records \(.*\): its records are merged, and the run ends with exit status 1 \(--allow-partial accepts it\)$' \
+    -- timeout 30 rl-cat --merge f.rlr c.rlr -o h.rlr
+expect "merging it again with --allow-partial: exit 0, a warning" 0 '^rl-cat: warning: f\.rlr member 1: a partial member' \
+    -- timeout 30 rl-cat --merge --allow-partial f.rlr c.rlr -o h2.rlr
+pycheck "what is made of a partial stream is partial too, its records all there" <<'EOF'
+import json
+from rltest import read_stream
+for path in ("g.rlr", "h.rlr", "h2.rlr"):
+    h, recs, t = read_stream(open(path, "rb").read())[0]
+    assert "trunc.rlr record 11" in t.get("partial", ""), (path, t)
+assert read_stream(open("g.rlr", "rb").read())[0][2]["count"] == 32
+last = json.loads(open("g.jsonl").read().splitlines()[-1])
+assert last["rlpipe_end"] == 1 and last["count"] == 32 and "trunc.rlr" in last["partial"], last
+EOF
 expect "a missing file: named, the others merged, exit 1" 1 '^rl-cat: error: cannot open: nosuch\.rlr: No such file' -- \
     timeout 30 rl-cat --merge -o m.rlr c.rlr nosuch.rlr
 check "a missing file: the others' groups are out" "m.rlr" "$PY" -c 'from mergecheck import *; check_whole(merged("m.rlr")[1], {3: [4, 4]})'

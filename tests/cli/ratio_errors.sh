@@ -59,7 +59,14 @@ def poke(key, t, v):
     return f
 
 put("good.rlr", write_stream([good(i) for i in range(5)]))
+objs = member_bytes([good(i) for i in range(5)])
+objs[-1] = msgpack.packb({"rlpipe_end": 1, "count": 5, "partial": "s2 failed: 3 records lost"})
+put("partial.rlr", b"".join(objs))
 with_bad("no-ids.rlr", drop("ids"))
+def empty(r):
+    for k in ("ids", "logp", "logp_learner", "ver"):
+        r[k] = []
+with_bad("empty-ids.rlr", empty)
 with_bad("no-logp.rlr", drop("logp"))
 with_bad("no-learner.rlr", drop("logp_learner"))
 with_bad("short-logp.rlr", setv("logp", [-0.1, -0.2, -0.3]))
@@ -134,6 +141,7 @@ bad() {  # bad NAME FILE REGEX [OPTION...]: exit 1, the message names FILE recor
         [ "$(records part.rlr)" = 3 ]
 }
 bad "ids missing" no-ids.rlr 'field "ids" is missing'
+bad "ids empty: refused as rl-learn refuses it" empty-ids.rlr 'empty completion \("ids" has no tokens\)'
 bad "logp missing" no-logp.rlr 'field "logp" is missing'
 bad "logp_learner missing without --model: hint --model" no-learner.rlr 'field "logp_learner" is missing.*--model'
 bad "logp shorter than ids" short-logp.rlr 'field "logp" has 3 elements but "ids" has 4'
@@ -156,6 +164,13 @@ expect "-inf in logp_learner (learner probability 0): accepted" 0 '' -- rl-ratio
 check "-inf in logp_learner: weight 0 for that token" "$(rl-cat --json ok.rlr 2>&1 | sed -n 4p | head -c 300)" \
     eval "rl-cat --json ok.rlr | sed -n 4p | grep -q '\"w\":\[[^]]*,0\.0\]'"
 bad "temperature a string, without --model too (every field is checked)" str-temperature.rlr 'field "temperature" is not a number'
+expect "a partial stream: every record weighted, an error naming why, exit 1" 1 \
+    '^rl-ratio: error: partial\.rlr: a partial member, its writer lost records \(s2 failed: 3 records lost\): its records are read, and the run ends with exit status 1 \(--allow-partial accepts it\)$' \
+    -- rl-ratio partial.rlr -o part.rlr
+check "a partial stream: the output holds its 5 records and is partial too" "$(records part.rlr) records" \
+    eval '[ "$(records part.rlr)" = 5 ] && "$PY" -c "from rltest import read_stream; t = read_stream(open(\"part.rlr\", \"rb\").read())[0][2]; assert t[\"partial\"] == \"s2 failed: 3 records lost\", t"'
+expect "a partial stream with --allow-partial: a warning, exit 0" 0 '^rl-ratio: warning: partial\.rlr: a partial member' \
+    -- rl-ratio --allow-partial partial.rlr -o part.rlr
 expect "member of kind prompts: refused" 1 '^rl-ratio: error: member of kind "prompts".*rollouts.*: prompts\.rlr$' \
     -- rl-ratio prompts.rlr -o x.rlr
 expect "top_k > 0: one warning, not one per record" 0 '^rl-ratio: warning: .*top-k\.rlr record 0.*top_k 40' \

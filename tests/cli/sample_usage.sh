@@ -99,6 +99,26 @@ expect "--verifier exact without an answer: exit 1 naming the line" 1 'no "answe
 expect "a verifier command that is not found: exit 1" 1 'verifier' -- \
     rl-sample --model m --max-new-tokens 2 --verifier-cmd ./no-such-verifier one.jsonl -o x.rlr
 
+# ---- bytes that are not UTF-8 never reach the stream: the argument, or the file, is named
+expect "--stop not UTF-8: exit 2 showing the argument" 2 \
+    '^rl-sample: error: the argument .\\xff\\xfe. is not valid UTF-8: the stream.s header and records carry' -- \
+    rl-sample --model m --stop $'\xff\xfe' p.jsonl -o x.rlr
+cp p.jsonl $'p\xe9.jsonl'
+expect "a prompt file whose name is not UTF-8: exit 2 naming it" 2 '^rl-sample: error: the argument .p\\xe9\.jsonl. is not valid UTF-8' -- \
+    rl-sample --model m $'p\xe9.jsonl' -o x.rlr
+expect "--chat-arg not UTF-8: exit 2" 2 '^rl-sample: error: the argument .x=\\xc3. is not valid UTF-8' -- \
+    rl-sample --model m --chat-arg $'x=\xc3' p.jsonl -o x.rlr
+cp -r m badtpl && printf '{{ "caf\xe9" }}{%% for m in messages %%}{{ m.content }}{%% endfor %%}' >badtpl/chat_template.jinja
+expect "a chat_template.jinja that is not UTF-8: exit 1 naming the file and byte" 1 \
+    '^rl-sample: error: the chat template: badtpl/chat_template\.jinja: not UTF-8 at byte 7 \(0xe9\)$' -- \
+    rl-sample --model badtpl p.jsonl -o x.rlr
+expect "rl-ratio, an output whose name is not UTF-8: exit 2" 2 '^rl-ratio: error: the argument .x\\xff\.rlr. is not valid UTF-8' -- \
+    rl-ratio -o $'x\xff.rlr' out.rlr
+expect "rl-cat --pack of a file whose name is not UTF-8: exit 2" 2 '^rl-cat: error: the argument .p\\xe9\.jsonl. is not valid UTF-8' -- \
+    rl-cat --pack $'p\xe9.jsonl' -o x.rlr
+expect "rl-cat --check of it: read, no stream written: exit 1 (a JSON lines file is no stream)" 1 'not an rlpipe stream' -- \
+    rl-cat --check $'p\xe9.jsonl'
+
 # ---- usage errors (exit 2), help and version
 expect "no --model: usage error" 2 '^rl-sample: error: --model DIR is required' -- rl-sample p.jsonl
 check "no --model: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]

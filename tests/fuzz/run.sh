@@ -7,7 +7,8 @@
 # tests/fuzz/run.sh --table SECONDS NAME... runs each in turn, then prints a
 # table (harness, seconds, execs, execs/s, corpus, crashes); exit 1 on a crash.
 # The corpus grows in $BUILD/fuzz/corpus/<name> from $BUILD/fuzz/seeds/<name>
-# (tests/fuzz/seeds.sh); crash files go to $BUILD/fuzz/crashes/.
+# (tests/fuzz/seeds.sh); crash files go to $BUILD/fuzz/crashes/. A harness
+# with a dictionary, tests/fuzz/<name>.dict, is given it (-dict).
 # FUZZ_RUNS=N also ends a harness after N inputs (whichever comes first).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -26,6 +27,8 @@ run_one() {
     fi
     mkdir -p "$corpus" "$crashes"
     [ -d "$seeds" ] || seeds=
+    local dict=()   # a harness's dictionary (libFuzzer -dict), when it has one
+    [ -f tests/fuzz/$name.dict ] && dict=(-dict=tests/fuzz/$name.dict)
     if [ "$name" = tokenizer ] && [ -f "$BUILD/fuzz/seeds/tokenizers.list" ]; then
         env=("FUZZ_TOKENIZERS=$(cat "$BUILD/fuzz/seeds/tokenizers.list")")
     fi
@@ -38,7 +41,7 @@ run_one() {
     local start end rc
     start=$(date +%s.%N)
     env TMPDIR="$scratch" UBSAN_OPTIONS=print_stacktrace=1 "${env[@]}" "$bin" -max_total_time="$limit" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -print_final_stats=1 -timeout=10 \
-        -rss_limit_mb=2048 -artifact_prefix="$crashes/fuzz_$name-" "$corpus" $seeds >"$log" 2>&1
+        -rss_limit_mb=2048 "${dict[@]}" -artifact_prefix="$crashes/fuzz_$name-" "$corpus" $seeds >"$log" 2>&1
     rc=$?
     end=$(date +%s.%N)
     secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.0f", b - a }')

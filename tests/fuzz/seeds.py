@@ -154,6 +154,17 @@ def chat_seeds(out):
            b"{% call m(3) %}c{% endcall %}{{ raise_exception('x') if false }}"]
     for i, t in enumerate(own):
         write(d, f"own-{i}", t + b"\0" + conv)
+    # Long chains of each form (past the parser's nesting limit, and within
+    # it), and chains inside chains (past the evaluator's depth limit).
+    forms = [(b"{{ 1", b" + 1", b" }}"), (b"{{ 'a'", b" ~ 'a'", b" }}"), (b"{{ 1", b" and 1", b" }}"),
+             (b"{{ 0", b" < 1", b" }}"), (b"{{ 'A'", b"|lower", b" }}"), (b"{{ x", b"[0]", b" }}"),
+             (b"{{ x", b".x", b" }}"), (b"{{ 1", b" if 1", b" }}"), (b"{% set y", b" | upper", b" %}a{% endset %}"),
+             (b"{% if 0 %}", b"{% elif 0 %}", b"{% endif %}")]
+    for i, (head, link, tail) in enumerate(forms):
+        for n in (200, 2000):
+            write(d, f"chain-{i}-{n}", head + link * n + tail + b"\0" + conv)
+    nested = b"{{ " + b"(" * 50 + b"1" + (b" + 1" * 100 + b")") * 50 + b" }}"
+    write(d, "chains-in-chains", nested + b"\0" + conv)
     src = os.environ.get("JINJA_TEMPLATES", os.path.join(ROOT, ".deps", "templates"))
     if os.path.isdir(src):
         for name in sorted(os.listdir(src)):

@@ -294,9 +294,41 @@ def an_unsupported_construct_is_refused_naming_it_and_its_line():
 def malformed_messages_are_errors_naming_what_is_wrong():
     d = DIRS["smollm2"]
     got = ours(d, [[], [{"content": "no role"}], [{"role": 3, "content": "x"}]], True)
-    assert "list of messages" in got[0]["error"], got[0]
+    assert "is an empty list: a conversation needs at least one message" in got[0]["error"], got[0]
     assert "\"messages\"[0]" in got[1]["error"] and "role" in got[1]["error"], got[1]
     assert "role" in got[2]["error"], got[2]
+
+
+def chat_tool_error(d):
+    """chat_tool's exit status and message on the model directory d."""
+    p = subprocess.run([TOOL, d], input=b"", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return p.returncode, p.stderr.decode()
+
+
+def tokenizer_config(name, text):
+    """A model directory whose tokenizer_config.json is the given text."""
+    d = model_dir(name, "smollm2", None, {}, "x")
+    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        f.write(text)
+    return d
+
+
+@case
+def tokenizer_config_is_read_as_python_reads_it_or_refused_naming_the_place():
+    rc, err = chat_tool_error(tokenizer_config("dup", '{"chat_template": "a",\n "chat_template": "b"}'))
+    assert rc == 1 and 'key "chat_template" appears twice (transformers would take the last value' in err, err
+    rc, err = chat_tool_error(tokenizer_config("syntax", '{"chat_template": "a",\n "x": [1,, 2]}'))
+    assert rc == 1 and "tokenizer_config.json: not valid JSON (line 2, column 10)" in err, err
+    rc, err = chat_tool_error(tokenizer_config("nan", '{"chat_template": "a", "x": NaN}'))
+    assert rc == 1 and "(line 1, column 29): NaN and Infinity are not JSON" in err, err
+    rc, err = chat_tool_error(tokenizer_config("bos7", '{"chat_template": "{{ bos_token }}", "bos_token": 7}'))
+    assert rc == 1 and '"bos_token" is 7, neither a string nor an AddedToken' in err, err
+    # Of two templates named "default", the last, as transformers' dict of them keeps it.
+    d = tokenizer_config("defaults", json.dumps({"chat_template": [
+        {"name": "default", "template": "first"}, {"name": "tool_use", "template": "tools"},
+        {"name": "default", "template": "{% for m in messages %}{{ m.content }}{% endfor %}last"}]}))
+    got = ours(d, [[{"role": "user", "content": "hi"}]], False)
+    assert got[0]["text"] == "hilast", got[0]
 
 
 rltest.finish()

@@ -191,6 +191,11 @@ TABLE = [
     "{{ [0, 1, '', 'a']|select|list }} {{ msgs|selectattr('nope')|list }} {{ xs|select('gt', 1)|list }}",
     "{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb'|indent(2, true) }}|{{ 'a\\n\\nb'|indent('>>', blank=true) }}",
     "{{ d|tojson }} {{ xs|tojson }} {{ s|tojson }} {{ u|tojson }} {{ q|tojson }} {{ none|tojson }} {{ 1.0|tojson }}",
+    "{{ 'a\\nb'|indent(1500) }}", "{{ 'a\\nb'|indent(1001, true) }}", "{{ range(100000)|length }}",
+    "{{ range(100001)|length }}", "{{ range(0, 200001, 2)|length }}",
+    "{{ 'ﬁ ﬃ x ŉ ß ǰ'|upper }} {{ 'ΣΑΣ'|lower }} {{ 'ﬃ x'|title }} {{ 'ΑΣ.ΑΣ \\'Σ Σ'|lower }} {{ 'ΣΑΣ'|capitalize }}",
+    "{{ 'ﬁx ΑΣ'|capitalize }} {{ 'ΑΣ'.swapcase() }} {{ 'ΑΣ-Σ ΑΣ(ΑΣ'|title }} {{ 'ǆ ǅ ǉ'|title }} {{ 'ΑΣ\u0345'|lower }}",
+    "{{ 'ΑΣ b'.title() }} {{ 'ﬁ'.title() }} {{ 'İ'|lower }} {{ 'ΑΣ' is upper }} {{ 'ᾳ' is lower }} {{ 'ǅ' is upper }}",
     "{{ d|tojson(indent=2) }}", "{{ d|tojson(indent=2, sort_keys=true) }}", "{{ msgs|tojson(separators=(',', ':')) }}",
     "{{ {'x': [1, {'y': []}], 'e': {}}|tojson(indent=4) }}", "{{ u|tojson(ensure_ascii=true) }}", "{{ nope|tojson }}",
     "{{ '\\x01\\t\\u2028'|tojson }}", "{{ {1: 'a', none: 2, true: 3}|tojson }}", "{{ 'x'|safe }} {{ '<a&\"\\'>'|e }} {{ 'ab'|center(6) }}",
@@ -250,6 +255,32 @@ def test_table_matches_jinja2_byte_for_byte():
         except AssertionError as e:
             failures.append(str(e))
     assert not failures, f"{len(failures)} of {len(TABLE)} cases differ:\n  " + "\n  ".join(failures)
+
+
+# Every code point through Python's case methods, as the filters and methods
+# call them, and the contexts of a final sigma.
+SIGMAS = ["Σ", "ΑΣ", "ΣΑ", "ΑΣ.", "Α.Σ", "ΑΣ'Α", "Α'Σ'", "1Σ", "ΑΣ\u0345", "\u0345Σ", "ΑΣ\u0345Α", "ΑΣΣ", "ΣΑΣ ΣΑΣ",
+          "aΣ\u00ad", "ΑΣ\u2019s", "Α\u2024Σ", "ǅΣ", "ⓐΣ", "ᾼΣ"]
+
+
+@case
+def test_case_methods_match_python_on_every_code_point():
+    every = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF)
+    src = ("{{ s|upper }}|{{ s|lower }}|{{ s|title }}|{{ s|capitalize }}|{{ s.swapcase() }}|{{ s.title() }}|"
+           "{{ s.upper() }}{% for x in sig %}|{{ x|lower }} {{ x|title }} {{ x|capitalize }} {{ x.swapcase() }} "
+           "{{ x.title() }} {{ x is lower }} {{ x is upper }}{% endfor %}")
+    for text in (every, " ".join(every[i:i + 7] for i in range(0, 3000, 7))):
+        variables = {"s": text, "sig": SIGMAS}
+        want, err = reference(src, variables)
+        assert want is not None, err
+        got, gerr = ours(src, variables)
+        assert got is not None, gerr
+        if got != want.encode():
+            g, w = got.decode(errors="replace").split("|"), want.split("|")
+            bad = next(k for k in range(len(w)) if k >= len(g) or g[k] != w[k])
+            at = next((i for i, (a, b) in enumerate(zip(g[bad], w[bad])) if a != b), min(len(g[bad]), len(w[bad])))
+            raise AssertionError(f"part {bad}: ours {g[bad][max(0, at - 5):at + 5]!r} != "
+                                 f"Python's {w[bad][max(0, at - 5):at + 5]!r} (U+{ord(w[bad][at]):04X} at {at})")
 
 
 @case

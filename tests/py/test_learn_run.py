@@ -216,7 +216,7 @@ def has_state(c, v):
 @case
 def state_every_3_writes_adamw_state_in_the_multiples_of_3_and_the_last_version_only():
     full, c, c4 = path("c_state_full"), path("c_state3"), path("c_state3_max4")
-    learn_ok("--init", MODEL, "--out", full, *STATE_OPTS, STATE_SRC)
+    learn_ok("--init", MODEL, "--out", full, *STATE_OPTS, "--metrics", path("state_full.jsonl"), STATE_SRC)
     learn_ok("--init", MODEL, "--out", c, *STATE_OPTS, "--state-every", "3", STATE_SRC)
     learn_ok("--init", MODEL, "--out", c4, *STATE_OPTS, "--state-every", "3", "--max-steps", "4", STATE_SRC)
     assert versions(c) == [0, 1, 2, 3, 4, 5], versions(c)
@@ -262,10 +262,14 @@ def term_while_waiting(args, objs, wait):
     return err
 
 
+def untimed(lines):
+    return [{k: v for k, v in m.items() if k not in TIMING} for m in lines]
+
+
 @case
 def stopped_after_a_weights_only_version_resume_goes_back_to_the_newest_state_and_ends_bit_exact():
-    c = path("c_state_term")
-    opts = ("--batch", "4", "--lr", "1e-2", "--keep", "0", "--state-every", "2")
+    c, m = path("c_state_term"), path("state_term.jsonl")
+    opts = ("--batch", "4", "--lr", "1e-2", "--keep", "0", "--state-every", "2", "--metrics", m)
     # 3 whole batches and one record more: 3 steps, then rl-learn waits for input
     err = term_while_waiting(("--init", MODEL, "--out", c, *opts),
                              rltest.member_bytes(rollouts([2] * 10, seed=13))[:1 + 13],
@@ -274,13 +278,33 @@ def stopped_after_a_weights_only_version_resume_goes_back_to_the_newest_state_an
                         "continues from v000002)\n"), err[-300:]
     assert latest(c) == "v000002\n" and not has_state(c, 3)
     check_complete(c, 2)
+    assert [x["step"] for x in metrics(m)] == [1, 2, 3]
     err = learn_ok("--resume", "--out", c, *opts, STATE_SRC)
     assert "resuming at version 2: skipping the 8 records" in err, err
+    assert f"resuming at version 2: 1 line of {m}, from the versions after it, cut off" in err, err
+    # The metrics of step 3 once, as an uninterrupted run writes them (the full one, below).
+    assert untimed(metrics(m)) == untimed(metrics(path("state_full.jsonl"))), \
+        [x["step"] for x in metrics(m)]
     assert [v for v in versions(c) if has_state(c, v)] == [0, 2, 4, 5] and latest(c) == "v000005\n"
     full = path("c_state_full")   # every version with its state (the case above)
     for v in (3, 4, 5):
         same_files(vdir(full, v), vdir(c, v), names=("model.safetensors",))
     same_files(vdir(full, 5), vdir(c, 5))
+
+
+@case
+def a_partial_stream_is_trained_on_and_said_with_exit_status_1_unless_allow_partial():
+    objs = rltest.member_bytes(rollouts([2] * 4, seed=3))
+    objs[-1] = rltest.msgpack.packb({"rlpipe_end": 1, "count": 8, "partial": "s2 failed: 3 records lost"})
+    src = rltest.tmpfile("partial.rlr", b"".join(objs))
+    c, c2 = path("c_partial"), path("c_partial2")
+    rc, _, err = learn("--init", MODEL, "--out", c, "--batch", "4", "-q", src)
+    assert rc == 1 and f"rl-learn: error: {src}: a partial member, its writer lost records (s2 failed: 3 records " \
+                       "lost): its records are read, and the run ends with exit status 1" in err, (rc, err[-400:])
+    assert latest(c) == "v000002\n", "both batches of the partial member trained on"
+    rc, _, err = learn("--init", MODEL, "--out", c2, "--batch", "4", "-q", "--allow-partial", src)
+    assert rc == 0 and "rl-learn: warning: " in err and "read with --allow-partial" in err, (rc, err[-400:])
+    same_files(vdir(c, 2), vdir(c2, 2), names=("model.safetensors",))
 
 
 # ---- 2. resuming -----------------------------------------------------------------------------

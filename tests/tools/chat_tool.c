@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         if (k < 0) die("%s", "a line without \"messages\"");
         size_t n;
         const uint8_t *msgs = rec_value(r, (size_t)k, &n);
-        if (chat_encode(c, msgs, n, gen, &text, &ids, mask ? &m : NULL, NULL, &e)) {
+        if (chat_encode(c, msgs, n, gen, 0, &text, &ids, mask ? &m : NULL, NULL, &e)) {
             sbuf_put(&out, "{\"error\": ", 10);
             json_put_str(&out, e.msg, strlen(e.msg));
         } else {

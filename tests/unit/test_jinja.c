@@ -162,19 +162,89 @@ static void test_raise_exception_names_the_line_and_message(void) {
 
 static void test_limits_end_hostile_templates(void) {
     EXPECT_ERROR("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "{}", "macro calls nested deeper than the limit (64)");
-    EXPECT_ERROR("{{ range(2000000)|length }}", "{}", "range() of more than 1000000 items");
+    EXPECT("{{ range(100000)|length }}", "{}", "100000");
+    EXPECT_ERROR("{{ range(100001)|length }}", "{}",
+                 "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     // A million iterations of 200 steps that allocate nothing.
     static char busy[4000];
-    strcpy(busy, "{% for i in range(1000000) %}");
+    strcpy(busy, "{% for i in range(1000) %}{% for j in range(1000) %}");
     for (int i = 0; i < 100; i++) strcat(busy, "{% if 1 %}{% endif %}");
-    strcat(busy, "{% endfor %}");
+    strcat(busy, "{% endfor %}{% endfor %}");
     EXPECT_ERROR(busy, "{}", "the evaluation step limit (100000000) was exceeded");
-    EXPECT_ERROR("{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", "{}",
+    EXPECT_ERROR("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}",
                  "the memory limit (1024 MiB) was exceeded");
+    EXPECT_ERROR("{{ 'a'|indent(300000000) }}", "{}", "limit");
     EXPECT_ERROR("{{ 'x' * 300000000 }}", "{}", "output limit");
     char deep[2000] = "{{ ";
     for (int i = 0; i < 300; i++) strcat(deep, "(");
     EXPECT_ERROR(deep, "{}", "nest");
+}
+
+// A template of `head` then `link` n times then `tail`, in a buffer the caller frees.
+static char *chain(const char *head, const char *link, int n, const char *tail) {
+    size_t hl = strlen(head), ll = strlen(link), tl = strlen(tail);
+    char *s = xmalloc(hl + (size_t)n * ll + tl + 1);
+    memcpy(s, head, hl);
+    for (int i = 0; i < n; i++) memcpy(s + hl + (size_t)i * ll, link, ll);
+    memcpy(s + hl + (size_t)n * ll, tail, tl + 1);
+    return s;
+}
+
+// Every chained form nests its tree one level a link: 100,000 links are
+// refused at parse time (they overflowed the evaluator's stack), 200 render.
+static void test_long_chains_are_refused_at_parse_time_short_ones_render(void) {
+    static const struct { const char *head, *link, *tail, *short_want; } forms[] = {
+        {"{{ 1", " + 1", " }}", "201"},
+        {"{{ ('a'", " ~ 'a'", ")|length }}", "201"},
+        {"{{ 1", " and 1", " }}", "1"},
+        {"{{ 0", " < 1", " }}", "False"},
+        {"{{ 'A'", "|lower", " }}", "a"},
+        {"{{ x", "[0]", " }}", ""},
+        {"{{ x", ".x", " }}", ""},
+        {"{{ x", "()", " }}", ""},
+        {"{{ 1", " if 1", " }}", "1"},
+        {"{% set y | upper", " | upper", " %}a{% endset %}{{ y }}", "A"},
+        {"{% if 0 %}", "{% elif 0 %}", "{% else %}e{% endif %}", "e"},
+    };
+    for (size_t k = 0; k < sizeof forms / sizeof *forms; k++) {
+        char *t = chain(forms[k].head, forms[k].link, 100000, forms[k].tail);
+        EXPECT_ERROR(t, "{}", "nesting deeper than the parse limit (256; each link of a chain");
+        free(t);
+        t = chain(forms[k].head, forms[k].link, 200, forms[k].tail);
+        if (forms[k].short_want[0]) EXPECT(t, "{}", forms[k].short_want);
+        else {   // renders an error (x is undefined), parses
+            rl_err e;
+            jinja_tpl *p = jinja_parse(t, strlen(t), "t", &e);
+            CHECK(p, "200 links of %s: %s", forms[k].link, e.msg);
+            if (p) jinja_free(p);
+        }
+        free(t);
+    }
+}
+
+// "{{ (((1 + 1 ... + 1) + 1 ...) ...) }}": `levels` parenthesised chains of
+// 100 links, one inside the other, a tree 100 * levels deep (NUL-terminated).
+static void nested_chains(sbuf *b, int levels) {
+    sbuf_put(b, "{{ ", 3);
+    for (int i = 0; i < levels; i++) sbuf_put(b, "(", 1);
+    sbuf_put(b, "1", 1);
+    for (int i = 0; i < levels; i++) {
+        for (int j = 0; j < 100; j++) sbuf_put(b, " + 1", 4);
+        sbuf_put(b, ")", 1);
+    }
+    sbuf_put(b, " }}", 4);   // with its NUL
+}
+
+// Chains inside chains pass the parser's limit, each no longer than it, yet
+// nest deeper than the C stack allows: the evaluation stops with an error.
+static void test_chains_inside_chains_stop_at_the_evaluation_depth_limit(void) {
+    sbuf b = {0};
+    nested_chains(&b, 50);
+    EXPECT_ERROR((const char *)b.data, "{}", "t line 1: evaluation nested deeper than the limit (4096 levels)");
+    sbuf_free(&b);
+    nested_chains(&b, 40);   // 4,000 deep is within it
+    EXPECT((const char *)b.data, "{}", "4001");
+    sbuf_free(&b);
 }
 
 static void test_generation_spans_are_byte_offsets_of_the_output(void) {
@@ -225,6 +295,8 @@ int main(void) {
     RUN(test_unsupported_constructs_are_refused_at_parse_time_naming_the_line);
     RUN(test_raise_exception_names_the_line_and_message);
     RUN(test_limits_end_hostile_templates);
+    RUN(test_long_chains_are_refused_at_parse_time_short_ones_render);
+    RUN(test_chains_inside_chains_stop_at_the_evaluation_depth_limit);
     RUN(test_generation_spans_are_byte_offsets_of_the_output);
     RUN(test_from_json_keeps_int_float_and_key_order_and_joins_surrogates);
     CHECK_DONE();

@@ -69,13 +69,16 @@ static const char USAGE[] =
     "      --max-array N      elements of one array or map (default 16M)\n"
     "      --max-string BYTES one string (default 64M)\n"
     "\n"
+    CLI_PARTIAL_HELP
     "  -q, --quiet            no summary line on standard error\n"
     "      --progress         progress on standard error even when not a terminal\n"
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show versions and exit\n"
     "\n"
     "Exit status: 0 ok, 1 invalid or truncated input (the records before the\n"
-    "damage are still written; with --merge, every other source's groups), 2 usage error.\n"
+    "damage are still written; with --merge, every other source's groups, and the\n"
+    "output's trailer says it is partial) or a partial one (read whole, and the\n"
+    "output marked partial too), 2 usage error.\n"
     "\n"
     "Examples:\n"
     "  rl-cat --stats rollouts.rlr\n"
@@ -98,6 +101,7 @@ typedef struct {
     const char *token_file, *to;
     double retry;
     net_addr to_addr;
+    int allow_partial;
 } options;
 
 // A SOURCE of --merge that is an address to listen at, not a file.
@@ -105,7 +109,7 @@ static int is_address(const char *s) { return !strncmp(s, "tcp:", 4) || !strncmp
 
 static options parse_options(int argc, char **argv) {
     enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_MAXREC, O_MAXARR, O_MAXSTR,
-           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY };
+           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY, O_PARTIAL };
     static const struct option longopts[] = {
         {"pack", no_argument, 0, O_PACK},       {"json", no_argument, 0, O_JSON},
         {"header", no_argument, 0, O_HEADER},   {"check", no_argument, 0, O_CHECK},
@@ -116,6 +120,7 @@ static options parse_options(int argc, char **argv) {
         {"merge", no_argument, 0, O_MERGE},     {"round", required_argument, 0, O_ROUND},
         {"senders", required_argument, 0, O_SENDERS}, {"token-file", required_argument, 0, O_TOKEN},
         {"to", required_argument, 0, O_TO},     {"retry", required_argument, 0, O_RETRY},
+        {"allow-partial", no_argument, 0, O_PARTIAL},
         CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
     options o = {.sink = RECSINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
                  .kind = NULL, .lim = rec_default_limits, .senders = 1, .retry = -1};
@@ -147,6 +152,7 @@ static options parse_options(int argc, char **argv) {
         case O_TOKEN: o.token_file = optarg; break;
         case O_TO: o.to = optarg; break;
         case O_RETRY: o.retry = cli_parse_f64("--retry", optarg, 0, 86400, 0); break;
+        case O_PARTIAL: o.allow_partial = 1; break;
         }
     }
     if (check + stats > 1) cli_usage_error("--check and --stats are different modes; choose one");
@@ -216,7 +222,7 @@ static _Noreturn void refused(recsink_t *k, int rc, const rl_err *err, const cha
 // ---- Concatenating (the default) -------------------------------------------------
 
 static void cat_inputs(const options *o, recsink_t *k, char **inputs, int ninputs, int argc, char **argv,
-                       cli_progress *prog, double t0) {
+                       cli_progress *prog, double t0, cli_partial *partial) {
     rec_t *rec = rec_new();
     uint64_t bytes_in = 0, members = 0;
     // --head N stops after N records, but the output still takes its header from the input.
@@ -234,6 +240,10 @@ static void cat_inputs(const options *o, recsink_t *k, char **inputs, int ninput
             if (ev == RECR_HEADER) {
                 members++;
                 if (recsink_header(k, rec, name, &e)) sink_die(&e);
+            } else if (ev == RECR_TRAILER) {   // a partial input: the output is partial too
+                char why[1024];
+                cli_progress_done(prog);
+                if (cli_partial_check(partial, rec, name, why, sizeof why)) recsink_set_partial(k, why);
             } else if (ev == RECR_RECORD) {
                 if (!k->have_header) {  // JSON lines without a header line
                     if (recsink_generated_header(k, argc, argv, name, &e)) sink_die(&e);
@@ -270,8 +280,9 @@ static void cat_inputs(const options *o, recsink_t *k, char **inputs, int ninput
     if (recsink_close(k, &e)) sink_die(&e);
     char bin[32], bout[32];
     if (!o->out.quiet && o->sink == RECSINK_CHECK)
-        fprintf(stderr, "rl-cat: ok: %llu records in %llu member%s, %d file%s\n", (unsigned long long)k->count,
-                (unsigned long long)members, members == 1 ? "" : "s", ninputs, ninputs == 1 ? "" : "s");
+        fprintf(stderr, "rl-cat: %s: %llu records in %llu member%s, %d file%s\n", partial->seen ? "partial" : "ok",
+                (unsigned long long)k->count, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
+                ninputs == 1 ? "" : "s");
     else if (!o->out.quiet)
         fprintf(stderr, "rl-cat: %llu records, %llu member%s, %d file%s, %s in, %s out%s%s, %.2f s\n",
                 (unsigned long long)k->count, (unsigned long long)members, members == 1 ? "" : "s", ninputs,
@@ -295,7 +306,7 @@ static void on_listen_failed(void *ctx, int missing, const char *msg) {
 
 // Every SOURCE at once, whole groups out; 1 when a source or a listener failed.
 static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, int argc, char **argv,
-                         const sbuf *token, cli_progress *prog, double t0) {
+                         const sbuf *token, cli_progress *prog, double t0, cli_partial *partial) {
     merger_opts go = {.merge = {.round = o->round, .lim = o->lim}, .token = token->len ? token : NULL,
                       .senders = o->senders, .tool = "rl-cat", .refused = on_refused, .failed = on_listen_failed};
     merger *g = merger_new(&go);
@@ -326,10 +337,18 @@ static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, i
                 raise(SIGPIPE);
             }
         if (ev == MRG_END) break;
-        if (ev == MRG_FAULT) {
+        if (ev == MRG_FAULT) {   // a source failed: what it lost, the output lost
             cli_progress_done(prog);
             cli_error("%s", mrg_fault(m));
+            recsink_set_partial(k, mrg_fault(m));
             faults++;
+        } else if (ev == MRG_PARTIAL) {
+            cli_progress_done(prog);
+            partial->seen++;
+            if (partial->allow) cli_warn("%s: read with --allow-partial", mrg_fault(m));
+            else cli_error("%s: its records are merged, and the run ends with exit status 1 (--allow-partial "
+                           "accepts it)", mrg_fault(m));
+            recsink_set_partial(k, mrg_fault(m));
         } else if (ev == MRG_HEADER) {
             if (recsink_header(k, rec, "(merge)", &e)) sink_die(&e);
         } else {
@@ -352,6 +371,7 @@ static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, i
     if (!k->have_header && recsink_generated_header(k, argc, argv, "(merge)", &e)) sink_die(&e);
     cli_progress_done(prog);
     k->st.members += merger_members(g);
+    if (merger_failed(g)) recsink_set_partial(k, "a SOURCE to listen at failed: not every connection expected came");
     if (recsink_close(k, &e)) sink_die(&e);
     if (!o->out.quiet) {
         sbuf line = {0};
@@ -372,6 +392,7 @@ static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, i
 int main(int argc, char **argv) {
     cli_init("rl-cat");
     options o = parse_options(argc, argv);
+    if (o.sink == RECSINK_RECORDS) cli_require_utf8_args(argc, argv);
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
     check_sources(&o, inputs, ninputs);
@@ -397,8 +418,10 @@ int main(int argc, char **argv) {
     cli_progress_init(&prog, o.out.progress);
     double t0 = clock_now();
     int rc = 0;
-    if (o.merge) rc = merge_sources(&o, &k, inputs, ninputs, argc, argv, &token, &prog, t0);
-    else cat_inputs(&o, &k, inputs, ninputs, argc, argv, &prog, t0);
+    cli_partial partial = {.allow = o.allow_partial};
+    if (o.merge) rc = merge_sources(&o, &k, inputs, ninputs, argc, argv, &token, &prog, t0, &partial);
+    else cat_inputs(&o, &k, inputs, ninputs, argc, argv, &prog, t0, &partial);
+    rc |= cli_partial_failed(&partial);
     recsink_free(&k);
     if (token.data) memset(token.data, 0, token.cap);
     sbuf_free(&token);

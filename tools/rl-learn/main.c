@@ -89,11 +89,13 @@ static const char USAGE[] =
     "  -q, --quiet            no line per step and no summary on standard error\n"
     "      --progress         progress of reading on standard error even when not a\n"
     "                         terminal (a line per step is written either way)\n"
+    CLI_PARTIAL_HELP
     "  -h, --help             show this help and exit\n"
     "  -V, --version          show versions and exit\n"
     "\n"
     "Exit status: 0 ok (also after SIGINT or SIGTERM: the newest complete checkpoint\n"
-    "stays), 1 invalid input (the steps before it are kept) or a failed write, 2 usage.\n"
+    "stays), 1 invalid input (the steps before it are kept), a partial one (trained\n"
+    "on, as a whole one) or a failed write, 2 usage.\n"
     "\n"
     "Examples:\n"
     "  rl-sample --model m/ train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
@@ -107,6 +109,7 @@ typedef struct {
     uint64_t max_steps;
     double collective_timeout;
     int keep_last, progress;
+    int allow_partial;
     cli_chat_args chat;
     lrn_opts lrn;
 } options;
@@ -115,12 +118,13 @@ static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
-           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS };
+           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
         {"out", required_argument, 0, O_OUT},         {"resume", no_argument, 0, O_RESUME},
         {"no-skip", no_argument, 0, O_NO_SKIP},       {"keep", required_argument, 0, O_KEEP},
+        {"allow-partial", no_argument, 0, O_PARTIAL},
         {"keep-every", required_argument, 0, O_KEEP_EVERY}, {"device", required_argument, 0, O_DEVICE},
         {"state-every", required_argument, 0, O_STATE_EVERY},
         {"chat-arg", required_argument, 0, O_CHATARG},
@@ -156,6 +160,7 @@ static options parse_options(int argc, char **argv) {
         case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
         case O_RESUME: o.pub.resume = 1; break;
         case O_NO_SKIP: o.pub.no_skip = 1; break;
+        case O_PARTIAL: o.allow_partial = 1; break;
         case O_KEEP: o.pub.keep = (int)cli_parse_uint("--keep", optarg, 1000000, 0); break;
         case O_KEEP_EVERY: o.pub.keep_every = cli_parse_uint("--keep-every", optarg, UINT32_MAX, 0); break;
         case O_STATE_EVERY:
@@ -222,6 +227,7 @@ static options parse_options(int argc, char **argv) {
     if (o.lrn.epochs < 1) cli_usage_error("--epochs: at least 1");
     if (o.lrn.epochs > 1 && o.lrn.loss != LOSS_PPO) cli_usage_error("--epochs: only the ppo loss takes several steps per batch");
     if (o.lrn.tis > 0 && o.lrn.loss == LOSS_SFT) cli_usage_error("--tis weighs the pg and ppo losses, not sft");
+    if (o.chat.n && o.lrn.loss != LOSS_SFT) cli_usage_error("--chat-arg: only --loss sft renders conversations");
     if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
         cli_usage_error("--schedule cosine needs --total-steps larger than --warmup");
     if (o.pub.no_skip && !o.pub.resume) cli_usage_error("--no-skip goes with --resume");
@@ -283,6 +289,7 @@ typedef struct {
     publisher pub;
     relay_t relay;       // rank 0: the input not yet sent to the other ranks
     uint64_t tokens;     // trained on
+    cli_partial partial; // rank 0: the partial members read
 } run_t;
 
 // Takes every step the held records allow, each saved and reported; signals
@@ -350,6 +357,11 @@ static int read_inputs(run_t *r, learner_t *l, char **inputs, int ninputs) {
             if (ev == RECR_HEADER) {
                 lrn_member(l, rec);
                 relay_put(&r->relay, RELAY_HEADER, rec, NULL);
+            }
+            char why[1024];
+            if (ev == RECR_TRAILER) {
+                cli_progress_done(&prog);
+                cli_partial_check(&r->partial, rec, name, why, sizeof why);
             }
             if (ev != RECR_RECORD) continue;
             if (skipped < p->skip) {
@@ -424,7 +436,7 @@ int main(int argc, char **argv) {
     }
     o.pub.tool = cli_tool();
     o.pub.writing = on_writing, o.pub.published = on_published, o.pub.failed = on_write_failed, o.pub.ctx = &o.pub;
-    run_t run = {.o = &o};
+    run_t run = {.o = &o, .partial = {.allow = o.allow_partial}};
     publisher *p = &run.pub;
     pub_init(p, &o.pub, &o.lrn, d, t0);
     relay_init(&run.relay, d);
@@ -434,9 +446,15 @@ int main(int argc, char **argv) {
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
     int metrics_file = o.pub.metrics && strcmp(o.pub.metrics, "-");
     if (o.pub.metrics && !metrics_file) p->metrics = STDOUT_FILENO;
-    if (metrics_file && (p->metrics = open(o.pub.metrics, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
-                                                              (o.pub.resume ? 0 : O_TRUNC), 0666)) < 0)
+    if (metrics_file && (p->metrics = open(o.pub.metrics, (o.pub.resume ? O_RDWR : O_WRONLY | O_TRUNC) | O_CREAT |
+                                                              O_APPEND | O_CLOEXEC, 0666)) < 0)
         cli_die("cannot open the metrics file: %s: %s", o.pub.metrics, strerror(errno));
+    size_t dropped = 0;
+    if (o.pub.resume && metrics_file && pub_trim_metrics(p, &dropped, &e)) cli_die("%s", e.msg);
+    if (dropped && !o.pub.quiet)
+        fprintf(stderr, "rl-learn: resuming at version %llu: %zu line%s of %s, from the versions after it, cut off: "
+                "their steps are taken again\n", (unsigned long long)p->version, dropped, dropped > 1 ? "s" : "",
+                o.pub.metrics);
     p->complete = p->version;
     stop_message(o.pub.out, p->version, p->complete);
     cli_idle(BUSY_STEP);
@@ -452,7 +470,8 @@ int main(int argc, char **argv) {
                 fmt_bytes(2 * (hi - lo) * sizeof(float), b, sizeof b));
     }
     o.lrn.tok = tok;
-    chat_t *chat = tok ? cli_chat_load(p->from, tok, &o.chat) : NULL;
+    // Only sft renders conversations: the other losses never read the template.
+    chat_t *chat = tok && o.lrn.loss == LOSS_SFT ? cli_chat_load(p->from, tok, &o.chat) : NULL;
     if (!tok && o.chat.n) cli_usage_error("--chat-arg: the model has no tokenizer.json, hence no chat template");
     o.lrn.chat = chat;
     // Every rank takes every step: none abandons one alone (a signal ends them after it).
@@ -482,5 +501,5 @@ int main(int argc, char **argv) {
     pub_free(p);
     relay_free(&run.relay);
     dist_close(d);
-    return 0;
+    return cli_partial_failed(&run.partial);
 }

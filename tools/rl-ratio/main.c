@@ -50,9 +50,11 @@ static const char USAGE[] =
     "Output:\n"
     "      --metrics FILE     one JSON line of mismatch metrics per batch (- : stdout)\n"
     CLI_OUT_HELP
+    CLI_PARTIAL_HELP
     "\n"
     "Exit status: 0 ok, 1 invalid or truncated input (the records before it are\n"
-    "still written) or a model that cannot be loaded, 2 usage error.\n"
+    "still written), a partial one (all its records written, and the output marked\n"
+    "partial too) or a model that cannot be loaded, 2 usage error.\n"
     "\n"
     "Examples:\n"
     "  rl-sample --model m/ prompts.jsonl | rl-ratio --model m/ --clip 2 | rl-learn --init m/ --out ckpt/\n"
@@ -63,18 +65,19 @@ typedef struct {
     const char *model, *metrics, *listen, *token_file;
     rl_device device;
     cli_out_opts out;
+    cli_partial partial;
     scr_opts scr;
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP, O_PARTIAL };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
         {"listen", required_argument, 0, O_LISTEN}, {"token-file", required_argument, 0, O_TOKEN},
         {"device", required_argument, 0, O_DEVICE}, {"skip-uniform", no_argument, 0, O_SKIP},
-        CLI_OUT_LONGOPTS,                           {0, 0, 0, 0}};
+        {"allow-partial", no_argument, 0, O_PARTIAL}, CLI_OUT_LONGOPTS, {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
     int c;
@@ -99,6 +102,7 @@ static options parse_options(int argc, char **argv) {
         case O_LISTEN: o.listen = optarg; break;
         case O_TOKEN: o.token_file = optarg; break;
         case O_SKIP: o.scr.skip_uniform = 1; break;
+        case O_PARTIAL: o.partial.allow = 1; break;
         }
     }
     if (o.scr.ratio.mode == RATIO_NONE && (o.scr.ratio.mask || o.scr.ratio.clip_set))
@@ -162,6 +166,7 @@ static void print_warnings(scorer_t *scr, cli_progress *prog) {
 int main(int argc, char **argv) {
     cli_init("rl-ratio");
     options o = parse_options(argc, argv);
+    cli_require_utf8_args(argc, argv);
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
@@ -211,6 +216,10 @@ int main(int argc, char **argv) {
             if (ev == RECR_HEADER) {
                 members++;
                 on_header(&run, rec, name);
+            } else if (ev == RECR_TRAILER) {   // a partial input: the output is partial too
+                char why[1024];
+                cli_progress_done(&prog);
+                if (cli_partial_check(&o.partial, rec, name, why, sizeof why) && run.w) recw_set_partial(run.w, why);
             } else if (ev == RECR_RECORD) {
                 char where[1200];
                 if (scr_add(run.scr, rec, src_where(s, where, sizeof where), run.w, &e)) {
@@ -269,5 +278,5 @@ int main(int argc, char **argv) {
     if (o.scr.model) model_free(o.scr.model);
     rec_free(rec);
     if (run.fd > 1 && close(run.fd)) cli_die("write error: %s: %s", o.out.output, strerror(errno));
-    return 0;
+    return cli_partial_failed(&o.partial);
 }

@@ -235,6 +235,7 @@ static options parse_options(int argc, char **argv) {
 int main(int argc, char **argv) {
     cli_init("rl-sample");
     options o = parse_options(argc, argv);
+    cli_require_utf8_args(argc, argv);
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.out.output, "output");
