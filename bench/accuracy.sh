@@ -56,7 +56,10 @@
 # run in BENCH_OUT/accuracy/runs.jsonl, the runs' metrics under
 # BENCH_OUT/accuracy/.
 #
-# Environment: SEEDS and STEPS (the arguments' defaults), MINUTES, MODES,
+# ENGINES="rlpipe" (or "TRL") runs that engine alone (default "rlpipe TRL"):
+# a run made again, the other's left as it was measured.
+#
+# Environment: SEEDS and STEPS (the arguments' defaults), MINUTES, ENGINES, MODES,
 # DTYPE, TIS, EVERY, TRL_EVERY, TARGETS, EVAL_MAX_NEW, QUESTIONS, LOSS;
 # MODEL and DATA (default experiments/smollm2/out/model and .../data: make
 # -C experiments/smollm2 out/.base-eval makes them); BENCH_OUT (default
@@ -78,6 +81,7 @@ SEEDS=${1:-${SEEDS:-1 2 3}}
 STEPS=${2:-${STEPS:-30}}
 MINUTES=${MINUTES:-15}
 MODES=${MODES:-inflight}
+ENGINES=${ENGINES:-rlpipe TRL}
 DTYPE=${DTYPE:-f32}
 TIS=${TIS:-}
 EVERY=${EVERY:-5}
@@ -94,6 +98,9 @@ done
 for s in $SEEDS; do [[ $s =~ ^[0-9]+$ ]] || usage "SEEDS: non-negative integers, not '$s'"; done
 [[ -n ${MODES// /} ]] || usage "MODES: inflight, sync or both, not nothing"
 for m in $MODES; do [[ $m == inflight || $m == sync ]] || usage "MODES: inflight and/or sync, not '$m'"; done
+[[ -n ${ENGINES// /} ]] || usage "ENGINES: rlpipe, TRL or both, not nothing"
+for e in $ENGINES; do [[ $e == rlpipe || $e == TRL ]] || usage "ENGINES: rlpipe and/or TRL, not '$e'"; done
+[[ $QUESTIONS == own || " $ENGINES " == *" rlpipe "* ]] || usage "QUESTIONS=rlpipe takes the questions of an rlpipe run: ENGINES must hold rlpipe"
 for t in $TARGETS; do [[ $t =~ ^(0(\.[0-9]+)?|1(\.0*)?)$ ]] || usage "TARGETS: accuracies in [0, 1], not '$t'"; done
 [[ -n ${TARGETS// /} ]] || usage "TARGETS: no accuracy"
 [[ $QUESTIONS == own || $QUESTIONS == rlpipe ]] || usage "QUESTIONS: own or rlpipe, not '$QUESTIONS'"
@@ -188,7 +195,9 @@ for line in sys.stdin:
 echo "accuracy.sh: the base model ..." >&2
 evaluate "$MODEL" >"$D/base.json"
 for seed in $SEEDS; do
-    for mode in $MODES; do
+    modes=$MODES
+    [[ " $ENGINES " == *" rlpipe "* ]] || modes=
+    for mode in $modes; do
         case $mode in inflight) lag=(--max-lag 2) engine="rlpipe in flight" ;; sync) lag=(--sync) engine="rlpipe --sync" ;; esac
         run=$D/$mode-s$seed
         rm -rf "$run"
@@ -208,6 +217,7 @@ for seed in $SEEDS; do
         fi
         rm -rf "$run/ckpt" "$run/rollouts.rlr"
     done
+    [[ " $ENGINES " == *" TRL "* ]] || continue
     echo "accuracy.sh: seed $seed, TRL, $STEPS steps or $MINUTES minutes ..." >&2
     prompts=()
     [[ $QUESTIONS == rlpipe ]] && prompts=(PROMPTS="$D/questions-s$seed.jsonl")
