@@ -103,8 +103,6 @@ int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *
         rollout_require(v, RO_LOGP, "the sampler's log-probabilities", err))
         return -1;
     size_t n = v->n;
-    // What rl-learn refuses, refused here, before the stream goes on to it.
-    if (!n) return err_set(err, "empty completion (\"ids\" has no tokens)");
     if (!need->score) return rollout_require(v, RO_LOGP_LEARNER, "give --model DIR to compute it", err);
     if (rollout_require(v, RO_PROMPT_IDS, "the prompt's token ids, needed to score the completion", err)) return -1;
     if (!v->prompt_ids.n)

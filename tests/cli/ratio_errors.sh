@@ -63,10 +63,6 @@ objs = member_bytes([good(i) for i in range(5)])
 objs[-1] = msgpack.packb({"rlpipe_end": 1, "count": 5, "partial": "s2 failed: 3 records lost"})
 put("partial.rlr", b"".join(objs))
 with_bad("no-ids.rlr", drop("ids"))
-def empty(r):
-    for k in ("ids", "logp", "logp_learner", "ver"):
-        r[k] = []
-with_bad("empty-ids.rlr", empty)
 with_bad("no-logp.rlr", drop("logp"))
 with_bad("no-learner.rlr", drop("logp_learner"))
 with_bad("short-logp.rlr", setv("logp", [-0.1, -0.2, -0.3]))
@@ -141,7 +137,6 @@ bad() {  # bad NAME FILE REGEX [OPTION...]: exit 1, the message names FILE recor
         [ "$(records part.rlr)" = 3 ]
 }
 bad "ids missing" no-ids.rlr 'field "ids" is missing'
-bad "ids empty: refused as rl-learn refuses it" empty-ids.rlr 'empty completion \("ids" has no tokens\)'
 bad "logp missing" no-logp.rlr 'field "logp" is missing'
 bad "logp_learner missing without --model: hint --model" no-learner.rlr 'field "logp_learner" is missing.*--model'
 bad "logp shorter than ids" short-logp.rlr 'field "logp" has 3 elements but "ids" has 4'
