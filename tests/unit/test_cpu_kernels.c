@@ -256,76 +256,110 @@ static void f32_panel_products_add_to_out_when_asked(void) {
     }
 }
 
-// Decoding attention's two products on a bf16 cache, on every build, against
-// double sums: scores S (G, T) = scale · q Kᵀ within 1e-5 of Σ|q k|, and the
-// mix o (G, HS) = P V within 1e-5 of Σ|p v|. Key/value rows sit at a stride
-// wider than a head (the other heads between them); the shapes cover G from
-// 1 to 7 (groups of 3 heads and fewer), HS of whole vectors of 64, 32, 16
-// and 8 and a tail, T from 1 key to beyond the rows fetched ahead, and one
-// row short of a block of 4 keys. Nothing is written past G·T scores or G·HS
-// outputs. The AVX-512 builds' mix has the AVX2 build's bits (each column
-// summed over t in the same order by FMA).
-static void decode_attention_products_on_a_bf16_cache_match_a_double_reference(void) {
+// Decoding attention's two products on an f32 and on a bf16 cache, on every
+// build, against double sums: scores S (G, T) = scale · q Kᵀ within 1e-5 of
+// Σ|q k|, and the mix o (G, HS) = P V within 1e-5 of Σ|p v|. Key/value rows
+// sit at a stride wider than a head (the other heads between them); the
+// shapes cover G from 1 to 7 (groups of 3 heads and fewer), HS of whole
+// vectors of 64, 32, 16 and 8 and a tail, T from 1 key to beyond the rows
+// fetched ahead, and one row short of a block of 4 keys. Nothing is written
+// past G·T scores or G·HS outputs. A bf16 cache gives, bit for bit, what an
+// f32 cache of its values gives (the same sums in the same order), and the
+// AVX-512 builds' mix has the AVX2 build's bits (each column summed over t
+// in the same order by FMA).
+typedef struct {
+    float *S, *o;
+} kv_out;
+
+static kv_out kv_run(const cpu_kernels *B, const float *q, const float *P, int G, int T, int HS, const void *K,
+                     const void *V, rl_dtype dt, size_t ld, size_t extra) {
+    kv_out r = {malloc(((size_t)G * T + extra) * sizeof(float)), malloc(((size_t)G * HS + extra) * sizeof(float))};
+    for (size_t i = 0; i < (size_t)G * T + extra; i++) r.S[i] = -7.0f;
+    for (size_t i = 0; i < (size_t)G * HS + extra; i++) r.o[i] = -7.0f;
+    B->kv_scores(r.S, q, G, K, dt, ld, T, HS, 1.0f / sqrtf((float)HS));
+    B->kv_mix(r.o, P, G, T, V, dt, ld, HS);
+    return r;
+}
+
+static void decode_attention_products_on_either_cache_match_a_double_reference(void) {
     rl_rng r;
     rng_seed(&r, 11);
     const int shapes[][3] = {{1, 1, 8}, {3, 1, 64}, {3, 5, 64}, {2, 7, 12}, {7, 37, 128}, {4, 64, 40},
                              {3, 150, 64}, {1, 3, 3}, {5, 21, 100}, {3, 9, 80}, {2, 6, 24}, {4, 19, 136}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         int G = shapes[c][0], T = shapes[c][1], HS = shapes[c][2];
-        size_t ld = (size_t)HS * 3 + 5, extra = 16;
+        size_t ld = (size_t)HS * 3 + 5, extra = 16, n = (size_t)T * ld;
         float *q = malloc((size_t)G * HS * sizeof(float)), *P = malloc((size_t)G * T * sizeof(float));
-        float *S = malloc(((size_t)G * T + extra) * sizeof(float));
-        float *o = malloc(((size_t)G * HS + extra) * sizeof(float)), *o2 = NULL;   // o2: the AVX2 build's
-        uint16_t *K = malloc((size_t)T * ld * 2), *V = malloc((size_t)T * ld * 2);
-        for (size_t i = 0; i < (size_t)G * HS; i++) q[i] = bf16_to_f32(f32_to_bf16((float)rng_normal(&r)));
+        float *K32 = malloc(n * 4), *V32 = malloc(n * 4), *Kw = malloc(n * 4), *Vw = malloc(n * 4);
+        uint16_t *K16 = malloc(n * 2), *V16 = malloc(n * 2);
+        for (size_t i = 0; i < (size_t)G * HS; i++) q[i] = (float)rng_normal(&r);
         for (size_t i = 0; i < (size_t)G * T; i++) P[i] = (float)rng_uniform(&r) / (float)T;
-        for (size_t i = 0; i < (size_t)T * ld; i++) {
-            K[i] = f32_to_bf16((float)rng_normal(&r));
-            V[i] = f32_to_bf16((float)rng_normal(&r));
+        for (size_t i = 0; i < n; i++) {
+            K32[i] = (float)rng_normal(&r);
+            V32[i] = (float)rng_normal(&r);
+            K16[i] = f32_to_bf16(K32[i]), Kw[i] = bf16_to_f32(K16[i]);
+            V16[i] = f32_to_bf16(V32[i]), Vw[i] = bf16_to_f32(V16[i]);
         }
         float scale = 1.0f / sqrtf((float)HS);
-        for (int b = 0; b < nbuilds; b++) {
-            const cpu_kernels *B = builds[b];
-            for (size_t i = 0; i < (size_t)G * T + extra; i++) S[i] = -7.0f;
-            for (size_t i = 0; i < (size_t)G * HS + extra; i++) o[i] = -7.0f;
-            B->kv_scores(S, q, G, K, ld, T, HS, scale);
-            B->kv_mix(o, P, G, T, V, ld, HS);
-            for (int g = 0; g < G; g++) {
-                for (int t = 0; t < T; t++) {
-                    double want = 0, mag = 0;
-                    for (int d = 0; d < HS; d++) {
-                        double x = (double)q[(size_t)g * HS + d] * bf16_to_f32(K[(size_t)t * ld + d]);
-                        want += x, mag += fabs(x);
-                    }
-                    want *= scale, mag *= scale;
-                    double got = S[(size_t)g * T + t];
-                    CHECK(fabs(got - want) <= 1e-5 * mag, "%s scores: G %d, T %d, HS %d: S[%d][%d] %.9g, want %.9g",
-                          B->name, G, T, HS, g, t, got, want);
-                }
-                for (int d = 0; d < HS; d++) {
-                    double want = 0, mag = 0;
+        for (int cache = 0; cache < 2; cache++) {   // 0: f32, 1: bf16
+            rl_dtype dt = cache ? DT_BF16 : DT_F32;
+            const void *K = cache ? (const void *)K16 : K32, *V = cache ? (const void *)V16 : V32;
+            const float *Kf = cache ? Kw : K32, *Vf = cache ? Vw : V32;   // their values
+            float *o2 = NULL;   // the AVX2 build's mix
+            for (int b = 0; b < nbuilds; b++) {
+                const cpu_kernels *B = builds[b];
+                kv_out got = kv_run(B, q, P, G, T, HS, K, V, dt, ld, extra);
+                for (int g = 0; g < G; g++) {
                     for (int t = 0; t < T; t++) {
-                        double x = (double)P[(size_t)g * T + t] * bf16_to_f32(V[(size_t)t * ld + d]);
-                        want += x, mag += fabs(x);
+                        double want = 0, mag = 0;
+                        for (int d = 0; d < HS; d++) {
+                            double x = (double)q[(size_t)g * HS + d] * Kf[(size_t)t * ld + d];
+                            want += x, mag += fabs(x);
+                        }
+                        want *= scale, mag *= scale;
+                        double s = got.S[(size_t)g * T + t];
+                        CHECK(fabs(s - want) <= 1e-5 * mag, "%s scores, %s: G %d, T %d, HS %d: S[%d][%d] %.9g, want %.9g",
+                              B->name, dt_name(dt), G, T, HS, g, t, s, want);
                     }
-                    double got = o[(size_t)g * HS + d];
-                    CHECK(fabs(got - want) <= 1e-5 * mag, "%s mix: G %d, T %d, HS %d: o[%d][%d] %.9g, want %.9g",
-                          B->name, G, T, HS, g, d, got, want);
+                    for (int d = 0; d < HS; d++) {
+                        double want = 0, mag = 0;
+                        for (int t = 0; t < T; t++) {
+                            double x = (double)P[(size_t)g * T + t] * Vf[(size_t)t * ld + d];
+                            want += x, mag += fabs(x);
+                        }
+                        double v = got.o[(size_t)g * HS + d];
+                        CHECK(fabs(v - want) <= 1e-5 * mag, "%s mix, %s: G %d, T %d, HS %d: o[%d][%d] %.9g, want %.9g",
+                              B->name, dt_name(dt), G, T, HS, g, d, v, want);
+                    }
                 }
+                if (strcmp(B->name, "avx2") == 0) {
+                    o2 = malloc((size_t)G * HS * sizeof(float));
+                    memcpy(o2, got.o, (size_t)G * HS * sizeof(float));
+                } else if (o2 && strncmp(B->name, "avx512", 6) == 0) {
+                    CHECK(memcmp(got.o, o2, (size_t)G * HS * sizeof(float)) == 0,
+                          "%s mix, %s: G %d, T %d, HS %d: not avx2's bits", B->name, dt_name(dt), G, T, HS);
+                }
+                for (size_t i = 0; i < extra; i++) {
+                    CHECK(got.S[(size_t)G * T + i] == -7.0f, "%s scores, %s: G %d, T %d, HS %d wrote past G·T", B->name,
+                          dt_name(dt), G, T, HS);
+                    CHECK(got.o[(size_t)G * HS + i] == -7.0f, "%s mix, %s: G %d, T %d, HS %d wrote past G·HS", B->name,
+                          dt_name(dt), G, T, HS);
+                }
+                if (cache) {   // against an f32 cache of the same values
+                    kv_out w = kv_run(B, q, P, G, T, HS, Kw, Vw, DT_F32, ld, extra);
+                    CHECK(!memcmp(got.S, w.S, (size_t)G * T * sizeof(float)),
+                          "%s scores: G %d, T %d, HS %d: a bf16 cache's are not those of an f32 cache of its values",
+                          B->name, G, T, HS);
+                    CHECK(!memcmp(got.o, w.o, (size_t)G * HS * sizeof(float)),
+                          "%s mix: G %d, T %d, HS %d: a bf16 cache's is not that of an f32 cache of its values",
+                          B->name, G, T, HS);
+                    free(w.S), free(w.o);
+                }
+                free(got.S), free(got.o);
             }
-            if (strcmp(B->name, "avx2") == 0) {
-                o2 = malloc((size_t)G * HS * sizeof(float));
-                memcpy(o2, o, (size_t)G * HS * sizeof(float));
-            } else if (o2 && strncmp(B->name, "avx512", 6) == 0) {
-                CHECK(memcmp(o, o2, (size_t)G * HS * sizeof(float)) == 0, "%s mix: G %d, T %d, HS %d: not avx2's bits",
-                      B->name, G, T, HS);
-            }
-            for (size_t i = 0; i < extra; i++) {
-                CHECK(S[(size_t)G * T + i] == -7.0f, "%s scores: G %d, T %d, HS %d wrote past G·T", B->name, G, T, HS);
-                CHECK(o[(size_t)G * HS + i] == -7.0f, "%s mix: G %d, T %d, HS %d wrote past G·HS", B->name, G, T, HS);
-            }
+            free(o2);
         }
-        free(q), free(P), free(S), free(o), free(o2), free(K), free(V);
+        free(q), free(P), free(K32), free(V32), free(Kw), free(Vw), free(K16), free(V16);
     }
 }
 
@@ -517,7 +551,7 @@ int main(void) {
     RUN(panels_hold_each_weight_where_the_layout_says);
     RUN(many_row_float_products_match_a_double_reference);
     RUN(f32_panel_products_add_to_out_when_asked);
-    RUN(decode_attention_products_on_a_bf16_cache_match_a_double_reference);
+    RUN(decode_attention_products_on_either_cache_match_a_double_reference);
     RUN(input_rows_quantize_alike_on_every_build);
     RUN(bf16_rounding_gives_the_defined_bits_on_every_build);
     RUN(fp8_rows_read_back_as_their_e4m3_values);

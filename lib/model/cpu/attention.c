@@ -2,7 +2,7 @@
 // forward and backward, one task per (sequence, query head), longest
 // sequences first. A sequence that brings few new rows (decoding) goes a query
 // row at a time, the query heads that share a key/value head together
-// (sgemm on an f32 cache, the kernels' kv_scores and kv_mix on bf16); longer
+// (the kernels' kv_scores and kv_mix, on an f32 or a bf16 cache); longer
 // ones (prefill, training) in blocks of BQ query rows, with sgemm on the
 // (rows × keys) score block and the keys above the diagonal zeroed (a bf16
 // cache's rows widened to f32 first). The backward recomputes the
@@ -83,34 +83,27 @@ static const float *kv_head(const attn_args *a, rl_attn_seq sq, int hk, int kv, 
 // share key/value head hk at once, a row at a time: S (G × T) = Q Kᵀ / √HS,
 // each row's exp(S − rowmax), O (G × HS) = that · V divided by its sum. The
 // G query rows of one position are contiguous (row stride HS), so is their
-// output; K and V are read once for the G of them: an f32 cache by sgemm, a
-// bf16 cache by the kernels' kv_scores and kv_mix (sgemm measured as fast as
-// those on f32 rows; on bf16 rows they read half the bytes).
+// output; K and V are read once for the G of them, by the kernels' kv_scores
+// and kv_mix on either cache. (sgemm took these products of a few rows on
+// an f32 cache before: in a 64-slot f32 decoding profile its calls held 12%
+// of the samples, where attention is 2% of the step's arithmetic.)
 static void attend_rows(const attn_args *a, rl_attn_seq sq, int hk) {
     int NH = a->NH, HS = a->HS, G = NH / a->NKV, qs = NH * HS, ks = a->NKV * HS;
-    size_t at = (size_t)sq.kv0 * ks + (size_t)hk * HS;
+    size_t at = (size_t)sq.kv0 * ks + (size_t)hk * HS, es = dt_size(a->kvt);
     float *S = xmalloc(((size_t)G * (sq.pos0 + sq.n) + (size_t)G) * sizeof(float));
     float *inv = S + (size_t)G * (sq.pos0 + sq.n), scale = 1.0f / sqrtf((float)HS);
     for (int j = 0; j < sq.n; j++) {
         int T = sq.pos0 + j + 1;
         const float *q = a->q + (size_t)(sq.q0 + j) * qs + (size_t)hk * G * HS;
         float *o = a->out + (size_t)(sq.q0 + j) * qs + (size_t)hk * G * HS;
-        if (a->kvt == DT_BF16)
-            cpu_K->kv_scores(S, q, G, (const uint16_t *)a->k + at, (size_t)ks, T, HS, scale);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, G, T, HS, scale, q, HS, (const float *)a->k + at,
-                        ks, 0.0f, S, T);
+        cpu_K->kv_scores(S, q, G, (const char *)a->k + at * es, a->kvt, (size_t)ks, T, HS, scale);
         for (int g = 0; g < G; g++) {
             float *p = S + (size_t)g * T;
             float mx = cpu_row_max(p, T), sum = cpu_K->exp_row(p, p, T, mx, 1.0f);
             inv[g] = 1.0f / sum;
             if (a->lse) a->lse[(size_t)(sq.q0 + j) * NH + hk * G + g] = mx + logf(sum);
         }
-        if (a->kvt == DT_BF16)
-            cpu_K->kv_mix(o, S, G, T, (const uint16_t *)a->v + at, (size_t)ks, HS);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, G, HS, T, 1.0f, S, T, (const float *)a->v + at,
-                        ks, 0.0f, o, HS);
+        cpu_K->kv_mix(o, S, G, T, (const char *)a->v + at * es, a->kvt, (size_t)ks, HS);
         for (int g = 0; g < G; g++)
 #pragma omp simd
             for (int d = 0; d < HS; d++) o[(size_t)g * HS + d] *= inv[g];

@@ -95,22 +95,22 @@ static void dots_i8_portable(int32_t *out, const int8_t *x, size_t ldx, int nx, 
         }
 }
 
-static void kv_scores_portable(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS,
-                               float scale) {
+static void kv_scores_portable(float *S, const float *q, int G, const void *K, rl_dtype dt, size_t ld, int T,
+                               int HS, float scale) {
     for (int g = 0; g < G; g++)
         for (int t = 0; t < T; t++) {
             float s = 0;
-            for (int d = 0; d < HS; d++) s += q[(size_t)g * HS + d] * bf16_to_f32(K[(size_t)t * ld + d]);
+            for (int d = 0; d < HS; d++) s += q[(size_t)g * HS + d] * elem(kv_row(K, dt, ld, t), NULL, d, 0, dt);
             S[(size_t)g * T + t] = s * scale;
         }
 }
 
-static void kv_mix_portable(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS) {
+static void kv_mix_portable(float *o, const float *P, int G, int T, const void *V, rl_dtype dt, size_t ld, int HS) {
     for (size_t i = 0; i < (size_t)G * HS; i++) o[i] = 0;
     for (int t = 0; t < T; t++)
         for (int g = 0; g < G; g++)
             for (int d = 0; d < HS; d++)
-                o[(size_t)g * HS + d] += P[(size_t)g * T + t] * bf16_to_f32(V[(size_t)t * ld + d]);
+                o[(size_t)g * HS + d] += P[(size_t)g * T + t] * elem(kv_row(V, dt, ld, t), NULL, d, 0, dt);
 }
 
 static const cpu_kernels *cpu_kernels_portable(void) {

@@ -74,14 +74,17 @@ typedef struct {
     void (*gemm_panels)(float *out, size_t ldo, const float *x, int N, const void *w, rl_dtype dt,
                         const void *panels, int M, int K, int add);
     unsigned panels_for;
-    // Decoding attention against one key/value head of a bf16 cache, for
-    // the G query heads that share it; keys and values are T rows of HS bf16
-    // at a row stride of ld elements, summed in f32:
+    // Decoding attention against one key/value head of the KV cache, for the
+    // G query heads that share it; keys and values are T rows of HS elements
+    // of dt (f32 or bf16) at a row stride of ld elements, summed in f32, in
+    // the same order for either dt (a bf16 cache's values give an f32
+    // cache's sums bit for bit):
     // S (G, T) = scale · q (G, HS) · Kᵀ, each sum over HS in an order of the build's own;
-    void (*kv_scores)(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS, float scale);
+    void (*kv_scores)(float *S, const float *q, int G, const void *K, rl_dtype dt, size_t ld, int T, int HS,
+                      float scale);
     // o (G, HS) = P (G, T) · V, each sum over t in order 0 .. T−1 (by FMA
     // but in the portable build).
-    void (*kv_mix)(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS);
+    void (*kv_mix)(float *o, const float *P, int G, int T, const void *V, rl_dtype dt, size_t ld, int HS);
 } cpu_kernels;
 
 // The kernels in use: NULL until cpu_kernels_choose() sets them once (ops_cpu

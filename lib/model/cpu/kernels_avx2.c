@@ -371,21 +371,21 @@ AVX2 static void gemm_avx2(float *out, size_t ldo, const float *x, int N, const 
     }
 }
 
-// Scores of 4 keys k[0..3] (the last repeated where fewer than 4 are left:
-// nt are stored) for gn (1 to 3) query heads at q: 12 accumulators of 8
-// lanes, each key's 8 elements widened once for the gn heads; the 4 keys'
-// lane sums are added by hadd, then the halves, then the elements past the
-// last 8. S's rows are T apart.
+// Scores of 4 keys k[0..3] of dt (the last repeated where fewer than 4 are
+// left: nt are stored) for gn (1 to 3) query heads at q: 12 accumulators of
+// 8 lanes, each key's 8 elements loaded (bf16 widened) once for the gn heads;
+// the 4 keys' lane sums are added by hadd, then the halves, then the
+// elements past the last 8. S's rows are T apart.
 AVX2 static inline __attribute__((always_inline)) void scores4_avx2(float *S, int T, const float *q, int gn,
-                                                                   const uint16_t *const k[4], int HS, float scale,
-                                                                   int nt) {
+                                                                   const void *const k[4], rl_dtype dt, int HS,
+                                                                   float scale, int nt) {
     __m256 acc[3][4];
     for (int g = 0; g < 3; g++)
         for (int j = 0; j < 4; j++) acc[g][j] = _mm256_setzero_ps();
     int d = 0;
     for (; d + 8 <= HS; d += 8)
         for (int j = 0; j < 4; j++) {
-            __m256 kv = load8(k[j], d, DT_BF16);
+            __m256 kv = load8(k[j], d, dt);
             for (int g = 0; g < gn; g++)
                 acc[g][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)g * HS + d), kv, acc[g][j]);
         }
@@ -393,26 +393,32 @@ AVX2 static inline __attribute__((always_inline)) void scores4_avx2(float *S, in
         __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[g][0], acc[g][1]), _mm256_hadd_ps(acc[g][2], acc[g][3]));
         float s[4];
         _mm_storeu_ps(s, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
-        scores_store(S + (size_t)g * T, s, q + (size_t)g * HS, k, d, HS, scale, nt);
+        scores_store(S + (size_t)g * T, s, q + (size_t)g * HS, k, dt, d, HS, scale, nt);
     }
 }
 
-AVX2 static void kv_scores_avx2(float *S, const float *q, int G, const uint16_t *K, size_t ld, int T, int HS,
+AVX2 static void kv_scores_avx2(float *S, const float *q, int G, const void *K, rl_dtype dt, size_t ld, int T, int HS,
                                 float scale) {
-    KV_SCORES_WALK(scores4_avx2)
+    if (dt == DT_BF16) KV_SCORES_WALK(scores4_avx2, DT_BF16)
+    else KV_SCORES_WALK(scores4_avx2, DT_F32)
 }
 
 // Columns 32 at a time, then 8, then one by one (fmaf, in the same order).
-AVX2 static void kv_mix_avx2(float *o, const float *P, int G, int T, const uint16_t *V, size_t ld, int HS) {
-    for (int g0 = 0; g0 < G; g0 += 3) {
-        int gn = G - g0 < 3 ? G - g0 : 3, d0 = 0;
-        float *og = o + (size_t)g0 * HS;
-        const float *Pg = P + (size_t)g0 * T;
-        for (; d0 + 32 <= HS; d0 += 32) KV_MIX(4)
-        for (; d0 + 8 <= HS; d0 += 8) KV_MIX(1)
-        mix_columns(og, Pg, T, gn, V, ld, HS, d0);
+#define KV_MIX_WALK(DT)                                                        \
+    for (int g0 = 0; g0 < G; g0 += 3) {                                        \
+        int gn = G - g0 < 3 ? G - g0 : 3, d0 = 0;                              \
+        float *og = o + (size_t)g0 * HS;                                       \
+        const float *Pg = P + (size_t)g0 * T;                                  \
+        for (; d0 + 32 <= HS; d0 += 32) KV_MIX(4, DT)                          \
+        for (; d0 + 8 <= HS; d0 += 8) KV_MIX(1, DT)                            \
+        mix_columns(og, Pg, T, gn, V, DT, ld, HS, d0);                         \
     }
+
+AVX2 static void kv_mix_avx2(float *o, const float *P, int G, int T, const void *V, rl_dtype dt, size_t ld, int HS) {
+    if (dt == DT_BF16) KV_MIX_WALK(DT_BF16)
+    else KV_MIX_WALK(DT_F32)
 }
+#undef KV_MIX_WALK
 
 // ---- Panels with AVX2: pack.h's 64 bytes a step read as two vectors ------
 

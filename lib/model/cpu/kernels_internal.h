@@ -38,6 +38,14 @@ static inline float unscaled(const void *w, int k, rl_dtype dt) {
     return dt == DT_I8 ? (float)((const int8_t *)w)[k] : e4m3_to_f32(((const uint8_t *)w)[k]);
 }
 
+// Bytes of a KV cache's element: f32 or bf16 (inline, for the kernels' loops)
+static inline size_t kv_size(rl_dtype dt) { return dt == DT_BF16 ? 2 : 4; }
+
+// Row t of a KV cache's head: rows of dt ld elements apart
+static inline const void *kv_row(const void *base, rl_dtype dt, size_t ld, int t) {
+    return (const char *)base + (size_t)t * ld * kv_size(dt);
+}
+
 static __attribute__((unused)) void swiglu_backward_portable(float *dg, float *du, const float *d, const float *g,
                                                              const float *u, int n) {
     for (int i = 0; i < n; i++) {
@@ -160,66 +168,68 @@ static __attribute__((unused)) int gemm_kc(int N, int K, int xsize) {
 // pick up too late (measured: 64-slot bf16 decoding 10% faster with them).
 #define KV_AHEAD 16
 
-AVX2 static inline void kv_fetch(const uint16_t *row, int HS) {
-    for (int d = 0; d < HS; d += 32) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
+AVX2 static inline void kv_fetch(const void *row, int HS, rl_dtype dt) {
+    for (size_t b = 0; b < (size_t)HS * kv_size(dt); b += 64) _mm_prefetch((const char *)row + b, _MM_HINT_T0);
 }
 
 // The scores s[0 .. nt) of one query head q, summed over the elements
-// before d, finished over the rest and stored scaled into S.
-static inline void scores_store(float *S, float *s, const float *q, const uint16_t *const k[4], int d, int HS,
-                                float scale, int nt) {
+// before d, finished over the rest (fmaf, so that no compiler's choice to
+// fuse or not tells an f32 cache from a bf16 one) and stored scaled into S.
+static inline void scores_store(float *S, float *s, const float *q, const void *const k[4], rl_dtype dt, int d,
+                                int HS, float scale, int nt) {
     for (int j = 0; j < nt; j++) {
-        for (int e = d; e < HS; e++) s[j] += q[e] * bf16_to_f32(k[j][e]);
+        for (int e = d; e < HS; e++) s[j] = fmaf(q[e], elem(k[j], NULL, e, 0, dt), s[j]);
         S[j] = s[j] * scale;
     }
 }
 
 // The columns [d0, HS) of the mix one by one (fmaf, in the vector builds' order)
-static __attribute__((unused)) void mix_columns(float *og, const float *Pg, int T, int gn, const uint16_t *V, size_t ld,
-                                                int HS, int d0) {
+static __attribute__((unused)) void mix_columns(float *og, const float *Pg, int T, int gn, const void *V, rl_dtype dt,
+                                                size_t ld, int HS, int d0) {
     for (; d0 < HS; d0++)
         for (int g = 0; g < gn; g++) {
             float s = 0;
-            for (int t = 0; t < T; t++) s = fmaf(Pg[(size_t)g * T + t], bf16_to_f32(V[(size_t)t * ld + d0]), s);
+            for (int t = 0; t < T; t++) s = fmaf(Pg[(size_t)g * T + t], elem(kv_row(V, dt, ld, t), NULL, d0, 0, dt), s);
             og[(size_t)g * HS + d0] = s;
         }
 }
 
 // Keys 4 at a time for up to 3 query heads at a time, each block by SCORES4
-// (a build's scores4_*): the keys are read from memory once for G ≤ 3
-// (SmolLM2, Qwen3's smaller models), from cache after.
-#define KV_SCORES_WALK(SCORES4)                                                        \
+// (a build's scores4_*) on keys of DT: the keys are read from memory once
+// for G ≤ 3 (SmolLM2, Qwen3's smaller models), from cache after.
+#define KV_SCORES_WALK(SCORES4, DT)                                                    \
     for (int g0 = 0; g0 < G; g0 += 3) {                                                \
         int gn = G - g0 < 3 ? G - g0 : 3;                                              \
         for (int t0 = 0; t0 < T; t0 += 4) {                                            \
             int nt = T - t0 < 4 ? T - t0 : 4;                                          \
-            const uint16_t *k[4];                                                      \
-            for (int j = 0; j < 4; j++) k[j] = K + (size_t)(t0 + (j < nt ? j : nt - 1)) * ld; \
+            const void *k[4];                                                          \
+            for (int j = 0; j < 4; j++) k[j] = kv_row(K, DT, ld, t0 + (j < nt ? j : nt - 1)); \
             for (int j = 0; g0 == 0 && j < 4 && t0 + KV_AHEAD + j < T; j++)            \
-                kv_fetch(K + (size_t)(t0 + KV_AHEAD + j) * ld, HS);                    \
+                kv_fetch(kv_row(K, DT, ld, t0 + KV_AHEAD + j), HS, DT);                \
             float *s = S + (size_t)g0 * T + t0;                                        \
             const float *qg = q + (size_t)g0 * HS;                                     \
-            if (gn == 3) SCORES4(s, T, qg, 3, k, HS, scale, nt);                       \
-            else if (gn == 2) SCORES4(s, T, qg, 2, k, HS, scale, nt);                  \
-            else SCORES4(s, T, qg, 1, k, HS, scale, nt);                               \
+            if (gn == 3) SCORES4(s, T, qg, 3, k, DT, HS, scale, nt);                   \
+            else if (gn == 2) SCORES4(s, T, qg, 2, k, DT, HS, scale, nt);              \
+            else SCORES4(s, T, qg, 1, k, DT, HS, scale, nt);                           \
         }                                                                              \
     }
 
 // o (gn, 8·w columns from d0) = P (gn, T) · V's columns, for gn (1 to 3)
 // query heads and w (1 or 4) vectors of 8: up to 12 accumulators, each value
-// row's vectors widened once for the gn heads; P's and o's rows T and HS apart.
-AVX2 static inline __attribute__((always_inline)) void mix_avx2(float *o, const float *P, int T, int gn,
-                                                               const uint16_t *V, size_t ld, int HS, int d0, int w) {
+// row's vectors loaded (a bf16 one widened) once for the gn heads; P's and
+// o's rows T and HS apart.
+AVX2 static inline __attribute__((always_inline)) void mix_avx2(float *o, const float *P, int T, int gn, const void *V,
+                                                               rl_dtype dt, size_t ld, int HS, int d0, int w) {
     __m256 acc[3][4];
     for (int g = 0; g < 3; g++)
         for (int i = 0; i < 4; i++) acc[g][i] = _mm256_setzero_ps();
     for (int t = 0; t < T; t++) {
-        const uint16_t *v = V + (size_t)t * ld;
-        if (d0 == 0 && t + KV_AHEAD < T) kv_fetch(v + KV_AHEAD * ld, HS);
+        const void *v = kv_row(V, dt, ld, t);
+        if (d0 == 0 && t + KV_AHEAD < T) kv_fetch(kv_row(V, dt, ld, t + KV_AHEAD), HS, dt);
         __m256 p[3];
         for (int g = 0; g < gn; g++) p[g] = _mm256_broadcast_ss(P + (size_t)g * T + t);
         for (int i = 0; i < w; i++) {
-            __m256 x = load8(v, d0 + 8 * i, DT_BF16);
+            __m256 x = load8(v, d0 + 8 * i, dt);
             for (int g = 0; g < gn; g++) acc[g][i] = _mm256_fmadd_ps(p[g], x, acc[g][i]);
         }
     }
@@ -227,11 +237,11 @@ AVX2 static inline __attribute__((always_inline)) void mix_avx2(float *o, const 
         for (int i = 0; i < w; i++) _mm256_storeu_ps(o + (size_t)g * HS + d0 + 8 * i, acc[g][i]);
 }
 
-#define KV_MIX(W)                                                              \
+#define KV_MIX(W, DT)                                                          \
     switch (gn) {                                                              \
-    case 1: mix_avx2(og, Pg, T, 1, V, ld, HS, d0, W); break;                  \
-    case 2: mix_avx2(og, Pg, T, 2, V, ld, HS, d0, W); break;                  \
-    default: mix_avx2(og, Pg, T, 3, V, ld, HS, d0, W); break;                 \
+    case 1: mix_avx2(og, Pg, T, 1, V, DT, ld, HS, d0, W); break;              \
+    case 2: mix_avx2(og, Pg, T, 2, V, DT, ld, HS, d0, W); break;              \
+    default: mix_avx2(og, Pg, T, 3, V, DT, ld, HS, d0, W); break;             \
     }
 
 // The blocks of a product from panels: rows of inputs *nb at a time (at most
