@@ -230,7 +230,6 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
         if (get_ids(l, v, 0, &s->ids, &s->n, &rep[0], err)) return -1;
         if (!s->ids)
             return err_set(err, "no \"ids\" (the completion's token ids), no \"completion\" text and no \"messages\"");
-        if (s->n == 0) return err_set(err, "empty completion (\"ids\" has no tokens)");
         if (get_ids(l, v, 1, &s->prompt, &s->np, &rep[1], err)) return -1;
         if (!s->prompt) return err_set(err, "no \"prompt_ids\" and no \"prompt\"");
         if (s->np == 0) return err_set(err, "empty prompt: nothing predicts the first completion token");
@@ -547,11 +546,11 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     }
     m->groups = batch_advantages(l);
     batch_stats(l, version, m);
-    // sequences with a gradient: all for sft, those with an advantage otherwise
-    lseq **tr = xmalloc(l->bn * sizeof *tr);
+    // sequences with a gradient: all with tokens for sft, those with an advantage too otherwise
+    lseq **tr = xmalloc((l->bn ? l->bn : 1) * sizeof *tr);
     size_t all = 0, fwd = 0;
     for (size_t i = 0; i < l->bn; i++)
-        if (l->o.loss == LOSS_SFT || l->s[i].a != 0) {
+        if (l->s[i].n && (l->o.loss == LOSS_SFT || l->s[i].a != 0)) {
             tr[all++] = &l->s[i];
             fwd += l->s[i].np + l->s[i].n - 1;
         }

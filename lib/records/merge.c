@@ -5,10 +5,15 @@
 #include "records/merge.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "records/fields.h"
@@ -45,6 +50,7 @@ typedef struct {
 
 struct mrg {
     mrg_opts o;
+    double t0;                   // clock_now() at mrg_new: the start limit counts from it
     size_t hold;
     pthread_mutex_t mu;
     pthread_cond_t ready;        // for the writer: a group completed, a source ended or failed
@@ -159,13 +165,64 @@ static int check_header(mrg_t *m, const rec_t *h, rl_err *err) {
     return rc;
 }
 
+// A named pipe under a start limit (mrg_opts.start_timeout): opened without
+// waiting for a writer, then polled until it has data, or its writer came
+// and went, or the limit passes. Its reader, or NULL with err; *fd: the
+// descriptor the caller closes after the reader.
+static recr_t *open_fifo(mrg_t *m, msrc *s, int *fd, rl_err *err) {
+    int f = open(s->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (f < 0) {
+        err_set(err, "cannot open: %s: %s", s->path, strerror(errno));
+        return NULL;
+    }
+    for (;;) {
+        double left = m->t0 + m->o.start_timeout - clock_now();
+        if (left <= 0) {
+            close(f);
+            err_set(err, "%s: no writer wrote to this named pipe within %g s of the start (--start-timeout)",
+                    s->path, m->o.start_timeout);
+            return NULL;
+        }
+        struct pollfd p = {.fd = f, .events = POLLIN};
+        int rc = poll(&p, 1, (int)ceil(left * 1000));
+        if (rc > 0) break;
+        if (rc < 0 && errno != EINTR) {
+            err_set(err, "%s: poll: %s", s->path, strerror(errno));
+            close(f);
+            return NULL;
+        }
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        err_set(err, "%s: fcntl: %s", s->path, strerror(errno));
+        close(f);
+        return NULL;
+    }
+    *fd = f;
+    return recr_fdopen(f, s->st.name, &m->o.lim);
+}
+
+// A source's reader, or NULL with err; *fd >= 0: a descriptor to close after it.
+static recr_t *open_source(mrg_t *m, msrc *s, int *fd, rl_err *err) {
+    struct stat sb;
+    *fd = -1;
+    if (!s->path) return recr_fdopen(s->fd, s->st.name, &m->o.lim);
+    if (m->o.start_timeout > 0 && strcmp(s->path, "-") && stat(s->path, &sb) == 0 && S_ISFIFO(sb.st_mode))
+        return open_fifo(m, s, fd, err);
+    return recr_open(s->path, &m->o.lim, err);
+}
+
 static void *reader_main(void *arg) {
     msrc *s = arg;
     mrg_t *m = s->m;
     rl_err e;
     char why[sizeof m->fault - 200] = "";
-    recr_t *r = s->path ? recr_open(s->path, &m->o.lim, &e) : recr_fdopen(s->fd, s->st.name, &m->o.lim);
+    int own_fd;
+    recr_t *r = open_source(m, s, &own_fd, &e);
     if (!r) snprintf(why, sizeof why, "%s", e.msg);
+    pthread_mutex_lock(&m->mu);
+    s->st.opened = r != NULL;
+    pthread_mutex_unlock(&m->mu);
     rec_t *rec = rec_new();
     mgroup *g = NULL;
     uint64_t size = 0;           // records per group, from the member's header (0: not said)
@@ -237,6 +294,7 @@ static void *reader_main(void *arg) {
     pthread_mutex_unlock(&m->mu);
     group_free(g);
     recr_close(r);
+    if (own_fd >= 0) close(own_fd);
     // Before the source counts as ended: mrg_free, after MRG_END, finds every answer given.
     if (s->end) s->end(s->ctx, s->fd, why[0] ? why : NULL, records);
     pthread_mutex_lock(&m->mu);
@@ -252,6 +310,7 @@ mrg_t *mrg_new(const mrg_opts *o) {
     mrg_t *m = xmalloc(sizeof *m);
     memset(m, 0, sizeof *m);
     m->o = *o;
+    m->t0 = clock_now();
     m->hold = o->round > MRG_HOLD_MIN / 4 ? 4 * o->round : MRG_HOLD_MIN;
     m->header = rec_new();
     pthread_mutex_init(&m->mu, NULL);
@@ -418,6 +477,13 @@ const char *mrg_fault(const mrg_t *m) { return m->fault; }
 size_t mrg_nsources(mrg_t *m) {
     pthread_mutex_lock(&m->mu);
     size_t n = m->n;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+int mrg_expected(mrg_t *m) {
+    pthread_mutex_lock(&m->mu);
+    int n = m->expected;
     pthread_mutex_unlock(&m->mu);
     return n;
 }

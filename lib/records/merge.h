@@ -44,6 +44,11 @@
 typedef struct {
     uint64_t round;          // 0: arrival order; N: rounds of N groups of each live source
     rec_limits lim;
+    // Seconds from mrg_new that a named pipe has to start (0: no limit): one
+    // that no writer has written to by then is a fault, and the merge goes on
+    // without it. (Without a limit, opening a named pipe waits for its writer;
+    // sync/merger.h bounds the connections awaited by the same limit.)
+    double start_timeout;
 } mrg_opts;
 
 typedef struct mrg mrg_t;
@@ -90,10 +95,14 @@ typedef struct {
     uint64_t records_out, groups_out;
     uint64_t records_dropped, groups_dropped;   // its incomplete group when it failed
     uint64_t bytes_in;
+    int opened;                // its stream is open: a named pipe has a writer (with a start
+                               // limit: has been written to); a connection, from the start
     int ended, failed;
 } mrg_source_stats;
 
 size_t mrg_nsources(mrg_t *m);
+// Connections awaited (mrg_expect) that have not come.
+int mrg_expected(mrg_t *m);
 void mrg_source(mrg_t *m, size_t i, mrg_source_stats *st);
 // Appends what the merge did, accounting for every record read (in = out +
 // dropped): "merge of 3 sources: 27 records in, 24 out in 6 groups, 3

@@ -62,16 +62,19 @@ int recw_write(recw_t *w, const rec_t *rec, rl_err *err) {
     return 0;
 }
 
-void recw_set_partial(recw_t *w, const char *why) {
-    if (w->partial[0]) return;
+void recw_partial_text(char *dst, size_t size, const char *why) {
     // The trailer's string is UTF-8 as every other: cut before a character
     // that does not fit, or that is not UTF-8.
     size_t n = strlen(why);
-    if (n >= sizeof w->partial) n = sizeof w->partial - 1;
+    if (n >= size) n = size - 1;
     n = utf8_valid_len((const uint8_t *)why, n);
-    memcpy(w->partial, why, n);
-    w->partial[n] = 0;
-    if (!n) snprintf(w->partial, sizeof w->partial, "records lost");
+    memcpy(dst, why, n);
+    dst[n] = 0;
+    if (!n) snprintf(dst, size, "records lost");
+}
+
+void recw_set_partial(recw_t *w, const char *why) {
+    if (!w->partial[0]) recw_partial_text(w->partial, sizeof w->partial, why);
 }
 
 int recw_close(recw_t *w, rl_err *err) {

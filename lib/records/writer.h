@@ -31,6 +31,9 @@ int recw_flush(recw_t *w, rl_err *err);
 // so, "partial": why (the first reason given), and its readers report it
 // (rlpipe-records(5)).
 void recw_set_partial(recw_t *w, const char *why);
+// why as a trailer's "partial" keeps it, into dst (size bytes, NUL ended): cut
+// to whole UTF-8 characters that fit; "records lost" when none is left.
+void recw_partial_text(char *dst, size_t size, const char *why);
 // Writes the trailer and flushes. Free the writer with recw_free after.
 int recw_close(recw_t *w, rl_err *err);
 // Frees the writer; without recw_close first the member has no trailer and

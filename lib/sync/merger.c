@@ -41,8 +41,9 @@ merger *merger_new(const merger_opts *o) {
 }
 
 const char *merger_listen(merger *g, net_addr *a, rl_err *err) {
-    rnet_opts ro = {.token = g->o.token, .expect = g->o.senders, .tool = g->o.tool, .source = on_connection,
-                    .refused = on_refused, .failed = on_failed, .ctx = g};
+    rnet_opts ro = {.token = g->o.token, .expect = g->o.senders, .start_timeout = g->o.merge.start_timeout,
+                    .tool = g->o.tool, .source = on_connection, .refused = on_refused, .failed = on_failed,
+                    .ctx = g};
     GROW(g->listeners, g->cap, g->n + 1, 4);
     mrg_expect(g->m, g->o.senders);
     rnet_t *l = rnet_listen(a, &ro, err);

@@ -12,6 +12,8 @@ typedef struct {
     mrg_opts merge;
     const sbuf *token;     // of the connections (NULL: none, unix: only)
     int senders;           // connections each address takes
+    // merge.start_timeout also bounds the wait for them: those that have not
+    // come by then are failed (below) as missing.
     const char *tool;      // who answers, for the hello
     // On a listener's thread: refused(ctx, msg), a peer refused (the
     // listener goes on); failed(ctx, missing, msg), the socket failed and

@@ -103,6 +103,7 @@ struct rnet {
     net_addr addr;
     char name[512];
     int lfd;
+    double until;   // clock_now() by which the connections must have come (with a start limit)
     pthread_t thread;
 };
 
@@ -144,10 +145,29 @@ static int admit(rnet_t *l, int fd, rl_err *why) {
     return rc ? err_set(why, "%s", e.msg) : 0;
 }
 
+// Waits until the listening socket has a connection to accept: 1, or 0
+// once the start limit (rnet_opts.start_timeout) has passed.
+static int pending(rnet_t *l) {
+    for (;;) {
+        double left = l->until - clock_now();
+        if (left <= 0) return 0;
+        struct pollfd p = {.fd = l->lfd, .events = POLLIN};
+        int rc = poll(&p, 1, (int)(left * 1000) + 1);
+        if (rc != 0 && !(rc < 0 && errno == EINTR)) return 1;   // an error: accept4 tells it
+    }
+}
+
 static void *listen_main(void *arg) {
     rnet_t *l = arg;
     int taken = 0;
     while (taken < l->o.expect) {
+        if (l->o.start_timeout > 0 && !pending(l)) {
+            char msg[700];
+            snprintf(msg, sizeof msg, "%s: %d of %d connections came within %g s of the start (--start-timeout)",
+                     l->name, taken, l->o.expect, l->o.start_timeout);
+            l->o.failed(l->o.ctx, l->o.expect - taken, msg);
+            break;
+        }
         int fd = accept4(l->lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
@@ -184,6 +204,7 @@ rnet_t *rnet_listen(net_addr *a, const rnet_opts *o, rl_err *err) {
     rnet_t *l = xmalloc(sizeof *l);
     memset(l, 0, sizeof *l);
     l->o = *o;
+    l->until = clock_now() + o->start_timeout;
     if ((l->lfd = net_listen(a, err)) < 0) {
         free(l);
         return NULL;

@@ -43,6 +43,9 @@ int rnet_refusal(int fd, double timeout, char *buf, size_t size);
 typedef struct {
     const sbuf *token;          // NULL: no authentication (unix sockets only)
     int expect;                 // authenticated connections to take; then the socket closes
+    // Seconds from rnet_listen for all of them to come (0: no limit): then
+    // the socket closes and fails (failed below) with those still missing.
+    double start_timeout;
     const char *tool;           // who answers, for the hello ("rl-cat")
     // Called on the listener's thread. An authenticated connection, named
     // "ADDR from PEER": one more source, its descriptor now the callee's.

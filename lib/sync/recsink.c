@@ -119,12 +119,7 @@ int recsink_record(recsink_t *k, const rec_t *r, rl_err *err) {
 }
 
 void recsink_set_partial(recsink_t *k, const char *why) {
-    if (k->partial[0]) return;
-    size_t n = strlen(why);   // cut as recw_set_partial cuts: UTF-8, whole characters
-    if (n >= sizeof k->partial) n = sizeof k->partial - 1;
-    n = utf8_valid_len((const uint8_t *)why, n);
-    if (n) snprintf(k->partial, sizeof k->partial, "%.*s", (int)n, why);
-    else snprintf(k->partial, sizeof k->partial, "records lost");
+    if (!k->partial[0]) recw_partial_text(k->partial, sizeof k->partial, why);
 }
 
 int recsink_close(recsink_t *k, rl_err *err) {

@@ -69,10 +69,14 @@ static jinja_val *recase(jx_ctx *c, jinja_val *s, case_op op) {
     return jx_sbuf_str(c, &b);
 }
 
-// jinja2's title filter: the text split before and after each run of '-',
-// whitespace and opening brackets, each piece's first code point upper-cased
-// and the rest lower-cased as a string of its own (item[0].upper() +
-// item[1:].lower()).
+// The separators of jinja2's title filter: '-', whitespace and opening brackets.
+static int title_sep(uint32_t cp) {
+    return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jx_isspace(cp);
+}
+
+// jinja2's title filter: the text split before and after each run of
+// separators, each piece's first code point upper-cased and the rest
+// lower-cased as a string of its own (item[0].upper() + item[1:].lower()).
 static jinja_val *title_filter(jx_ctx *c, jinja_val *s) {
     sbuf b = {0};
     const char *p = s->u.s.p;
@@ -80,10 +84,10 @@ static jinja_val *title_filter(jx_ctx *c, jinja_val *s) {
     for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t first_end = jx_utf8_next(p, n, i, &cp), end = first_end;
-        int sep = cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jx_isspace(cp);
+        int sep = title_sep(cp);
         while (end < n) {   // the piece: a run of separators, or of the rest
             size_t next = jx_utf8_next(p, n, end, &cp);
-            if (sep != (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || jx_isspace(cp))) break;
+            if (sep != title_sep(cp)) break;
             end = next;
         }
         jx_case_upper(&b, p + i, first_end - i);

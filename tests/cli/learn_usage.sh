@@ -103,7 +103,8 @@ EOF2
 expect "--loss pg with a template of 100,000 chained terms: it is not read, exit 0" 0 '' -- \
     rl-learn --init hostile --out ck3 --batch 4 -q --max-steps 1 r.rlr
 expect "--loss sft with it: exit 1, the template's nesting named, no crash" 1 \
-    '^rl-learn: error: the chat template: ck4/v000000/chat_template\.jinja line 1: nesting deeper than the parse limit \(256; each link of a chain' -- \
+    '^rl-learn: error: the chat template: hostile/chat_template\.jinja line 1: nesting deeper than the parse limit \(256; each link of a chain' -- \
     rl-learn --init hostile --out ck4 --loss sft -q r.rlr
+check "--loss sft with it: refused before any version is written" "$(ls -R ck4 2>&1)" eval '[ ! -e ck4/v000000 ]'
 usage "--chat-arg with --loss pg" '--chat-arg: only --loss sft renders conversations' --init m --out ck --chat-arg x=1
 finish

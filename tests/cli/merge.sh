@@ -59,7 +59,7 @@ usage() {  # usage NAME PATTERN ARGS...
     shift 2
     expect "$name: usage error" 2 "^rl-cat: error: $pattern" -- rl-cat "$@"
 }
-usage "--round without --merge" '--round and --senders apply to --merge' --round 2 a.rlr
+usage "--round without --merge" '--round, --senders and --start-timeout apply to --merge' --round 2 a.rlr
 usage "--round 0" '--round: a round holds at least one group' --merge --round 0 a.rlr
 usage "--senders without an address" '--senders applies to a SOURCE to listen at' --merge --senders 2 a.rlr
 usage "--senders 0" '--senders: a SOURCE to listen at takes one connection' --merge --senders 0 unix:u.sock
@@ -274,4 +274,33 @@ check "another kind: refused, named" "$(cat err)" \
 check "another group size: refused, named" "$(cat err)" \
     grep -qE '^rl-cat: error: a member whose header says "sampling": groups of 3 cannot join the merge of groups of 4: late2 record 0$' err
 check "the first source's groups all out" "k.rlr" "$PY" -c 'from mergecheck import *; check_whole(merged("k.rlr")[1], {1: [4] * 5})'
+# Sources that do not start: a named pipe no writer opens, a connection that does not come.
+mkfifo idle
+expect "--start-timeout: a named pipe nobody writes to fails after it, named; exit 1" 1 \
+    '^rl-cat: error: idle: no writer wrote to this named pipe within 1 s of the start \(--start-timeout\)$' -- \
+    timeout 30 rl-cat --merge --start-timeout 1 c.rlr idle -o st.rlr
+pycheck "--start-timeout: the other source's groups are out, the trailer names the pipe" <<'EOF'
+from mergecheck import *
+from rltest import read_stream
+check_whole(merged("st.rlr")[1], {3: [4, 4]})
+assert read_stream(open("st.rlr", "rb").read())[0][2]["partial"].startswith("idle: no writer"), "no partial trailer"
+EOF
+timeout 30 rl-cat --merge --senders 2 --start-timeout 2 "unix:$T/st.sock" >st2.rlr 2>st2.err &
+merge=$!
+addr=$(listening st2.err) || fail "--start-timeout, connections: the merge listens" "$(cat st2.err)"
+expect "--start-timeout, connections: the one sender that comes: exit 0" 0 '' -- rl-cat --to "$addr" c.rlr
+wait $merge
+rc=$?
+check "--start-timeout, connections: 1 of 2 came, named; exit 1" "exit $rc: $(cat st2.err)" \
+    eval "[ $rc = 1 ] && grep -qF 'rl-cat: error: $addr: 1 of 2 connections came within 2 s of the start (--start-timeout)' st2.err"
+check "--start-timeout, connections: the sender's groups are out" "st2.rlr" \
+    "$PY" -c 'from mergecheck import *; check_whole(merged("st2.rlr")[1], {3: [4, 4]})'
+mkfifo late3
+(sleep 6; exec timeout 30 "${writer[@]}" late3 7 4,4 "") &
+expect "a named pipe whose writer comes 6 s late: stderr says what the merge waits for; exit 0" 0 \
+    '^rl-cat: waiting for late3 to start sending; --start-timeout S gives up on them$' -- \
+    timeout 30 rl-cat --merge c.rlr late3 -o w.rlr
+check "the late pipe's groups are out" "w.rlr" \
+    "$PY" -c 'from mergecheck import *; check_whole(merged("w.rlr")[1], {3: [4, 4], 7: [4, 4]})'
+expect "--start-timeout without --merge: a usage error" 2 'apply to --merge' -- rl-cat --start-timeout 1 c.rlr
 finish

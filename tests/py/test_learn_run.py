@@ -483,8 +483,26 @@ def a_record_without_ids_is_an_error_naming_it():
 
 
 @case
-def empty_ids_is_an_error_naming_the_record():
-    bad_record("emptyids", lambda r: (r.__setitem__("ids", []), r.__setitem__("ver", [])), "empty completion")
+def a_completion_of_no_tokens_is_a_sample_with_nothing_to_learn():
+    """rl-ratio passes on a completion of no tokens (its "w" and "mask"
+    empty); the learner takes it as a sample with no token to learn from: with
+    the loss a mean over tokens, the step's weights are those of the batch
+    without it, bit for bit, and its metrics count it as a sample."""
+    recs = rollouts([4], seed=13)
+    for k, r in enumerate(recs):
+        r["adv"] = 1.0 if k % 2 else -1.0
+    empty = {"id": 4, "group": 1, "prompt_ids": [3, 5], "ids": [], "reward": 1.0, "adv": 1.0,
+             "temperature": 1.0, "ver": []}
+    runs = {}
+    for name, rs, batch in (("noempty", recs, "4"), ("withempty", recs + [empty], "5")):
+        c, met = path("c_" + name), path(name + ".jsonl")
+        learn_ok("--init", MODEL, "--out", c, "--batch", batch, "--norm", "tokens", "--metrics", met,
+                 write(name + ".rlr", rs))
+        runs[name] = (load_file(os.path.join(vdir(c, 1), "model.safetensors")), metrics(met))
+    (w0, (m0,)), (w1, (m1,)) = runs["noempty"], runs["withempty"]
+    assert (m0["samples"], m1["samples"]) == (4, 5), (m0, m1)
+    for k in w0:
+        assert torch.equal(w0[k], w1[k]), f"{k}: the empty completion changed the step"
 
 
 @case

@@ -48,6 +48,10 @@ static const char USAGE[] =
     "                         of rl-sample --batch B/K, rl-learn --batch B trains\n"
     "                         round b as batch b, and --max-lag is exact\n"
     "      --senders N        connections each listening SOURCE takes (default 1)\n"
+    "      --start-timeout S  a SOURCE that has sent nothing S seconds after the start\n"
+    "                         (a named pipe no writer wrote to, a connection that\n"
+    "                         did not come) fails, and the merge goes on without it\n"
+    "                         (default: wait; after 5 s, stderr says for what)\n"
     "      --token-file FILE  the shared secret of tcp: (and unix:) connections\n"
     "      --to ADDR          send the output to rl-cat --merge listening at\n"
     "                         tcp:HOST:PORT or unix:PATH instead of standard output\n"
@@ -99,7 +103,7 @@ typedef struct {
     int merge, senders, senders_set, round_set;
     uint64_t round;
     const char *token_file, *to;
-    double retry;
+    double retry, start_timeout;
     net_addr to_addr;
     int allow_partial;
 } options;
@@ -109,7 +113,7 @@ static int is_address(const char *s) { return !strncmp(s, "tcp:", 4) || !strncmp
 
 static options parse_options(int argc, char **argv) {
     enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_MAXREC, O_MAXARR, O_MAXSTR,
-           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY, O_PARTIAL };
+           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY, O_PARTIAL, O_START };
     static const struct option longopts[] = {
         {"pack", no_argument, 0, O_PACK},       {"json", no_argument, 0, O_JSON},
         {"header", no_argument, 0, O_HEADER},   {"check", no_argument, 0, O_CHECK},
@@ -120,7 +124,7 @@ static options parse_options(int argc, char **argv) {
         {"merge", no_argument, 0, O_MERGE},     {"round", required_argument, 0, O_ROUND},
         {"senders", required_argument, 0, O_SENDERS}, {"token-file", required_argument, 0, O_TOKEN},
         {"to", required_argument, 0, O_TO},     {"retry", required_argument, 0, O_RETRY},
-        {"allow-partial", no_argument, 0, O_PARTIAL},
+        {"allow-partial", no_argument, 0, O_PARTIAL}, {"start-timeout", required_argument, 0, O_START},
         CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
     options o = {.sink = RECSINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
                  .kind = NULL, .lim = rec_default_limits, .senders = 1, .retry = -1};
@@ -153,6 +157,7 @@ static options parse_options(int argc, char **argv) {
         case O_TO: o.to = optarg; break;
         case O_RETRY: o.retry = cli_parse_f64("--retry", optarg, 0, 86400, 0); break;
         case O_PARTIAL: o.allow_partial = 1; break;
+        case O_START: o.start_timeout = cli_parse_f64("--start-timeout", optarg, 0.001, 1e9, 0); break;
         }
     }
     if (check + stats > 1) cli_usage_error("--check and --stats are different modes; choose one");
@@ -164,7 +169,8 @@ static options parse_options(int argc, char **argv) {
     if (o.kind && strcmp(o.kind, "rollouts") && strcmp(o.kind, "examples") && strcmp(o.kind, "prompts"))
         cli_usage_error("--kind: expected rollouts, examples or prompts, got '%s'", o.kind);
     o.sink = check ? RECSINK_CHECK : stats ? RECSINK_STATS : o.json ? RECSINK_JSON : RECSINK_RECORDS;
-    if (!o.merge && (o.round_set || o.senders_set)) cli_usage_error("--round and --senders apply to --merge");
+    if (!o.merge && (o.round_set || o.senders_set || o.start_timeout > 0))
+        cli_usage_error("--round, --senders and --start-timeout apply to --merge");
     if (o.round_set && o.round == 0) cli_usage_error("--round: a round holds at least one group of each source");
     if (o.senders_set && o.senders == 0) cli_usage_error("--senders: a SOURCE to listen at takes one connection at least");
     if (o.merge && o.pack) cli_usage_error("--merge reads record streams; --pack them first");
@@ -304,10 +310,35 @@ static void on_listen_failed(void *ctx, int missing, const char *msg) {
     cli_error("%s: %d connection%s expected will not come", msg, missing, missing == 1 ? "" : "s");
 }
 
+// Seconds of waiting, from the start, after which stderr says what for.
+#define SAY_WAITING_S 5
+
+// Once, when nothing has come from some sources SAY_WAITING_S seconds after
+// the start: which ones (named pipes no writer has opened, or with
+// --start-timeout written to; connections awaited).
+static void say_waiting(const options *o, mrg_t *m) {
+    sbuf line = {0};
+    size_t n = mrg_nsources(m), waiting = 0;
+    for (size_t i = 0; i < n; i++) {
+        mrg_source_stats st;
+        mrg_source(m, i, &st);
+        if (st.opened || st.ended) continue;
+        sbuf_printf(&line, "%s%s", waiting++ ? ", " : "", st.name);
+    }
+    int awaited = mrg_expected(m);
+    if (awaited)
+        sbuf_printf(&line, "%s%d connection%s", waiting ? " and " : "", awaited, awaited == 1 ? "" : "s");
+    if (waiting || awaited)
+        fprintf(stderr, "rl-cat: waiting for %.*s to start sending%s\n", (int)line.len, (char *)line.data,
+                o->start_timeout > 0 ? " (--start-timeout gives up on them)" : "; --start-timeout S gives up on them");
+    sbuf_free(&line);
+}
+
 // Every SOURCE at once, whole groups out; 1 when a source or a listener failed.
 static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, int argc, char **argv,
                          const sbuf *token, cli_progress *prog, double t0, cli_partial *partial) {
-    merger_opts go = {.merge = {.round = o->round, .lim = o->lim}, .token = token->len ? token : NULL,
+    merger_opts go = {.merge = {.round = o->round, .lim = o->lim, .start_timeout = o->start_timeout},
+                      .token = token->len ? token : NULL,
                       .senders = o->senders, .tool = "rl-cat", .refused = on_refused, .failed = on_listen_failed};
     merger *g = merger_new(&go);
     mrg_t *m = merger_merge(g);
@@ -324,18 +355,23 @@ static int merge_sources(const options *o, recsink_t *k, char **inputs, int n, i
         if (!is_address(inputs[i])) merger_add_path(g, inputs[i]);
     rec_t *rec = rec_new();
     rl_err e;
-    int faults = 0;
+    int faults = 0, said = o->out.quiet;
     for (;;) {
         mrg_event ev = mrg_next(m, rec, 0);
         if (ev == MRG_NONE) flush(k);   // pass on what we have before waiting
         // While the sources are quiet, a reader of standard output that has
         // gone ends the merge as the next write would (SIGPIPE); then the
         // samplers writing into it see their reader gone too.
-        while (ev == MRG_NONE && (ev = mrg_next(m, rec, 0.2)) == MRG_NONE)
+        while (ev == MRG_NONE && (ev = mrg_next(m, rec, 0.2)) == MRG_NONE) {
             if (!o->to && net_hung_up(STDOUT_FILENO)) {
                 signal(SIGPIPE, SIG_DFL);
                 raise(SIGPIPE);
             }
+            if (!said && clock_now() - t0 >= SAY_WAITING_S) {
+                said = 1;
+                say_waiting(o, m);
+            }
+        }
         if (ev == MRG_END) break;
         if (ev == MRG_FAULT) {   // a source failed: what it lost, the output lost
             cli_progress_done(prog);

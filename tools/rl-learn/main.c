@@ -442,6 +442,10 @@ int main(int argc, char **argv) {
     relay_init(&run.relay, d);
     tokenizer *tok = NULL;
     if (pub_start(p, &tok, &e)) cli_die("%s", e.msg);
+    // Only sft renders conversations: the other losses never read the template.
+    // Loaded before the first version is written, so that a refused template leaves no checkpoint.
+    chat_t *chat = tok && o.lrn.loss == LOSS_SFT ? cli_chat_load(p->from, tok, &o.chat) : NULL;
+    if (!tok && o.chat.n) cli_usage_error("--chat-arg: the model has no tokenizer.json, hence no chat template");
     if (!o.pub.resume && pub_save(p, NULL, NULL, &e)) die_all(d, e.msg);
     // Opened once the checkpoint directory is known good, so that a refused run loses nothing.
     int metrics_file = o.pub.metrics && strcmp(o.pub.metrics, "-");
@@ -470,9 +474,6 @@ int main(int argc, char **argv) {
                 fmt_bytes(2 * (hi - lo) * sizeof(float), b, sizeof b));
     }
     o.lrn.tok = tok;
-    // Only sft renders conversations: the other losses never read the template.
-    chat_t *chat = tok && o.lrn.loss == LOSS_SFT ? cli_chat_load(p->from, tok, &o.chat) : NULL;
-    if (!tok && o.chat.n) cli_usage_error("--chat-arg: the model has no tokenizer.json, hence no chat template");
     o.lrn.chat = chat;
     // Every rank takes every step: none abandons one alone (a signal ends them after it).
     o.lrn.stop = dist_size(d) > 1 ? NULL : &cli_stop_requested;
