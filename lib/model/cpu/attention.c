@@ -84,9 +84,13 @@ static const float *kv_head(const attn_args *a, rl_attn_seq sq, int hk, int kv, 
 // each row's exp(S − rowmax), O (G × HS) = that · V divided by its sum. The
 // G query rows of one position are contiguous (row stride HS), so is their
 // output; K and V are read once for the G of them, by the kernels' kv_scores
-// and kv_mix on either cache. (sgemm took these products of a few rows on
-// an f32 cache before: in a 64-slot f32 decoding profile its calls held 12%
-// of the samples, where attention is 2% of the step's arithmetic.)
+// and kv_mix on either cache: the same sums in the same order (a bf16
+// cache gives an f32 cache's logits bit for bit), and no dependence on
+// OpenBLAS's choice of kernel (with sgemm here, OpenBLAS forced onto the
+// SSE3 kernels it runs on processors it does not know made 64-slot f32
+// decoding of SmolLM2-135M 7 to 13% slower). Either way these
+// rows are bound by the cache's bytes: at 64 slots every step reads every
+// sequence's keys and values, more than the L3 keeps beside the weights.
 static void attend_rows(const attn_args *a, rl_attn_seq sq, int hk) {
     int NH = a->NH, HS = a->HS, G = NH / a->NKV, qs = NH * HS, ks = a->NKV * HS;
     size_t at = (size_t)sq.kv0 * ks + (size_t)hk * HS, es = dt_size(a->kvt);
