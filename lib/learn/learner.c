@@ -400,14 +400,18 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *
         size_t j = c->j;
         double w = s->w ? s->w[j] : 1, mask = s->mask ? s->mask[j] : 1, lp = logp[i];
         if (o->loss == LOSS_PPO && c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
-        if (o->tis > 0) w = tis_weight(c, s, j, o->loss == LOSS_PPO ? s->pi_old[j] : logp[i]);
-        obj_term term;
-        if (o->loss == LOSS_SFT) term = obj_sft(mask, lp);   // −Σ log π_θ over the completion tokens kept
-        else if (o->loss == LOSS_PG) term = obj_pg(w, mask, s->a, lp);
-        else {
-            int clipped;
-            term = obj_ppo(w, mask, s->a, lp, (double)s->pi_old[j], o->ppo_eps, &clipped);
-            c->clipped += (uint64_t)clipped;
+        // a token of mask 0 (rejected, or an environment's with logp 0) adds
+        // nothing to the loss nor to a metric (tis's k3 and capped, PPO's clipped)
+        obj_term term = {0, 0};
+        if (mask != 0) {
+            if (o->tis > 0) w = tis_weight(c, s, j, o->loss == LOSS_PPO ? s->pi_old[j] : logp[i]);
+            if (o->loss == LOSS_SFT) term = obj_sft(mask, lp);   // −Σ log π_θ over the completion tokens kept
+            else if (o->loss == LOSS_PG) term = obj_pg(w, mask, s->a, lp);
+            else {
+                int clipped;
+                term = obj_ppo(w, mask, s->a, lp, (double)s->pi_old[j], o->ppo_eps, &clipped);
+                c->clipped += (uint64_t)clipped;
+            }
         }
         double v = term.v, g = term.g;
         c->loss += v / c->z;
@@ -422,6 +426,10 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *
 // ---- The step --------------------------------------------------------------------------
 
 static int stopped(const learner_t *l) { return l->o.stop && *l->o.stop; }
+
+// Whether token t of s takes part in the loss (mask 1, or no mask): the
+// per-token metrics are over these tokens only.
+static int kept(const lseq *s, size_t t) { return !s->mask || s->mask[t] != 0; }
 
 // Statistics of the batch's records that need no forward.
 static void batch_stats(const learner_t *l, uint64_t version, lrn_metrics *m) {
@@ -441,6 +449,7 @@ static void batch_stats(const learner_t *l, uint64_t version, lrn_metrics *m) {
         ass += s->a * s->a;
         zero += s->a == 0;
         for (size_t t = 0; t < s->n; t++) {
+            if (!kept(s, t)) continue;
             if (s->ver) {
                 double d = (double)version - (double)s->ver[t];
                 lag += d;
@@ -580,11 +589,15 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         free(tr);
         return 1;
     }
-    // loss, entropy, tokens, PPO's clipped tokens, and --tis's k3 and capped
-    // tokens: this rank's, then summed over the ranks
+    // loss, entropy, tokens kept, PPO's clipped tokens, and --tis's k3 and
+    // capped tokens: this rank's, then summed over the ranks
     double sums[6] = {c.loss, 0, 0, (double)c.clipped, c.k3, (double)c.capped};
     for (size_t i = 0; i < ntr; i++)
-        for (size_t t = 0; t < tr[i]->n; t++, sums[2]++) sums[1] += tr[i]->ent[t];
+        for (size_t t = 0; t < tr[i]->n; t++)
+            if (kept(tr[i], t)) {
+                sums[1] += tr[i]->ent[t];
+                sums[2]++;
+            }
     free(tr);
     if (l->o.dist && dist_sum(l->o.dist, sums, 6, err)) return -1;
     m->step = steps + 1;

@@ -63,7 +63,9 @@ const char *lrn_loss_name(loss_kind k);
 const char *lrn_adv_name(adv_kind k);
 
 // What one step did (doc/design.md §4 and rl-learn(1) METRICS). "has_" flags say
-// whether the records carried what a statistic needs.
+// whether the records carried what a statistic needs. The per-token
+// statistics (entropy, lag, k3, capped, ppo_clipped) are over the tokens of
+// mask 1: one of mask 0 (rejected, or an environment's) counts in none.
 typedef struct {
     uint64_t step, version;           // the step taken (1 for the first); the version it produced
     uint64_t samples, groups, tokens; // sequences, groups, completion tokens in the step

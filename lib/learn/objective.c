@@ -37,6 +37,9 @@ obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old
     double lo = 1 - eps, hi = 1 + eps, rc = rho < lo ? lo : rho > hi ? hi : rho;
     double un = rho * adv, cl = rc * adv;
     *clipped = !(un <= cl);
+    // a token outside the loss: its ρ may be inf (π_old of a token the model
+    // did not sample can be tiny), and 0 · inf would be NaN
+    if (w * mask == 0) return (obj_term){0, 0};
     if (!*clipped) return (obj_term){-w * mask * un, -w * mask * un};   // d/dlogp (ρ·Â) = ρ·Â
     return (obj_term){-w * mask * cl, 0};                                // the clipped term is constant in θ
 }

@@ -42,6 +42,7 @@ obj_term obj_pg(double w, double mask, double adv, double logp);
 // ppo: v = −w · mask · min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = exp(log π_θ − log π_old);
 // g = −w · mask · ρ·Â where the unclipped term is the minimum (d/dlog π_θ of
 // ρ·Â is ρ·Â), 0 where the clipped one is (*clipped set to 1, else 0).
+// v = g = 0 exactly where w · mask = 0, whatever ρ (even inf).
 obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps, int *clipped);
 
 // A weight as a float32: a ratio beyond the float32 range is FLT_MAX, not

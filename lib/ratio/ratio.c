@@ -56,39 +56,40 @@ int ratio_capping(const ratio_opts *o) { return !o->mask || o->clip_set; }
 
 static int inside(const ratio_opts *o, double rho) { return !o->mask || (rho >= o->lo && rho <= o->hi); }
 
-size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_learner, size_t n,
-                     float *w, uint8_t *mask) {
+size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_learner, const uint8_t *model,
+                     size_t n, float *w, uint8_t *mask) {
     int cap = ratio_capping(o);
-    size_t capped = 0;
-    if (o->mode == RATIO_NONE) {
-        for (size_t t = 0; t < n; t++) {
+    size_t capped = 0, kept = 0;   // kept: the model's tokens
+    double sum = 0;                // seq, geo: the log of the product of their ratios
+    for (size_t t = 0; t < n; t++) {
+        if (model && !model[t]) {   // the environment's: no ratio, no weight
+            w[t] = 0;
+            mask[t] = 0;
+            continue;
+        }
+        kept++;
+        if (o->mode == RATIO_NONE) {
             w[t] = 1;
             mask[t] = 1;
-        }
-        return 0;
-    }
-    if (o->mode == RATIO_TOKEN) {
-        for (size_t t = 0; t < n; t++) {
+        } else if (o->mode == RATIO_TOKEN) {
             double rho = exp((double)logp_learner[t] - (double)logp[t]);
             int cut;
             mask[t] = (uint8_t)inside(o, rho);
             w[t] = obj_tis_weight(rho, cap ? o->clip : INFINITY, &cut);
             capped += (size_t)cut;
-        }
-        return capped;
+        } else sum += (double)logp_learner[t] - (double)logp[t];
     }
-    if (!n) return 0;
-    double sum = 0;   // log of the product of the ratios
-    for (size_t t = 0; t < n; t++) sum += (double)logp_learner[t] - (double)logp[t];
-    double log_r = o->mode == RATIO_SEQ ? sum : sum / (double)n;
+    if (o->mode == RATIO_NONE || o->mode == RATIO_TOKEN || !kept) return capped;
+    double log_r = o->mode == RATIO_SEQ ? sum : sum / (double)kept;
     int cut;
     float wv = obj_seq_weight(log_r, cap ? o->clip : INFINITY, &cut);
     uint8_t m = (uint8_t)inside(o, exp(log_r));
-    for (size_t t = 0; t < n; t++) {
-        w[t] = wv;
-        mask[t] = m;
-    }
-    return cut ? n : 0;
+    for (size_t t = 0; t < n; t++)
+        if (!model || model[t]) {
+            w[t] = wv;
+            mask[t] = m;
+        }
+    return cut ? kept : 0;
 }
 
 void ratio_input_free(ratio_input *in) {
@@ -127,6 +128,19 @@ int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *
     return 0;
 }
 
+// The record's own mask: 0 on the tokens an environment added, or NULL
+// when it has none (every token the model's).
+static const uint8_t *model_tokens(const ratio_input *in) {
+    return in->v.has & RO_MASK ? in->v.mask.v : NULL;
+}
+
+static size_t count_model_tokens(const ratio_input *in) {
+    const uint8_t *model = model_tokens(in);
+    size_t k = 0;
+    for (size_t t = 0; t < in->v.n; t++) k += !model || model[t];
+    return k;
+}
+
 int ratio_filtered(const ratio_input *in) { return in->v.top_p != 1 || in->v.top_k > 0; }
 
 size_t ratio_compute(const ratio_opts *o, ratio_input *in) {
@@ -140,7 +154,7 @@ size_t ratio_compute(const ratio_opts *o, ratio_input *in) {
         in->mask.v = xrealloc(in->mask.v, n);
     }
     in->w.n = in->mask.n = n;
-    return ratio_weights(o, in->v.logp.v, in->v.logp_learner.v, n, in->w.v, in->mask.v);
+    return ratio_weights(o, in->v.logp.v, in->v.logp_learner.v, model_tokens(in), n, in->w.v, in->mask.v);
 }
 
 void ratio_store(const ratio_input *in, int scored, rec_t *r) {
@@ -159,17 +173,18 @@ void ratio_acc_init(ratio_acc *a) {
 
 void ratio_acc_skip(ratio_acc *a, const ratio_input *in) {
     a->records++;
-    a->tokens += in->v.n;
+    a->tokens += count_model_tokens(in);
     a->skipped++;
 }
 
 void ratio_acc_add(ratio_acc *a, const ratio_input *in, size_t capped) {
     const rollout_view *v = &in->v;
+    const uint8_t *model = model_tokens(in);
     size_t n = v->n;
     a->records++;
-    a->tokens += n;
-    mm_add_capped(&a->mm, v->logp.v, v->logp_learner.v, in->w.v, in->mask.v, n, capped);
-    if ((v->has & RO_VER) && (v->has & RO_VER_LEARNER)) mm_add_lag(&a->mm, v->ver.v, n, v->ver_learner);
+    a->tokens += count_model_tokens(in);
+    mm_add_capped(&a->mm, v->logp.v, v->logp_learner.v, in->w.v, in->mask.v, model, n, capped);
+    if ((v->has & RO_VER) && (v->has & RO_VER_LEARNER)) mm_add_lag(&a->mm, v->ver.v, model, n, v->ver_learner);
 }
 
 // The quantities of one metrics line, in order; NaN where undefined.

@@ -14,6 +14,13 @@
 // mask 0; the weights are then the ratios uncapped, unless a cap was asked for
 // explicitly as well. Without a mask every mask is 1. A weight beyond the
 // float32 range is stored as FLT_MAX, so w * mask is never inf * 0.
+//
+// A record's own mask marks the model's tokens (1) among those an
+// environment added to a multi-turn rollout (0, with logp 0): every formula
+// above runs over the model's tokens only (the sum and the mean of seq and
+// geo, the mismatch metrics, the token counts), and the others get w = 0 and
+// mask = 0 in every mode. The mask written is the record's AND the one
+// computed, so a record weighted again keeps its rejected tokens at 0.
 #ifndef RLPIPE_RATIO_H
 #define RLPIPE_RATIO_H
 
@@ -44,10 +51,12 @@ const char *ratio_mode_name(ratio_mode m);
 // Whether weights are capped at o->clip (always, but with a mask only when clip_set).
 int ratio_capping(const ratio_opts *o);
 
-// Weights and mask of one sequence of n tokens: w (n), mask (n). Returns how
+// Weights and mask of one sequence of n tokens: w (n), mask (n). model (n,
+// or NULL: every token) is 0 on the tokens that are not the model's, which
+// get w 0 and mask 0 and take no part in the sequence's ratio. Returns how
 // many tokens were capped (their weight lowered to C).
-size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_learner, size_t n,
-                     float *w, uint8_t *mask);
+size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_learner, const uint8_t *model,
+                     size_t n, float *w, uint8_t *mask);
 
 // What the fields of a record are checked against.
 typedef struct {
@@ -80,17 +89,19 @@ int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *
 // which learner log-probabilities do not reproduce.
 int ratio_filtered(const ratio_input *in);
 
-// Fills in->w and in->mask from in->logp and in->logp_learner; returns the
-// number of tokens capped.
+// Fills in->w and in->mask from in->logp and in->logp_learner, over the
+// tokens the record's own mask (in->v.mask, when it has one) keeps; returns
+// the number of tokens capped.
 size_t ratio_compute(const ratio_opts *o, ratio_input *in);
 
 // Writes w and mask into r, and logp_learner and ver_learner when `scored`
 // (a model computed them); every other field keeps its bytes.
 void ratio_store(const ratio_input *in, int scored, rec_t *r);
 
-// Metrics over records: counts and the mismatch (mismatch.h).
+// Metrics over records: counts and the mismatch (mismatch.h), over the
+// model's tokens.
 typedef struct {
-    uint64_t records, tokens;
+    uint64_t records, tokens;   // tokens: the model's (those a record's own mask leaves 1)
     uint64_t skipped;   // records passed on unscored (scorer.h skip_uniform): counted, no mismatch
     mm_acc mm;
 } ratio_acc;

@@ -258,8 +258,9 @@ int scr_flush(scorer_t *s, recw_t *w, rl_err *err) {
     if (rc) return -1;
     for (size_t i = 0; i < n; i++) {
         held_rec *h = &s->held[i];
-        if (h->skip) {   // unscored: what an earlier scoring left of ours goes
-            static const char *const OWN[] = {"logp_learner", "ver_learner", "w", "mask"};
+        if (h->skip) {   // unscored: what an earlier scoring left of ours goes; a mask stays,
+                         // as its zeros may mark the environment's tokens
+            static const char *const OWN[] = {"logp_learner", "ver_learner", "w"};
             for (size_t k = 0; k < sizeof OWN / sizeof *OWN; k++) rec_del(h->rec, OWN[k]);
             if (recw_write(w, h->rec, err)) return -1;
             ratio_acc_skip(&s->batch, &h->in);

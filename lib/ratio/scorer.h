@@ -35,9 +35,9 @@ typedef struct {
     // With model: records of a whole group (the first header's sampling.group
     // records of one "group", all held at once) whose rewards are all equal,
     // none with an "adv", are passed on unscored, without logp_learner,
-    // ver_learner, w and mask: an advantage from the group's rewards less
-    // their mean (rl-learn's grpo, drgrpo, rloo) is 0 for each, so none has
-    // a gradient to weight.
+    // ver_learner and w (a mask they came with stays as it is): an
+    // advantage from the group's rewards less their mean (rl-learn's grpo,
+    // drgrpo, rloo) is 0 for each, so none has a gradient to weight.
     int skip_uniform;
 } scr_opts;
 

@@ -11,9 +11,11 @@ void mm_init(mm_acc *a) {
 }
 
 // guess_capped: count as capped the tokens whose w is below their ratio.
+// model: NULL, or 0 on the tokens left out.
 static void add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
-                const uint8_t *mask, size_t n, int guess_capped) {
+                const uint8_t *mask, const uint8_t *model, size_t n, int guess_capped) {
     for (size_t t = 0; t < n; t++) {
+        if (model && !model[t]) continue;
         double rho = NAN;
         if (logp && logp_learner) {
             double d = (double)logp_learner[t] - (double)logp[t];
@@ -47,17 +49,18 @@ static void add(mm_acc *a, const float *logp, const float *logp_learner, const f
 
 void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
             const uint8_t *mask, size_t n) {
-    add(a, logp, logp_learner, w, mask, n, 1);
+    add(a, logp, logp_learner, w, mask, NULL, n, 1);
 }
 
 void mm_add_capped(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
-                   const uint8_t *mask, size_t n, size_t n_capped) {
-    add(a, logp, logp_learner, w, mask, n, 0);
+                   const uint8_t *mask, const uint8_t *model, size_t n, size_t n_capped) {
+    add(a, logp, logp_learner, w, mask, model, n, 0);
     a->n_capped += n_capped;
 }
 
-void mm_add_lag(mm_acc *a, const uint32_t *ver, size_t n, uint64_t ver_learner) {
+void mm_add_lag(mm_acc *a, const uint32_t *ver, const uint8_t *model, size_t n, uint64_t ver_learner) {
     for (size_t t = 0; t < n; t++) {
+        if (model && !model[t]) continue;
         int64_t lag = (int64_t)ver_learner - (int64_t)ver[t];
         a->n_lag++;
         a->sum_lag += (double)lag;

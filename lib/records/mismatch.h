@@ -32,10 +32,13 @@ void mm_add(mm_acc *a, const float *logp, const float *logp_learner, const float
             const uint8_t *mask, size_t n);
 // The same, from the producer of w, which knows how many of the n tokens it
 // capped: in seq and geo modes a weight is the sequence's, and comparing it
-// with each token's ratio would say nothing.
+// with each token's ratio would say nothing. model (n, or NULL: every
+// token) is 0 on the tokens that are not the model's (those an environment
+// added to a multi-turn rollout): they count in no quantity.
 void mm_add_capped(mm_acc *a, const float *logp, const float *logp_learner, const float *w,
-                   const uint8_t *mask, size_t n, size_t n_capped);
-void mm_add_lag(mm_acc *a, const uint32_t *ver, size_t n, uint64_t ver_learner);
+                   const uint8_t *mask, const uint8_t *model, size_t n, size_t n_capped);
+// The lag of n tokens sampled at versions ver; model as for mm_add_capped.
+void mm_add_lag(mm_acc *a, const uint32_t *ver, const uint8_t *model, size_t n, uint64_t ver_learner);
 
 double mm_k1(const mm_acc *a);
 double mm_k3(const mm_acc *a);

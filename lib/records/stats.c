@@ -64,7 +64,7 @@ int stats_add(stats_t *s, const rec_t *r, rl_err *err) {
         s->ver_mixed += lo != hi;
         if (lo < s->ver_min) s->ver_min = lo;
         if (hi > s->ver_max) s->ver_max = hi;
-        if (v->has & RO_VER_LEARNER) mm_add_lag(&s->mm, ver->v, ver->n, v->ver_learner);
+        if (v->has & RO_VER_LEARNER) mm_add_lag(&s->mm, ver->v, NULL, ver->n, v->ver_learner);
     }
 
     int hl = !!(v->has & RO_LOGP), hll = !!(v->has & RO_LOGP_LEARNER), hw = !!(v->has & RO_W),

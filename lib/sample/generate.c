@@ -11,7 +11,11 @@
 
 typedef struct grp grp_t;
 
-typedef struct {
+// Where a sample is: queued for a slot, decoding, waiting in its slot after
+// a turn (multi-turn), or queued to prefill the environment's tokens there.
+enum { SEQ_QUEUED, SEQ_DECODE, SEQ_TURN, SEQ_RESUME };
+
+typedef struct gen_seq {
     gen_sample *out;       // in its group's samples
     grp_t *grp;
     uint64_t number;       // group * G + member: the sample's generator stream
@@ -19,6 +23,10 @@ typedef struct {
     int slot;              // -1 while waiting
     uint32_t pending;      // the last token sampled, to be fed at the next step
     uint32_t pver;         // the weight version its prompt's cache rows were computed with
+    int state;             // SEQ_*
+    size_t turn_start;     // multi-turn: where the current turn starts in out->ids
+    int turns;             // turns ended
+    u32_vec feed;          // SEQ_RESUME: the turn's last token and the environment's, to prefill
 } seq_t;
 
 struct grp {
@@ -36,12 +44,18 @@ struct gen {
     model_t *m;
     const tokenizer *tok;
     gen_opts o;
+    int cache_slots;
     model_step_seq *steps;         // (slots)
     double *u, *logp;              // (slots) each step entry's uniform, and its token's log-probability
     uint32_t *drawn;               // (slots) the token drawn for it
     seq_t **step_seq;              // (slots) the sample of each step entry
-    seq_t **active;                // (slots) the sample in each slot, or NULL
-    int n_active;
+    seq_t **active;                // (cache_slots) the sample in each slot, or NULL
+    int n_active;                  // slots held
+    int n_turn;                    // of them, samples waiting after a turn (SEQ_TURN)
+    seq_t **turned;                // FIFO turned[turned_head..n_turned): turns ended, not yet taken
+    size_t turned_head, n_turned, cap_turned;
+    seq_t **resume;                // FIFO resume[resume_head..n_resume): environment tokens to prefill
+    size_t resume_head, n_resume, cap_resume;
     seq_t **waiting;               // FIFO: waiting[head..tail)
     size_t head, tail, cap;
     grp_t *done_head, *done_tail;  // finished groups, oldest first (in_order: by group number)
@@ -52,19 +66,21 @@ struct gen {
 };
 
 gen_t *gen_new(model_t *m, const tokenizer *tok, const gen_opts *o, rl_err *err) {
-    if (model_cache_init(m, o->slots, o->max_len, err)) return NULL;
+    int cache_slots = o->cache_slots > o->slots ? o->cache_slots : o->slots;
+    if (model_cache_init(m, cache_slots, o->max_len, err)) return NULL;
     gen_t *g = xmalloc(sizeof *g);
     memset(g, 0, sizeof *g);
     g->m = m;
     g->tok = tok;
     g->o = *o;
+    g->cache_slots = cache_slots;
     g->steps = xmalloc((size_t)o->slots * sizeof *g->steps);
     g->u = xmalloc((size_t)o->slots * sizeof *g->u);
     g->logp = xmalloc((size_t)o->slots * sizeof *g->logp);
     g->drawn = xmalloc((size_t)o->slots * sizeof *g->drawn);
     g->step_seq = xmalloc((size_t)o->slots * sizeof *g->step_seq);
-    g->active = xmalloc((size_t)o->slots * sizeof *g->active);
-    memset(g->active, 0, (size_t)o->slots * sizeof *g->active);
+    g->active = xmalloc((size_t)cache_slots * sizeof *g->active);
+    memset(g->active, 0, (size_t)cache_slots * sizeof *g->active);
     return g;
 }
 
@@ -75,6 +91,9 @@ static void grp_free(grp_t *q) {
         f32_vec_free(&s->logp);
         u32_vec_free(&s->ver);
         sbuf_free(&s->text);
+        u8_vec_free(&s->mask);
+        u32_vec_free(&s->turns);
+        u32_vec_free(&q->seqs[j].feed);
     }
     free(q->pub.samples);
     free(q->seqs);
@@ -89,7 +108,7 @@ void gen_free(gen_t *g) {
         grp_t *q = g->waiting[i]->grp;
         if (--q->left == 0) grp_free(q);   // left counts the samples still referenced
     }
-    for (int s = 0; s < g->o.slots; s++)
+    for (int s = 0; s < g->cache_slots; s++)
         if (g->active[s] && --g->active[s]->grp->left == 0) grp_free(g->active[s]->grp);
     while (g->done_head) {
         grp_t *q = g->done_head;
@@ -102,6 +121,8 @@ void gen_free(gen_t *g) {
     free(g->drawn);
     free(g->step_seq);
     free(g->active);
+    free(g->turned);
+    free(g->resume);
     free(g->waiting);
     free(g);
 }
@@ -119,6 +140,7 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
     memcpy(q->prompt, ids, n * sizeof *ids);
     q->n_prompt = n;
     q->seqs = xmalloc((size_t)G * sizeof *q->seqs);
+    memset(q->seqs, 0, (size_t)G * sizeof *q->seqs);
     q->left = G;
     q->lead_slot = -1;
     if (g->tail + (size_t)G > g->cap && g->head) {   // compact, then grow
@@ -139,7 +161,10 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
     return q->pub.group;
 }
 
-int gen_free_slots(const gen_t *g) { return g->o.slots - g->n_active; }
+int gen_free_slots(const gen_t *g) {
+    int stepping = g->n_active - g->n_turn, cache_free = g->cache_slots - g->n_active;
+    return g->o.slots - stepping < cache_free ? g->o.slots - stepping : cache_free;
+}
 size_t gen_waiting(const gen_t *g) { return g->tail - g->head; }
 void gen_set_version(gen_t *g, uint32_t ver) { g->ver = ver; }
 
@@ -149,6 +174,11 @@ static void push_u32(u32_vec *a, uint32_t x) {
 }
 
 static void push_f32(f32_vec *a, float x) {
+    GROW(a->v, a->cap, a->n + 1, 64);
+    a->v[a->n++] = x;
+}
+
+static void push_u8(u8_vec *a, uint8_t x) {
     GROW(a->v, a->cap, a->n + 1, 64);
     a->v[a->n++] = x;
 }
@@ -175,21 +205,22 @@ static int append_text(gen_t *g, gen_sample *out, uint32_t tok) {
     return 0;
 }
 
-// Appends the token drawn for s (with log-probability lp); 1 if the sample finished.
+// Appends the token drawn for s (with log-probability lp); 1 if the sample
+// (multi-turn: its turn) ended.
 static int advance(gen_t *g, seq_t *s, uint32_t tok, double lp) {
     gen_sample *out = s->out;
     push_u32(&out->ids, tok);
     push_f32(&out->logp, (float)lp);
     push_u32(&out->ver, g->ver);
+    if (g->o.multi_turn) push_u8(&out->mask, 1);
+    s->pending = tok;
     for (size_t k = 0; k < g->o.n_stop_ids; k++)
         if (tok == g->o.stop_ids[k]) {
             out->stop_reason = tok_token(g->tok, tok, &out->stop_reason_len);
             return out->stopped = 1;
         }
     if (append_text(g, out, tok)) return out->stopped = 1;
-    if (out->ids.n >= g->o.max_new || model_slot_len(g->m, s->slot) >= g->o.max_len) return 1;
-    s->pending = tok;
-    return 0;
+    return out->ids.n - s->turn_start >= g->o.max_new || model_slot_len(g->m, s->slot) >= g->o.max_len;
 }
 
 // The slot of a sample of q that already holds the prompt in its cache,
@@ -238,17 +269,50 @@ static void done_add(gen_t *g, grp_t *q) {
     *at = q;
 }
 
+// Frees s's slot: the sample is finished.
+static void finish(gen_t *g, seq_t *s) {
+    model_slot_release(g->m, s->slot);
+    g->active[s->slot] = NULL;
+    g->n_active--;
+    s->slot = -1;
+    grp_t *q = s->grp;
+    if (--q->left == 0) done_add(g, q);
+}
+
+// Multi-turn: s's turn ended; it waits in its slot for the caller.
+static void turn_ended(gen_t *g, seq_t *s) {
+    gen_sample *out = s->out;
+    push_u32(&out->turns, (uint32_t)s->turn_start);
+    push_u32(&out->turns, (uint32_t)out->ids.n);
+    s->turns++;
+    s->state = SEQ_TURN;
+    g->n_turn++;
+    if (g->turned_head == g->n_turned) g->turned_head = g->n_turned = 0;
+    GROW(g->turned, g->cap_turned, g->n_turned + 1, 16);
+    g->turned[g->n_turned++] = s;
+}
+
 long gen_step(gen_t *g, rl_err *err) {
-    size_t n = 0;
-    for (int sl = 0; sl < g->o.slots; sl++) {
+    size_t n = 0, prefill = 0;
+    for (int sl = 0; sl < g->cache_slots; sl++) {
         seq_t *s = g->active[sl];
-        if (!s) continue;
+        if (!s || s->state != SEQ_DECODE) continue;
         g->steps[n] = (model_step_seq){.slot = sl, .ids = &s->pending, .n = 1};
         g->step_seq[n++] = s;
     }
-    size_t prefill = 0;
+    // Samples back from their environment: their tokens, then the next turn.
+    while (g->resume_head < g->n_resume && n < (size_t)g->o.slots) {
+        seq_t *s = g->resume[g->resume_head];
+        if (prefill && prefill + s->feed.n > PREFILL_TOKENS) break;
+        g->resume_head++;
+        s->state = SEQ_DECODE;
+        g->steps[n] = (model_step_seq){.slot = s->slot, .ids = s->feed.v, .n = s->feed.n};
+        g->step_seq[n++] = s;
+        prefill += s->feed.n;
+    }
+    if (g->resume_head == g->n_resume) g->resume_head = g->n_resume = 0;
     g->nstep++;
-    while (g->head < g->tail && g->n_active < g->o.slots) {
+    while (g->head < g->tail && n < (size_t)g->o.slots) {
         seq_t *s = g->waiting[g->head];
         model_step_seq e = start_entry(g, s);
         if (prefill && prefill + e.n > PREFILL_TOKENS) break;
@@ -262,6 +326,7 @@ long gen_step(gen_t *g, rl_err *err) {
         s->pver = g->ver;   // a sharer's source computed them with the weights in use too
         g->head++;
         s->slot = sl;
+        s->state = SEQ_DECODE;
         g->active[sl] = s;
         g->n_active++;
         prefill += e.n;
@@ -275,15 +340,53 @@ long gen_step(gen_t *g, rl_err *err) {
     for (size_t i = 0; i < n; i++) {
         seq_t *s = g->step_seq[i];
         if (!advance(g, s, g->drawn[i], g->logp[i])) continue;
-        model_slot_release(g->m, s->slot);
-        g->active[s->slot] = NULL;
-        g->n_active--;
-        s->slot = -1;
-        grp_t *q = s->grp;
-        if (--q->left == 0) done_add(g, q);
+        if (g->o.multi_turn) turn_ended(g, s);
+        else finish(g, s);
     }
     return (long)n;
 }
+
+int gen_next_turn(gen_t *g, gen_turn *t) {
+    if (g->turned_head == g->n_turned) return 0;
+    seq_t *s = g->turned[g->turned_head++];
+    *t = (gen_turn){.seq = s, .number = s->number, .prompt = s->grp->pub.prompt, .s = s->out, .turn = s->turns};
+    return 1;
+}
+
+size_t gen_room(const gen_t *g, const gen_seq *q) {
+    size_t len = (size_t)model_slot_len(g->m, q->slot) + 1;   // the turn's last token goes in first
+    return len < (size_t)g->o.max_len ? (size_t)g->o.max_len - len : 0;
+}
+
+void gen_continue(gen_t *g, gen_seq *q, const uint32_t *ids, size_t n) {
+    gen_sample *out = q->out;
+    q->feed.n = 0;
+    push_u32(&q->feed, q->pending);
+    for (size_t i = 0; i < n; i++) {
+        push_u32(&q->feed, ids[i]);
+        push_u32(&out->ids, ids[i]);
+        push_f32(&out->logp, 0);
+        push_u32(&out->ver, g->ver);
+        push_u8(&out->mask, 0);
+    }
+    q->turn_start = out->ids.n;
+    out->text.len = out->answer_len = 0;
+    out->stopped = 0;
+    out->stop_reason = NULL;
+    out->stop_reason_len = 0;
+    q->state = SEQ_RESUME;
+    g->n_turn--;
+    GROW(g->resume, g->cap_resume, g->n_resume + 1, 16);
+    g->resume[g->n_resume++] = q;
+}
+
+void gen_end(gen_t *g, gen_seq *q) {
+    g->n_turn--;
+    finish(g, q);
+}
+
+size_t gen_turns_waiting(const gen_t *g) { return (size_t)g->n_turn; }
+int gen_busy(const gen_t *g) { return g->n_active > 0 || g->head < g->tail; }
 
 const gen_group *gen_peek(gen_t *g) {
     if (!g->done_head || (g->o.in_order && g->done_head->pub.group != g->next_out)) return NULL;

@@ -16,6 +16,14 @@
 // number), so what a sample draws does not depend on which others share its
 // steps; the logits do (batched sums differ in their last bits), which is why
 // byte-identical output needs the same slots as well as the same seed.
+//
+// Multi-turn (gen_opts.multi_turn): a sample whose turn ends (a stop token,
+// a stop string, max_new tokens in the turn, or a full slot) does not
+// finish: it waits in its slot, its KV cache kept, until the caller hands it
+// the environment's tokens (gen_continue: they are prefilled in the same
+// slot, and the next turn is decoded after them) or ends it (gen_end). While
+// it waits, others decode: the cache holds cache_slots sequences, of which
+// at most `slots` take part in a step.
 #ifndef RLPIPE_GENERATE_H
 #define RLPIPE_GENERATE_H
 
@@ -40,6 +48,8 @@ typedef struct {
     const uint32_t *stop_ids;     // tokens that end the completion once sampled (kept in it):
     size_t n_stop_ids;            //   the model's eos ids, special tokens named by --stop
     int in_order;                 // finished groups are taken in the order they were added
+    int multi_turn;               // a sample's turn ends without finishing it (above)
+    int cache_slots;              // sequences the KV cache holds (>= slots; 0: slots)
 } gen_opts;
 
 typedef struct {
@@ -51,6 +61,13 @@ typedef struct {
     size_t stop_reason_len;       //   string (points into the tokenizer or gen_opts); NULL for length
     sbuf text;                    // the completion's bytes (special tokens skipped), maybe not UTF-8
     size_t answer_len;            // text bytes before the stop string that ended it (all if none)
+    // Multi-turn only: text, answer_len, stopped and stop_reason are the
+    // current turn's; ids, logp and ver hold every turn and the environment's
+    // tokens between them, with mask 1 on the model's tokens and 0 on the
+    // environment's (logp 0, ver the version held when they were added);
+    // turns holds [start, end) in ids of each model turn, flat.
+    u8_vec mask;
+    u32_vec turns;
 } gen_sample;
 
 typedef struct {
@@ -96,5 +113,30 @@ long gen_step(gen_t *g, rl_err *err);
 // gen_pop, which frees it.
 const gen_group *gen_peek(gen_t *g);
 void gen_pop(gen_t *g);
+
+// ---- Multi-turn.
+// A sample whose turn has ended, waiting in its slot for gen_continue or gen_end.
+typedef struct gen_seq gen_seq;
+typedef struct {
+    gen_seq *seq;                 // the handle for gen_continue, gen_end, gen_room
+    uint64_t number;              // the sample's number: group * G + member
+    size_t prompt;                // its group's prompt index (gen_add)
+    gen_sample *s;                // its sample (the turn's text, ...)
+    int turn;                     // turns ended so far, this one included (from 1)
+} gen_turn;
+
+// The oldest sample whose turn ended and was not yet taken. 1, or 0 when none.
+int gen_next_turn(gen_t *g, gen_turn *t);
+// The tokens the slot of q can still take after its turn: the environment's
+// and the next turn's (the turn's last token, not yet in the cache, counted).
+size_t gen_room(const gen_t *g, const gen_seq *q);
+// Appends the environment's tokens ids[0..n) (n <= gen_room) to q's sample
+// and queues them, after the turn's last token, for prefill in its slot; the
+// next turn is decoded after them.
+void gen_continue(gen_t *g, gen_seq *q, const uint32_t *ids, size_t n);
+// Ends q's sample: its slot is freed, and its group finishes with its last sample.
+void gen_end(gen_t *g, gen_seq *q);
+size_t gen_turns_waiting(const gen_t *g);   // samples waiting for gen_continue or gen_end
+int gen_busy(const gen_t *g);               // samples queued or in a slot
 
 #endif

@@ -19,6 +19,7 @@ struct ro {
     uint64_t n_held;
     ro_totals t;
     sbuf text, answer;    // scratch: lossy UTF-8 of a completion and of its answer part
+    sbuf scratch;
 };
 
 ro_t *ro_new(const ro_opts *o) {
@@ -39,6 +40,7 @@ void ro_free(ro_t *r) {
     free(r->held);
     sbuf_free(&r->text);
     sbuf_free(&r->answer);
+    sbuf_free(&r->scratch);
     free(r);
 }
 
@@ -47,9 +49,36 @@ const ro_totals *ro_total(const ro_t *r) { return &r->t; }
 
 enum { NO_REWARD, REWARD, REWARD_LATER };
 
+// Appends a msgpack unsigned integer (below 2^32).
+static void put_u32(sbuf *out, uint32_t v) {
+    uint8_t b[5];
+    if (v < 128) b[0] = (uint8_t)v, sbuf_put(out, b, 1);
+    else if (v < 256) b[0] = 0xcc, b[1] = (uint8_t)v, sbuf_put(out, b, 2);
+    else if (v < 65536) b[0] = 0xcd, b[1] = (uint8_t)(v >> 8), b[2] = (uint8_t)v, sbuf_put(out, b, 3);
+    else {
+        b[0] = 0xce, b[1] = (uint8_t)(v >> 24), b[2] = (uint8_t)(v >> 16), b[3] = (uint8_t)(v >> 8), b[4] = (uint8_t)v;
+        sbuf_put(out, b, 5);
+    }
+}
+
+// "turns": [[start, end], ...] from the flat pairs of t.
+static void set_turns(rec_t *rec, const u32_vec *t, sbuf *buf) {
+    size_t n = t->n / 2;
+    uint8_t h[5] = {0xdd, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
+    buf->len = 0;
+    sbuf_put(buf, h, 5);
+    for (size_t i = 0; i < n; i++) {
+        sbuf_putc(buf, 0x92);
+        put_u32(buf, t->v[2 * i]);
+        put_u32(buf, t->v[2 * i + 1]);
+    }
+    rec_set_raw(rec, "turns", 5, buf->data, buf->len);
+}
+
 // The record of sample j of group g; its "reward" is `reward`, or nil until
 // the external verifier answers, or absent.
-static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, int has_reward, double reward) {
+static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, int has_reward, double reward,
+                          const rec_t *extra) {
     const gen_sample *s = &g->samples[j];
     rec_t *rec = rec_new();
     rec_set_uint(rec, "id", g->group * (uint64_t)g->n + (uint64_t)j);
@@ -63,6 +92,10 @@ static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, i
     rec_set_str(rec, "text", (const char *)r->text.data, r->text.len);
     rec_set_f32s(rec, "logp", s->logp.v, s->logp.n);
     rec_set_u32s(rec, "ver", s->ver.v, s->ver.n);
+    if (s->turns.n) {   // multi-turn: the model's tokens, and where its turns are
+        rec_set_u8s(rec, "mask", s->mask.v, s->mask.n);
+        set_turns(rec, &s->turns, &r->scratch);
+    }
     rec_set_cstr(rec, "finish", s->stopped ? "stop" : "length");
     if (s->stopped && s->stop_reason) rec_set_str(rec, "stop_reason", s->stop_reason, s->stop_reason_len);
     if (has_reward == REWARD) rec_set_f64(rec, "reward", reward);
@@ -80,10 +113,16 @@ static rec_t *make_record(ro_t *r, const gen_group *g, int j, const prompt *p, i
             continue;
         rec_set_raw(rec, key, kl, val, vl);
     }
+    for (size_t k = 0; extra && k < rec_nfields(extra); k++) {
+        size_t kl, vl;
+        const char *key = rec_key(extra, k, &kl);
+        const uint8_t *val = rec_value(extra, k, &vl);
+        rec_set_raw(rec, key, kl, val, vl);
+    }
     return rec;
 }
 
-void ro_add(ro_t *r, const gen_group *g) {
+void ro_add(ro_t *r, const gen_group *g, rec_t *const *extra) {
     const prompt *p = &r->o.prompts->v[g->prompt];
     if (r->tail == r->cap && r->head) {
         memmove(r->held, r->held + r->head, (r->tail - r->head) * sizeof *r->held);
@@ -103,14 +142,17 @@ void ro_add(ro_t *r, const gen_group *g) {
         r->answer.len = 0;   // what a verifier judges: the text before the stop string
         utf8_lossy(s->text.data, s->answer_len, &r->answer);
         const char *ans = r->answer.len ? (const char *)r->answer.data : "";
-        if (h->asked) {
-            h->recs[j] = make_record(r, g, j, p, REWARD_LATER, 0);
+        const rec_t *x = extra ? extra[j] : NULL;
+        if (x && rec_has(x, "reward")) {
+            h->recs[j] = make_record(r, g, j, p, NO_REWARD, 0, x);
+        } else if (h->asked) {
+            h->recs[j] = make_record(r, g, j, p, REWARD_LATER, 0, x);
             vp_send(r->o.cmd, p->text, p->text_len, ans, r->answer.len, p->answer, p->answer_len);
         } else if (r->o.builtin && p->answer) {
             double reward = vf_score(r->o.kind, ans, r->answer.len, p->answer, p->answer_len);
-            h->recs[j] = make_record(r, g, j, p, REWARD, reward);
+            h->recs[j] = make_record(r, g, j, p, REWARD, reward, x);
         } else {
-            h->recs[j] = make_record(r, g, j, p, NO_REWARD, 0);
+            h->recs[j] = make_record(r, g, j, p, NO_REWARD, 0, x);
         }
     }
     r->n_held += (uint64_t)g->n;

@@ -36,8 +36,10 @@ ro_t *ro_new(const ro_opts *o);
 void ro_free(ro_t *r);
 
 // Makes the records of a finished group and holds them (queues the external
-// verifier's requests; they are sent by ro_write).
-void ro_add(ro_t *r, const gen_group *g);
+// verifier's requests; they are sent by ro_write). extra (NULL: none): for
+// each sample, fields set last in its record (a multi-turn rollout's
+// messages, reward, info); a sample given a "reward" there is not verified.
+void ro_add(ro_t *r, const gen_group *g, rec_t *const *extra);
 // Writes every held group whose rewards are all known, oldest first, and
 // flushes after each. block: first waits until the external verifier has
 // answered for every held group. 0, or -1 with err (a verifier's failure

@@ -28,6 +28,12 @@ struct chat {
     } vars[CHAT_MAX_ARGS + 16];
     size_t n_vars;
     int64_t eos, end_of_turn;
+    // What the template writes after an assistant's content ("<|im_end|>\n"),
+    // the bytes of its first token when that is a special one (the model's
+    // own stop token stands for it), and the probe conversation that showed it.
+    sbuf tail;
+    size_t tail_token;
+    int probe;
 };
 
 // ---- loading ---------------------------------------------------------------
@@ -193,6 +199,7 @@ void chat_free(chat_t *c) {
         free(c->vars[i].json);
     }
     free(c->source);
+    sbuf_free(&c->tail);
     free(c);
 }
 
@@ -340,32 +347,41 @@ out:
 
 // ---- the end of a turn ------------------------------------------------------
 
-// Renders a user message and an assistant reply, and takes the special token
-// that follows the reply. Some templates insist on a system message first.
-static int probe_end_of_turn(chat_t *c) {
-    static const char REPLY[] = "rlpipe probes the end of a turn";
-    static const char *const CONVERSATIONS[] = {
+// A user message and an assistant reply; some templates insist on a system message first.
+static const char PROBE_REPLY[] = "rlpipe probes the end of a turn";
+static const char *const PROBE_CONVERSATIONS[] = {
         "{\"m\": [{\"role\": \"user\", \"content\": \"rlpipe\"}, "
         "{\"role\": \"assistant\", \"content\": \"rlpipe probes the end of a turn\"}]}",
         "{\"m\": [{\"role\": \"system\", \"content\": \"rlpipe\"}, {\"role\": \"user\", \"content\": \"rlpipe\"}, "
         "{\"role\": \"assistant\", \"content\": \"rlpipe probes the end of a turn\"}]}"};
+#define N_PROBES (sizeof PROBE_CONVERSATIONS / sizeof *PROBE_CONVERSATIONS)
+
+// Renders a probe conversation and takes what follows the reply: the end of
+// a turn, and the special token it starts with.
+static int probe_end_of_turn(chat_t *c) {
+    static const char *const REPLY = PROBE_REPLY;
     int found = -1;
     rec_t *r = rec_new();
-    for (size_t k = 0; k < sizeof CONVERSATIONS / sizeof *CONVERSATIONS && found < 0; k++) {
+    for (size_t k = 0; k < N_PROBES && found < 0; k++) {
         rl_err e;
         sbuf out = {0};
         size_t n;
-        if (json_to_rec(CONVERSATIONS[k], strlen(CONVERSATIONS[k]), r, &e)) continue;
+        if (json_to_rec(PROBE_CONVERSATIONS[k], strlen(PROBE_CONVERSATIONS[k]), r, &e)) continue;
         const uint8_t *msgs = rec_value(r, 0, &n);
         const uint8_t *hit = render(c, msgs, n, SIZE_MAX, 0, &out, NULL, &e)
-                                 ? NULL : memmem(out.data, out.len, REPLY, sizeof REPLY - 1);
+                                 ? NULL : memmem(out.data, out.len, REPLY, sizeof PROBE_REPLY - 1);
         if (hit) {
-            size_t at = (size_t)(hit - out.data) + sizeof REPLY - 1;
+            size_t at = (size_t)(hit - out.data) + sizeof PROBE_REPLY - 1;
             uint32_t *ids = NULL;
             size_t nids = 0, cap = 0;
+            c->tail.len = 0;
+            sbuf_put(&c->tail, out.data + at, out.len - at);
+            c->probe = (int)k;
             if (tok_encode(c->tok, (const char *)out.data + at, out.len - at, &ids, &nids, &cap, &e) == 0 && nids &&
-                tok_is_special(c->tok, ids[0]))
+                tok_is_special(c->tok, ids[0])) {
                 c->end_of_turn = ids[0];
+                tok_token(c->tok, ids[0], &c->tail_token);
+            }
             free(ids);
             found = 0;
         }
@@ -377,6 +393,119 @@ static int probe_end_of_turn(chat_t *c) {
 
 int64_t chat_end_of_turn(const chat_t *c) { return c->end_of_turn; }
 int64_t chat_eos(const chat_t *c) { return c->eos; }
+
+// ---- the environment's messages after the turns generated ------------------
+
+// Appends a msgpack array header of n elements.
+static void put_array_header(sbuf *out, uint32_t n) {
+    uint8_t h[5];
+    if (n < 16) {
+        h[0] = (uint8_t)(0x90 | n);
+        sbuf_put(out, h, 1);
+    } else if (n < 65536) {
+        h[0] = 0xdc, h[1] = (uint8_t)(n >> 8), h[2] = (uint8_t)n;
+        sbuf_put(out, h, 3);
+    } else {
+        h[0] = 0xdd, h[1] = (uint8_t)(n >> 24), h[2] = (uint8_t)(n >> 16), h[3] = (uint8_t)(n >> 8), h[4] = (uint8_t)n;
+        sbuf_put(out, h, 5);
+    }
+}
+
+// render(msgs, generation prompt) less render(msgs[0..keep)) into out, when
+// the one is a prefix of the other. 1 appended, 0 not a prefix, -1 with err.
+static int rendered_suffix(const chat_t *c, const uint8_t *msgs, size_t n, size_t keep, sbuf *out, rl_err *err) {
+    sbuf a = {0}, b = {0};
+    int rc = -1;
+    if (render(c, msgs, n, keep, 0, &a, NULL, err) || render(c, msgs, n, SIZE_MAX, 1, &b, NULL, err)) goto out;
+    rc = b.len >= a.len && !memcmp(a.data, b.data, a.len);
+    if (rc) sbuf_put(out, b.data + a.len, b.len - a.len);
+out:
+    sbuf_free(&a);
+    sbuf_free(&b);
+    return rc;
+}
+
+// The probe conversation that showed the end of a turn (without its
+// assistant's reply: reply = 0), with the messages elements[from..] of the
+// array `all` after it, as one msgpack array; *keep: the probe's messages.
+static int probe_with(const chat_t *c, int reply, const uint8_t *all, size_t n, size_t from, sbuf *out, size_t *keep,
+                      rl_err *err) {
+    msgpack_zone zone;
+    msgpack_zone_init(&zone, 2048);
+    msgpack_object o, p;
+    size_t off = 0, poff = 0;
+    rec_t *r = rec_new();
+    int rc = -1;
+    rl_err e;
+    const char *probe = PROBE_CONVERSATIONS[c->probe];
+    size_t pn;
+    if (json_to_rec(probe, strlen(probe), r, &e)) goto out;
+    const uint8_t *pm = rec_value(r, 0, &pn);
+    if (msgpack_unpack((const char *)all, n, &off, &zone, &o) != MSGPACK_UNPACK_SUCCESS ||
+        o.type != MSGPACK_OBJECT_ARRAY || msgpack_unpack((const char *)pm, pn, &poff, &zone, &p) != MSGPACK_UNPACK_SUCCESS) {
+        err_set(err, "\"messages\" is not a list of messages");
+        goto out;
+    }
+    *keep = p.via.array.size - (reply ? 0 : 1);
+    put_array_header(out, (uint32_t)*keep + (o.via.array.size - (uint32_t)from));
+    // The probe's elements are the bytes after its array header (a fixarray),
+    // its reply the last; the added messages' bytes are found by decoding the
+    // elements before them.
+    size_t at = 1;
+    for (size_t i = 0; i < *keep; i++) {
+        size_t start = at;
+        msgpack_object x;
+        msgpack_unpack((const char *)pm, pn, &at, &zone, &x);
+        sbuf_put(out, pm + start, at - start);
+    }
+    at = (size_t)(all[0] >= 0x90 && all[0] <= 0x9f ? 1 : all[0] == 0xdc ? 3 : 5);
+    for (uint32_t i = 0; i < o.via.array.size; i++) {
+        size_t start = at;
+        msgpack_object x;
+        if (msgpack_unpack((const char *)all, n, &at, &zone, &x) <= MSGPACK_UNPACK_CONTINUE) {
+            err_set(err, "\"messages\"[%u] is not a complete value", i);
+            goto out;
+        }
+        if (i >= from) sbuf_put(out, all + start, at - start);
+    }
+    rc = 0;
+out:
+    rec_free(r);
+    msgpack_zone_destroy(&zone);
+    return rc;
+}
+
+int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, size_t n_conv, int ended_by_token, sbuf *text,
+                  int *rewrote, rl_err *err) {
+    *rewrote = 0;
+    if (!c->tail.len) return err_set(err, "the chat template shows no end of an assistant's turn");
+    size_t skip = ended_by_token ? c->tail_token : 0;
+    size_t at = text->len;
+    sbuf_put(text, c->tail.data + skip, c->tail.len - skip);
+    int rc = rendered_suffix(c, msgs, n, n_conv, text, err);
+    if (rc < 0) text->len = at;
+    if (rc) return rc < 0 ? -1 : 0;
+    // The template rewrites the earlier turns once these messages follow:
+    // the new messages as it renders them after its probe conversation, or
+    // after the probe's first messages (Qwen3 renders the reply itself
+    // differently once a user's message follows).
+    sbuf probe = {0};
+    size_t keep;
+    *rewrote = 1;
+    for (int reply = 1; reply >= 0 && rc == 0; reply--) {
+        probe.len = 0;
+        rc = probe_with(c, reply, msgs, n, n_conv, &probe, &keep, err) ? -1
+                                                                       : rendered_suffix(c, probe.data, probe.len, keep, text, err);
+    }
+    sbuf_free(&probe);
+    if (rc <= 0) text->len = at;
+    if (rc == 0) {
+        return err_set(err, "the chat template renders the conversation before these messages differently once they "
+                       "follow, and renders a short conversation differently too: the messages cannot be appended "
+                       "to the tokens generated");
+    }
+    return rc < 0 ? -1 : 0;
+}
 
 // ---- tokens and the assistant mask -------------------------------------------
 

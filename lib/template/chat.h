@@ -65,4 +65,25 @@ int64_t chat_end_of_turn(const chat_t *c);
 // The id of tokenizer_config.json's eos_token, or -1.
 int64_t chat_eos(const chat_t *c);
 
+// Multi-turn rollouts: the text that follows an assistant's turn as the
+// model generated it when new messages (a tool's result, a user's reply)
+// join the conversation, up to the start of the next assistant turn.
+// msgs[0..n) is the conversation (msgpack array): its first n_conv messages
+// so far, the last of them the assistant's turn, then the new ones. Appended
+// to text:
+//   - the rest of the turn as the template ends it (what it renders after an
+//     assistant's content: "<|im_end|>\n"), less its first token when that is
+//     a special token and the model ended its turn with a stop token
+//     (ended_by_token), which stands for it;
+//   - render(msgs, generation prompt) less render(msgs[0..n_conv)), when the
+//     latter is a prefix of the former (*rewrote = 0);
+//   - else, the template rendering earlier turns differently once the new
+//     messages follow (Qwen3 drops the reasoning of the turns before a user's
+//     message), the same difference over the template's short probe
+//     conversation (a user's message and an assistant's reply) followed by
+//     the new messages (*rewrote = 1).
+// 0, or -1 with err (a message the template refuses; text is then as it was).
+int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, size_t n_conv, int ended_by_token, sbuf *text,
+                  int *rewrote, rl_err *err);
+
 #endif

@@ -123,6 +123,20 @@ def decompress(data, allow_cut=False):
     return raw
 
 
+def stream_objects(data):
+    """Every complete msgpack object of a (maybe truncated) stream: what a
+    tool wrote before an error ended it."""
+    up = msgpack.Unpacker(raw=False)
+    up.feed(decompress(data, allow_cut=True))
+    out = []
+    try:
+        for o in up:
+            out.append(o)
+    except Exception:   # the cut object
+        pass
+    return out
+
+
 TMP = tempfile.TemporaryDirectory(prefix="rlpipe-test.")
 
 

@@ -268,6 +268,91 @@ def generation_blocks_give_transformers_assistant_masks():
     print(f"# {len(convs)} masks equal to transformers' return_assistant_tokens_mask")
 
 
+# ---- multi-turn rollouts: the environment's messages after the turns generated ----
+
+TOOL_RESULTS = ["42", "{\"result\": 1554}", "error: division by zero", "naïve café 🙂", "line one\nline two"]
+REPLIES = ["That is not right. Try again.", "Use the calculator.", "日本語で", "ok"]
+
+
+def reply_text(rng, thinking):
+    """An assistant's turn as a model writes it: no white space at its ends
+    (Llama 3's template trims it), and reasoning in Qwen3's own layout."""
+    s = "".join(rng.choice(PIECES) + " " for _ in range(rng.randrange(1, 3))).strip() or "x"
+    if rng.random() < 0.3:
+        s += '\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "37 * 42"}}\n</tool_call>'
+    if thinking and rng.random() < 0.5:
+        s = "<think>\n" + rng.choice(PIECES).strip("\n") + "\n</think>\n\n" + s
+    return s
+
+
+def rollout(rng, thinking):
+    """[system], user, then turns: assistant, then a tool's result or a user's reply (or both); ends
+    with the environment's message, so the rendering ends with the generation prompt."""
+    msgs = ([{"role": "system", "content": "You can call a calculator."}] if rng.random() < 0.5 else [])
+    msgs.append({"role": "user", "content": rng.choice(PIECES).strip() or "Hi"})
+    for _ in range(rng.randrange(1, 4)):
+        msgs.append({"role": "assistant", "content": reply_text(rng, thinking)})
+        kind = rng.random()
+        if kind < 0.5:
+            msgs.append({"role": "tool", "content": rng.choice(TOOL_RESULTS)})
+        if kind > 0.3:
+            msgs.append({"role": "user", "content": rng.choice(REPLIES)})
+    return msgs
+
+
+THINK = __import__("re").compile(r"<think>\n.*?\n</think>\n\n", __import__("re").S)
+
+
+def check_turns(name, args=None):
+    """chat_tool --turns against apply_chat_template(final conversation, generation prompt)."""
+    thinking = name == "qwen3"
+    convs = [rollout(random.Random(1000 * k + len(name)), thinking) for k in range(80)]
+    cmd = [TOOL, "--turns"] + sum((["--arg", f"{k}={json.dumps(v)}"] for k, v in (args or {}).items()), [])
+    stdin = "".join(json.dumps({"messages": m}, ensure_ascii=False) + "\n" for m in convs)
+    p = subprocess.run(cmd + [DIRS[name]], input=stdin.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.returncode == 0, p.stderr.decode()[-800:]
+    got = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    tok = TOKS[name]
+    exact = pinned = rewrote = 0
+    for k, msgs in enumerate(convs):
+        where = f"{name} rollout {k}: {json.dumps(msgs, ensure_ascii=False)[:300]}"
+        assert "error" not in got[k], f"{got[k]['error']}: {where}"
+        want = list(tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, **(args or {})))
+        rewrote += got[k]["rewrote"] > 0
+        if got[k]["ids"] == want:
+            exact += 1
+            continue
+        # Only Qwen3 rewrites earlier turns: it drops the reasoning of the
+        # turns before a user's message. The tokens generated keep it.
+        assert thinking, f"ids differ {first_difference(got[k]['ids'], want)}: {where}"
+        ours_text, their_text = tok.decode(got[k]["ids"]), tok.decode(want)
+        assert THINK.sub("", ours_text) == THINK.sub("", their_text), \
+            f"differ beyond the reasoning kept: {first_difference(ours_text, their_text)}: {where}"
+        assert len(THINK.findall(ours_text)) > len(THINK.findall(their_text)), where
+        pinned += 1
+    print(f"# {name}: {exact} of {len(convs)} rollouts' tokens equal apply_chat_template of the final conversation; "
+          f"{pinned} differ only by the reasoning of earlier turns the template drops; "
+          f"{rewrote} took the template's probe conversation for a continuation")
+    return exact, pinned, rewrote
+
+
+@case
+def multi_turn_tokens_equal_the_final_conversations_rendering_smollm2_qwen25_llama31():
+    for name in ("smollm2", "qwen2.5", "llama3.1", "llama3.2"):
+        exact, pinned, rewrote = check_turns(name)
+        assert exact == 80 and rewrote == 0, (name, exact, pinned, rewrote)
+
+
+@case
+def qwen3_multi_turn_tokens_keep_the_reasoning_its_template_drops_from_earlier_turns():
+    exact, pinned, rewrote = check_turns("qwen3")
+    assert exact > 0 and pinned > 0 and exact + pinned == 80 and rewrote > 0, (exact, pinned, rewrote)
+    # With enable_thinking=false the generation prompt writes an empty
+    # reasoning block, which the tokens keep and the template drops.
+    exact, pinned, rewrote = check_turns("qwen3", {"enable_thinking": False})
+    assert exact + pinned == 80, (exact, pinned)
+
+
 # ---- errors ------------------------------------------------------------------------
 
 @case

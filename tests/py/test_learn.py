@@ -123,11 +123,13 @@ def advantages(recs, kind="grpo"):
     return a
 
 
-def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None, tis=None):
+def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None, tis=None, drop_masked=False):
     """pi_old: for ppo, log π_old per record (list of tensors); default the
     record's logp_learner, else the current log-probs (detached). tis: the
     cap C of rl-learn --tis, w = min(π_old / μ, C) held constant, π_old the
-    current log-probs (detached) and μ the record's logp."""
+    current log-probs (detached) and μ the record's logp. drop_masked: the
+    sums run over the tokens of mask 1 alone (the others are left out of
+    every term, not multiplied by 0), as for an environment's tokens."""
     a = advantages(recs, adv) if loss != "sft" else [0.0] * len(recs)
     if norm == "seqs":
         z = len(recs)
@@ -139,19 +141,21 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None
     for i, (r, ai) in enumerate(zip(recs, a)):
         lp = ref_logprobs(ref, r)
         n = len(r["ids"])
-        w = torch.tensor(r.get("w", [1.0] * n), dtype=torch.float64)
+        keep = torch.tensor([t for t in range(n) if not drop_masked or r["mask"][t]], dtype=torch.long)
+        lp = lp[keep]
+        w = torch.tensor(r.get("w", [1.0] * n), dtype=torch.float64)[keep]
         if tis is not None:
-            w = torch.exp(lp.detach() - torch.tensor(r["logp"], dtype=torch.float64)).clamp(max=tis)
-        m = torch.tensor(r.get("mask", [1] * n), dtype=torch.float64)
+            w = torch.exp(lp.detach() - torch.tensor(r["logp"], dtype=torch.float64)[keep]).clamp(max=tis)
+        m = torch.tensor(r.get("mask", [1] * n), dtype=torch.float64)[keep]
         if loss == "sft":
             total = total - (m * lp).sum()
         elif loss == "pg":
             total = total - (w * m * ai * lp).sum()
         else:
             if pi_old is not None:
-                old = pi_old[i]
+                old = pi_old[i][keep]
             elif "logp_learner" in r:
-                old = torch.tensor(r["logp_learner"], dtype=torch.float64)
+                old = torch.tensor(r["logp_learner"], dtype=torch.float64)[keep]
             else:
                 old = lp.detach()
             rho = torch.exp(lp - old)
@@ -371,6 +375,118 @@ def three_adamw_steps_match_torch_adamw_with_clipping_and_warmup():
 def ppo_epochs_take_steps_against_the_pi_old_of_the_batch_start():
     adamw_case("ppo_epochs", 4, 0.0, 0, "--loss", "ppo", "--epochs", "2", "--eps", "0.1", epochs=2, loss="ppo",
                eps=0.1)
+
+
+# ---- multi-turn rollouts: the environment's tokens -----------------------------------------
+
+ENV_VER = 3
+
+
+def multi_turn(recs):
+    """recs as multi-turn rollouts: in each completion of 3 tokens or more a run of
+    tokens an environment added (a tool's result) in the middle, and in every
+    other one a run at the end (a user's turn): mask 0, logp 0 (no sampler
+    probability), ver ENV_VER; w and logp_learner there as they come. With
+    logp_learner, -800 there: π_old of a token the model did not sample may be
+    that small, and a ratio exp(log π_θ + 800) is inf in float64."""
+    for i, r in enumerate(recs):
+        n = len(r["ids"])
+        m = [1] * n
+        if n >= 3:
+            for t in range(n // 3, n // 3 + max(1, n // 4)):
+                m[t] = 0
+            if i % 2 and n >= 5:
+                m[n - 1] = 0
+        r["mask"] = m
+        for t in range(n):
+            if not m[t]:
+                r["logp"][t] = 0.0
+                r["ver"][t] = ENV_VER
+                if "logp_learner" in r:
+                    r["logp_learner"][t] = -800.0
+    assert sum(r["mask"].count(0) for r in recs) >= 10
+    return recs
+
+
+@case
+def environment_tokens_get_no_gradient_pg_ppo_sft_and_tokens_norm_counts_the_models():
+    # the reference leaves the tokens of mask 0 out of the sums; rl-learn
+    # multiplies their terms by mask 0, and must give neither a gradient nor
+    # a NaN (PPO's ratio on them is inf against their π_old)
+    d = model("env", seed=14)
+    ref = llama_ref.Llama(d)
+    recs = multi_turn(records(seed=15, mask=False, logp_learner=True, ref=ref))
+    check_grads(d, recs, ("--norm", "tokens"), loss="pg", norm="tokens", drop_masked=True)
+    check_grads(d, recs, ("--loss", "ppo", "--eps", "0.2"), loss="ppo", eps=0.2, drop_masked=True)
+    check_grads(d, recs, ("--loss", "ppo", "--norm", "tokens"), loss="ppo", norm="tokens", drop_masked=True)
+    sft = [{k: v for k, v in r.items() if k in ("prompt_ids", "ids", "mask")} for r in recs]
+    check_grads(d, sft, ("--loss", "sft", "--norm", "tokens"), loss="sft", norm="tokens", drop_masked=True)
+    # straight from the sampler: --tis weighs the model's tokens by their logp, the environment's not at all
+    sampled = [{k: v for k, v in r.items() if k not in ("w", "logp_learner")} for r in recs]
+    check_grads(d, sampled, ("--tis", "1.2"), loss="pg", tis=1.2, drop_masked=True)
+    # the same records with a positive advantage on every record: PPO's clipped
+    # branch on the environment's tokens, their ρ still inf
+    for r in recs:
+        r["adv"] = 0.5 + 0.1 * (r["id"] % 3)
+    check_grads(d, recs, ("--loss", "ppo"), loss="ppo", drop_masked=True)
+
+
+@case
+def learner_metrics_leave_the_environment_tokens_out():
+    # lag, k3, capped, entropy and ppo_clipped over the tokens of mask 1 of a
+    # step, from the reference: an environment token counted would show (its
+    # lag -3, its k3 about 799, its ratio 0, its PPO ratio inf)
+    d = model("envm", seed=16)
+    ref = llama_ref.Llama(d)
+    recs = multi_turn(records(seed=17, mask=False, logp_learner=True, ref=ref))
+    src = write_records("env-metrics.rlr", recs)
+    a = advantages(recs)
+    kept = [(r, t) for r in recs for t in range(len(r["ids"])) if r["mask"][t]]
+    d_lr = [r["logp_learner"][t] - r["logp"][t] for r, t in kept]
+    k3 = sum(math.exp(x) - 1 - x for x in d_lr) / len(kept)
+    capped = sum(r["w"][t] < math.exp(x) * (1 - 1e-6) for (r, t), x in zip(kept, d_lr)) / len(kept)
+    ent, clipped, n_run, tis_rho = 0.0, 0, 0, []
+    for r, ai in zip(recs, a):
+        if ai == 0:   # not run
+            continue
+        p, ids = r["prompt_ids"], r["ids"]
+        h = ref.forward(torch.tensor([p + ids[:-1]]))[0, len(p) - 1:]
+        lp_all = torch.log_softmax(ref.logits(h) / r["temperature"], dim=-1).detach()
+        for t in range(len(ids)):
+            if not r["mask"][t]:
+                continue
+            ent -= float((lp_all[t].exp() * lp_all[t]).sum())
+            rho = math.exp(float(lp_all[t, ids[t]]) - r["logp_learner"][t])
+            clipped += not (rho * ai <= min(max(rho, 0.8), 1.2) * ai)
+            tis_rho.append(math.exp(float(lp_all[t, ids[t]]) - r["logp"][t]))   # --tis: π_old the forward's, μ the sampler's
+            n_run += 1
+    for loss in ("pg", "ppo"):
+        out = path(f"env-metrics-{loss}")
+        learn("--init", d, "--out", out, "--batch", str(len(recs)), "--loss", loss, "--lr", "0", "--keep", "0",
+              "--metrics", out + ".jsonl", src)
+        m = [json.loads(x) for x in open(out + ".jsonl")][0]
+        assert m["lag_mean"] == 0 and m["lag_max"] == 0, f"{loss}: lag {m['lag_mean']}, {m['lag_max']}: expected 0, 0"
+        assert abs(m["k3"] - k3) <= 1e-6 * k3, f"{loss}: k3 {m['k3']}, expected {k3}"
+        assert abs(m["capped"] - capped) <= 1e-12, f"{loss}: capped {m['capped']}, expected {capped}"
+        assert abs(m["entropy"] - ent / n_run) <= 1e-5 * ent / n_run, f"{loss}: entropy {m['entropy']}, expected {ent / n_run}"
+        assert math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]), m
+        if loss == "ppo":
+            assert abs(m["ppo_clipped"] - clipped / n_run) <= 1e-12, \
+                f"ppo_clipped {m['ppo_clipped']}, expected {clipped}/{n_run}"
+    # --tis C with C between the middle two of those ratios: half of the tokens capped
+    mid = sorted(tis_rho)[n_run // 2 - 1:n_run // 2 + 1]
+    cap = math.sqrt(mid[0] * mid[1])
+    tis_k3 = sum(x - 1 - math.log(x) for x in tis_rho) / n_run
+    tis_capped = sum(x > cap for x in tis_rho)
+    out = path("env-metrics-tis")
+    sampled = [{k: v for k, v in r.items() if k not in ("w", "logp_learner")} for r in recs]
+    learn("--init", d, "--out", out, "--batch", str(len(recs)), "--tis", repr(cap), "--lr", "0", "--keep", "0",
+          "--metrics", out + ".jsonl", write_records("env-metrics-tis.rlr", sampled))
+    m = [json.loads(x) for x in open(out + ".jsonl")][0]
+    assert abs(m["k3"] - tis_k3) <= 1e-5 * tis_k3, f"--tis: k3 {m['k3']}, expected {tis_k3}"
+    assert abs(m["capped"] - tis_capped / n_run) <= 1e-12, f"--tis: capped {m['capped']}, expected {tis_capped}/{n_run}"
+    print(f"  k3 {k3:.4g}, capped {capped:.3f}, entropy {ent / n_run:.4g}, ppo_clipped {clipped}/{n_run}, "
+          f"--tis {cap:.3g}: k3 {tis_k3:.4g}, capped {tis_capped}/{n_run}")
 
 
 if __name__ == "__main__":

@@ -129,9 +129,9 @@ def make_records(n, seed, noise=0.3, identity=False, lengths=LENGTHS, ver_learne
         }
         if ver_learner and i % 3:
             r["ver_learner"] = 5
-        if i % 5 == 4:   # stale weights from an earlier run: replaced where they are
+        if i % 5 == 4:   # stale weights from an earlier run that rejected no token: replaced where they are
             r["w"] = [9.0] * T
-            r["mask"] = [0] * T
+            r["mask"] = [1] * T
         recs.append(r)
     return recs
 
@@ -434,6 +434,158 @@ def top_p_or_top_k_sampling_is_warned_about_once_per_run():
     assert len(output_records(out)) == 12
 
 
+# ---- multi-turn rollouts: the environment's tokens -------------------------------------
+
+# A record's own mask (rl-sample's, for a multi-turn rollout) is 1 on the
+# model's tokens and 0 on those an environment added, whose logp is 0. The
+# reference is the one above applied to the model's tokens alone: weights,
+# masks and metrics over them; every environment token w 0, mask 0.
+
+def env_records(n, seed):
+    """make_records' rollouts, most of them multi-turn: a run of environment tokens
+    in the middle, others at the end, a record of them only; every seventh has no mask."""
+    recs = make_records(n, seed=seed, lengths=[0, 1, 3, 6, 9, 13, 40, 200, 7, 12, 4])
+    rng = np.random.default_rng(seed + 100)
+    for i, r in enumerate(recs):
+        T = len(r["ids"])
+        r.pop("w", None)
+        if i % 7 == 3:
+            r.pop("mask", None)   # a single-turn rollout as rl-sample writes one: no mask
+            continue
+        m = np.ones(T, dtype=np.int64)
+        if T >= 3:
+            a = T // 3
+            m[a:a + max(1, T // 4)] = 0       # a tool's result between two turns of the model
+        if T >= 6 and i % 2:
+            m[T - max(1, T // 6):] = 0         # a user turn after the model's last one
+        if i % 11 == 2:
+            m[:] = 0                           # the environment's tokens only
+        r["mask"] = [int(x) for x in m]
+        for t in np.flatnonzero(m == 0):
+            r["logp"][t] = 0.0                 # no sampler probability
+            # the learner's: far from 0, so a ratio taken there would show in every metric
+            r["logp_learner"][t] = f32(-rng.uniform(5, 60))
+            r["ver"][t] = 9                    # the version held when it was added
+    return recs
+
+
+ENV_RECS = env_records(55, seed=31)
+ENV_STREAM = put("env.rlr", write_stream(ENV_RECS, frame_every=4))
+
+
+def model_part(rec):
+    """rec restricted to its model's tokens (every token without a mask), and their indices."""
+    keep = np.flatnonzero(np.array(rec["mask"]) == 1) if "mask" in rec else np.arange(len(rec["ids"]))
+    part = dict(rec)
+    for k in ("ids", "logp", "logp_learner", "ver", "w", "mask"):
+        if k in rec:
+            part[k] = [rec[k][t] for t in keep]
+    return part, keep
+
+
+def expected_env(rec, **kw):
+    """w, mask and tokens capped over the whole record: the model's tokens as expected()
+    weighs them alone, w 0 and mask 0 on the environment's."""
+    part, keep = model_part(rec)
+    w_k, m_k, capped = expected(part, **kw)
+    T = len(rec["ids"])
+    w, m = np.zeros(T), np.zeros(T, bool)
+    w[keep], m[keep] = w_k, m_k
+    return w, m, capped
+
+
+ENV_VARIANTS = [
+    ([], dict()),
+    (["--clip", "1.3"], dict(clip=1.3, clip_set=True)),
+    (["--mode", "seq"], dict(mode="seq")),
+    (["--mode", "seq", "--clip", "inf"], dict(mode="seq", clip=math.inf, clip_set=True)),
+    (["--mode", "geo"], dict(mode="geo")),
+    (["--mode", "geo", "--clip", "1.05"], dict(mode="geo", clip=1.05, clip_set=True)),
+    (["--mode", "none"], dict(mode="none")),
+    (["--mask", "0.6,1.6"], dict(mask=(0.6, 1.6))),
+    (["--mode", "seq", "--mask", "0.2,5"], dict(mode="seq", mask=(0.2, 5.0))),
+    (["--mode", "geo", "--mask", "0.9,1.1", "--clip", "1.05"], dict(mode="geo", mask=(0.9, 1.1), clip=1.05, clip_set=True)),
+]
+
+
+@case
+def environment_tokens_get_w_0_mask_0_and_the_model_tokens_the_weights_of_numpy_over_them_alone():
+    env = sum(r["mask"].count(0) for r in ENV_RECS if "mask" in r)
+    assert env > 100 and any("mask" not in r for r in ENV_RECS), "the inputs do not exercise the environment's tokens"
+    mpath = path("env-metrics.jsonl")
+    for args, kw in ENV_VARIANTS:
+        label = " ".join(args) or "(default)"
+        _, out, _ = ratio("-q", "--batch", "20", "--metrics", mpath, *args, ENV_STREAM)
+        got = [o for o, _ in output_records(out)]
+        assert len(got) == len(ENV_RECS), f"{label}: {len(got)} records out"
+        masked = capped = 0
+        for r, o in zip(ENV_RECS, got):
+            w, m, c = expected_env(r, **kw)
+            masked += int(np.sum(~m))
+            capped += c
+            assert len(o["w"]) == len(o["mask"]) == len(r["ids"]), f"{label}: record {r['id']}: lengths"
+            assert close(o["w"], w, 1e-6), f"{label}: record {r['id']}: w {o['w'][:8]}, expected {list(w[:8])}"
+            assert list(o["mask"]) == [int(x) for x in m], f"{label}: record {r['id']}: mask {o['mask']}, expected {m}"
+            if "mask" in r:   # the environment's tokens: whatever the mode, out of the loss
+                env_t = [t for t, x in enumerate(r["mask"]) if x == 0]
+                assert all(o["w"][t] == 0 and o["mask"][t] == 0 for t in env_t), f"{label}: record {r['id']}"
+            else:   # a record without mask: weighed as ever
+                assert close(o["w"], expected(r, **kw)[0], 1e-6), f"{label}: record {r['id']} (no mask)"
+        if kw.get("mode") != "none" and kw.get("clip", 2.0) != math.inf and (not kw.get("mask") or kw.get("clip_set")):
+            assert capped > 0, f"{label}: no model token capped: the test data does not exercise the cap"
+        # the metrics lines: numpy over the model's tokens of each batch of 20
+        lines = [json.loads(x) for x in open(mpath)]
+        assert [x["batch"] for x in lines] == [0, 1, 2], f"{label}: batches {[x['batch'] for x in lines]}"
+        for b, line in enumerate(lines):
+            parts, outs = [], []
+            for r, o in zip(ENV_RECS[20 * b:20 * b + 20], got[20 * b:20 * b + 20]):
+                part, keep = model_part(r)
+                parts.append(part)
+                outs.append({"w": [o["w"][t] for t in keep], "mask": [o["mask"][t] for t in keep]})
+            want = expected_metrics(parts, outs, kw)
+            assert want["tokens"] < sum(len(r["ids"]) for r in ENV_RECS[20 * b:20 * b + 20]), "no environment token"
+            check_metrics(line, want, f"{label} batch {b}")
+
+
+@case
+def mode_none_keeps_the_records_mask_and_weighs_the_model_tokens_1():
+    _, out, _ = ratio("-q", "--mode", "none", ENV_STREAM)
+    for r, (o, _) in zip(ENV_RECS, output_records(out)):
+        want = r.get("mask", [1] * len(r["ids"]))
+        assert list(o["mask"]) == want, f"record {r['id']}: mask {o['mask']}, expected {want}"
+        assert list(o["w"]) == [float(x) for x in want], f"record {r['id']}: w {o['w']}, expected {want}"
+
+
+@case
+def weighting_again_keeps_the_mask_and_the_model_tokens_weights():
+    # The second run reads the first one's mask as the record's own: the
+    # tokens it rejected stay 0 (their weight becomes 0), the others keep
+    # their weight and mask exactly.
+    for args in (["--mask", "0.6,1.6"], ["--mode", "seq", "--clip", "1.5"], ["--mode", "geo", "--mask", "0.9,1.1"]):
+        first = ratio("-q", *args, ENV_STREAM)[1]
+        once = [o for o, _ in output_records(first)]
+        again = [o for o, _ in output_records(ratio("-q", *args, input=first)[1])]
+        assert len(again) == len(once)
+        for a, b in zip(once, again):
+            assert a["mask"] == b["mask"], f"{args}: record {a['id']}: mask {a['mask']} then {b['mask']}"
+            kept = [t for t, x in enumerate(a["mask"]) if x]
+            assert [a["w"][t] for t in kept] == [b["w"][t] for t in kept], f"{args}: record {a['id']}: w changed"
+            assert all(b["w"][t] == 0 for t, x in enumerate(a["mask"]) if not x), f"{args}: record {a['id']}"
+
+
+@case
+def records_without_mask_are_weighed_byte_for_byte_as_alone():
+    # each record is weighed on its own: one without mask among multi-turn
+    # ones comes out with the bytes it has in a stream of records without mask
+    plain = [r for r in ENV_RECS if "mask" not in r]
+    alone = output_records(ratio("-q", "--mode", "geo", put("plain.rlr", write_stream(plain)))[1])
+    mixed = output_records(ratio("-q", "--mode", "geo", ENV_STREAM)[1])
+    by_id = {o["id"]: b for o, b in mixed}
+    assert len(alone) == len(plain) >= 5
+    for o, b in alone:
+        assert by_id[o["id"]] == b, f"record {o['id']}: bytes differ"
+
+
 # ---- a mismatch that keeps growing -----------------------------------------------------
 
 # The growth of a bf16 sampler that rounds the learner's updates away: a
@@ -718,7 +870,7 @@ def uniform_group_records():
     rewards = {0: [1.0] * 4,                 # uniform: skipped
                1: [0.0, 1.0, 0.0, 0.0],      # mixed: scored
                2: [0.0] * 4,                 # uniform, but one record has its own adv: scored
-               3: [0.5] * 4,                 # uniform, with an earlier run's fields: skipped, those removed
+               3: [0.5] * 4,                 # uniform, with an earlier run's fields: skipped, those but mask removed
                4: [1.0, 0.0, 1.0, 1.0],      # mixed: scored
                5: [0.0] * 4}                 # uniform, but split by --batch 22 (records 20, 21 | 22, 23): scored
     for r in recs:
@@ -746,7 +898,7 @@ def model_skip_uniform_passes_whole_groups_of_equal_rewards_on_unscored():
     assert [o["id"] for o, _ in got] == [r["id"] for r in recs], "records in input order"
     skipped = [o["id"] for o, _ in got if "logp_learner" not in o]
     assert skipped == [0, 1, 2, 3, 12, 13, 14, 15], f"skipped {skipped}"
-    ours = {"logp_learner", "ver_learner", "w", "mask"}
+    ours = {"logp_learner", "ver_learner", "w"}   # a mask stays: its zeros may be the environment's tokens
     for (ri, bi), (o, bo), f in zip(raw_in, got, full):
         if o["id"] in skipped:   # every other field's bytes, in order; none of ours
             want = [(k, v) for k, v in raw_fields(bi) if k not in ours]
@@ -765,6 +917,29 @@ def model_skip_uniform_passes_whole_groups_of_equal_rewards_on_unscored():
     d = [float(x) - float(y) for o in got[:22] if "logp_learner" in o[0]
          for x, y in zip(arr(o[0]["logp"]), arr(o[0]["logp_learner"]))]
     assert len(d) == tok and abs(lines[0]["k1"] - float(np.mean(d))) <= 1e-9 * max(1, abs(np.mean(d))), lines[0]
+
+
+@model_case
+def model_skip_uniform_leaves_a_multi_turn_records_mask_as_it_came():
+    recs = uniform_group_records()[:8]   # group 0 uniform (skipped), group 1 mixed (scored)
+    for r in recs:
+        T = len(r["ids"])
+        for k in ("logp_learner", "ver_learner", "w"):
+            r.pop(k, None)
+        r["mask"] = [0 if T // 3 <= t < T // 3 + 2 else 1 for t in range(T)]
+        r["logp"] = [0.0 if not m else x for x, m in zip(r["logp"], r["mask"])]
+    assert any(0 in r["mask"] for r in recs[:4]) and any(0 in r["mask"] for r in recs[4:])
+    src = put("uniform-env.rlr", write_stream(recs, hdr=header(sampling={"group": 4, "temperature": 1.0})))
+    raw_in = data_records(objects(decompress(open(src, "rb").read())))
+    got = output_records(ratio("-q", "--model", model(), "--skip-uniform", src)[1])
+    for (ri, bi), (o, bo) in zip(raw_in, got):
+        if ri["group"] == 0:   # passed on unscored: every byte as it came, the mask with them
+            assert bo == bi, f"record {ri['id']}: not passed on as it came"
+        else:   # scored: the environment's tokens w 0, mask 0; the model's weighed
+            w = np.minimum(np.exp(arr(o["logp_learner"]) - arr(ri["logp"])), 2.0)
+            w[np.array(ri["mask"]) == 0] = 0
+            assert list(o["mask"]) == ri["mask"] and close(o["w"], w, 1e-6), f"record {ri['id']}: {o['w']}"
+            assert len(o["logp_learner"]) == len(ri["ids"]), "logp_learner on every token, the environment's too"
 
 
 @model_case

@@ -23,7 +23,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
-import msgpack  # noqa: E402
 import rltest  # noqa: E402
 import torch  # noqa: E402
 from rltest import case  # noqa: E402
@@ -352,19 +351,6 @@ for line in sys.stdin:
         assert r["reward"] == 1000.0 * len(r["text"].split("5")[0]), (r["text"], r["reward"])
 
 
-def stream_objects(data):
-    """Every complete msgpack object of a (maybe truncated) stream."""
-    up = msgpack.Unpacker(raw=False)
-    up.feed(rltest.decompress(data, allow_cut=True))
-    out = []
-    try:
-        for o in up:
-            out.append(o)
-    except Exception:
-        pass
-    return out
-
-
 # ---- verifiers -----------------------------------------------------------------------------
 
 @case
@@ -411,7 +397,7 @@ for i, line in enumerate(sys.stdin):
                           prompts_file("pdie.jsonl", n=8), ok=False)
     assert rc == 1, f"exit {rc}: {err}"
     assert "verifier" in err and "rollout id" in err and "pdie.jsonl line" in err, err
-    recs = [o for o in stream_objects(out) if "id" in o]
+    recs = [o for o in rltest.stream_objects(out) if "id" in o]
     assert len(recs) <= 4 and len(recs) % 2 == 0, "only whole groups answered before the crash are written"
 
 
@@ -426,7 +412,7 @@ def a_verifier_that_hangs_is_stopped_after_verifier_timeout_with_an_error_naming
     assert rc == 1, f"exit {rc}: {err}"
     assert re.search(r"request 3: no reply in 0\.5 s.*rollout id .*phang\.jsonl line", err), err
     assert took < 20, f"rl-sample took {took:.1f} s to give up on a verifier with a timeout of 0.5 s"
-    recs = [o for o in stream_objects(out) if "id" in o]
+    recs = [o for o in rltest.stream_objects(out) if "id" in o]
     assert len(recs) == 2, f"the one group answered before the hang is written, got {len(recs)} records"
 
 

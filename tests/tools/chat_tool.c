@@ -6,12 +6,21 @@
 //       {"text": RENDERED, "ids": [...]} (with --mask also "mask": [0/1...])
 //       or {"error": MESSAGE} when the conversation or the template fails.
 //       --gen: with the generation prompt (add_generation_prompt=True).
+//   chat_tool --turns [--arg NAME=VALUE]... MODEL_DIR
+//       stdin: the same; each conversation as a multi-turn rollout makes
+//       its tokens (token in, token out): the messages before the first
+//       assistant's rendered with the generation prompt, then each
+//       assistant's content tokenized and the end-of-turn token after it, as
+//       a model writes them, then the messages after it as chat_continue
+//       appends them. stdout: {"ids": [...], "rewrote": N} (N: continuations
+//       that took the template's probe conversation), or {"error": MESSAGE}.
 //   chat_tool --info MODEL_DIR
 //       stdout: {"end_of_turn": ID, "eos": ID} (-1: none), or {"none": true}
 //       when the model has no template.
 //
 // A template that cannot be loaded: "chat_tool: error: ..." on stderr, exit 1;
 // usage errors exit 2.
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,19 +41,117 @@ static void put_u32s(sbuf *out, const char *key, const uint32_t *v, size_t n) {
     sbuf_putc(out, ']');
 }
 
+// The messages of the msgpack array p[0..n): offsets of each (off[i] to
+// off[i + 1]), and each decoded (o); the number of them, or -1.
+static long split(const uint8_t *p, size_t n, size_t *off, msgpack_object *o, msgpack_zone *z, long most) {
+    msgpack_object arr;
+    size_t at = 0;
+    if (msgpack_unpack((const char *)p, n, &at, z, &arr) != MSGPACK_UNPACK_SUCCESS || arr.type != MSGPACK_OBJECT_ARRAY ||
+        (long)arr.via.array.size >= most)
+        return -1;
+    at = p[0] >= 0x90 && p[0] <= 0x9f ? 1 : p[0] == 0xdc ? 3 : 5;
+    for (uint32_t i = 0; i < arr.via.array.size; i++) {
+        off[i] = at;
+        if (msgpack_unpack((const char *)p, n, &at, z, &o[i]) <= MSGPACK_UNPACK_CONTINUE) return -1;
+    }
+    off[arr.via.array.size] = at;
+    return (long)arr.via.array.size;
+}
+
+// The string value of key in map m, or NULL.
+static const msgpack_object *str_of(const msgpack_object *m, const char *key) {
+    for (uint32_t k = 0; m->type == MSGPACK_OBJECT_MAP && k < m->via.map.size; k++) {
+        const msgpack_object *kk = &m->via.map.ptr[k].key;
+        if (kk->type == MSGPACK_OBJECT_STR && kk->via.str.size == strlen(key) && !memcmp(kk->via.str.ptr, key, strlen(key)))
+            return m->via.map.ptr[k].val.type == MSGPACK_OBJECT_STR ? &m->via.map.ptr[k].val : NULL;
+    }
+    return NULL;
+}
+
+// Messages [0, count) of p as an array.
+static void subarray(const uint8_t *p, const size_t *off, long count, sbuf *out) {
+    uint8_t h[3] = {0xdc, (uint8_t)(count >> 8), (uint8_t)count};
+    out->len = 0;
+    sbuf_put(out, h, 3);
+    sbuf_put(out, p + off[0], off[count] - off[0]);
+}
+
+// --turns: the tokens of a conversation made as a multi-turn rollout makes them.
+static int turns(const chat_t *c, const tokenizer *tok, const uint8_t *p, size_t n, u32_vec *ids, int *rewrote,
+                 rl_err *err) {
+    enum { MOST = 256 };
+    size_t off[MOST + 1];
+    msgpack_object o[MOST];
+    msgpack_zone z;
+    msgpack_zone_init(&z, 4096);
+    sbuf sub = {0}, text = {0};
+    u32_vec part = {0};
+    int rc = -1;
+    long m = split(p, n, off, o, &z, MOST), a = 0;
+    if (m < 0) {
+        err_set(err, "not a list of at most %d messages", MOST - 1);
+        goto out;
+    }
+    const msgpack_object *role;
+    while (a < m && !((role = str_of(&o[a], "role")) && role->via.str.size == 9 && !memcmp(role->via.str.ptr, "assistant", 9)))
+        a++;
+    if (a == 0 || a == m) {
+        err_set(err, "no assistant's turn after the first message");
+        goto out;
+    }
+    subarray(p, off, a, &sub);
+    if (chat_encode(c, sub.data, sub.len, 1, 0, NULL, ids, NULL, NULL, err)) goto out;
+    *rewrote = 0;
+    while (a < m) {   // o[a] is an assistant's turn
+        const msgpack_object *content = str_of(&o[a], "content");
+        part.n = 0;
+        if (content && tok_encode_ex(tok, content->via.str.ptr, content->via.str.size, 0, &part.v, &part.n, &part.cap,
+                                     NULL, err))
+            goto out;
+        GROW(ids->v, ids->cap, ids->n + part.n + 1, 64);
+        memcpy(ids->v + ids->n, part.v, part.n * sizeof *part.v);
+        ids->n += part.n;
+        ids->v[ids->n++] = (uint32_t)chat_end_of_turn(c);
+        long b = a + 1;
+        while (b < m && !((role = str_of(&o[b], "role")) && role->via.str.size == 9 && !memcmp(role->via.str.ptr, "assistant", 9)))
+            b++;
+        if (b == a + 1) break;   // it ends the conversation
+        int rw;
+        subarray(p, off, b, &sub);
+        text.len = 0;
+        if (chat_continue(c, sub.data, sub.len, (size_t)a + 1, 1, &text, &rw, err)) goto out;
+        *rewrote += rw;
+        part.n = 0;
+        if (tok_encode_ex(tok, (const char *)text.data, text.len, 0, &part.v, &part.n, &part.cap, NULL, err)) goto out;
+        GROW(ids->v, ids->cap, ids->n + part.n, 64);
+        memcpy(ids->v + ids->n, part.v, part.n * sizeof *part.v);
+        ids->n += part.n;
+        a = b;
+    }
+    rc = 0;
+out:
+    msgpack_zone_destroy(&z);
+    sbuf_free(&sub);
+    sbuf_free(&text);
+    u32_vec_free(&part);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    int gen = 0, mask = 0, info = 0;
+    int gen = 0, mask = 0, info = 0, multi = 0;
     const char *args[32];
     int nargs = 0, i = 1;
     for (; i < argc - 1; i++) {
         if (!strcmp(argv[i], "--gen")) gen = 1;
         else if (!strcmp(argv[i], "--mask")) mask = 1;
         else if (!strcmp(argv[i], "--info")) info = 1;
+        else if (!strcmp(argv[i], "--turns")) multi = 1;
         else if (!strcmp(argv[i], "--arg") && i + 2 < argc && nargs < 32) args[nargs++] = argv[++i];
         else break;
     }
     if (i != argc - 1) {
         fprintf(stderr, "Usage: chat_tool [--gen] [--mask] [--arg NAME=VALUE]... MODEL_DIR < conversations.jsonl\n"
+                        "       chat_tool --turns [--arg NAME=VALUE]... MODEL_DIR < conversations.jsonl\n"
                         "       chat_tool --info MODEL_DIR\n");
         return 2;
     }
@@ -80,9 +187,14 @@ int main(int argc, char **argv) {
         if (k < 0) die("%s", "a line without \"messages\"");
         size_t n;
         const uint8_t *msgs = rec_value(r, (size_t)k, &n);
-        if (chat_encode(c, msgs, n, gen, 0, &text, &ids, mask ? &m : NULL, NULL, &e)) {
+        int rewrote = 0;
+        if (multi ? turns(c, tok, msgs, n, &ids, &rewrote, &e)
+                  : chat_encode(c, msgs, n, gen, 0, &text, &ids, mask ? &m : NULL, NULL, &e)) {
             sbuf_put(&out, "{\"error\": ", 10);
             json_put_str(&out, e.msg, strlen(e.msg));
+        } else if (multi) {
+            sbuf_printf(&out, "{\"rewrote\": %d", rewrote);
+            put_u32s(&out, "ids", ids.v, ids.n);
         } else {
             sbuf_put(&out, "{\"text\": ", 9);
             json_put_str(&out, (const char *)text.data, text.len);

@@ -46,6 +46,18 @@ static void loss_terms_and_their_derivatives(void) {
     CHECK(clipped && near(t.v, -2.4) && t.g == 0, "ppo clipped %g %g %d", t.v, t.g, clipped);
 }
 
+static void ppo_term_of_a_token_of_mask_0_is_0_even_where_its_ratio_is_inf(void) {
+    int clipped;
+    // π_old = e^-800 (an environment's token): ρ = e^799 is inf in double;
+    // with Â < 0 the unclipped term −inf is the minimum, and 0 · inf is NaN
+    obj_term t = obj_ppo(1, 0, -1, -1, -800, 0.2, &clipped);
+    CHECK(t.v == 0 && t.g == 0, "mask 0: %g %g, expected 0 0", t.v, t.g);
+    t = obj_ppo(0, 1, -1, -1, -800, 0.2, &clipped);
+    CHECK(t.v == 0 && t.g == 0, "w 0: %g %g, expected 0 0", t.v, t.g);
+    t = obj_ppo(1, 0, 2, -1, -800, 0.2, &clipped);   // Â > 0: the clipped branch
+    CHECK(t.v == 0 && t.g == 0, "mask 0, clipped: %g %g, expected 0 0", t.v, t.g);
+}
+
 static void tis_weight_is_the_ratio_capped_at_c_and_never_inf(void) {
     int capped;
     CHECK(obj_tis_weight(1.5, 2, &capped) == 1.5f && !capped, "below the cap");
@@ -66,6 +78,7 @@ int main(void) {
     RUN(advantages_of_rewards_0_1_1_2_by_each_kind);
     RUN(advantages_of_equal_rewards_are_exactly_zero);
     RUN(loss_terms_and_their_derivatives);
+    RUN(ppo_term_of_a_token_of_mask_0_is_0_even_where_its_ratio_is_inf);
     RUN(tis_weight_is_the_ratio_capped_at_c_and_never_inf);
     RUN(k3_is_zero_at_ratio_1_and_positive_elsewhere);
     CHECK_DONE();

@@ -18,6 +18,7 @@
 #include "cli/cli_signal.h"
 #include "clock.h"
 #include "sample/admission.h"
+#include "sample/agent.h"
 #include "sample/rollout.h"
 #include "sync/receiver.h"
 
@@ -70,6 +71,22 @@ static const char USAGE[] =
     "                         seconds the command may take for one reply, or to exit\n"
     "                         at the end (default 60; 0 = no limit)\n"
     "\n"
+    "Multi-turn rollouts with an environment (rlpipe-env(5); prompts are conversations):\n"
+    "      --env CMD          a program that reads each turn's conversation as a JSON line\n"
+    "                         and answers with the next messages or {\"done\": true,\n"
+    "                         \"reward\": R} (run by sh -c); it gives the rewards\n"
+    "      --max-turns N      assistant turns per rollout at most (default 4)\n"
+    "      --max-len L        tokens a rollout holds in all: prompt, turns and the\n"
+    "                         environment's messages (default: the longest prompt + N x\n"
+    "                         (--max-new-tokens + 256), within the model's context)\n"
+    "      --env-timeout S    seconds one answer may take, and the program to exit at\n"
+    "                         the end (default 60; 0 = no limit)\n"
+    "      --env-max-failures K\n"
+    "                         rollouts that may fail (a bad answer, a timeout: reward 0,\n"
+    "                         env_error in the record) before the run ends (default 16)\n"
+    "      --env-slots E      more sequences kept while they wait for the environment\n"
+    "                         (default: --slots)\n"
+    "\n"
     "Weights pushed while generating (rl-sync):\n"
     "      --listen ADDR      take new weights from rl-sync: unix:PATH or tcp:HOST:PORT\n"
     "                         (tcp binds loopback unless HOST says otherwise)\n"
@@ -88,16 +105,20 @@ static const char USAGE[] =
     "SIGINT or SIGTERM stops it: the groups finished are written, the stream closed\n"
     "properly, and the exit status is 0.\n"
     "\n"
-    "Exit status: 0 ok, 1 bad prompts, a model that cannot be loaded or a verifier\n"
-    "that fails (the groups finished before are written), 2 usage error.\n"
+    "Exit status: 0 ok, 1 bad prompts, a model that cannot be loaded, a verifier or\n"
+    "an environment that fails (the groups finished before are written), 2 usage error.\n"
     "\n"
     "Examples:\n"
     "  rl-sample --model m/ -n 8 --dtype bf16 train.jsonl | rl-ratio --model m/ | rl-learn --init m/ --out ckpt/\n"
     "  rl-sample --model ckpt/ --temperature 0 test.jsonl | rl-cat --stats\n"
-    "  rl-sample --model m/ -n 8 --listen unix:/tmp/s.sock --max-lag 2 --batch 64 train.jsonl | ...\n";
+    "  rl-sample --model m/ -n 8 --listen unix:/tmp/s.sock --max-lag 2 --batch 64 train.jsonl | ...\n"
+    "  rl-sample --model m/ -n 4 --env 'python3 -u calc_env.py' --max-turns 3 tasks.jsonl | rl-ratio ...\n";
 
 typedef struct {
-    const char *model, *verifier_cmd, *listen, *token_file, *metrics;
+    const char *model, *verifier_cmd, *listen, *token_file, *metrics, *env;
+    int max_turns, env_slots;
+    uint64_t max_len, env_max_failures;
+    double env_timeout;
     uint64_t batch;
     int64_t max_lag;              // -1: no bound
     model_opts prec;          // --dtype, --head: the precision's dtype, activations and head
@@ -129,7 +150,8 @@ static char *unescape(const char *s) {
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
-           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS, O_HEAD };
+           O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS, O_HEAD, O_ENV, O_MAXTURNS, O_MAXLEN, O_ENVTIMEOUT,
+           O_ENVFAIL, O_ENVSLOTS };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -144,10 +166,14 @@ static options parse_options(int argc, char **argv) {
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
         {"chat-arg", required_argument, 0, O_CHATARG},     {"ignore-eos", no_argument, 0, O_IGNOREEOS},
         {"metrics", required_argument, 0, O_METRICS},      {"head", required_argument, 0, O_HEAD},
+        {"env", required_argument, 0, O_ENV},              {"max-turns", required_argument, 0, O_MAXTURNS},
+        {"max-len", required_argument, 0, O_MAXLEN},       {"env-timeout", required_argument, 0, O_ENVTIMEOUT},
+        {"env-max-failures", required_argument, 0, O_ENVFAIL}, {"env-slots", required_argument, 0, O_ENVSLOTS},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
-                 .max_lag = -1, .verifier_timeout = 60,
+                 .max_lag = -1, .verifier_timeout = 60, .max_turns = -1, .env_slots = -1, .env_timeout = 60,
+                 .env_max_failures = 16,
                  .gen = {.slots = 64, .group = 1, .max_new = 256, .sp = {.temperature = 1, .top_p = 1}}};
     int c;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS "n:", longopts, NULL)) != -1) {
@@ -194,6 +220,15 @@ static options parse_options(int argc, char **argv) {
         case O_VTIMEOUT: o.verifier_timeout = cli_parse_f64("--verifier-timeout", optarg, 0, 1e9, 0); break;
         case O_LISTEN: o.listen = optarg; break;
         case O_TOKEN: o.token_file = optarg; break;
+        case O_ENV: o.env = optarg; break;
+        case O_MAXTURNS:
+            o.max_turns = (int)cli_parse_uint("--max-turns", optarg, 65536, 0);
+            if (o.max_turns < 1) cli_usage_error("--max-turns: at least one turn");
+            break;
+        case O_MAXLEN: o.max_len = cli_parse_uint("--max-len", optarg, 1 << 24, 0); break;
+        case O_ENVTIMEOUT: o.env_timeout = cli_parse_f64("--env-timeout", optarg, 0, 1e9, 0); break;
+        case O_ENVFAIL: o.env_max_failures = cli_parse_uint("--env-max-failures", optarg, UINT64_MAX, 0); break;
+        case O_ENVSLOTS: o.env_slots = (int)cli_parse_uint("--env-slots", optarg, 65536, 0); break;
         case O_METRICS: o.metrics = optarg; break;
         case O_BATCH: o.batch = cli_parse_uint("--batch", optarg, UINT32_MAX, 0); break;
         case O_MAXLAG: {
@@ -213,6 +248,12 @@ static options parse_options(int argc, char **argv) {
     if (o.gen.slots < 1) cli_usage_error("--slots: at least one slot");
     if (o.gen.max_new < 1) cli_usage_error("--max-new-tokens: at least one token");
     if (o.verifier_cmd && o.verifier >= 0) cli_usage_error("--verifier and --verifier-cmd exclude each other");
+    if (o.env && (o.verifier_cmd || o.verifier >= 0))
+        cli_usage_error("--env gives the rewards: --verifier and --verifier-cmd are not for it");
+    if (!o.env && (o.max_turns >= 0 || o.max_len || o.env_slots >= 0))
+        cli_usage_error("--max-turns, --max-len and --env-slots are for multi-turn rollouts: give --env CMD");
+    if (o.max_turns < 0) o.max_turns = 4;
+    if (o.env_slots < 0) o.env_slots = o.gen.slots;
     if (o.max_records && o.max_records < (uint64_t)o.gen.group)
         cli_usage_error("--max-records %llu holds no whole group of %d", (unsigned long long)o.max_records, o.gen.group);
     if (o.max_lag >= 0 && !o.listen) cli_usage_error("--max-lag and --sync wait for pushed weights: give --listen ADDR");
@@ -230,6 +271,27 @@ static options parse_options(int argc, char **argv) {
         cli_warn("--temperature 0 is greedy: --top-p and --top-k change nothing");
     o.gen.stop = (const char *const *)o.stop;
     return o;
+}
+
+// A finished group's records (with its rollouts' fields from the environment).
+static void add_group(ro_t *ro, ag_t *ag, const gen_group *grp) {
+    if (!ag) {
+        ro_add(ro, grp, NULL);
+        return;
+    }
+    rec_t **extra = xmalloc((size_t)grp->n * sizeof *extra);
+    for (int j = 0; j < grp->n; j++) extra[j] = ag_take(ag, grp->group * (uint64_t)grp->n + (uint64_t)j);
+    ro_add(ro, grp, extra);
+    for (int j = 0; j < grp->n; j++) rec_free(extra[j]);
+    free(extra);
+}
+
+// Before an environment's error ends the run: the groups that finished are
+// written (the stream then ends without a trailer, as with a verifier's error).
+static void write_finished(gen_t *g, ro_t *ro, ag_t *ag, recw_t *w) {
+    rl_err e;
+    for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g)) add_group(ro, ag, grp);
+    if (ro_write(ro, w, 1, &e)) cli_warn("%s", e.msg);
 }
 
 int main(int argc, char **argv) {
@@ -279,7 +341,12 @@ int main(int argc, char **argv) {
     if (n_dropped > 1)
         cli_warn("%zu prompts in all had characters with no token, dropped as Hugging Face's tokenizers drops them",
                  n_dropped);
-    int builtin = o.verifier == 1 || (o.verifier < 0 && !o.verifier_cmd);
+    if (o.env && !chat) cli_die("--env: the model has no chat template, which multi-turn rollouts need: %s", dir);
+    for (size_t i = 0; o.env && i < ps.n; i++)
+        if (!rec_has(ps.v[i].rec, "messages"))
+            cli_die("--env needs conversations: give the prompt as \"messages\" (a list of {\"role\", \"content\"}): %s",
+                    ps.v[i].where);
+    int builtin = !o.env && (o.verifier == 1 || (o.verifier < 0 && !o.verifier_cmd));
     if (o.verifier < 0 && !o.verifier_cmd) o.kind = VF_NUMBER;
     for (size_t i = 0; builtin && i < ps.n; i++) {
         if (!ps.v[i].answer && o.verifier == 1)
@@ -298,8 +365,15 @@ int main(int argc, char **argv) {
     // --max-lag counts group j in batch j / per_batch: the learner's batches
     // must be those, so groups are written in the order they were started.
     o.gen.in_order = o.max_lag >= 0;
-    size_t max_len = ps.max_ids + o.gen.max_new;
+    size_t max_len = o.max_len ? o.max_len
+                     : o.env ? ps.max_ids + (size_t)o.max_turns * (o.gen.max_new + 256)
+                             : ps.max_ids + o.gen.max_new;
+    if (o.max_len && o.max_len <= ps.max_ids)
+        cli_die("--max-len %llu holds no token after the longest prompt (%zu tokens)", (unsigned long long)o.max_len,
+                ps.max_ids);
     o.gen.max_len = max_len < (size_t)max_seq ? (int)max_len : max_seq;
+    o.gen.multi_turn = o.env != NULL;
+    o.gen.cache_slots = o.env ? o.gen.slots + o.env_slots : o.gen.slots;
     gen_t *g = gen_new(m, tok, &o.gen, &e);
     if (!g) cli_die("%s", e.msg);
     gen_set_version(g, (uint32_t)version);
@@ -316,8 +390,15 @@ int main(int argc, char **argv) {
     adm_init(&adm, version, o.max_lag, o.batch, o.gen.group);
     vproc *vp = NULL;
     if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, o.verifier_timeout, &e))) cli_die("%s", e.msg);
+    envproc *env = NULL;
+    ag_t *ag = NULL;
+    if (o.env) {
+        if (!(env = env_start(o.env, o.env_timeout, &e))) cli_die("%s", e.msg);
+        ag = ag_new(&(ag_opts){.prompts = &ps, .chat = chat, .tok = tok, .env = env, .max_turns = o.max_turns,
+                               .max_failures = o.env_max_failures, .warn = cli_warn});
+    }
     const char *prec = model_precision_name(&o.prec);   // the --dtype value
-    const char *vname = vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
+    const char *vname = env ? "env" : vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
                                  .sp = o.gen.sp, .dtype = prec});
     rec_t *h = rec_new();
@@ -344,12 +425,21 @@ int main(int argc, char **argv) {
         long n = gen_step(g, &e);
         if (rcv) rcv_release(rcv);
         if (n < 0) cli_die("%s", e.msg);
-        for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g)) ro_add(ro, grp);
+        // Turns ended go to the environment; its answers continue or end
+        // their rollouts. With nothing to decode, wait for one.
+        int idle = n == 0 && gen_turns_waiting(g) && !gen_waiting(g);
+        if (ag && ag_pump(ag, g, idle ? 1000 : 0, &e)) {
+            cli_progress_done(&prog);
+            write_finished(g, ro, ag, w);
+            cli_die("%s", e.msg);
+        }
+        for (const gen_group *grp; (grp = gen_peek(g)); gen_pop(g)) add_group(ro, ag, grp);
         // Too many records awaiting the external verifier: wait for it.
         if (ro_write(ro, w, ro_held(ro) > 65536, &e)) {
             cli_progress_done(&prog);
             cli_die("%s", e.msg);
         }
+        if (n == 0 && ag && gen_busy(g)) continue;   // rollouts wait for their environment
         if (n == 0 && !more) break;
         if (n == 0 && lagging) {   // all written: wait for the learner's weights
             if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
@@ -371,7 +461,8 @@ int main(int argc, char **argv) {
         rs = rcv_get_stats(rcv);
         rcv_stop(rcv);
     }
-    if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || recw_close(w, &e)) cli_die("%s", e.msg);
+    if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || (env && env_finish(env, &e)) || recw_close(w, &e))
+        cli_die("%s", e.msg);
     if (metrics && (rs.metrics_errno || fclose(metrics)))   // the records are out whole; the metrics are not
         cli_die("write error: %s: %s", o.metrics, strerror(rs.metrics_errno ? rs.metrics_errno : errno));
     double tend = clock_now();
@@ -387,15 +478,23 @@ int main(int argc, char **argv) {
                      "stalled generation %.0f us (longest %.0f us), waited %.2f s for weights",
                      (unsigned long long)version, (unsigned long long)rs.version, (unsigned long long)rs.installed,
                      (unsigned long long)rs.refused, rs.stall_s * 1e6, rs.stall_max_s * 1e6, rs.wait_s);
-        fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
+        char turns[160] = "";
+        if (ag) {
+            const ag_totals *at = ag_total(ag);
+            snprintf(turns, sizeof turns, ", %llu turns, %llu rollouts failed", (unsigned long long)at->turns,
+                     (unsigned long long)at->failed);
+        }
+        fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples%s, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
                 cli_stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
-                (unsigned long long)t->samples, (unsigned long long)t->tokens,
+                (unsigned long long)t->samples, turns, (unsigned long long)t->tokens,
                 tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, prec, model_device(m), o.gen.slots, tend - t0,
                 pushes);
     }
     recw_free(w);
     ro_free(ro);
     if (vp) vp_free(vp);
+    ag_free(ag);
+    env_free(env);
     gen_free(g);
     prm_feed_free(&feed);
     prm_free(&ps);
