@@ -10,6 +10,7 @@ trained on).
     report.py tis      OUT EXPDIR     sampler precision x correction, over seeds
     report.py smollm2  OUT EXPDIR     RL on SmolLM2-135M-Instruct, per seed
     report.py precision OUT EXPDIR    sampler precision x output layer x lr: time to accuracy
+    report.py agent    OUT EXPDIR     multi-turn RL with environments, per environment and seed
 
 OUT is the experiment's output directory (runs under OUT/runs/NAME), EXPDIR
 where RESULTS.md and the PNGs go. Only Python's standard library; gnuplot
@@ -526,6 +527,68 @@ def smollm2(out, exp):
     return base["accuracy"], [r.final_acc() for r in runs]
 
 
+def agent(out, exp):
+    """Multi-turn RL with environments: held-out success before (and after the
+    warm start) and after RL, per environment and seed; what the model does."""
+    names = sorted(os.listdir(os.path.join(out, "runs")))
+    runs = [Run(os.path.join(out, "runs", n)) for n in names]
+    base = {e: evals(os.path.join(out, "base", f"{e}.eval.jsonl"))[0] for e in ("calc", "retry")}
+    sft_p = os.path.join(out, "sft", "calc.eval.jsonl")
+    sft = evals(sft_p)[0] if os.path.exists(sft_p) else None
+    rows, gains = [], {}
+    for r in runs:
+        env = r.name.split("-")[0]
+        first, final = r.evals[0][1], r.evals[-1][1]
+        gains.setdefault(env, []).append(final["success"] - first["success"])
+        extra = (f"{fmt(first['first'])} / {fmt(final['first'])}" if env == "retry"
+                 else f"{fmt(first['calls'], 2)} / {fmt(final['calls'], 2)}")
+        rows.append((env, r.meta["seed"], fmt(first["success"]), fmt(final["success"]),
+                     fmt(final["success"] - first["success"]), fmt(max(e["success"] for _, e in r.evals)), extra,
+                     fmt(first["turns"], 2) + " / " + fmt(final["turns"], 2), len(r.steps), r.samples,
+                     fmt(r.wall / 60, 1), fmt(mean(s["reward_mean"] for s in r.steps[:5])),
+                     fmt(mean(s["reward_mean"] for s in r.steps[-5:]))))
+    m = runs[0].meta
+    seeds = ", ".join(sorted({str(r.meta["seed"]) for r in runs}))
+    task = json.load(open(os.path.join(out, "data", "task.json")))
+    text = header("Multi-turn RL with environments: SmolLM2-135M-Instruct", seeds, SMOL_MODEL,
+                  f"calc: {task['calc']['kind']} with a calculator tool (warm start on {task['calc']['sft_kind']}); "
+                  f"retry: {task['retry']['kind']}, retried after \"That is not right. Try again.\" "
+                  f"(`experiments/agent/task.py`); {task['calc']['test']} held-out questions each", sampler_text(runs))
+    text += (f"\nEach rollout is a conversation with an environment (rl-sample --env, rlpipe-env(5)): "
+             f"`calc_env.py` runs the calculator calls the model writes (Hermes format, described in the system "
+             f"message since SmolLM2's template renders no tools) and rewards the right final answer; "
+             f"`retry_env.sh` (jq) answers a wrong answer with \"That is not right. Try again.\" and rewards a "
+             f"right one in any turn. At most {m.get('max_turns', 3)} turns of {m.get('max_new_tokens', 48)} tokens. "
+             f"One in-flight pipeline per environment and seed (experiments/lib/rl-run.sh --env): "
+             f"{m['dtype']} sampler at temperature {m.get('temperature', 1)}, {m['group']} samples per question, "
+             f"{m['batch']} per step, {m['steps']} steps, lr {m['lr']}, {m['lag'].replace('--', '')}, rl-ratio "
+             f"{m['ratio']} (on the model's tokens; the environment's are masked), GRPO. Held-out success: greedy, "
+             f"f32, the same environments (retry: `retry_env.py`).\n\n")
+    text += (f"- the model itself: calc {fmt(base['calc']['success'])} (tool calls per question "
+             f"{fmt(base['calc']['calls'], 2)}), retry {fmt(base['retry']['success'])} (right at the first turn "
+             f"{fmt(base['retry']['first'])})\n")
+    if sft:
+        text += (f"- after the warm start (calc's RL starts there): calc {fmt(sft['success'])} (tool calls per "
+                 f"question {fmt(sft['calls'], 2)})\n")
+    text += "\n" + table(["env", "seed", "success before RL", "after", "gain", "best",
+                          "first turn (retry) / calls (calc), before / after", "turns before / after", "steps",
+                          "samples", "wall min", "reward, first 5 steps", "reward, last 5 steps"], rows)
+    text += "\nWhat the model does after RL (the first held-out conversations of each environment's last version, seed "
+    text += f"{runs[0].meta['seed']}):\n"
+    for env in ("calc", "retry"):
+        r = next((x for x in runs if x.name.startswith(env)), None)
+        p = os.path.join(r.dir, f"examples-v{r.evals[-1][1]['version']}.json") if r else None
+        if not p or not os.path.exists(p):
+            continue
+        text += f"\n{env}:\n\n```\n"
+        for ex in json.load(open(p)):
+            turns = [f"{x['role']}: {x['content']}" for x in ex["messages"] if x["role"] != "system"]
+            text += "\n".join(turns) + f"\n(reward {ex['reward']})\n\n"
+        text += "```\n"
+    open(os.path.join(exp, "RESULTS.md"), "w").write(text)
+    return gains
+
+
 THRESHOLDS = (0.4, 0.5, 0.6)
 
 
@@ -640,8 +703,8 @@ def scale(out, exp):
 
 
 def main():
-    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision"):
-        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision OUT EXPDIR")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision", "agent"):
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent OUT EXPDIR")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)
@@ -652,6 +715,10 @@ def main():
         scale(out, exp)
     elif what == "precision":
         precision(out, exp)
+    elif what == "agent":
+        gains = agent(out, exp)
+        print("held-out success gained by RL: " + "; ".join(f"{e} " + ", ".join(fmt(g) for g in gs)
+                                                            for e, gs in sorted(gains.items())) + " (per seed)")
     elif what == "smollm2":
         before, after = smollm2(out, exp)
         print(f"held-out accuracy: before RL {before}, after RL " + ", ".join(fmt(a) for a in after) + " (per seed)")

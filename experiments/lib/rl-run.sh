@@ -30,6 +30,9 @@
 #                      keeps the f32 weights: rl-learn --save-dtype)
 #   --max-new-tokens N (default 48)
 #   --temperature T    the sampler's (default 1)
+#   --env CMD          multi-turn rollouts with the environment CMD (rl-sample --env;
+#                      it gives the rewards)
+#   --max-turns N      with --env: assistant turns per rollout at most (default 4)
 #   --samplers K       K samplers (default 1), each with --batch N/K and its own
 #                      seed (S, S+1000, ...: its own order of the prompts), merged by
 #                      rl-cat --merge --round (N/K)/G, so that --max-lag stays exact
@@ -49,8 +52,8 @@
 set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 head=dtype group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
-keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis= save_dtype=f32
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T]" >&2; exit 2; }
+keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis= save_dtype=f32 env= max_turns=4
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T] [--env CMD [--max-turns N]]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -72,6 +75,8 @@ while [ $# -gt 0 ]; do
     --save-dtype) save_dtype=$2; shift ;;
     --max-new-tokens) max_new=$2; shift ;;
     --temperature) temperature=$2; shift ;;
+    --env) env=$2; shift ;;
+    --max-turns) max_turns=$2; shift ;;
     --samplers) samplers=$2; shift ;;
     --ranks) ranks=$2; shift ;;
     *) usage ;;
@@ -101,9 +106,10 @@ r_addr=unix:$out/ratio.sock
 t0=$(date +%s.%N)
 # sample I: the sampler of share I (1 .. K), its records on standard output
 sample() {
-    local i=$1 name=sample$1
+    local i=$1 name=sample$1 multi=()
     [ "$samplers" = 1 ] && name=sample
-    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --head "$head" --listen "unix:$out/$name.sock" \
+    [ -n "$env" ] && multi=(--env "$env" --max-turns "$max_turns")
+    "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --head "$head" --listen "unix:$out/$name.sock" "${multi[@]}" \
         --metrics "$out/$name.jsonl" $lag --batch "$share" \
         --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed $((seed + 1000 * (i - 1))) "$prompts" \
         2>"$log/$name.log"
@@ -178,9 +184,10 @@ case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s}\n' \
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s%s}\n' \
     "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$head" "$group" "$batch" "$steps" \
-    "$lr" "$lag" "$weigh" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" >"$out/run.json"
+    "$lr" "$lag" "$weigh" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" \
+    "${env:+, \"max_turns\": $max_turns}" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2
     for f in "$log"/*.log; do echo "== $f" >&2; tail -n 3 "$f" >&2; done

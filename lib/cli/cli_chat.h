@@ -17,7 +17,8 @@ typedef struct {
 #define CLI_CHAT_HELP                                                                                  \
     "      --chat-arg NAME=VALUE\n"                                                                      \
     "                         a variable of the chat template (repeatable; VALUE as JSON,\n"           \
-    "                         else a string): --chat-arg enable_thinking=false\n"
+    "                         else a string; @FILE: the JSON in FILE): --chat-arg\n"                   \
+    "                         enable_thinking=false, --chat-arg tools=@tools.json\n"
 void cli_chat_arg(cli_chat_args *a, const char *arg);   // a usage error when malformed or too many
 
 // The chat template of the model directory dir with the arguments set, or

@@ -158,7 +158,7 @@ static int get_ids(learner_t *l, const rollout_view *v, int is_prompt, uint32_t 
 // rendered and tokenized by the chat template; the prompt is what precedes
 // the first token of an assistant's turn, the completion the rest, masked
 // to the assistant's turns (the template around them gets no loss).
-static int conversation(learner_t *l, const rollout_view *v, lseq *s, tok_report *rep, rl_err *err) {
+static int conversation(learner_t *l, const rec_t *r, const rollout_view *v, lseq *s, tok_report *rep, rl_err *err) {
     if (l->o.loss != LOSS_SFT)
         return err_set(err, "\"messages\" and no \"ids\": a conversation is an example for --loss sft, and the "
                        "%s loss needs sampled completions", lrn_loss_name(l->o.loss));
@@ -182,7 +182,7 @@ static int conversation(learner_t *l, const rollout_view *v, lseq *s, tok_report
     u32_vec ids = {0};
     u8_vec mask = {0};
     int rc = -1;
-    if (chat_encode(l->o.chat, v->messages, v->messages_len, 0, max_ids, NULL, &ids, &mask, rep, err)) goto out;
+    if (chat_encode(l->o.chat, v->messages, v->messages_len, r, 0, max_ids, NULL, &ids, &mask, rep, err)) goto out;
     size_t first = 0;
     while (first < ids.n && !mask.v[first]) first++;
     if (first == ids.n) {
@@ -225,7 +225,7 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
     int chat = (v->has & RO_MESSAGES) && !(v->has & (RO_IDS | RO_COMPLETION));
     if (chat) {
         if (v->has & RO_MASK) return err_set(err, "the example has \"messages\" and \"mask\": the chat template makes its mask");
-        if (conversation(l, v, s, &rep[0], err)) return -1;
+        if (conversation(l, r, v, s, &rep[0], err)) return -1;
     } else {
         if (get_ids(l, v, 0, &s->ids, &s->n, &rep[0], err)) return -1;
         if (!s->ids)

@@ -97,8 +97,8 @@ static conv_t *find(const ag_t *a, uint64_t id, size_t *at) {
 }
 
 // Splits the msgpack array p[0..n) into its elements: each is checked to be
-// a map with a string "role" (not "assistant" when env), and added to m (and
-// to m2 when not NULL). 0, or -1 with err.
+// a map with a string "role" (not "assistant" when env), and added to m and
+// m2 when not NULL. 0, or -1 with err.
 static int add_messages(msgs_t *m, msgs_t *m2, const uint8_t *p, size_t n, int env, rl_err *err) {
     msgpack_zone zone;
     msgpack_zone_init(&zone, 2048);
@@ -140,7 +140,7 @@ static int add_messages(msgs_t *m, msgs_t *m2, const uint8_t *p, size_t n, int e
             err_set(err, "\"messages\"[%u] is not a complete value", i);
             goto out;
         }
-        msgs_add(m, p + start, off - start);
+        if (m) msgs_add(m, p + start, off - start);
         if (m2) msgs_add(m2, p + start, off - start);
     }
     rc = 0;
@@ -232,7 +232,7 @@ static void take_turn(ag_t *a, gen_t *g, conv_t *c, const gen_turn *t) {
     rec_set_str(m, "content", (const char *)a->text.data, a->text.len);
     rec_encode(m, &enc);
     msgs_add(&c->plain, enc.data, enc.len);
-    if (tc_parse(TC_HERMES, (const char *)a->text.data, a->text.len, &calls)) {
+    if (tc_parse(chat_tool_format(a->o.chat), (const char *)a->text.data, a->text.len, &calls)) {
         rec_set_raw(m, "tool_calls", 10, calls.data, calls.len);
         enc.len = 0;
         rec_encode(m, &enc);
@@ -267,46 +267,63 @@ static conv_t *conv_new(ag_t *a, const gen_turn *t) {
 static int is_true(const uint8_t *v, size_t n) { return n == 1 && v[0] == 0xc3; }
 static int is_map(const uint8_t *v, size_t n) { return n && ((v[0] >= 0x80 && v[0] <= 0x8f) || v[0] == 0xde || v[0] == 0xdf); }
 
-// The environment's answer r to c's request.
-static int take_answer(ag_t *a, gen_t *g, conv_t *c, const rec_t *r, rl_err *err) {
+static ag_kind refuse(ag_answer *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static ag_kind refuse(ag_answer *out, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out->why, sizeof out->why, fmt, ap);
+    va_end(ap);
+    return out->kind = AG_FAILED;
+}
+
+ag_kind ag_read_answer(const rec_t *r, int final, ag_answer *out) {
     size_t n;
     long k;
-    c->waiting = 0;
-    if ((k = rec_find(r, "error")) >= 0) {
+    memset(out, 0, sizeof *out);
+    if (rec_find(r, "error") >= 0) {
         const char *s;
         size_t sl;
         if (rec_get_str(r, "error", &s, &sl) == REC_OK)
-            return fail_rollout(a, g, c, err, "the environment reported an error: %.*s", (int)(sl > 400 ? 400 : sl), s);
-        return fail_rollout(a, g, c, err, "the environment reported an error");
+            return refuse(out, "the environment reported an error: %.*s", (int)(sl > 300 ? 300 : sl), s);
+        return refuse(out, "the environment reported an error");
     }
     if ((k = rec_find(r, "done")) >= 0) {
         const uint8_t *v = rec_value(r, (size_t)k, &n);
-        double reward;
-        if (!is_true(v, n)) return fail_rollout(a, g, c, err, "\"done\" is not true (leave it out to continue)");
-        if (rec_get_f64(r, "reward", &reward) != REC_OK || !isfinite(reward))
-            return fail_rollout(a, g, c, err, "\"done\" without a finite number \"reward\"");
-        const uint8_t *info = NULL;
-        size_t info_len = 0;
+        if (!is_true(v, n)) return refuse(out, "\"done\" is not true (leave it out to continue)");
+        if (rec_get_f64(r, "reward", &out->reward) != REC_OK || !isfinite(out->reward))
+            return refuse(out, "\"done\" without a finite number \"reward\"");
         if ((k = rec_find(r, "info")) >= 0) {
-            info = rec_value(r, (size_t)k, &info_len);
-            if (!is_map(info, info_len)) return fail_rollout(a, g, c, err, "\"info\" is not a map");
+            out->info = rec_value(r, (size_t)k, &out->info_len);
+            if (!is_map(out->info, out->info_len)) return refuse(out, "\"info\" is not a map");
         }
-        end_rollout(a, g, c, reward, info, info_len, NULL);
-        return 0;
+        return out->kind = AG_DONE;
     }
-    if (c->final)
-        return fail_rollout(a, g, c, err, "the final request of turn %d was answered without \"done\"", c->turn);
-    if ((k = rec_find(r, "messages")) < 0)
-        return fail_rollout(a, g, c, err, "the answer has neither \"messages\" nor \"done\"");
-    const uint8_t *v = rec_value(r, (size_t)k, &n);
+    if (final) return refuse(out, "the final request was answered without \"done\"");
+    if ((k = rec_find(r, "messages")) < 0) return refuse(out, "the answer has neither \"messages\" nor \"done\"");
+    out->msgs = rec_value(r, (size_t)k, &out->msgs_len);
+    rl_err e;
+    if (add_messages(NULL, NULL, out->msgs, out->msgs_len, 1, &e)) return refuse(out, "%s", e.msg);
+    return out->kind = AG_CONTINUE;
+}
+
+// The environment's answer r to c's request.
+static int take_answer(ag_t *a, gen_t *g, conv_t *c, const rec_t *r, rl_err *err) {
+    ag_answer ans;
+    c->waiting = 0;
+    switch (ag_read_answer(r, c->final, &ans)) {
+    case AG_FAILED: return fail_rollout(a, g, c, err, "%s", ans.why);
+    case AG_DONE: end_rollout(a, g, c, ans.reward, ans.info, ans.info_len, NULL); return 0;
+    case AG_CONTINUE: break;
+    }
     size_t before = c->plain.n;
     rl_err e;
-    if (add_messages(&c->plain, &c->req, v, n, 1, &e)) return fail_rollout(a, g, c, err, "%s", e.msg);
+    add_messages(&c->plain, &c->req, ans.msgs, ans.msgs_len, 1, &e);   // checked: it cannot fail
     // The new messages' text after the turn as generated, as the template writes it.
     int rewrote;
     msgs_array(&c->plain, c->plain.n, &a->scratch);
     a->text.len = 0;
-    if (chat_continue(a->o.chat, a->scratch.data, a->scratch.len, before, c->ended_by_token, &a->text, &rewrote, &e))
+    if (chat_continue(a->o.chat, a->scratch.data, a->scratch.len, a->o.prompts->v[c->prompt].rec, before,
+                      c->ended_by_token, &a->text, &rewrote, &e))
         return fail_rollout(a, g, c, err, "the chat template cannot render the messages: %s", e.msg);
     a->t.rewrote += (uint64_t)rewrote;
     a->ids.n = 0;

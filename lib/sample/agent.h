@@ -51,6 +51,20 @@ void ag_free(ag_t *a);
 // come. 0, or -1 with err naming the rollout and its prompt.
 int ag_pump(ag_t *a, gen_t *g, int wait_ms, rl_err *err);
 
+// What an environment's answer r says (final: it answers a final request),
+// checked as rlpipe-env(5) says: AG_DONE with the reward and info (into r),
+// AG_CONTINUE with the messages to append (a msgpack array into r, each a
+// map with a string role other than assistant), or AG_FAILED with why.
+typedef enum { AG_CONTINUE, AG_DONE, AG_FAILED } ag_kind;
+typedef struct {
+    ag_kind kind;
+    double reward;
+    const uint8_t *info, *msgs;   // msgpack values, or NULL
+    size_t info_len, msgs_len;
+    char why[400];
+} ag_answer;
+ag_kind ag_read_answer(const rec_t *r, int final, ag_answer *out);
+
 // The fields that a finished rollout (sample number) adds to its record:
 // "messages" (the whole conversation), "reward", "info" and "env_error" when
 // the environment gave them. The caller frees it.

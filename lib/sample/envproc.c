@@ -88,27 +88,30 @@ static int take_wait(envproc *e, uint64_t id) {
     return 0;
 }
 
+int env_parse_answer(const char *line, size_t n, rec_t *r, uint64_t *id, rl_err *err) {
+    char q[96];
+    rl_err pe;
+    if (n > ENV_LINE_MAX)
+        return err_set(err, "longer than %zu bytes ('%s')", ENV_LINE_MAX, cp_quote(line, n, q, sizeof q));
+    if (is_blank(line, n)) return 1;   // print() of an empty line: no answer, nothing lost
+    if (json_to_rec(line, n, r, &pe))
+        return err_set(err, "not a JSON answer: %s ('%s')", pe.msg, cp_quote(line, n, q, sizeof q));
+    if (rec_get_uint(r, "id", id) != REC_OK)
+        return err_set(err, "no \"id\" (the unsigned integer of the request it answers) ('%s')",
+                       cp_quote(line, n, q, sizeof q));
+    return 0;
+}
+
 // One answer line (without its '\n').
 static int take_line(void *ctx, const char *line, size_t n, rl_err *err) {
     envproc *e = ctx;
-    char q[96];
-    uint64_t no = ++e->lines;
-    if (n > ENV_LINE_MAX)
-        return err_set(err, "environment: answer line %llu is longer than %zu bytes ('%s')", (unsigned long long)no,
-                       ENV_LINE_MAX, cp_quote(line, n, q, sizeof q));
-    if (is_blank(line, n)) return 0;   // print() of an empty line: no answer, nothing lost
+    uint64_t no = ++e->lines, id;
     rec_t *r = rec_new();
     rl_err pe;
-    uint64_t id;
-    if (json_to_rec(line, n, r, &pe)) {
+    int rc = env_parse_answer(line, n, r, &id, &pe);
+    if (rc) {
         rec_free(r);
-        return err_set(err, "environment: answer line %llu is not a JSON object: %s ('%s')", (unsigned long long)no,
-                       pe.msg, cp_quote(line, n, q, sizeof q));
-    }
-    if (rec_get_uint(r, "id", &id) != REC_OK) {
-        rec_free(r);
-        return err_set(err, "environment: answer line %llu has no \"id\" (the unsigned integer of the request it "
-                       "answers) ('%s')", (unsigned long long)no, cp_quote(line, n, q, sizeof q));
+        return rc > 0 ? 0 : err_set(err, "environment: answer line %llu: %s", (unsigned long long)no, pe.msg);
     }
     int late = 0;
     if (!take_wait(e, id)) {

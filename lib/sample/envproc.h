@@ -28,6 +28,11 @@ typedef struct envproc envproc;
 // An answer line longer than this (bytes) is refused.
 #define ENV_LINE_MAX ((size_t)64 << 20)
 
+// Parses one answer line (without its '\n') into r and *id: a JSON object
+// with an unsigned integer "id". 0; 1 for a blank line (no answer); -1 with
+// err (what is wrong, the line quoted).
+int env_parse_answer(const char *line, size_t n, rec_t *r, uint64_t *id, rl_err *err);
+
 // Starts the command. timeout: seconds each request may wait for its answer,
 // and the command to exit once its input ends (0: no limit). NULL with err.
 envproc *env_start(const char *cmd, double timeout, rl_err *err);

@@ -306,6 +306,8 @@ long gen_step(gen_t *g, rl_err *err) {
         if (prefill && prefill + s->feed.n > PREFILL_TOKENS) break;
         g->resume_head++;
         s->state = SEQ_DECODE;
+        // The environment's tokens carry the version that computes their keys and values.
+        for (size_t i = s->out->ids.n - (s->feed.n - 1); i < s->out->ids.n; i++) s->out->ver.v[i] = g->ver;
         g->steps[n] = (model_step_seq){.slot = s->slot, .ids = s->feed.v, .n = s->feed.n};
         g->step_seq[n++] = s;
         prefill += s->feed.n;

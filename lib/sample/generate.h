@@ -64,7 +64,7 @@ typedef struct {
     // Multi-turn only: text, answer_len, stopped and stop_reason are the
     // current turn's; ids, logp and ver hold every turn and the environment's
     // tokens between them, with mask 1 on the model's tokens and 0 on the
-    // environment's (logp 0, ver the version held when they were added);
+    // environment's (logp 0, ver the version their prefill computed with);
     // turns holds [start, end) in ids of each model turn, flat.
     u8_vec mask;
     u32_vec turns;

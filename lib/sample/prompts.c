@@ -48,7 +48,7 @@ static int prompt_messages(prompt *p, const rollout_view *v, const prm_opts *o, 
                        "could hold: refused before it is rendered", n, o->max_text, o->max_ids + 1);
     sbuf text = {0};
     u32_vec ids = {0};
-    int rc = chat_encode(o->chat, v->messages, n, 1, 0, &text, &ids, NULL, &p->tok, err);
+    int rc = chat_encode(o->chat, v->messages, n, p->rec, 1, 0, &text, &ids, NULL, &p->tok, err);
     p->rendered = (char *)text.data;
     p->text = p->rendered ? p->rendered : "";
     p->text_len = text.len;

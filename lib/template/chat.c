@@ -22,6 +22,7 @@ struct chat {
     const tokenizer *tok;
     char *source;                 // where the template came from, for messages
     int has_generation;           // the template marks assistant text with {% generation %}
+    tc_format tool_format;        // the format it renders tool calls in
     // special tokens and user arguments: "name" then the JSON of its value (strings kept as given)
     struct {
         char *name, *json;
@@ -174,6 +175,7 @@ chat_t *chat_load(const char *dir, const tokenizer *tok, rl_err *err) {
     if (!found) goto fail;   // no template: err->msg stays ""
     if (!(c->tpl = jinja_parse((const char *)tpl.data, tpl.len, c->source, err))) goto fail;
     c->has_generation = jinja_has_generation(c->tpl);
+    c->tool_format = tc_format_of((const char *)tpl.data, tpl.len);
     if (probe_end_of_turn(c) < 0) c->end_of_turn = -1;
     cJSON_Delete(root);
     sbuf_free(&text);
@@ -203,6 +205,27 @@ void chat_free(chat_t *c) {
     free(c);
 }
 
+// NAME=@FILE: the JSON value FILE holds, kept as written (1.0 stays a float
+// for the template's tojson), checked as Python's json would read it.
+static int file_arg(chat_t *c, const char *name, const char *path, rl_err *err) {
+    if (!*path) return err_set(err, "'%s=@': name the file after '@'", name);
+    rl_err e;
+    cJSON *root = jsonfile_load(path, CHAT_MAX_FILE, &e);
+    if (!root) return err_set(err, "'%s=@%s': %s", name, path, e.msg);
+    cJSON_Delete(root);
+    sbuf text = {0};
+    jinja_arena *a = jinja_arena_new();
+    jinja_val *parsed;
+    int rc = 0;
+    if (read_whole_file(path, CHAT_MAX_FILE, &text, &e)) rc = err_set(err, "'%s=@%s': %s", name, path, e.msg);
+    else if (jinja_from_json(a, (const char *)text.data, text.len, &parsed, &e))   // an integer beyond 64 bits
+        rc = err_set(err, "'%s=@%s': %s: %s", name, path, path, e.msg);
+    else add_var(c, name, (const char *)text.data);
+    jinja_arena_free(a);
+    sbuf_free(&text);
+    return rc;
+}
+
 int chat_set_arg(chat_t *c, const char *arg, rl_err *err) {
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg) return err_set(err, "'%s': write NAME=VALUE (enable_thinking=false)", arg);
@@ -219,6 +242,7 @@ int chat_set_arg(chat_t *c, const char *arg, rl_err *err) {
         return err_set(err, "'%s': rlpipe sets \"%s\" itself", arg, name);
     if (c->n_vars >= CHAT_MAX_ARGS) return err_set(err, "more than %d template arguments", CHAT_MAX_ARGS);
     const char *v = eq + 1;
+    if (*v == '@') return file_arg(c, name, v + 1, err);
     jinja_arena *a = jinja_arena_new();
     jinja_val *parsed;
     rl_err e;
@@ -229,7 +253,13 @@ int chat_set_arg(chat_t *c, const char *arg, rl_err *err) {
     return 0;
 }
 
+tc_format chat_tool_format(const chat_t *c) { return c->tool_format; }
+
 // ---- conversations as template values -------------------------------------
+
+// What from_msgpack refuses, for messages.
+static const char UNSEEN[] = "a template cannot see (not UTF-8, binary, an integer outside the signed 64-bit range, or nested deeper "
+                             "than 64)";
 
 static jinja_val *from_msgpack(jinja_arena *a, const msgpack_object *o, int depth) {
     if (depth > 64) return NULL;
@@ -310,8 +340,7 @@ static jinja_val *messages_value(jinja_arena *a, const uint8_t *msgs, size_t n, 
     for (uint32_t i = 0; i < o.via.array.size && i < count; i++) {
         jinja_val *v = from_msgpack(a, &o.via.array.ptr[i], 0);
         if (!v) {
-            err_set(err, "\"messages\"[%u] holds a value a template cannot see (not UTF-8, binary, an integer "
-                    "beyond 64 bits, or nested deeper than 64)", i);
+            err_set(err, "\"messages\"[%u] holds a value %s", i, UNSEEN);
             list = NULL;
             goto out;
         }
@@ -322,21 +351,44 @@ out:
     return list;
 }
 
-// Renders the first `count` messages of msgs (SIZE_MAX: all) into out; spans
-// (when not NULL) gets the {% generation %} spans.
-static int render(const chat_t *c, const uint8_t *msgs, size_t n, size_t count, int add_generation_prompt, sbuf *out,
-                  jinja_spans *spans, rl_err *err) {
+// The "tools" of the conversation's record conv (when it has them: a list,
+// or null for none) set in vars. 0, or -1 with err.
+static int conv_tools(jinja_arena *a, const rec_t *conv, jinja_val *vars, rl_err *err) {
+    long k = conv ? rec_find(conv, "tools") : -1;
+    if (k < 0) return 0;
+    size_t n, off = 0;
+    const uint8_t *p = rec_value(conv, (size_t)k, &n);
+    msgpack_zone zone;
+    msgpack_zone_init(&zone, 2048);
+    msgpack_object o;
+    jinja_val *v = NULL;
+    if (msgpack_unpack((const char *)p, n, &off, &zone, &o) != MSGPACK_UNPACK_SUCCESS ||
+        (o.type != MSGPACK_OBJECT_ARRAY && o.type != MSGPACK_OBJECT_NIL))
+        err_set(err, "\"tools\" is not a list (of the tools' descriptions, as apply_chat_template(tools=...) takes "
+                "them) nor null");
+    else if (!(v = from_msgpack(a, &o, 0)))
+        err_set(err, "\"tools\" holds a value %s", UNSEEN);
+    else jinja_dict_set(vars, "tools", 5, v);
+    msgpack_zone_destroy(&zone);
+    return v ? 0 : -1;
+}
+
+// Renders the first `count` messages of msgs (SIZE_MAX: all), with the tools
+// of conv, into out; spans (when not NULL) gets the {% generation %} spans.
+static int render(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, size_t count,
+                  int add_generation_prompt, sbuf *out, jinja_spans *spans, rl_err *err) {
     jinja_arena *a = jinja_arena_new();
     int rc = -1;
     jinja_val *vars = jinja_dict(a), *list = messages_value(a, msgs, n, count, err);
     if (!list) goto out;
-    jinja_dict_set(vars, "tools", 5, jinja_none(a));       // unless --chat-arg gives them
+    jinja_dict_set(vars, "tools", 5, jinja_none(a));       // unless --chat-arg or the conversation gives them
     jinja_dict_set(vars, "documents", 9, jinja_none(a));
     for (size_t i = 0; i < c->n_vars; i++) {   // special tokens first: arguments replace them, as in transformers
         jinja_val *v;
         if (jinja_from_json(a, c->vars[i].json, strlen(c->vars[i].json), &v, err)) goto out;
         jinja_dict_set(vars, c->vars[i].name, strlen(c->vars[i].name), v);
     }
+    if (conv_tools(a, conv, vars, err)) goto out;
     jinja_dict_set(vars, "messages", 8, list);
     jinja_dict_set(vars, "add_generation_prompt", 21, jinja_bool(a, add_generation_prompt));
     rc = jinja_render(c->tpl, a, vars, out, spans, err);
@@ -368,7 +420,7 @@ static int probe_end_of_turn(chat_t *c) {
         size_t n;
         if (json_to_rec(PROBE_CONVERSATIONS[k], strlen(PROBE_CONVERSATIONS[k]), r, &e)) continue;
         const uint8_t *msgs = rec_value(r, 0, &n);
-        const uint8_t *hit = render(c, msgs, n, SIZE_MAX, 0, &out, NULL, &e)
+        const uint8_t *hit = render(c, msgs, n, NULL, SIZE_MAX, 0, &out, NULL, &e)
                                  ? NULL : memmem(out.data, out.len, REPLY, sizeof PROBE_REPLY - 1);
         if (hit) {
             size_t at = (size_t)(hit - out.data) + sizeof PROBE_REPLY - 1;
@@ -413,10 +465,12 @@ static void put_array_header(sbuf *out, uint32_t n) {
 
 // render(msgs, generation prompt) less render(msgs[0..keep)) into out, when
 // the one is a prefix of the other. 1 appended, 0 not a prefix, -1 with err.
-static int rendered_suffix(const chat_t *c, const uint8_t *msgs, size_t n, size_t keep, sbuf *out, rl_err *err) {
+static int rendered_suffix(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, size_t keep, sbuf *out,
+                           rl_err *err) {
     sbuf a = {0}, b = {0};
     int rc = -1;
-    if (render(c, msgs, n, keep, 0, &a, NULL, err) || render(c, msgs, n, SIZE_MAX, 1, &b, NULL, err)) goto out;
+    if (render(c, msgs, n, conv, keep, 0, &a, NULL, err) || render(c, msgs, n, conv, SIZE_MAX, 1, &b, NULL, err))
+        goto out;
     rc = b.len >= a.len && !memcmp(a.data, b.data, a.len);
     if (rc) sbuf_put(out, b.data + a.len, b.len - a.len);
 out:
@@ -475,14 +529,14 @@ out:
     return rc;
 }
 
-int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, size_t n_conv, int ended_by_token, sbuf *text,
-                  int *rewrote, rl_err *err) {
+int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, size_t n_conv, int ended_by_token,
+                  sbuf *text, int *rewrote, rl_err *err) {
     *rewrote = 0;
     if (!c->tail.len) return err_set(err, "the chat template shows no end of an assistant's turn");
     size_t skip = ended_by_token ? c->tail_token : 0;
     size_t at = text->len;
     sbuf_put(text, c->tail.data + skip, c->tail.len - skip);
-    int rc = rendered_suffix(c, msgs, n, n_conv, text, err);
+    int rc = rendered_suffix(c, msgs, n, conv, n_conv, text, err);
     if (rc < 0) text->len = at;
     if (rc) return rc < 0 ? -1 : 0;
     // The template rewrites the earlier turns once these messages follow:
@@ -494,8 +548,8 @@ int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, size_t n_conv,
     *rewrote = 1;
     for (int reply = 1; reply >= 0 && rc == 0; reply--) {
         probe.len = 0;
-        rc = probe_with(c, reply, msgs, n, n_conv, &probe, &keep, err) ? -1
-                                                                       : rendered_suffix(c, probe.data, probe.len, keep, text, err);
+        rc = probe_with(c, reply, msgs, n, n_conv, &probe, &keep, err)
+                 ? -1 : rendered_suffix(c, probe.data, probe.len, conv, keep, text, err);
     }
     sbuf_free(&probe);
     if (rc <= 0) text->len = at;
@@ -615,7 +669,8 @@ static int mask_by_offsets(const tokenizer *tok, const sbuf *text, const jinja_s
 // The assistant spans of the conversation without {% generation %} blocks:
 // for each assistant message i, what rendering messages[0..i] adds to
 // messages[0..i) with the generation prompt, cut after the end-of-turn token.
-static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf *full, jinja_spans *spans, rl_err *err) {
+static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, const sbuf *full,
+                      jinja_spans *spans, rl_err *err) {
     msgpack_zone zone;
     msgpack_zone_init(&zone, 2048);
     msgpack_object o;
@@ -631,7 +686,8 @@ static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf
         sbuf before = {0}, upto = {0};
         if (i == 0) {
             rc = err_set(err, "\"messages\"[0] is the assistant's: nothing precedes it to render with the generation prompt");
-        } else if (render(c, msgs, n, i, 1, &before, NULL, err) || render(c, msgs, n, i + 1, 0, &upto, NULL, err)) {
+        } else if (render(c, msgs, n, conv, i, 1, &before, NULL, err) ||
+                   render(c, msgs, n, conv, i + 1, 0, &upto, NULL, err)) {
             rc = -1;
         } else if (upto.len < before.len || memcmp(upto.data, before.data, before.len) || full->len < upto.len ||
                    memcmp(full->data, upto.data, upto.len)) {
@@ -657,12 +713,12 @@ static int turn_spans(const chat_t *c, const uint8_t *msgs, size_t n, const sbuf
     return rc;
 }
 
-int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, size_t max_ids,
-                sbuf *rendered, u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err) {
+int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, int add_generation_prompt,
+                size_t max_ids, sbuf *rendered, u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err) {
     sbuf text = {0};
     jinja_spans spans = {0}, u = {0};
     int rc = -1;
-    if (render(c, msgs, n, SIZE_MAX, add_generation_prompt, &text, mask && c->has_generation ? &spans : NULL, err))
+    if (render(c, msgs, n, conv, SIZE_MAX, add_generation_prompt, &text, mask && c->has_generation ? &spans : NULL, err))
         goto out;
     ids->n = 0;
     if (tok_encode_ex(c->tok, (const char *)text.data, text.len, 0, &ids->v, &ids->n, &ids->cap, rep, err)) goto out;
@@ -672,7 +728,7 @@ int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generati
         goto out;
     }
     if (mask) {
-        if (!c->has_generation && turn_spans(c, msgs, n, &text, &spans, err)) goto out;
+        if (!c->has_generation && turn_spans(c, msgs, n, conv, &text, &spans, err)) goto out;
         span_union(&spans, &u);
         GROW(mask->v, mask->cap, ids->n, ids->n);
         mask->n = ids->n;

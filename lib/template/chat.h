@@ -8,7 +8,14 @@
 // passes: messages, add_generation_prompt, tools and documents (none), the
 // special tokens of tokenizer_config.json (bos_token, eos_token, ...), and
 // the user's own (chat_set_arg: enable_thinking=false for Qwen3, or tools),
-// which replace the others but messages and add_generation_prompt.
+// which replace the others but messages and add_generation_prompt, and the
+// conversation's own tools.
+//
+// A conversation may come with a record (a prompt's line, an example: conv,
+// NULL for none) whose "tools", a list of the tools' descriptions as
+// transformers' apply_chat_template(tools=...) takes them (null: none), are
+// the template's tools for that conversation alone, in place of
+// chat_set_arg's; "tools" that is neither fails the rendering.
 #ifndef RLPIPE_CHAT_H
 #define RLPIPE_CHAT_H
 
@@ -17,6 +24,7 @@
 
 #include "records/record.h"
 #include "template/jinja.h"
+#include "template/toolcall.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct chat chat_t;
@@ -31,10 +39,16 @@ chat_t *chat_load(const char *dir, const tokenizer *tok, rl_err *err);
 void chat_free(chat_t *c);
 
 // Sets a template variable from "NAME=VALUE", VALUE as JSON (a bare word
-// that is not JSON is taken as a string): enable_thinking=false. 0 or -1.
+// that is not JSON is taken as a string): enable_thinking=false; or from
+// "NAME=@FILE", the JSON value that FILE holds: tools=@tools.json (an error
+// naming FILE when it cannot be read or is not JSON). 0 or -1.
 int chat_set_arg(chat_t *c, const char *arg, rl_err *err);
 
-// The conversation msgs[0..n) (msgpack) rendered and tokenized; with
+// The format the template renders an assistant's tool calls in (toolcall.h),
+// read from its source: the format to parse the model's calls in.
+tc_format chat_tool_format(const chat_t *c);
+
+// The conversation msgs[0..n) (msgpack), with the tools of conv, rendered and tokenized; with
 // add_generation_prompt, the start of the assistant's turn follows. The
 // tokens, as apply_chat_template(tokenize=True) gives them (the text encoded
 // without added bos or eos: the template writes its own). With mask not
@@ -55,8 +69,8 @@ int chat_set_arg(chat_t *c, const char *arg, rl_err *err);
 // tokens (0: no bound) is refused before that, once it is rendered whole.
 // rep (when not NULL) says what tokenizing dropped (tok_encode_ex). 0, or -1 with err.
 // text (when not NULL) gets the rendered text appended, NUL-terminated (len not counting it).
-int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, int add_generation_prompt, size_t max_ids, sbuf *text,
-                u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err);
+int chat_encode(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, int add_generation_prompt,
+                size_t max_ids, sbuf *text, u32_vec *ids, u8_vec *mask, tok_report *rep, rl_err *err);
 
 // The token that ends an assistant turn in this template (<|im_end|>,
 // <|eot_id|>, </s>): the special token that follows an assistant message's
@@ -69,7 +83,8 @@ int64_t chat_eos(const chat_t *c);
 // model generated it when new messages (a tool's result, a user's reply)
 // join the conversation, up to the start of the next assistant turn.
 // msgs[0..n) is the conversation (msgpack array): its first n_conv messages
-// so far, the last of them the assistant's turn, then the new ones. Appended
+// so far, the last of them the assistant's turn, then the new ones; conv its
+// record, whose tools rendered its prompt (NULL: none). Appended
 // to text:
 //   - the rest of the turn as the template ends it (what it renders after an
 //     assistant's content: "<|im_end|>\n"), less its first token when that is
@@ -83,7 +98,7 @@ int64_t chat_eos(const chat_t *c);
 //     conversation (a user's message and an assistant's reply) followed by
 //     the new messages (*rewrote = 1).
 // 0, or -1 with err (a message the template refuses; text is then as it was).
-int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, size_t n_conv, int ended_by_token, sbuf *text,
-                  int *rewrote, rl_err *err);
+int chat_continue(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, size_t n_conv, int ended_by_token,
+                  sbuf *text, int *rewrote, rl_err *err);
 
 #endif

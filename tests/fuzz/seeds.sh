@@ -6,7 +6,8 @@
 # (rl-learn), records sampled from it (rl-sample), converted by rl-cat (raw,
 # zstd, several members, JSON lines); the rest (safetensors files, configs,
 # tokenizers, push messages, chat templates from $JINJA_TEMPLATES or
-# .deps/templates) by tests/fuzz/seeds.py with the venv's packages.
+# .deps/templates) by tests/fuzz/seeds.py with the venv's packages; an
+# environment's answer lines (rlpipe-env(5)) written here.
 # BIN names the tools' folder (default bin), PY the Python (.deps/venv).
 set -eu
 [ $# -eq 1 ] || { echo "usage: tests/fuzz/seeds.sh OUTDIR" >&2; exit 2; }
@@ -17,7 +18,7 @@ PY=${PY:-$root/.deps/venv/bin/python}
 PATH=$bin:$PATH
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlpipe-seeds.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat}
+mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat,env}
 cd "$work"
 
 # ---- records and JSON lines from the tools
@@ -44,3 +45,14 @@ rl-cat -q --json ex.rlr -o "$j/examples-roundtrip.jsonl"
 
 # ---- the rest, and the tiny model's safetensors header
 "$PY" "$root/tests/fuzz/seeds.py" "$out" "m/$(cat m/latest)/model.safetensors"   # latest names the version folder
+
+# ---- an environment's answers: each kind rlpipe-env(5) names, good and bad
+e=$out/env
+printf '%s' '{"id": 3, "messages": [{"role": "tool", "content": "10063"}]}' >"$e/tool"
+printf '%s' '{"id": 3, "messages": [{"role": "user", "content": "That is not right. Try again."}, {"role": "system", "content": "x"}]}' >"$e/user"
+printf '%s' '{"id": 7, "done": true, "reward": 1.0, "info": {"calls": 1, "right": 1}}' >"$e/done"
+printf '%s' '{"id": 7, "done": true}' >"$e/done-no-reward"
+printf '%s' '{"id": 1, "error": "the sandbox crashed"}' >"$e/error"
+printf '%s' '{"id": 1, "messages": [{"role": "assistant", "content": "I am the model"}]}' >"$e/assistant"
+printf '%s' '{"id": 1, "messages": [{"role": "tool", "content": {"result": [1, 2.5, null]}}], "extra": "kept"}' >"$e/object"
+printf '%s' '{"id": 2, "messages": []}' >"$e/empty"

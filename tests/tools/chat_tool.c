@@ -1,8 +1,9 @@
-// chat_tool — drives lib/template/chat.c for tests/py/test_chat.py, which compares
-// it with transformers' apply_chat_template.
+// chat_tool — drives lib/template/chat.c (and toolcall.c) for tests/py/test_chat.py
+// and test_chat_tools.py, which compare it with transformers' apply_chat_template.
 //
 //   chat_tool [--gen] [--mask] [--arg NAME=VALUE]... MODEL_DIR
-//       stdin: JSON lines {"messages": [...]}; stdout: one JSON line each,
+//       stdin: JSON lines {"messages": [...]}, with "tools": [...] for a
+//       conversation's own tools; stdout: one JSON line each,
 //       {"text": RENDERED, "ids": [...]} (with --mask also "mask": [0/1...])
 //       or {"error": MESSAGE} when the conversation or the template fails.
 //       --gen: with the generation prompt (add_generation_prompt=True).
@@ -14,6 +15,10 @@
 //       a model writes them, then the messages after it as chat_continue
 //       appends them. stdout: {"ids": [...], "rewrote": N} (N: continuations
 //       that took the template's probe conversation), or {"error": MESSAGE}.
+//   chat_tool --toolcalls MODEL_DIR
+//       stdin: JSON lines {"text": ASSISTANT_TEXT}; stdout: the tool calls
+//       parsed from each in the template's format (chat_tool_format),
+//       {"format": NAME, "tool_calls": [...]} ([] when none).
 //   chat_tool --info MODEL_DIR
 //       stdout: {"end_of_turn": ID, "eos": ID} (-1: none), or {"none": true}
 //       when the model has no template.
@@ -77,8 +82,8 @@ static void subarray(const uint8_t *p, const size_t *off, long count, sbuf *out)
 }
 
 // --turns: the tokens of a conversation made as a multi-turn rollout makes them.
-static int turns(const chat_t *c, const tokenizer *tok, const uint8_t *p, size_t n, u32_vec *ids, int *rewrote,
-                 rl_err *err) {
+static int turns(const chat_t *c, const tokenizer *tok, const rec_t *conv, const uint8_t *p, size_t n, u32_vec *ids,
+                 int *rewrote, rl_err *err) {
     enum { MOST = 256 };
     size_t off[MOST + 1];
     msgpack_object o[MOST];
@@ -100,7 +105,7 @@ static int turns(const chat_t *c, const tokenizer *tok, const uint8_t *p, size_t
         goto out;
     }
     subarray(p, off, a, &sub);
-    if (chat_encode(c, sub.data, sub.len, 1, 0, NULL, ids, NULL, NULL, err)) goto out;
+    if (chat_encode(c, sub.data, sub.len, conv, 1, 0, NULL, ids, NULL, NULL, err)) goto out;
     *rewrote = 0;
     while (a < m) {   // o[a] is an assistant's turn
         const msgpack_object *content = str_of(&o[a], "content");
@@ -119,7 +124,7 @@ static int turns(const chat_t *c, const tokenizer *tok, const uint8_t *p, size_t
         int rw;
         subarray(p, off, b, &sub);
         text.len = 0;
-        if (chat_continue(c, sub.data, sub.len, (size_t)a + 1, 1, &text, &rw, err)) goto out;
+        if (chat_continue(c, sub.data, sub.len, conv, (size_t)a + 1, 1, &text, &rw, err)) goto out;
         *rewrote += rw;
         part.n = 0;
         if (tok_encode_ex(tok, (const char *)text.data, text.len, 0, &part.v, &part.n, &part.cap, NULL, err)) goto out;
@@ -137,8 +142,25 @@ out:
     return rc;
 }
 
+// --toolcalls: the calls of the assistant's text in r's "text", as one JSON line into out.
+static void toolcalls(const chat_t *c, const rec_t *r, sbuf *out) {
+    const char *s;
+    size_t n;
+    rl_err e;
+    if (rec_get_str(r, "text", &s, &n) != REC_OK) die("%s", "a line without a string \"text\"");
+    rec_t *o = rec_new();
+    sbuf calls = {0};
+    rec_set_cstr(o, "format", tc_format_name(chat_tool_format(c)));
+    if (tc_parse(chat_tool_format(c), s, n, &calls)) rec_set_raw(o, "tool_calls", 10, calls.data, calls.len);
+    else rec_set_raw(o, "tool_calls", 10, (const uint8_t *)"\x90", 1);
+    if (json_from_rec(o, out, &e)) die("%s", e.msg);
+    sbuf_putc(out, '\n');
+    sbuf_free(&calls);
+    rec_free(o);
+}
+
 int main(int argc, char **argv) {
-    int gen = 0, mask = 0, info = 0, multi = 0;
+    int gen = 0, mask = 0, info = 0, multi = 0, calls = 0;
     const char *args[32];
     int nargs = 0, i = 1;
     for (; i < argc - 1; i++) {
@@ -146,12 +168,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mask")) mask = 1;
         else if (!strcmp(argv[i], "--info")) info = 1;
         else if (!strcmp(argv[i], "--turns")) multi = 1;
+        else if (!strcmp(argv[i], "--toolcalls")) calls = 1;
         else if (!strcmp(argv[i], "--arg") && i + 2 < argc && nargs < 32) args[nargs++] = argv[++i];
         else break;
     }
     if (i != argc - 1) {
         fprintf(stderr, "Usage: chat_tool [--gen] [--mask] [--arg NAME=VALUE]... MODEL_DIR < conversations.jsonl\n"
                         "       chat_tool --turns [--arg NAME=VALUE]... MODEL_DIR < conversations.jsonl\n"
+                        "       chat_tool --toolcalls MODEL_DIR < assistant-texts.jsonl\n"
                         "       chat_tool --info MODEL_DIR\n");
         return 2;
     }
@@ -183,13 +207,18 @@ int main(int argc, char **argv) {
     while ((len = getline(&line, &cap, stdin)) > 0) {
         out.len = text.len = 0;
         if (json_to_rec(line, (size_t)len, r, &e)) die("a line that is not JSON: %s", e.msg);
+        if (calls) {
+            toolcalls(c, r, &out);
+            if (fwrite(out.data, 1, out.len, stdout) != out.len) die("%s", "writing standard output");
+            continue;
+        }
         long k = rec_find(r, "messages");
         if (k < 0) die("%s", "a line without \"messages\"");
         size_t n;
         const uint8_t *msgs = rec_value(r, (size_t)k, &n);
         int rewrote = 0;
-        if (multi ? turns(c, tok, msgs, n, &ids, &rewrote, &e)
-                  : chat_encode(c, msgs, n, gen, 0, &text, &ids, mask ? &m : NULL, NULL, &e)) {
+        if (multi ? turns(c, tok, r, msgs, n, &ids, &rewrote, &e)
+                  : chat_encode(c, msgs, n, r, gen, 0, &text, &ids, mask ? &m : NULL, NULL, &e)) {
             sbuf_put(&out, "{\"error\": ", 10);
             json_put_str(&out, e.msg, strlen(e.msg));
         } else if (multi) {
