@@ -536,14 +536,16 @@ def agent(out, exp):
     sft_p = os.path.join(out, "sft", "calc.eval.jsonl")
     sft = evals(sft_p)[0] if os.path.exists(sft_p) else None
     rows, gains = [], {}
+    start = {"calc": sft or base["calc"], "retry": base["retry"]}   # the model each environment's RL starts from
     for r in runs:
         env = r.name.split("-")[0]
-        first, final = r.evals[0][1], r.evals[-1][1]
+        first, final = start[env], r.evals[-1][1]
         gains.setdefault(env, []).append(final["success"] - first["success"])
         extra = (f"{fmt(first['first'])} / {fmt(final['first'])}" if env == "retry"
                  else f"{fmt(first['calls'], 2)} / {fmt(final['calls'], 2)}")
         rows.append((env, r.meta["seed"], fmt(first["success"]), fmt(final["success"]),
-                     fmt(final["success"] - first["success"]), fmt(max(e["success"] for _, e in r.evals)), extra,
+                     fmt(final["success"] - first["success"]),
+                     fmt(max([first["success"]] + [e["success"] for _, e in r.evals])), extra,
                      fmt(first["turns"], 2) + " / " + fmt(final["turns"], 2), len(r.steps), r.samples,
                      fmt(r.wall / 60, 1), fmt(mean(s["reward_mean"] for s in r.steps[:5])),
                      fmt(mean(s["reward_mean"] for s in r.steps[-5:]))))
