@@ -556,7 +556,7 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     m->groups = batch_advantages(l);
     batch_stats(l, version, m);
     // sequences with a gradient: all with tokens for sft, those with an advantage too otherwise
-    lseq **tr = xmalloc((l->bn ? l->bn : 1) * sizeof *tr);
+    lseq **tr = xmalloc(l->bn * sizeof *tr);
     size_t all = 0, fwd = 0;
     for (size_t i = 0; i < l->bn; i++)
         if (l->s[i].n && (l->o.loss == LOSS_SFT || l->s[i].a != 0)) {

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "records/mparray.h"
+
 struct rec {
     sbuf buf;              // key texts and encoded values; see orig_len
     mp_field *f;           // fields in order, as offsets into buf
@@ -177,11 +179,10 @@ rec_status rec_get_str(const rec_t *r, const char *key, const char **str, size_t
 rec_status rec_get_len(const rec_t *r, const char *key, size_t *n) {
     long i = rec_find(r, key);
     if (i < 0) return REC_MISSING;
-    const uint8_t *p = r->buf.data + r->f[i].val_off;
-    if (p[0] >= 0x90 && p[0] <= 0x9f) *n = p[0] & 0x0f;
-    else if (p[0] == 0xdc) *n = (size_t)p[1] << 8 | p[2];
-    else if (p[0] == 0xdd) *n = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
-    else return REC_TYPE;
+    uint32_t count;
+    size_t hdr;
+    if (mpa_header(r->buf.data + r->f[i].val_off, r->f[i].val_len, &count, &hdr)) return REC_TYPE;
+    *n = count;
     return REC_OK;
 }
 
@@ -235,13 +236,11 @@ static inline size_t read_number(const uint8_t *p, const uint8_t *end, char *kin
 
 // The element count of the array at p, and where its elements start.
 static const uint8_t *array_start(const uint8_t *p, const uint8_t *end, size_t *n) {
-    if (p < end && *p >= 0x90 && *p <= 0x9f) { *n = *p & 0x0f; return p + 1; }
-    if (end - p >= 3 && *p == 0xdc) { *n = (size_t)p[1] << 8 | p[2]; return p + 3; }
-    if (end - p >= 5 && *p == 0xdd) {
-        *n = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
-        return p + 5;
-    }
-    return NULL;
+    uint32_t count;
+    size_t hdr;
+    if (mpa_header(p, (size_t)(end - p), &count, &hdr)) return NULL;
+    *n = count;
+    return p + hdr;
 }
 
 // Decodes a numeric array field into out->v (grown as needed), converting

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "records/json.h"
+#include "records/mparray.h"
 #include "template/toolcall.h"
 
 // The messages of a conversation, each encoded (msgpack map) twice: as the
@@ -82,8 +83,7 @@ static void msgs_add(msgs_t *m, const void *p, size_t n) {
 // The first count messages as one msgpack array, into out (cleared).
 static void msgs_array(const msgs_t *m, size_t count, sbuf *out) {
     out->len = 0;
-    uint8_t h[5] = {0xdd, (uint8_t)(count >> 24), (uint8_t)(count >> 16), (uint8_t)(count >> 8), (uint8_t)count};
-    sbuf_put(out, h, 5);
+    mpa_put_header(out, (uint32_t)count);
     if (count) sbuf_put(out, m->bytes.data, m->off[count]);
 }
 
@@ -100,51 +100,44 @@ static conv_t *find(const ag_t *a, uint64_t id, size_t *at) {
 // a map with a string "role" (not "assistant" when env), and added to m and
 // m2 when not NULL. 0, or -1 with err.
 static int add_messages(msgs_t *m, msgs_t *m2, const uint8_t *p, size_t n, int env, rl_err *err) {
+    mpa_elems el = {0};
     msgpack_zone zone;
     msgpack_zone_init(&zone, 2048);
-    msgpack_object o;
-    size_t off = 0;
     int rc = -1;
-    if (msgpack_unpack((const char *)p, n, &off, &zone, &o) != MSGPACK_UNPACK_SUCCESS || o.type != MSGPACK_OBJECT_ARRAY) {
+    if (mpa_split(p, n, &el)) {
         err_set(err, "\"messages\" is not a list of messages");
         goto out;
     }
-    if (env && !o.via.array.size) {
+    if (env && !el.n) {
         err_set(err, "\"messages\" is empty: continue with at least one message, or end with \"done\"");
         goto out;
     }
-    off = p[0] >= 0x90 && p[0] <= 0x9f ? 1 : p[0] == 0xdc ? 3 : 5;
-    for (uint32_t i = 0; i < o.via.array.size; i++) {
-        const msgpack_object *x = &o.via.array.ptr[i];
+    for (size_t i = 0; i < el.n; i++) {
+        const uint8_t *e = p + el.off[i];
+        size_t len = el.off[i + 1] - el.off[i], at = 0;
+        msgpack_object x;
+        msgpack_zone_clear(&zone);
+        if (msgpack_unpack((const char *)e, len, &at, &zone, &x) != MSGPACK_UNPACK_SUCCESS) x.type = MSGPACK_OBJECT_NIL;
         const msgpack_object *role = NULL;
-        for (uint32_t k = 0; x->type == MSGPACK_OBJECT_MAP && k < x->via.map.size; k++) {
-            const msgpack_object *key = &x->via.map.ptr[k].key;
+        for (uint32_t k = 0; x.type == MSGPACK_OBJECT_MAP && k < x.via.map.size; k++) {
+            const msgpack_object *key = &x.via.map.ptr[k].key;
             if (key->type == MSGPACK_OBJECT_STR && key->via.str.size == 4 && !memcmp(key->via.str.ptr, "role", 4))
-                role = &x->via.map.ptr[k].val;
+                role = &x.via.map.ptr[k].val;
         }
         if (!role || role->type != MSGPACK_OBJECT_STR) {
-            err_set(err, "\"messages\"[%u] is not a map with a string \"role\"", i);
+            err_set(err, "\"messages\"[%zu] is not a map with a string \"role\"", i);
             goto out;
         }
         if (env && role->via.str.size == 9 && !memcmp(role->via.str.ptr, "assistant", 9)) {
-            err_set(err, "\"messages\"[%u] has the role \"assistant\": the model writes the assistant's turns", i);
+            err_set(err, "\"messages\"[%zu] has the role \"assistant\": the model writes the assistant's turns", i);
             goto out;
         }
-        size_t start = off;
-        msgpack_object skip;
-        msgpack_zone z2;
-        msgpack_zone_init(&z2, 512);
-        int ok = msgpack_unpack((const char *)p, n, &off, &z2, &skip) > MSGPACK_UNPACK_CONTINUE;
-        msgpack_zone_destroy(&z2);
-        if (!ok) {
-            err_set(err, "\"messages\"[%u] is not a complete value", i);
-            goto out;
-        }
-        if (m) msgs_add(m, p + start, off - start);
-        if (m2) msgs_add(m2, p + start, off - start);
+        if (m) msgs_add(m, e, len);
+        if (m2) msgs_add(m2, e, len);
     }
     rc = 0;
 out:
+    mpa_elems_free(&el);
     msgpack_zone_destroy(&zone);
     return rc;
 }

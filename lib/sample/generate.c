@@ -40,6 +40,29 @@ struct grp {
     grp_t *next;           // in the finished queue
 };
 
+// A FIFO of samples: v[head..tail).
+typedef struct {
+    seq_t **v;
+    size_t head, tail, cap;
+} seq_fifo;
+
+// Room for n more at the tail (first: the capacity of the first allocation).
+// The taken entries' room is reused before the array grows, so that a queue
+// which never empties grows with what it holds, not with what passed through.
+static void fifo_reserve(seq_fifo *f, size_t n, size_t first) {
+    if (f->tail + n > f->cap && f->head) {
+        memmove(f->v, f->v + f->head, (f->tail - f->head) * sizeof *f->v);
+        f->tail -= f->head;
+        f->head = 0;
+    }
+    GROW(f->v, f->cap, f->tail + n, first);
+}
+
+static void fifo_push(seq_fifo *f, seq_t *s) {
+    fifo_reserve(f, 1, 16);
+    f->v[f->tail++] = s;
+}
+
 struct gen {
     model_t *m;
     const tokenizer *tok;
@@ -52,12 +75,9 @@ struct gen {
     seq_t **active;                // (cache_slots) the sample in each slot, or NULL
     int n_active;                  // slots held
     int n_turn;                    // of them, samples waiting after a turn (SEQ_TURN)
-    seq_t **turned;                // FIFO turned[turned_head..n_turned): turns ended, not yet taken
-    size_t turned_head, n_turned, cap_turned;
-    seq_t **resume;                // FIFO resume[resume_head..n_resume): environment tokens to prefill
-    size_t resume_head, n_resume, cap_resume;
-    seq_t **waiting;               // FIFO: waiting[head..tail)
-    size_t head, tail, cap;
+    seq_fifo turned;               // turns ended, not yet taken
+    seq_fifo resume;               // environment tokens to prefill
+    seq_fifo waiting;              // samples queued for a slot
     grp_t *done_head, *done_tail;  // finished groups, oldest first (in_order: by group number)
     uint64_t groups;
     uint64_t next_out;             // in_order: the group number gen_peek waits for
@@ -104,8 +124,8 @@ static void grp_free(grp_t *q) {
 void gen_free(gen_t *g) {
     if (!g) return;
     // Groups are owned by their samples' queue or slot until they finish.
-    for (size_t i = g->head; i < g->tail; i++) {
-        grp_t *q = g->waiting[i]->grp;
+    for (size_t i = g->waiting.head; i < g->waiting.tail; i++) {
+        grp_t *q = g->waiting.v[i]->grp;
         if (--q->left == 0) grp_free(q);   // left counts the samples still referenced
     }
     for (int s = 0; s < g->cache_slots; s++)
@@ -121,9 +141,9 @@ void gen_free(gen_t *g) {
     free(g->drawn);
     free(g->step_seq);
     free(g->active);
-    free(g->turned);
-    free(g->resume);
-    free(g->waiting);
+    free(g->turned.v);
+    free(g->resume.v);
+    free(g->waiting.v);
     free(g);
 }
 
@@ -143,12 +163,7 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
     memset(q->seqs, 0, (size_t)G * sizeof *q->seqs);
     q->left = G;
     q->lead_slot = -1;
-    if (g->tail + (size_t)G > g->cap && g->head) {   // compact, then grow
-        memmove(g->waiting, g->waiting + g->head, (g->tail - g->head) * sizeof *g->waiting);
-        g->tail -= g->head;
-        g->head = 0;
-    }
-    GROW(g->waiting, g->cap, g->tail + (size_t)G, 2 * (size_t)G);
+    fifo_reserve(&g->waiting, (size_t)G, 2 * (size_t)G);
     for (int j = 0; j < G; j++) {
         seq_t *s = &q->seqs[j];
         s->out = &q->pub.samples[j];
@@ -156,7 +171,7 @@ uint64_t gen_add(gen_t *g, size_t prompt, const uint32_t *ids, size_t n) {
         s->number = q->pub.group * (uint64_t)G + (uint64_t)j;
         rng_seed_stream(&s->rng, g->o.seed, s->number);
         s->slot = -1;
-        g->waiting[g->tail++] = s;
+        g->waiting.v[g->waiting.tail++] = s;
     }
     return q->pub.group;
 }
@@ -165,7 +180,7 @@ int gen_free_slots(const gen_t *g) {
     int stepping = g->n_active - g->n_turn, cache_free = g->cache_slots - g->n_active;
     return g->o.slots - stepping < cache_free ? g->o.slots - stepping : cache_free;
 }
-size_t gen_waiting(const gen_t *g) { return g->tail - g->head; }
+size_t gen_waiting(const gen_t *g) { return g->waiting.tail - g->waiting.head; }
 void gen_set_version(gen_t *g, uint32_t ver) { g->ver = ver; }
 
 static void push_u32(u32_vec *a, uint32_t x) {
@@ -287,9 +302,7 @@ static void turn_ended(gen_t *g, seq_t *s) {
     s->turns++;
     s->state = SEQ_TURN;
     g->n_turn++;
-    if (g->turned_head == g->n_turned) g->turned_head = g->n_turned = 0;
-    GROW(g->turned, g->cap_turned, g->n_turned + 1, 16);
-    g->turned[g->n_turned++] = s;
+    fifo_push(&g->turned, s);
 }
 
 long gen_step(gen_t *g, rl_err *err) {
@@ -301,10 +314,10 @@ long gen_step(gen_t *g, rl_err *err) {
         g->step_seq[n++] = s;
     }
     // Samples back from their environment: their tokens, then the next turn.
-    while (g->resume_head < g->n_resume && n < (size_t)g->o.slots) {
-        seq_t *s = g->resume[g->resume_head];
+    while (g->resume.head < g->resume.tail && n < (size_t)g->o.slots) {
+        seq_t *s = g->resume.v[g->resume.head];
         if (prefill && prefill + s->feed.n > PREFILL_TOKENS) break;
-        g->resume_head++;
+        g->resume.head++;
         s->state = SEQ_DECODE;
         // The environment's tokens carry the version that computes their keys and values.
         for (size_t i = s->out->ids.n - (s->feed.n - 1); i < s->out->ids.n; i++) s->out->ver.v[i] = g->ver;
@@ -312,10 +325,9 @@ long gen_step(gen_t *g, rl_err *err) {
         g->step_seq[n++] = s;
         prefill += s->feed.n;
     }
-    if (g->resume_head == g->n_resume) g->resume_head = g->n_resume = 0;
     g->nstep++;
-    while (g->head < g->tail && n < (size_t)g->o.slots) {
-        seq_t *s = g->waiting[g->head];
+    while (g->waiting.head < g->waiting.tail && n < (size_t)g->o.slots) {
+        seq_t *s = g->waiting.v[g->waiting.head];
         model_step_seq e = start_entry(g, s);
         if (prefill && prefill + e.n > PREFILL_TOKENS) break;
         int sl = model_slot_acquire(g->m);
@@ -326,7 +338,7 @@ long gen_step(gen_t *g, rl_err *err) {
             s->grp->lead_slot = sl;
         }
         s->pver = g->ver;   // a sharer's source computed them with the weights in use too
-        g->head++;
+        g->waiting.head++;
         s->slot = sl;
         s->state = SEQ_DECODE;
         g->active[sl] = s;
@@ -349,8 +361,8 @@ long gen_step(gen_t *g, rl_err *err) {
 }
 
 int gen_next_turn(gen_t *g, gen_turn *t) {
-    if (g->turned_head == g->n_turned) return 0;
-    seq_t *s = g->turned[g->turned_head++];
+    if (g->turned.head == g->turned.tail) return 0;
+    seq_t *s = g->turned.v[g->turned.head++];
     *t = (gen_turn){.seq = s, .number = s->number, .prompt = s->grp->pub.prompt, .s = s->out, .turn = s->turns};
     return 1;
 }
@@ -378,8 +390,7 @@ void gen_continue(gen_t *g, gen_seq *q, const uint32_t *ids, size_t n) {
     out->stop_reason_len = 0;
     q->state = SEQ_RESUME;
     g->n_turn--;
-    GROW(g->resume, g->cap_resume, g->n_resume + 1, 16);
-    g->resume[g->n_resume++] = q;
+    fifo_push(&g->resume, q);
 }
 
 void gen_end(gen_t *g, gen_seq *q) {
@@ -388,7 +399,7 @@ void gen_end(gen_t *g, gen_seq *q) {
 }
 
 size_t gen_turns_waiting(const gen_t *g) { return (size_t)g->n_turn; }
-int gen_busy(const gen_t *g) { return g->n_active > 0 || g->head < g->tail; }
+int gen_busy(const gen_t *g) { return g->n_active > 0 || g->waiting.head < g->waiting.tail; }
 
 const gen_group *gen_peek(gen_t *g) {
     if (!g->done_head || (g->o.in_order && g->done_head->pub.group != g->next_out)) return NULL;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "records/mparray.h"
+
 typedef struct {
     rec_t **recs;         // (n) the group's records, "reward" nil until known
     int n;
@@ -64,9 +66,8 @@ static void put_u32(sbuf *out, uint32_t v) {
 // "turns": [[start, end], ...] from the flat pairs of t.
 static void set_turns(rec_t *rec, const u32_vec *t, sbuf *buf) {
     size_t n = t->n / 2;
-    uint8_t h[5] = {0xdd, (uint8_t)(n >> 24), (uint8_t)(n >> 16), (uint8_t)(n >> 8), (uint8_t)n};
     buf->len = 0;
-    sbuf_put(buf, h, 5);
+    mpa_put_header(buf, (uint32_t)n);
     for (size_t i = 0; i < n; i++) {
         sbuf_putc(buf, 0x92);
         put_u32(buf, t->v[2 * i]);

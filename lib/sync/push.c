@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "records/mparray.h"
 #include "sync/net.h"
 
 // Each channel's greeting magic, HMAC label, and what answers on it (for messages).
@@ -207,20 +208,6 @@ void push_set_tensors(rec_t *msg, const char *key, const push_tensor *t, size_t 
     msgpack_sbuffer_destroy(&sb);
 }
 
-// The header of an array at p[0..n): its element count and header size, or -1.
-static int array_header(const uint8_t *p, size_t n, uint64_t *count, size_t *hdr) {
-    if (n >= 1 && (p[0] & 0xf0) == 0x90) {
-        *count = p[0] & 0x0f, *hdr = 1;
-    } else if (n >= 3 && p[0] == 0xdc) {
-        *count = (uint64_t)p[1] << 8 | p[2], *hdr = 3;
-    } else if (n >= 5 && p[0] == 0xdd) {
-        *count = (uint64_t)p[1] << 24 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 8 | p[4], *hdr = 5;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
 // Checks one unpacked [name, dtype, [d0...]] into *t: NULL, or what is wrong.
 static const char *tensor_entry(const msgpack_object *o, push_tensor *t) {
     const char *triple = "not a [name, dtype, [dimensions...]] triple";
@@ -263,8 +250,8 @@ int push_get_tensors(const rec_t *msg, const char *key, push_tensor **t, size_t 
     if (field < 0) return err_set(err, "no \"%s\" in the message", key);
     size_t len, hdr;
     const uint8_t *p = rec_value(msg, (size_t)field, &len);
-    uint64_t count;
-    if (array_header(p, len, &count, &hdr)) return err_set(err, "\"%s\" is not an array", key);
+    uint32_t count;
+    if (mpa_header(p, len, &count, &hdr)) return err_set(err, "\"%s\" is not an array", key);
     if (count > PUSH_MAX_TENSORS)
         return err_set(err, "\"%s\" lists %llu tensors, more than the %d allowed", key, (unsigned long long)count,
                        PUSH_MAX_TENSORS);

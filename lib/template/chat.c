@@ -9,6 +9,7 @@
 
 #include "jsonfile.h"
 #include "records/json.h"
+#include "records/mparray.h"
 
 #define CHAT_MAX_FILE (16u << 20)   // tokenizer_config.json or chat_template.jinja: templates are kilobytes
 #define CHAT_MAX_ARGS 64
@@ -448,21 +449,6 @@ int64_t chat_eos(const chat_t *c) { return c->eos; }
 
 // ---- the environment's messages after the turns generated ------------------
 
-// Appends a msgpack array header of n elements.
-static void put_array_header(sbuf *out, uint32_t n) {
-    uint8_t h[5];
-    if (n < 16) {
-        h[0] = (uint8_t)(0x90 | n);
-        sbuf_put(out, h, 1);
-    } else if (n < 65536) {
-        h[0] = 0xdc, h[1] = (uint8_t)(n >> 8), h[2] = (uint8_t)n;
-        sbuf_put(out, h, 3);
-    } else {
-        h[0] = 0xdd, h[1] = (uint8_t)(n >> 24), h[2] = (uint8_t)(n >> 16), h[3] = (uint8_t)(n >> 8), h[4] = (uint8_t)n;
-        sbuf_put(out, h, 5);
-    }
-}
-
 // render(msgs, generation prompt) less render(msgs[0..keep)) into out, when
 // the one is a prefix of the other. 1 appended, 0 not a prefix, -1 with err.
 static int rendered_suffix(const chat_t *c, const uint8_t *msgs, size_t n, const rec_t *conv, size_t keep, sbuf *out,
@@ -484,10 +470,7 @@ out:
 // array `all` after it, as one msgpack array; *keep: the probe's messages.
 static int probe_with(const chat_t *c, int reply, const uint8_t *all, size_t n, size_t from, sbuf *out, size_t *keep,
                       rl_err *err) {
-    msgpack_zone zone;
-    msgpack_zone_init(&zone, 2048);
-    msgpack_object o, p;
-    size_t off = 0, poff = 0;
+    mpa_elems msgs = {0}, pmsgs = {0};
     rec_t *r = rec_new();
     int rc = -1;
     rl_err e;
@@ -495,37 +478,24 @@ static int probe_with(const chat_t *c, int reply, const uint8_t *all, size_t n, 
     size_t pn;
     if (json_to_rec(probe, strlen(probe), r, &e)) goto out;
     const uint8_t *pm = rec_value(r, 0, &pn);
-    if (msgpack_unpack((const char *)all, n, &off, &zone, &o) != MSGPACK_UNPACK_SUCCESS ||
-        o.type != MSGPACK_OBJECT_ARRAY || msgpack_unpack((const char *)pm, pn, &poff, &zone, &p) != MSGPACK_UNPACK_SUCCESS) {
+    if (mpa_split(all, n, &msgs) || mpa_split(pm, pn, &pmsgs)) {
         err_set(err, "\"messages\" is not a list of messages");
         goto out;
     }
-    *keep = p.via.array.size - (reply ? 0 : 1);
-    put_array_header(out, (uint32_t)*keep + (o.via.array.size - (uint32_t)from));
-    // The probe's elements are the bytes after its array header (a fixarray),
-    // its reply the last; the added messages' bytes are found by decoding the
-    // elements before them.
-    size_t at = 1;
-    for (size_t i = 0; i < *keep; i++) {
-        size_t start = at;
-        msgpack_object x;
-        msgpack_unpack((const char *)pm, pn, &at, &zone, &x);
-        sbuf_put(out, pm + start, at - start);
+    if (from > msgs.n) {
+        err_set(err, "\"messages\" holds %zu messages, fewer than the %zu before the new ones", msgs.n, from);
+        goto out;
     }
-    at = (size_t)(all[0] >= 0x90 && all[0] <= 0x9f ? 1 : all[0] == 0xdc ? 3 : 5);
-    for (uint32_t i = 0; i < o.via.array.size; i++) {
-        size_t start = at;
-        msgpack_object x;
-        if (msgpack_unpack((const char *)all, n, &at, &zone, &x) <= MSGPACK_UNPACK_CONTINUE) {
-            err_set(err, "\"messages\"[%u] is not a complete value", i);
-            goto out;
-        }
-        if (i >= from) sbuf_put(out, all + start, at - start);
-    }
+    *keep = pmsgs.n - (reply ? 0 : 1);
+    mpa_put_header(out, (uint32_t)(*keep + msgs.n - from));
+    // The probe's messages, its reply the last, then the added ones.
+    sbuf_put(out, pm + pmsgs.off[0], pmsgs.off[*keep] - pmsgs.off[0]);
+    sbuf_put(out, all + msgs.off[from], msgs.off[msgs.n] - msgs.off[from]);
     rc = 0;
 out:
+    mpa_elems_free(&msgs);
+    mpa_elems_free(&pmsgs);
     rec_free(r);
-    msgpack_zone_destroy(&zone);
     return rc;
 }
 

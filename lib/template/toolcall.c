@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "records/json.h"
+#include "records/mparray.h"
 
 #define LIT(s) s, sizeof s - 1
 
@@ -210,9 +211,7 @@ int tc_parse(tc_format f, const char *text, size_t n, sbuf *out) {
     const char *end = text + n;
     int count = f == TC_LLAMA ? llama(&ps, text, end) : f == TC_MISTRAL ? mistral(&ps, text, end) : hermes(&ps, text, end);
     if (count > 0) {
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, out, append);
-        msgpack_pack_array(&pk, (size_t)count);
+        mpa_put_header(out, (uint32_t)count);
         sbuf_put(out, ps.calls.data, ps.calls.len);
     }
     rec_free(ps.wrap);

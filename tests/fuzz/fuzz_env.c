@@ -14,6 +14,7 @@
 
 #include "fuzz_util.h"
 #include "records/json.h"
+#include "records/mparray.h"
 #include "sample/agent.h"
 #include "sample/envproc.h"
 #include "template/chat.h"
@@ -54,30 +55,21 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     size_t n;
     if (json_to_rec(CONVERSATION, sizeof CONVERSATION - 1, r, &err)) abort();
     const uint8_t *m = rec_value(r, 0, &n);
-    n_conv = m[0] & 0x0f;   // a fixarray
-    sbuf_put(&conv, m + 1, n - 1);
+    size_t h;
+    if (mpa_header(m, n, &n_conv, &h)) abort();
+    sbuf_put(&conv, m + h, n - h);
     rec_free(r);
-    return 0;
-}
-
-// The element count and header size of the msgpack array at p, or 0 for none.
-static size_t array_header(const uint8_t *p, size_t n, uint32_t *count) {
-    if (n >= 1 && p[0] >= 0x90 && p[0] <= 0x9f) return *count = p[0] & 0x0f, 1;
-    if (n >= 3 && p[0] == 0xdc) return *count = (uint32_t)p[1] << 8 | p[2], 3;
-    if (n >= 5 && p[0] == 0xdd) return *count = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4], 5;
     return 0;
 }
 
 // The messages of a continuing answer after the conversation, rendered and tokenized.
 static void render(const ag_answer *a, int ended_by_token) {
     uint32_t count;
-    size_t h = array_header(a->msgs, a->msgs_len, &count);
-    if (!h || !count) __builtin_trap();   // ag_read_answer checked a non-empty list
+    size_t h;
+    // ag_read_answer checked a non-empty list
+    if (mpa_header(a->msgs, a->msgs_len, &count, &h) || !count) __builtin_trap();
     sbuf all = {0}, text = {0};
-    uint8_t hdr[5] = {0xdd, 0, 0, 0, 0};
-    uint32_t total = n_conv + count;
-    hdr[1] = (uint8_t)(total >> 24), hdr[2] = (uint8_t)(total >> 16), hdr[3] = (uint8_t)(total >> 8), hdr[4] = (uint8_t)total;
-    sbuf_put(&all, hdr, 5);
+    mpa_put_header(&all, n_conv + count);
     sbuf_put(&all, conv.data, conv.len);
     sbuf_put(&all, a->msgs + h, a->msgs_len - h);
     rl_err err;

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "records/json.h"
+#include "records/mparray.h"
 #include "template/chat.h"
 
 static void die(const char *fmt, const char *a) {
@@ -46,21 +47,17 @@ static void put_u32s(sbuf *out, const char *key, const uint32_t *v, size_t n) {
     sbuf_putc(out, ']');
 }
 
-// The messages of the msgpack array p[0..n): offsets of each (off[i] to
-// off[i + 1]), and each decoded (o); the number of them, or -1.
-static long split(const uint8_t *p, size_t n, size_t *off, msgpack_object *o, msgpack_zone *z, long most) {
-    msgpack_object arr;
-    size_t at = 0;
-    if (msgpack_unpack((const char *)p, n, &at, z, &arr) != MSGPACK_UNPACK_SUCCESS || arr.type != MSGPACK_OBJECT_ARRAY ||
-        (long)arr.via.array.size >= most)
-        return -1;
-    at = p[0] >= 0x90 && p[0] <= 0x9f ? 1 : p[0] == 0xdc ? 3 : 5;
-    for (uint32_t i = 0; i < arr.via.array.size; i++) {
-        off[i] = at;
-        if (msgpack_unpack((const char *)p, n, &at, z, &o[i]) <= MSGPACK_UNPACK_CONTINUE) return -1;
+// The messages of the msgpack array p[0..n): where each is (el), and each
+// decoded (o); the number of them, or -1.
+static long split(const uint8_t *p, size_t n, mpa_elems *el, msgpack_object *o, msgpack_zone *z, long most) {
+    if (mpa_split(p, n, el) || (long)el->n >= most) return -1;
+    for (size_t i = 0; i < el->n; i++) {
+        size_t at = 0;
+        if (msgpack_unpack((const char *)p + el->off[i], el->off[i + 1] - el->off[i], &at, z, &o[i]) !=
+            MSGPACK_UNPACK_SUCCESS)
+            return -1;
     }
-    off[arr.via.array.size] = at;
-    return (long)arr.via.array.size;
+    return (long)el->n;
 }
 
 // The string value of key in map m, or NULL.
@@ -75,9 +72,8 @@ static const msgpack_object *str_of(const msgpack_object *m, const char *key) {
 
 // Messages [0, count) of p as an array.
 static void subarray(const uint8_t *p, const size_t *off, long count, sbuf *out) {
-    uint8_t h[3] = {0xdc, (uint8_t)(count >> 8), (uint8_t)count};
     out->len = 0;
-    sbuf_put(out, h, 3);
+    mpa_put_header(out, (uint32_t)count);
     sbuf_put(out, p + off[0], off[count] - off[0]);
 }
 
@@ -85,14 +81,14 @@ static void subarray(const uint8_t *p, const size_t *off, long count, sbuf *out)
 static int turns(const chat_t *c, const tokenizer *tok, const rec_t *conv, const uint8_t *p, size_t n, u32_vec *ids,
                  int *rewrote, rl_err *err) {
     enum { MOST = 256 };
-    size_t off[MOST + 1];
+    mpa_elems el = {0};
     msgpack_object o[MOST];
     msgpack_zone z;
     msgpack_zone_init(&z, 4096);
     sbuf sub = {0}, text = {0};
     u32_vec part = {0};
     int rc = -1;
-    long m = split(p, n, off, o, &z, MOST), a = 0;
+    long m = split(p, n, &el, o, &z, MOST), a = 0;
     if (m < 0) {
         err_set(err, "not a list of at most %d messages", MOST - 1);
         goto out;
@@ -104,7 +100,7 @@ static int turns(const chat_t *c, const tokenizer *tok, const rec_t *conv, const
         err_set(err, "no assistant's turn after the first message");
         goto out;
     }
-    subarray(p, off, a, &sub);
+    subarray(p, el.off, a, &sub);
     if (chat_encode(c, sub.data, sub.len, conv, 1, 0, NULL, ids, NULL, NULL, err)) goto out;
     *rewrote = 0;
     while (a < m) {   // o[a] is an assistant's turn
@@ -122,7 +118,7 @@ static int turns(const chat_t *c, const tokenizer *tok, const rec_t *conv, const
             b++;
         if (b == a + 1) break;   // it ends the conversation
         int rw;
-        subarray(p, off, b, &sub);
+        subarray(p, el.off, b, &sub);
         text.len = 0;
         if (chat_continue(c, sub.data, sub.len, conv, (size_t)a + 1, 1, &text, &rw, err)) goto out;
         *rewrote += rw;
@@ -135,6 +131,7 @@ static int turns(const chat_t *c, const tokenizer *tok, const rec_t *conv, const
     }
     rc = 0;
 out:
+    mpa_elems_free(&el);
     msgpack_zone_destroy(&z);
     sbuf_free(&sub);
     sbuf_free(&text);

@@ -2,12 +2,14 @@
 // reader round trips, and the truncation and corruption sweeps in-process
 // (this file is also built with AddressSanitizer + UndefinedBehaviorSanitizer).
 #include <math.h>
+#include <msgpack.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "records/json.h"
+#include "records/mparray.h"
 #include "records/mpscan.h"
 #include "records/reader.h"
 #include "records/record.h"
@@ -568,11 +570,98 @@ static void rollout_require_names_the_missing_field_and_why(void) {
     rec_free(r);
 }
 
+static void array_header_is_the_shortest_form_and_reads_back(void) {
+    // n: the count; len: fixarray 1 byte below 16, array16 3 bytes below 2^16, array32 5 bytes
+    const struct { uint32_t n; size_t len; uint8_t first; } cases[] = {
+        {0, 1, 0x90}, {15, 1, 0x9f}, {16, 3, 0xdc}, {65535, 3, 0xdc}, {65536, 5, 0xdd}, {UINT32_MAX, 5, 0xdd},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sbuf b = {0};
+        mpa_put_header(&b, cases[i].n);
+        uint32_t count = 1;
+        size_t hdr = 0;
+        int rc = mpa_header(b.data, b.len, &count, &hdr);
+        int cut = b.len > 1 ? mpa_header(b.data, b.len - 1, &count, &hdr) : -1;
+        size_t len = b.len;
+        uint8_t first = b.data[0];
+        sbuf_free(&b);
+        CHECK(len == cases[i].len && first == cases[i].first, "%u: %zu bytes from 0x%02x", cases[i].n, len, first);
+        CHECK(rc == 0 && hdr == len, "%u: rc %d, header %zu bytes", cases[i].n, rc, hdr);
+        CHECK(cut == -1, "%u: a header cut short was read", cases[i].n);
+    }
+    // The same bytes as msgpack-c's packer writes.
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_array(&pk, 70000);
+    sbuf b = {0};
+    mpa_put_header(&b, 70000);
+    int same = b.len == sb.size && !memcmp(b.data, sb.data, b.len);
+    sbuf_free(&b);
+    msgpack_sbuffer_destroy(&sb);
+    CHECK(same, "array of 70000: differs from msgpack_pack_array");
+}
+
+static void array_header_refuses_non_arrays_and_empty_input(void) {
+    uint32_t count;
+    size_t hdr;
+    CHECK(mpa_header((const uint8_t *)"", 0, &count, &hdr) == -1, "empty input read as an array");
+    CHECK(mpa_header((const uint8_t *)"\x80", 1, &count, &hdr) == -1, "a map read as an array");
+    CHECK(mpa_header((const uint8_t *)"\xa1" "a", 2, &count, &hdr) == -1, "a str read as an array");
+    CHECK(mpa_header((const uint8_t *)"\xde\x00\x01", 3, &count, &hdr) == -1, "a map16 read as an array");
+}
+
+static void array_split_gives_each_element_its_bytes(void) {
+    // [1, "ab", {"k": [2]}, []]
+    const uint8_t a[] = {0x94, 0x01, 0xa2, 'a', 'b', 0x81, 0xa1, 'k', 0x91, 0x02, 0x90};
+    const size_t off[] = {1, 2, 5, 10, 11};
+    mpa_elems e = {0};
+    int rc = mpa_split(a, sizeof a, &e);
+    size_t n = e.n;
+    int same = rc == 0 && n == 4 && !memcmp(e.off, off, sizeof off);
+    // The same array with an array16 header; an empty array.
+    const uint8_t a16[] = {0xdc, 0x00, 0x02, 0xc0, 0xc3};
+    int rc16 = mpa_split(a16, sizeof a16, &e);
+    size_t n16 = e.n, first16 = e.off[0], end16 = e.off[2];
+    int rc0 = mpa_split((const uint8_t *)"\x90", 1, &e);
+    size_t n0 = e.n, end0 = e.off[0];
+    mpa_elems_free(&e);
+    CHECK(same, "rc %d, %zu elements", rc, n);
+    CHECK(rc16 == 0 && n16 == 2 && first16 == 3 && end16 == 5, "array16: rc %d, %zu elements", rc16, n16);
+    CHECK(rc0 == 0 && n0 == 0 && end0 == 1, "[]: rc %d, %zu elements", rc0, n0);
+}
+
+static void array_split_refuses_what_is_not_one_whole_array(void) {
+    const uint8_t a[] = {0x92, 0x01, 0xa2, 'a', 'b'};
+    mpa_elems e = {0};
+    int whole = mpa_split(a, sizeof a, &e);
+    int cut = 0, after;
+    for (size_t k = 0; k < sizeof a; k++) cut |= mpa_split(a, k, &e) == 0;   // every proper prefix
+    const uint8_t more[] = {0x92, 0x01, 0x02, 0x03};                          // bytes after the array
+    after = mpa_split(more, sizeof more, &e);
+    // 2^32 - 1 elements declared in 5 bytes: refused before any offset is made room for.
+    int huge = mpa_split((const uint8_t *)"\xdd\xff\xff\xff\xff", 5, &e);
+    size_t cap = e.cap;
+    int map = mpa_split((const uint8_t *)"\x81\x01\x02", 3, &e);
+    int bad = mpa_split((const uint8_t *)"\x91\xc1", 2, &e);   // 0xc1 is never valid
+    mpa_elems_free(&e);
+    CHECK(whole == 0, "the whole array refused");
+    CHECK(!cut, "a prefix split");
+    CHECK(after == -1, "bytes after the array accepted");
+    CHECK(huge == -1 && cap <= 16, "rc %d, %zu offsets allocated", huge, cap);
+    CHECK(map == -1 && bad == -1, "a map (%d) or a malformed element (%d) split", map, bad);
+}
+
 int main(void) {
     RUN(scan_finds_the_end_of_each_msgpack_type);
     RUN(scan_rejects_an_array_declaring_2_to_the_32_elements_before_reading_them);
     RUN(scan_enforces_string_record_and_depth_limits);
     RUN(scan_rejects_invalid_utf8_non_string_keys_and_duplicate_keys);
+    RUN(array_header_is_the_shortest_form_and_reads_back);
+    RUN(array_header_refuses_non_arrays_and_empty_input);
+    RUN(array_split_gives_each_element_its_bytes);
+    RUN(array_split_refuses_what_is_not_one_whole_array);
     RUN(record_typed_fields_read_back_exactly);
     RUN(record_unknown_fields_pass_through_byte_for_byte);
     RUN(writer_and_reader_round_trip_compressed_raw_and_multi_member);
