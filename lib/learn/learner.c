@@ -29,7 +29,8 @@ typedef struct {
     uint64_t group;
     // during a batch
     double a;                  // the advantage used
-    float *pi_old;             // PPO: log π_old per token (logp_learner, or the first epoch's)
+    float *pi_old;             // ratio losses: log π_old per token (logp_learner, or the first epoch's)
+    double log_s;              // gspo: log of the sequence's ratio at θ, known before its backward
     float *logp, *ent;         // the learner's, from the last forward
 } lseq;
 
@@ -46,7 +47,7 @@ struct learner {
     size_t bn;                 // records in the batch being trained (0: none formed yet)
     size_t dropped;            // texts whose tokenizing dropped characters with no token
     char dropped_first[512];   // what the first of them dropped, and where
-    int epoch;                 // PPO epochs done on it
+    int epoch;                 // epochs done on it (ratio losses)
     rollout_view view;         // the record being added
     size_t max_text;           // "messages" of more bytes could not fit the context (0: not computed yet)
     drift_t drift;             // --tis: each batch's k3, for the warning of a growing mismatch
@@ -56,12 +57,26 @@ struct learner {
 
 // ---- Options --------------------------------------------------------------------
 
+static const char *const LOSS_NAMES[] = {[LOSS_PG] = "pg", [LOSS_PPO] = "ppo", [LOSS_CISPO] = "cispo",
+                                          [LOSS_GSPO] = "gspo", [LOSS_SFT] = "sft"};
+
 int lrn_parse_loss(const char *s, loss_kind *out, rl_err *err) {
-    if (!strcmp(s, "pg")) *out = LOSS_PG;
-    else if (!strcmp(s, "ppo")) *out = LOSS_PPO;
-    else if (!strcmp(s, "sft")) *out = LOSS_SFT;
-    else return err_set(err, "--loss '%s': use pg, ppo or sft", s);
-    return 0;
+    for (size_t k = 0; k < sizeof LOSS_NAMES / sizeof *LOSS_NAMES; k++)
+        if (!strcmp(s, LOSS_NAMES[k])) {
+            *out = (loss_kind)k;
+            return 0;
+        }
+    return err_set(err, "--loss '%s': use pg, ppo, cispo, gspo or sft", s);
+}
+
+int lrn_ratio_loss(loss_kind k) { return k == LOSS_PPO || k == LOSS_CISPO || k == LOSS_GSPO; }
+
+void lrn_clip_range(loss_kind k, double eps, double eps_low, double eps_high, double *lo, double *hi) {
+    double dlo = 0.2, dhi = 0.2;   // PPO's usual ε
+    if (k == LOSS_CISPO) dlo = 1, dhi = 4;
+    else if (k == LOSS_GSPO) dlo = 3e-4, dhi = 4e-4;
+    *lo = !isnan(eps_low) ? eps_low : !isnan(eps) ? eps : dlo;
+    *hi = !isnan(eps_high) ? eps_high : !isnan(eps) ? eps : dhi;
 }
 
 int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err) {
@@ -85,7 +100,7 @@ int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err) {
     return 0;
 }
 
-const char *lrn_loss_name(loss_kind k) { return k == LOSS_PG ? "pg" : k == LOSS_PPO ? "ppo" : "sft"; }
+const char *lrn_loss_name(loss_kind k) { return LOSS_NAMES[k]; }
 const char *lrn_adv_name(adv_kind k) { return k == ADV_GRPO ? "grpo" : k == ADV_DRGRPO ? "drgrpo" : "rloo"; }
 
 // ---- Holding records ----------------------------------------------------------------
@@ -375,9 +390,11 @@ typedef struct {
     double z;                  // the normaliser
     int first_epoch;
     double loss;
-    uint64_t clipped;
+    uint64_t clipped;          // tokens clipped (lrn_metrics' clipped)
     double k3;                 // tis: Σ ρ − 1 − log ρ over the tokens, and how many were capped
     uint64_t capped;
+    double seq_g;              // gspo: the sequence mb[k]'s dL/dlogp per unit of mask (before 1/z)
+    int seq_clipped;           // gspo: whether its clipped term was taken
 } loss_ctx;
 
 // --tis: token j's weight min(π_old / μ, C) as rl-ratio's token mode makes it
@@ -391,31 +408,56 @@ static double tis_weight(loss_ctx *c, const lseq *s, size_t j, float old) {
     return w;
 }
 
+// Σ mask over the completion tokens of s (its length without a mask).
+static double mask_sum(const lseq *s) {
+    double m = 0;
+    for (size_t t = 0; t < s->n; t++) m += s->mask ? s->mask[t] : 1;
+    return m;
+}
+
+// gspo, at the first token of s: the sequence's term (obj_gspo, from the
+// log s set before the pass), its value added once, and what each of its
+// tokens takes of the derivative, g · mask_t / Σ mask.
+static void gspo_sequence(loss_ctx *c, const lseq *s) {
+    const lrn_opts *o = &c->l->o;
+    double msum = mask_sum(s), wbar = obj_masked_mean(s->w, NULL, s->mask, s->n);
+    obj_term t = obj_gspo(wbar, s->a, s->log_s, o->eps_low, o->eps_high, &c->seq_clipped);
+    c->loss += t.v / c->z;
+    c->seq_g = msum > 0 ? t.g / msum : 0;
+}
+
 static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *d) {
     (void)r0;
     loss_ctx *c = vctx;
     const lrn_opts *o = &c->l->o;
+    int ratio = lrn_ratio_loss(o->loss);
     for (size_t i = 0; i < rows; i++) {
         lseq *s = c->mb[c->k];
         size_t j = c->j;
         double w = s->w ? s->w[j] : 1, mask = s->mask ? s->mask[j] : 1, lp = logp[i];
-        if (o->loss == LOSS_PPO && c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
+        if (ratio && c->first_epoch && !s->lp_learner) s->pi_old[j] = logp[i];
+        if (o->loss == LOSS_GSPO && j == 0) gspo_sequence(c, s);
         // a token of mask 0 (rejected, or an environment's with logp 0) adds
-        // nothing to the loss nor to a metric (tis's k3 and capped, PPO's clipped)
+        // nothing to the loss nor to a metric (tis's k3 and capped, clipped)
         obj_term term = {0, 0};
+        int clipped = 0;
         if (mask != 0) {
-            if (o->tis > 0) w = tis_weight(c, s, j, o->loss == LOSS_PPO ? s->pi_old[j] : logp[i]);
-            if (o->loss == LOSS_SFT) term = obj_sft(mask, lp);   // −Σ log π_θ over the completion tokens kept
-            else if (o->loss == LOSS_PG) term = obj_pg(w, mask, s->a, lp);
-            else {
-                int clipped;
-                term = obj_ppo(w, mask, s->a, lp, (double)s->pi_old[j], o->ppo_eps, &clipped);
-                c->clipped += (uint64_t)clipped;
+            if (o->tis > 0) w = tis_weight(c, s, j, ratio ? s->pi_old[j] : logp[i]);
+            double old = ratio ? (double)s->pi_old[j] : 0;
+            switch (o->loss) {
+            case LOSS_SFT: term = obj_sft(mask, lp); break;   // −Σ log π_θ over the completion tokens kept
+            case LOSS_PG: term = obj_pg(w, mask, s->a, lp); break;
+            case LOSS_PPO: term = obj_ppo(w, mask, s->a, lp, old, o->eps_low, o->eps_high, &clipped); break;
+            case LOSS_CISPO: term = obj_cispo(w, mask, s->a, lp, old, o->eps_low, o->eps_high, &clipped); break;
+            case LOSS_GSPO:   // the value counted once, by gspo_sequence
+                term = (obj_term){0, c->seq_g * mask};
+                clipped = c->seq_clipped;
+                break;
             }
         }
-        double v = term.v, g = term.g;
-        c->loss += v / c->z;
-        d[i] = (float)(g / c->z);
+        c->clipped += (uint64_t)clipped;
+        c->loss += term.v / c->z;
+        d[i] = (float)(term.g / c->z);
         if (++c->j == s->n) {
             c->j = 0;
             c->k++;
@@ -491,9 +533,36 @@ static double normaliser(const learner_t *l) {
     if (l->o.norm == NORM_CONST) return l->o.norm_const;
     if (l->o.norm == NORM_SEQS) return (double)l->bn;
     double tokens = 0;
-    for (size_t i = 0; i < l->bn; i++)
-        for (size_t t = 0; t < l->s[i].n; t++) tokens += l->s[i].mask ? l->s[i].mask[t] : 1;
+    for (size_t i = 0; i < l->bn; i++) tokens += mask_sum(&l->s[i]);
     return tokens > 0 ? tokens : 1;
+}
+
+// gspo: the log s of every sequence of mb[0 .. k) (ms their model_seqs),
+// which its first token's derivative needs before the backward has scored
+// its later tokens (model_backward's output layer asks for dL/dlogp chunk by
+// chunk). Where π_old is that very forward (the first epoch of a record
+// without logp_learner), s = 1 exactly. Elsewhere (logp_learner, or a later
+// epoch against the first one's forward) s is taken at θ by a forward-only
+// pass first (model_score_groups: no activations kept, no entropy), about a
+// third more compute for those sequences (a forward beside a forward and a
+// backward); the derivative is then exact up to the f32 rounding between the
+// two forwards.
+static int gspo_ratios(learner_t *l, lseq **mb, size_t k, const model_seq *ms, int first_epoch, rl_err *err) {
+    model_seq *pre = xmalloc(k * sizeof *pre);
+    size_t np = 0;
+    for (size_t i = 0; i < k; i++) {
+        mb[i]->log_s = 0;
+        if (first_epoch && !mb[i]->lp_learner) continue;
+        pre[np] = ms[i];
+        pre[np++].entropy = NULL;
+    }
+    int rc = np ? model_score_groups(l->m, pre, np, err) : 0;
+    free(pre);
+    if (rc < 0) return -1;
+    for (size_t i = 0; i < k; i++)
+        if (!first_epoch || mb[i]->lp_learner)
+            mb[i]->log_s = obj_masked_mean(mb[i]->logp, mb[i]->pi_old, mb[i]->mask, mb[i]->n);
+    return 0;
 }
 
 // Forward and backward of one micro-batch mb[0 .. k).
@@ -505,16 +574,19 @@ static int micro_step(learner_t *l, lseq **mb, size_t k, loss_ctx *c, rl_err *er
             s->logp = xmalloc(s->n * sizeof(float));
             s->ent = xmalloc(s->n * sizeof(float));
         }
-        if (l->o.loss == LOSS_PPO && !s->pi_old) {
+        if (lrn_ratio_loss(l->o.loss) && !s->pi_old) {
             s->pi_old = xmalloc(s->n * sizeof(float));
             if (s->lp_learner) memcpy(s->pi_old, s->lp_learner, s->n * sizeof(float));
         }
         ms[i] = (model_seq){.prompt = s->prompt, .n_prompt = s->np, .ids = s->ids, .n_ids = s->n,
                             .temperature = s->temperature, .logp = s->logp, .entropy = s->ent};
     }
-    c->mb = mb;
-    c->k = c->j = 0;
-    int rc = model_backward(l->m, ms, k, dlogp, c, err);
+    int rc = l->o.loss == LOSS_GSPO ? gspo_ratios(l, mb, k, ms, c->first_epoch, err) : 0;
+    if (rc == 0) {
+        c->mb = mb;
+        c->k = c->j = 0;
+        rc = model_backward(l->m, ms, k, dlogp, c, err);
+    }
     free(ms);
     return rc;
 }
@@ -589,7 +661,7 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         free(tr);
         return 1;
     }
-    // loss, entropy, tokens kept, PPO's clipped tokens, and --tis's k3 and
+    // loss, entropy, tokens kept, the clipped tokens, and --tis's k3 and
     // capped tokens: this rank's, then summed over the ranks
     double sums[6] = {c.loss, 0, 0, (double)c.clipped, c.k3, (double)c.capped};
     for (size_t i = 0; i < ntr; i++)
@@ -608,7 +680,8 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     m->loss = sums[0];
     m->entropy = sums[2] > 0 ? sums[1] / sums[2] : 0;
     m->ppo = l->o.loss == LOSS_PPO;
-    m->ppo_clipped = sums[2] > 0 ? sums[3] / sums[2] : 0;
+    m->has_clipped = lrn_ratio_loss(l->o.loss);
+    m->clipped = sums[2] > 0 ? sums[3] / sums[2] : 0;
     if (l->o.tis > 0 && sums[2] > 0) {   // the records carry no logp_learner: ρ is the forward's
         m->has_k3 = m->has_capped = 1;
         m->k3 = sums[4] / sums[2];
@@ -680,7 +753,8 @@ void lrn_metrics_json(const lrn_metrics *m, sbuf *o) {
     put_num(o, "lag_max", m->lag_max, m->has_lag);
     put_num(o, "k3", m->k3, m->has_k3);
     put_num(o, "capped", m->capped, m->has_capped);
-    put_num(o, "ppo_clipped", m->ppo_clipped, m->ppo);
+    put_num(o, "ppo_clipped", m->clipped, m->ppo);   // the older key, ppo's alone
+    put_num(o, "clipped", m->clipped, m->has_clipped);
     put_num(o, "tokens_per_s", m->tokens_per_s, 1);
     put_num(o, "seconds", m->seconds, 1);
     put_num(o, "save_s", m->save_s, 1);

@@ -2,8 +2,9 @@
 // whole groups (consecutive records with the same "group"; a record without
 // one is a group of its own) until a step's batch is full; each step computes
 // the advantages of its groups, runs forward and backward over micro-batches
-// with the pg, ppo or sft loss, and takes one AdamW step. With PPO and
-// --epochs K, a batch gives K steps against the same π_old.
+// with the pg, ppo, cispo, gspo or sft loss, and takes one AdamW step. With
+// the ratio losses (ppo, cispo, gspo) and --epochs K, a batch gives K steps
+// against the same π_old.
 #ifndef RLPIPE_LEARNER_H
 #define RLPIPE_LEARNER_H
 
@@ -19,7 +20,7 @@
 #include "template/chat.h"
 #include "tokenizer/tokenizer.h"
 
-typedef enum { LOSS_PG, LOSS_PPO, LOSS_SFT } loss_kind;
+typedef enum { LOSS_PG, LOSS_PPO, LOSS_CISPO, LOSS_GSPO, LOSS_SFT } loss_kind;
 typedef enum { NORM_SEQS, NORM_TOKENS, NORM_CONST } norm_kind;
 
 // Tokens (prompt + completion) of one forward: a micro-batch that would hold
@@ -31,15 +32,17 @@ typedef struct {
     adv_kind adv;
     norm_kind norm;
     double norm_const;          // NORM_CONST: the divisor N
-    double ppo_eps;             // PPO's clip range ε
+    // The ratio losses' clip range [1 − eps_low, 1 + eps_high] (lrn_clip_range)
+    double eps_low, eps_high;
     // > 0: truncated importance sampling in the learner (--tis C): each
     // token's weight is rl-ratio's token mode, w = min(π_old / μ, C) (objective.h),
     // with π_old the learner's own forward at the batch's first epoch (for pg,
     // the forward being differentiated, held constant) and μ the record's
     // "logp"; records carrying rl-ratio's "w" or "logp_learner" are refused.
+    // Not with gspo, whose ratio is the sequence's (rl-learn refuses it).
     // 0: w and logp_learner as the records give them.
     double tis;
-    int epochs;                 // PPO: steps per batch (>= 1)
+    int epochs;                 // ratio losses: steps per batch (>= 1)
     int micro;                  // micro-batches per step, at least (gradient accumulation)
     size_t micro_tokens;        // 0: LRN_MICRO_TOKENS
     size_t batch;               // sequences per step, at least (whole groups)
@@ -57,6 +60,15 @@ typedef struct {
 
 // Parsers of the option values ("pg", "grpo", "seqs" | "tokens" | "const:N").
 int lrn_parse_loss(const char *s, loss_kind *out, rl_err *err);
+// Whether loss k is a ratio π_θ/π_old's (ppo, cispo, gspo): π_old from
+// logp_learner or the batch's first forward, and --epochs K allowed.
+int lrn_ratio_loss(loss_kind k);
+// The clip range of loss k from the options given (NAN: not given): each
+// side from eps_low or eps_high, else from eps (both), else the loss's
+// default: ppo 0.2 and 0.2 (and so pg and sft, which have none); cispo 1
+// and 4 (no lower clip: 1 − 1 = 0; the ratio capped at 5, ScaleRL's
+// ε_max = 5 as TRL documents it); gspo 3e-4 and 4e-4 (the GSPO paper's).
+void lrn_clip_range(loss_kind k, double eps, double eps_low, double eps_high, double *lo, double *hi);
 int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err);
 int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err);
 const char *lrn_loss_name(loss_kind k);
@@ -64,14 +76,14 @@ const char *lrn_adv_name(adv_kind k);
 
 // What one step did (doc/design.md §4 and rl-learn(1) METRICS). "has_" flags say
 // whether the records carried what a statistic needs. The per-token
-// statistics (entropy, lag, k3, capped, ppo_clipped) are over the tokens of
+// statistics (entropy, lag, k3, capped, clipped) are over the tokens of
 // mask 1: one of mask 0 (rejected, or an environment's) counts in none.
 typedef struct {
     uint64_t step, version;           // the step taken (1 for the first); the version it produced
     uint64_t samples, groups, tokens; // sequences, groups, completion tokens in the step
     uint64_t trained;                 // sequences with a gradient (others have advantage 0)
     uint64_t fwd_tokens;              // prompt + completion tokens through the model
-    int epoch;                        // PPO: 1 .. epochs
+    int epoch;                        // ratio losses: 1 .. epochs (1 for the others)
     int has_reward, has_lag, has_k3, has_capped;
     double reward_mean, reward_std, accuracy;   // accuracy: fraction with reward > 0
     double adv_mean, adv_std, adv_zero;         // adv_zero: fraction of sequences with advantage 0
@@ -79,8 +91,10 @@ typedef struct {
     double lag_mean, lag_max;         // learner version before the step − ver, over tokens
     double k3, capped;                // mean(ρ − 1 − log ρ), ρ = exp(logp_learner − logp); fraction w < ρ
                                       // (with tis: over the trained tokens, ρ from the learner's forward)
-    int ppo;
-    double ppo_clipped;               // PPO: fraction of trained tokens whose clipped term was taken
+    int ppo, has_clipped;             // the loss is ppo; a ratio loss (ppo, cispo, gspo)
+    double clipped;                   // fraction of trained tokens clipped: ppo's clipped term taken,
+                                      // cispo's ratio clipped, gspo's sequence's clipped term taken
+                                      // (written as "clipped", and for ppo as "ppo_clipped" too)
     double seconds, tokens_per_s;     // of the step; fwd_tokens per second
     double save_s;                    // writing the step's checkpoint (set by the caller)
     double elapsed;                   // seconds since the learner started, checkpoint written (set by the caller)

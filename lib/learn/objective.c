@@ -32,16 +32,45 @@ obj_term obj_pg(double w, double mask, double adv, double logp) {
     return (obj_term){-w * mask * adv * logp, -w * mask * adv};
 }
 
-obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps, int *clipped) {
+// clip(x, 1 − eps_lo, 1 + eps_hi)
+static double clip(double x, double eps_lo, double eps_hi) {
+    double lo = 1 - eps_lo, hi = 1 + eps_hi;
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps_lo, double eps_hi,
+                 int *clipped) {
     double rho = exp(logp - logp_old);
-    double lo = 1 - eps, hi = 1 + eps, rc = rho < lo ? lo : rho > hi ? hi : rho;
-    double un = rho * adv, cl = rc * adv;
+    double un = rho * adv, cl = clip(rho, eps_lo, eps_hi) * adv;
     *clipped = !(un <= cl);
     // a token outside the loss: its ρ may be inf (π_old of a token the model
     // did not sample can be tiny), and 0 · inf would be NaN
     if (w * mask == 0) return (obj_term){0, 0};
     if (!*clipped) return (obj_term){-w * mask * un, -w * mask * un};   // d/dlogp (ρ·Â) = ρ·Â
     return (obj_term){-w * mask * cl, 0};                                // the clipped term is constant in θ
+}
+
+obj_term obj_cispo(double w, double mask, double adv, double logp, double logp_old, double eps_lo, double eps_hi,
+                   int *clipped) {
+    double rho = exp(logp - logp_old), rc = clip(rho, eps_lo, eps_hi);
+    *clipped = rc != rho;
+    if (w * mask == 0) return (obj_term){0, 0};   // (ρ may be inf, as in obj_ppo; ρ̂ never is)
+    return (obj_term){-w * mask * rc * adv * logp, -w * mask * rc * adv};
+}
+
+double obj_masked_mean(const float *x, const float *y, const float *mask, size_t n) {
+    double sum = 0, msum = 0;
+    for (size_t t = 0; t < n; t++) {
+        double m = mask ? mask[t] : 1;
+        if (m == 0) continue;   // left out, not multiplied by 0
+        sum += m * ((x ? (double)x[t] : 1) - (y ? (double)y[t] : 0));
+        msum += m;
+    }
+    return msum > 0 ? sum / msum : 0;
+}
+
+obj_term obj_gspo(double wbar, double adv, double log_s, double eps_lo, double eps_hi, int *clipped) {
+    return obj_ppo(wbar, 1, adv, log_s, 0, eps_lo, eps_hi, clipped);
 }
 
 float obj_weight_f32(double x) { return x > FLT_MAX ? FLT_MAX : (float)x; }

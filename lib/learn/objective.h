@@ -8,7 +8,8 @@
 // and nothing else of learn/ (tests/py/test_layers.py allows exactly that).
 // Notation: μ the sampler's distribution (logp), π_old the learner's at the
 // scoring version (logp_learner, or the first epoch's forward), π_θ the one
-// being optimized; per token ρ = π_old/μ (weights) or π_θ/π_old (PPO).
+// being optimized; per token ρ = π_old/μ (weights) or π_θ/π_old (ppo,
+// cispo; gspo's s is their geometric mean over a sequence).
 #ifndef RLPIPE_OBJECTIVE_H
 #define RLPIPE_OBJECTIVE_H
 
@@ -39,11 +40,31 @@ typedef struct {
 obj_term obj_sft(double mask, double logp);
 // pg: v = −w · mask · Â · log π_θ, g = −w · mask · Â (w held constant).
 obj_term obj_pg(double w, double mask, double adv, double logp);
-// ppo: v = −w · mask · min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â), ρ = exp(log π_θ − log π_old);
-// g = −w · mask · ρ·Â where the unclipped term is the minimum (d/dlog π_θ of
-// ρ·Â is ρ·Â), 0 where the clipped one is (*clipped set to 1, else 0).
-// v = g = 0 exactly where w · mask = 0, whatever ρ (even inf).
-obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps, int *clipped);
+// ppo: v = −w · mask · min(ρ·Â, clip(ρ, 1−ε_lo, 1+ε_hi)·Â), ρ = exp(log π_θ − log π_old)
+// (PPO, Schulman et al. 2017, ε_lo = ε_hi; clip-higher, DAPO, Yu et al. 2025,
+// ε_hi > ε_lo); g = −w · mask · ρ·Â where the unclipped term is the minimum
+// (d/dlog π_θ of ρ·Â is ρ·Â), 0 where the clipped one is (*clipped set to 1,
+// else 0). v = g = 0 exactly where w · mask = 0, whatever ρ (even inf).
+obj_term obj_ppo(double w, double mask, double adv, double logp, double logp_old, double eps_lo, double eps_hi,
+                 int *clipped);
+// cispo (MiniMax-M1, 2025): v = −w · mask · sg(ρ̂) · Â · log π_θ,
+// ρ̂ = clip(ρ, 1−ε_lo, 1+ε_hi) held constant (sg: no gradient through it), so
+// g = −w · mask · ρ̂ · Â; *clipped = ρ̂ ≠ ρ. v = g = 0 exactly where
+// w · mask = 0, whatever ρ (even inf).
+obj_term obj_cispo(double w, double mask, double adv, double logp, double logp_old, double eps_lo, double eps_hi,
+                   int *clipped);
+// The mask-weighted mean over a sequence's n tokens Σ mask·(x − y) / Σ mask
+// (x NULL: 1 on every token; y NULL: 0; mask NULL: 1), 0 when Σ mask = 0:
+// gspo's log s (x log π_θ, y log π_old) and its weight w̄ (x the record's w).
+double obj_masked_mean(const float *x, const float *y, const float *mask, size_t n);
+// gspo (Zheng et al. 2025): one sequence's term from log s, s = exp(log_s)
+// its ratio (obj_masked_mean of log π_θ − log π_old), and w̄ its weight:
+// v = −w̄ · min(s·Â, clip(s, 1−ε_lo, 1+ε_hi)·Â); g = dv/dlog s = −w̄ · s·Â
+// where the unclipped term is the minimum, 0 where the clipped one is
+// (*clipped). Token t's derivative is g · mask_t / Σ mask (log s is the
+// mask-weighted mean of the tokens' log ratios). v = g = 0 where w̄ = 0.
+// (It is ppo's term of one "token" of log-probability log s against 0.)
+obj_term obj_gspo(double wbar, double adv, double log_s, double eps_lo, double eps_hi, int *clipped);
 
 // A weight as a float32: a ratio beyond the float32 range is FLT_MAX, not
 // inf (so that w · mask is never inf · 0).

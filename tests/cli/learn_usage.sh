@@ -44,7 +44,8 @@ usage "--no-skip without --resume" '--no-skip goes with --resume' --init m --no-
 usage "--batch 0" '--batch' --init m --out ck --batch 0
 usage "--batch -1" '--batch' --init m --out ck --batch -1
 usage "--micro 0" '--micro' --init m --out ck --micro 0
-usage "--epochs 2 with --loss pg" '--epochs: only the ppo loss takes several steps per batch' --init m --out ck --epochs 2
+usage "--epochs 2 with --loss pg" '--epochs: only the ppo, cispo and gspo losses take several steps per batch' \
+    --init m --out ck --epochs 2
 usage "--epochs 2 with --loss sft" '--epochs' --init m --out ck --loss sft --epochs 2
 usage "--epochs 0" '--epochs' --init m --out ck --loss ppo --epochs 0
 usage "--schedule cosine without --total-steps" '--schedule cosine needs --total-steps' \
@@ -52,7 +53,7 @@ usage "--schedule cosine without --total-steps" '--schedule cosine needs --total
 usage "--schedule cosine with --total-steps = --warmup" '--schedule cosine needs --total-steps larger than --warmup' \
     --init m --out ck --schedule cosine --warmup 10 --total-steps 10
 usage "--schedule linear" "--schedule 'linear': use constant or cosine" --init m --out ck --schedule linear
-usage "--loss grpo" "--loss 'grpo': use pg, ppo or sft" --init m --out ck --loss grpo
+usage "--loss grpo" "--loss 'grpo': use pg, ppo, cispo, gspo or sft" --init m --out ck --loss grpo
 usage "--adv ppo" "--adv 'ppo': use grpo, drgrpo or rloo" --init m --out ck --adv ppo
 usage "--norm words" "--norm 'words': use seqs, tokens or const:N" --init m --out ck --norm words
 usage "--norm const:0" "--norm 'const:0': const:N needs a positive number N" --init m --out ck --norm const:0
@@ -61,10 +62,15 @@ usage "--lr -1" '--lr' --init m --out ck --lr -1
 usage "--lr nan" '--lr' --init m --out ck --lr nan
 usage "--beta1 1" '--beta1' --init m --out ck --beta1 1
 usage "--eps 1" '--eps' --init m --out ck --eps 1
+usage "--eps-low above 1" '--eps-low: 1.5 is outside \[0, 1\]' --init m --out ck --loss ppo --eps-low 1.5
+usage "--eps-low negative" '--eps-low: -0.1 is outside \[0, 1\]' --init m --out ck --loss cispo --eps-low -0.1
+usage "--eps-high negative" '--eps-high: -0.2 is outside \[0, ' --init m --out ck --loss ppo --eps-high -0.2
 usage "--keep -1" '--keep' --init m --out ck --keep -1
 usage "--state-every 0" '--state-every: must be at least 1' --init m --out ck --state-every 0
 usage "--tis 0" '--tis: the cap C must be above 0' --init m --out ck --tis 0
-usage "--tis with --loss sft" '--tis weighs the pg and ppo losses, not sft' --init m --out ck --tis 2 --loss sft
+usage "--tis with --loss sft" '--tis weighs the pg, ppo and cispo losses, not sft' --init m --out ck --tis 2 --loss sft
+usage "--tis with --loss gspo" "--tis weighs each token, and gspo's ratio is the sequence's: weigh the sequences before rl-learn with rl-ratio --mode geo \(or seq\)" \
+    --init m --out ck --loss gspo --tis 2
 usage "--seed x" '--seed' --config m/config.json --out ck --seed x
 usage "--metrics naming an input" 'the metrics file r.rlr is also an input' --init m --out ck --metrics r.rlr
 rm -rf ck
@@ -92,6 +98,21 @@ expect "a bad record: exit 1 naming the field, the file and the record" 1 \
     rl-learn --init m --out ck2 --batch 2 -q bad.rlr
 check "a bad record: the steps before it are kept" "latest: $(cat ck2/latest 2>&1)" \
     eval '[ "$(cat ck2/latest)" = v000004 ]'
+
+# ---- the ratio losses: several epochs (gspo's later ones score each micro-batch
+# before its backward), and state.json says the clip range that trained them
+expect "--loss gspo --epochs 2: 2 steps on one batch, exit 0" 0 '' -- \
+    rl-learn --init m --out ckg --loss gspo --epochs 2 --batch 4 --lr 1e-3 --max-steps 2 -q r.rlr
+check "--loss gspo: state.json has the paper's clip range 3e-4, 4e-4" "$(cat ckg/v000002/state.json 2>&1)" \
+    grep -q '"epochs": 2, .*"eps_low": 0.0003, "eps_high": 0.0004,' ckg/v000002/state.json
+expect "--loss cispo --eps-low 0.2 --epochs 2: exit 0" 0 '' -- \
+    rl-learn --init m --out ckc --loss cispo --eps-low 0.2 --epochs 2 --batch 4 --lr 1e-3 --max-steps 2 -q r.rlr
+check "--loss cispo --eps-low 0.2: state.json has eps_low 0.2 and the default eps_high 4" \
+    "$(cat ckc/v000002/state.json 2>&1)" grep -q '"eps_low": 0.2, "eps_high": 4.0,' ckc/v000002/state.json
+expect "--loss ppo --eps 0.1 --eps-high 0.3: exit 0" 0 '' -- \
+    rl-learn --init m --out ckp --loss ppo --eps 0.1 --eps-high 0.3 --batch 4 --max-steps 1 -q r.rlr
+check "--eps 0.1 --eps-high 0.3: eps_low 0.1 from --eps, eps_high 0.3" "$(cat ckp/v000001/state.json 2>&1)" \
+    grep -q '"eps_low": 0.1, "eps_high": 0.3,' ckp/v000001/state.json
 
 # ---- a chat template that does not load fails only what renders conversations
 "$PY" - "$RLPIPE_ROOT" <<'EOF2'

@@ -5,12 +5,16 @@ Gradients: tests/tools/grad_probe runs the first half of an rl-learn step
 (advantages, loss, forward and backward over micro-batches) and writes the
 gradient of every parameter tensor; the reference is tests/py/llama_ref.py's
 float64 model with autograd, and the loss written here from doc/design.md §4:
-  pg:  L = −Σ w·mask·Â·log π(a_t) / Z
-  ppo: L = −Σ w·mask·min(ρ·Â, clip(ρ, 1−ε, 1+ε)·Â) / Z,  ρ = π/π_old
-  sft: L = −Σ mask·log π(a_t) / Z
+  pg:    L = −Σ w·mask·Â·log π(a_t) / Z
+  ppo:   L = −Σ w·mask·min(ρ·Â, clip(ρ, 1−ε_lo, 1+ε_hi)·Â) / Z,  ρ = π/π_old
+  cispo: L = −Σ w·mask·sg(clip(ρ, 1−ε_lo, 1+ε_hi))·Â·log π(a_t) / Z  (sg: detached)
+  gspo:  L = −Σ_i w̄_i·min(s_i·Â_i, clip(s_i, 1−ε_lo, 1+ε_hi)·Â_i) / Z,
+         s_i = exp(Σ mask·(log π − log π_old) / Σ mask), w̄_i = Σ mask·w / Σ mask
+  sft:   L = −Σ mask·log π(a_t) / Z
 with log π at the record's temperature, Â from the group's rewards (grpo:
 (r − mean)/(std_bessel + 1e-4), drgrpo: r − mean, rloo: r − mean of the
-others) and Z the number of sequences (seqs), of tokens kept (tokens) or N.
+others) and Z the number of sequences (seqs), of tokens kept (tokens) or N;
+gspo's s with autograd through the mean of log π.
 Tolerance: relative error ‖g − g_ref‖ / ‖g_ref‖ ≤ 1e-4 for every tensor.
 
 Optimizer: one and three rl-learn steps against torch.optim.AdamW with the
@@ -54,10 +58,11 @@ def model(name, **kw):
 
 
 def records(n_groups=4, group_size=4, seed=1, vocab=96, w=True, mask=True, logp_learner=False, ref=None,
-            temperatures=(1.0, 0.7), equal_group=True, shared_prompt=False):
+            temperatures=(1.0, 0.7), equal_group=True, shared_prompt=False, spread=0.4):
     """Rollout records with groups of varied rewards (the last one all equal
     when equal_group), prompts of 1-6 and completions of 1-12 tokens; with
-    shared_prompt, one prompt for each group, as rl-sample writes them."""
+    shared_prompt, one prompt for each group, as rl-sample writes them; with
+    logp_learner, π_old within ±spread of the reference's log-probs."""
     rng = random.Random(seed)
     out = []
     for g in range(n_groups):
@@ -82,7 +87,7 @@ def records(n_groups=4, group_size=4, seed=1, vocab=96, w=True, mask=True, logp_
     if logp_learner:   # π_old near the reference's own log-probs, so that some ratios leave [1−ε, 1+ε]
         for r in out:
             lp = ref_logprobs(ref, r).detach()
-            r["logp_learner"] = [f32(float(x) + rng.uniform(-0.4, 0.4)) for x in lp]
+            r["logp_learner"] = [f32(float(x) + rng.uniform(-spread, spread)) for x in lp]
     return out
 
 
@@ -123,13 +128,29 @@ def advantages(recs, kind="grpo"):
     return a
 
 
-def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None, tis=None, drop_masked=False):
-    """pi_old: for ppo, log π_old per record (list of tensors); default the
-    record's logp_learner, else the current log-probs (detached). tis: the
+# rl-learn's clip range (ε_lo, ε_hi) of each ratio loss without --eps, --eps-low, --eps-high
+DEFAULT_EPS = {"ppo": (0.2, 0.2), "cispo": (1.0, 4.0), "gspo": (3e-4, 4e-4)}
+
+
+def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=None, eps_high=None, pi_old=None,
+             tis=None, drop_masked=False, clips=None):
+    """pi_old: for the ratio losses (ppo, cispo, gspo), log π_old per record
+    (list of tensors); default the record's logp_learner, else the current
+    log-probs (detached). eps sets both sides of the clip range, eps_low and
+    eps_high one each, as rl-learn's options; DEFAULT_EPS the rest. tis: the
     cap C of rl-learn --tis, w = min(π_old / μ, C) held constant, π_old the
     current log-probs (detached) and μ the record's logp. drop_masked: the
     sums run over the tokens of mask 1 alone (the others are left out of
-    every term, not multiplied by 0), as for an environment's tokens."""
+    every term, not multiplied by 0), as for an environment's tokens.
+    clips: a dict that gets "below" and "above", the terms (tokens; gspo's
+    sequences) whose clip is in force on each side: ppo's and gspo's clipped
+    term taken, cispo's ratio clipped."""
+    if loss in DEFAULT_EPS:
+        lo, hi = DEFAULT_EPS[loss]
+        lo, hi = (eps, eps) if eps is not None else (lo, hi)
+        lo, hi = lo if eps_low is None else eps_low, hi if eps_high is None else eps_high
+    if clips is not None:
+        clips.update(below=0, above=0, terms=0)
     a = advantages(recs, adv) if loss != "sft" else [0.0] * len(recs)
     if norm == "seqs":
         z = len(recs)
@@ -149,17 +170,34 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=0.2, pi_old=None
         m = torch.tensor(r.get("mask", [1] * n), dtype=torch.float64)[keep]
         if loss == "sft":
             total = total - (m * lp).sum()
-        elif loss == "pg":
+            continue
+        if loss == "pg":
             total = total - (w * m * ai * lp).sum()
+            continue
+        if pi_old is not None:
+            old = pi_old[i][keep]
+        elif "logp_learner" in r:
+            old = torch.tensor(r["logp_learner"], dtype=torch.float64)[keep]
         else:
-            if pi_old is not None:
-                old = pi_old[i][keep]
-            elif "logp_learner" in r:
-                old = torch.tensor(r["logp_learner"], dtype=torch.float64)[keep]
-            else:
-                old = lp.detach()
+            old = lp.detach()
+        if loss == "gspo":   # one ratio for the sequence: the exp of the mask-weighted mean log ratio
+            if ai == 0 or m.sum() == 0:
+                continue
+            rho = torch.exp((m * (lp - old)).sum() / m.sum())[None]
+            w, m = ((m * w).sum() / m.sum())[None], torch.ones(1, dtype=torch.float64)
+        else:
             rho = torch.exp(lp - old)
-            total = total - (w * m * torch.minimum(rho * ai, rho.clamp(1 - eps, 1 + eps) * ai)).sum()
+        clipped = rho.clamp(1 - lo, 1 + hi)
+        if loss == "cispo":
+            total = total - (w * m * clipped.detach() * ai * lp).sum()
+            taken = (clipped != rho) & (m != 0)
+        else:
+            total = total - (w * m * torch.minimum(rho * ai, clipped * ai)).sum()
+            taken = (clipped * ai < rho * ai) & (m != 0)
+        if clips is not None and ai != 0:
+            clips["terms"] += int((m != 0).sum())
+            clips["below"] += int((taken & (rho < 1)).sum())
+            clips["above"] += int((taken & (rho > 1)).sum())
     return total / z
 
 
@@ -246,6 +284,83 @@ def ppo_without_logp_learner_takes_its_own_logprobs_as_pi_old():
     check_grads(d, records(seed=6), ("--loss", "ppo", "--norm", "const:7"), loss="ppo", norm="const:7")
 
 
+def clip_case(name, seed, probe_args, spread=0.4, **kw):
+    """check_grads of a new model (seed) on records whose π_old lies within
+    ±spread of its log-probs; returns ref_loss's clips."""
+    d = model(name, seed=seed)
+    recs = records(seed=seed + 1, logp_learner=True, ref=llama_ref.Llama(d), spread=spread)
+    clips = {}
+    check_grads(d, recs, probe_args, clips=clips, **kw)
+    print(f"  clipped below: {clips['below']}, above: {clips['above']}, of {clips['terms']}")
+    return clips
+
+
+@case
+def ppo_clip_higher_clips_each_side_at_its_own_epsilon():
+    # --eps-low 0.1 --eps-high 0.3 (DAPO's clip-higher): with π_old within
+    # ±0.4 of π, ratios leave [0.9, 1.3] on both sides
+    clips = clip_case("ppohi", 31, ("--loss", "ppo", "--eps-low", "0.1", "--eps-high", "0.3"), loss="ppo",
+                      eps_low=0.1, eps_high=0.3)
+    assert clips["below"] >= 3 and clips["above"] >= 3, f"clipped terms {clips}: both sides must be exercised"
+
+
+@case
+def cispo_caps_the_ratio_at_5_with_no_lower_clip_by_default():
+    # π_old within ±2 of π: ratios from e^-2 to e^2, some above 5; the
+    # clipped ratio is a constant, so the capped tokens keep a gradient
+    clips = clip_case("cispo", 33, ("--loss", "cispo"), spread=2.0, loss="cispo")
+    assert clips["above"] >= 3 and clips["below"] == 0, f"clipped tokens {clips}: expected some above 5, none below"
+
+
+@case
+def cispo_with_eps_low_clips_small_ratios_from_below_too():
+    clips = clip_case("cispolo", 35, ("--loss", "cispo", "--eps-low", "0.2"), spread=2.0, loss="cispo", eps_low=0.2)
+    assert clips["below"] >= 3 and clips["above"] >= 3, f"clipped tokens {clips}: both sides must be exercised"
+
+
+LOGIT_ROWS = 256   # rows of the output layer at a time at this vocabulary (lib/model/model.c logit_rows)
+
+
+@case
+def gspo_with_logp_learner_takes_each_sequence_ratio_at_theta_some_clipped():
+    # s ≠ 1: rl-learn scores each micro-batch before its backward, whose
+    # output layer asks for dL/dlogp 256 rows at a time; one sequence
+    # straddles two such chunks. π_old within ±0.4 of π: with ε 0.1, some
+    # sequences' s leave [0.9, 1.1] on each side with the clipped term taken.
+    d = model("gspo", seed=37)
+    ref = llama_ref.Llama(d)
+    recs = records(n_groups=12, seed=38, logp_learner=True, ref=ref)
+    starts, t = [], 0
+    for r, ai in zip(recs, advantages(recs)):
+        if ai != 0:
+            starts.append(t)
+            t += len(r["ids"])
+    assert any(a < LOGIT_ROWS < b for a, b in zip(starts, starts[1:] + [t])), "no sequence straddles row 256"
+    clips = {}
+    check_grads(d, recs, ("--loss", "gspo", "--eps", "0.1"), loss="gspo", eps=0.1, clips=clips)
+    assert clips["below"] >= 1 and clips["above"] >= 1, f"clipped sequences {clips}: both sides must be exercised"
+    print(f"  sequences clipped below 0.9: {clips['below']}, above 1.1: {clips['above']}, of {clips['terms']}")
+    check_grads(d, recs, ("--loss", "gspo", "--eps", "0.1", "--micro", "3"), loss="gspo", eps=0.1)
+
+
+@case
+def gspo_normalises_by_tokens_and_by_a_constant_as_the_other_losses():
+    # (a group's samples share their prompt: computed once in both passes)
+    d = model("gsponorm", seed=39)
+    ref = llama_ref.Llama(d)
+    recs = records(seed=40, logp_learner=True, ref=ref, shared_prompt=True)
+    check_grads(d, recs, ("--loss", "gspo", "--eps", "0.1", "--norm", "tokens"), loss="gspo", eps=0.1, norm="tokens")
+    check_grads(d, recs, ("--loss", "gspo", "--norm", "const:7"), loss="gspo", norm="const:7")
+
+
+@case
+def gspo_without_logp_learner_has_ratio_1_and_the_gradient_of_the_mean_log_prob():
+    # π_old is the forward itself: s = 1 exactly, no scoring pass; each
+    # token's gradient is −w̄·Â·mask/Σ mask (the paper's ε 3e-4, 4e-4)
+    d = model("gspo1", seed=41)
+    check_grads(d, records(seed=42), ("--loss", "gspo"), loss="gspo")
+
+
 def tis_records(d, seed):
     """Records of rl-sample's fields (no w): the sampler's logp within ±0.5
     of the reference's own log-probs, so that π/μ lies on both sides of 1.2."""
@@ -323,10 +438,10 @@ def ref_adamw_run(model_dir, batches, lr, betas, eps, wd, clip=0.0, warmup=0, ep
     for step, (recs, epoch) in enumerate(steps, 1):
         for g in opt.param_groups:
             g["lr"] = lr * step / warmup if warmup and step <= warmup else lr
-        if epoch == 0:   # PPO: π_old is the learner at the start of the batch
+        if epoch == 0:   # ratio losses: π_old is the learner at the start of the batch
             pi_old = [ref_logprobs(ref, r).detach() for r in recs]
         opt.zero_grad()
-        ref_loss(ref, recs, pi_old=pi_old if loss_kw.get("loss") == "ppo" else None, **loss_kw).backward()
+        ref_loss(ref, recs, pi_old=pi_old if loss_kw.get("loss") in DEFAULT_EPS else None, **loss_kw).backward()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(list(ref.w.values()), clip)
         opt.step()
@@ -346,6 +461,7 @@ def check_weights(ckpt_version_dir, want, tol=1e-6):
 
 
 def adamw_case(name, steps, clip, warmup, *args, epochs=1, **kw):
+    """Returns rl-learn's metrics lines."""
     d = model(name, seed=20 + steps)
     batches = [records(n_groups=2, group_size=4, seed=30 + s, equal_group=False) for s in range(steps // epochs)]
     src = write_records(name + ".rlr", [r for b in batches for r in b])
@@ -353,11 +469,12 @@ def adamw_case(name, steps, clip, warmup, *args, epochs=1, **kw):
     lr, b1, b2, eps, wd = 1e-3, 0.9, 0.99, 1e-8, 0.1
     learn("--init", d, "--out", out, "--batch", "8", "--lr", str(lr), "--beta1", str(b1), "--beta2", str(b2),
           "--adam-eps", str(eps), "--weight-decay", str(wd), "--grad-clip", str(clip), "--warmup", str(warmup),
-          "--keep", "0", *args, src)
+          "--keep", "0", "--metrics", out + ".jsonl", *args, src)
     want = ref_adamw_run(d, batches, lr, (b1, b2), eps, wd, clip, warmup, epochs, kw)
     for s in range(steps):
         worst = check_weights(os.path.join(out, f"v{s + 1:06d}"), want[s])
         print(f"  step {s + 1}: worst relative weight error {worst:.2e}")
+    return [json.loads(x) for x in open(out + ".jsonl")]
 
 
 @case
@@ -375,6 +492,30 @@ def three_adamw_steps_match_torch_adamw_with_clipping_and_warmup():
 def ppo_epochs_take_steps_against_the_pi_old_of_the_batch_start():
     adamw_case("ppo_epochs", 4, 0.0, 0, "--loss", "ppo", "--epochs", "2", "--eps", "0.1", epochs=2, loss="ppo",
                eps=0.1)
+
+
+@case
+def gspo_epochs_take_steps_against_the_pi_old_of_the_batch_start():
+    # the second epoch's s ≠ 1, taken at θ by a scoring pass before each
+    # backward. One step at lr 1e-3 moves most s by over 20% in the
+    # direction of its advantage: the paper's lower side (3e-4) clips those of
+    # negative advantage, an upper side of 1 lets some of positive advantage
+    # keep their gradient, through s
+    m = adamw_case("gspo_epochs", 4, 0.0, 0, "--loss", "gspo", "--epochs", "2", "--eps-high", "1", epochs=2,
+                   loss="gspo", eps_high=1.0)
+    second = [x["clipped"] for x in m if x["epoch"] == 2]
+    assert [x["epoch"] for x in m] == [1, 2, 1, 2] and all(0 < c < 1 for c in second), \
+        f"epochs {[x['epoch'] for x in m]}, clipped in the second epochs {second}: expected some, not all"
+    print(f"  clipped in the second epochs: {second}")
+
+
+@case
+def cispo_epochs_take_steps_against_the_pi_old_of_the_batch_start():
+    m = adamw_case("cispo_epochs", 4, 0.0, 0, "--loss", "cispo", "--epochs", "2", "--eps-high", "0.01", epochs=2,
+                   loss="cispo", eps_high=0.01)
+    second = [x["clipped"] for x in m if x["epoch"] == 2]
+    assert all(0 < c < 1 for c in second), f"clipped in the second epochs {second}: expected some, not all"
+    print(f"  clipped in the second epochs: {second}")
 
 
 # ---- multi-turn rollouts: the environment's tokens -----------------------------------------
@@ -432,10 +573,26 @@ def environment_tokens_get_no_gradient_pg_ppo_sft_and_tokens_norm_counts_the_mod
 
 
 @case
+def environment_tokens_get_no_gradient_cispo_and_gspo():
+    # cispo's ratio on them is inf, and gspo's s is the mean over the model's tokens alone
+    d = model("env2", seed=43)
+    ref = llama_ref.Llama(d)
+    recs = multi_turn(records(seed=44, mask=False, logp_learner=True, ref=ref))
+    check_grads(d, recs, ("--loss", "cispo", "--eps", "0.2"), loss="cispo", eps=0.2, drop_masked=True)
+    check_grads(d, recs, ("--loss", "cispo"), loss="cispo", drop_masked=True)
+    check_grads(d, recs, ("--loss", "gspo", "--eps", "0.1"), loss="gspo", eps=0.1, drop_masked=True)
+    check_grads(d, recs, ("--loss", "gspo", "--norm", "tokens"), loss="gspo", norm="tokens", drop_masked=True)
+    sampled = [{k: v for k, v in r.items() if k != "logp_learner"} for r in recs]   # s = 1
+    check_grads(d, sampled, ("--loss", "gspo"), loss="gspo", drop_masked=True)
+
+
+@case
 def learner_metrics_leave_the_environment_tokens_out():
-    # lag, k3, capped, entropy and ppo_clipped over the tokens of mask 1 of a
+    # lag, k3, capped, entropy and clipped over the tokens of mask 1 of a
     # step, from the reference: an environment token counted would show (its
-    # lag -3, its k3 about 799, its ratio 0, its PPO ratio inf)
+    # lag -3, its k3 about 799, its ratio 0, its PPO ratio inf); clipped:
+    # ppo's clipped term taken (ε 0.2), cispo's ratio outside [0.8, 1.2],
+    # every token of a sequence whose gspo term is clipped (ε 0.1)
     d = model("envm", seed=16)
     ref = llama_ref.Llama(d)
     recs = multi_turn(records(seed=17, mask=False, logp_learner=True, ref=ref))
@@ -445,34 +602,46 @@ def learner_metrics_leave_the_environment_tokens_out():
     d_lr = [r["logp_learner"][t] - r["logp"][t] for r, t in kept]
     k3 = sum(math.exp(x) - 1 - x for x in d_lr) / len(kept)
     capped = sum(r["w"][t] < math.exp(x) * (1 - 1e-6) for (r, t), x in zip(kept, d_lr)) / len(kept)
-    ent, clipped, n_run, tis_rho = 0.0, 0, 0, []
+    ent, n_run, tis_rho = 0.0, 0, []
+    clipped = {"ppo": 0, "cispo": 0, "gspo": 0}
     for r, ai in zip(recs, a):
         if ai == 0:   # not run
             continue
         p, ids = r["prompt_ids"], r["ids"]
         h = ref.forward(torch.tensor([p + ids[:-1]]))[0, len(p) - 1:]
         lp_all = torch.log_softmax(ref.logits(h) / r["temperature"], dim=-1).detach()
+        log_rho = []
         for t in range(len(ids)):
             if not r["mask"][t]:
                 continue
             ent -= float((lp_all[t].exp() * lp_all[t]).sum())
-            rho = math.exp(float(lp_all[t, ids[t]]) - r["logp_learner"][t])
-            clipped += not (rho * ai <= min(max(rho, 0.8), 1.2) * ai)
+            log_rho.append(float(lp_all[t, ids[t]]) - r["logp_learner"][t])
+            rho = math.exp(log_rho[-1])
+            clipped["ppo"] += not (rho * ai <= min(max(rho, 0.8), 1.2) * ai)
+            clipped["cispo"] += not 0.8 <= rho <= 1.2
             tis_rho.append(math.exp(float(lp_all[t, ids[t]]) - r["logp"][t]))   # --tis: π_old the forward's, μ the sampler's
             n_run += 1
-    for loss in ("pg", "ppo"):
+        if log_rho:
+            s = math.exp(sum(log_rho) / len(log_rho))
+            clipped["gspo"] += len(log_rho) * (not s * ai <= min(max(s, 0.9), 1.1) * ai)
+    for loss, eps in (("pg", "0.2"), ("ppo", "0.2"), ("cispo", "0.2"), ("gspo", "0.1")):
         out = path(f"env-metrics-{loss}")
-        learn("--init", d, "--out", out, "--batch", str(len(recs)), "--loss", loss, "--lr", "0", "--keep", "0",
-              "--metrics", out + ".jsonl", src)
+        learn("--init", d, "--out", out, "--batch", str(len(recs)), "--loss", loss, "--eps", eps, "--lr", "0",
+              "--keep", "0", "--metrics", out + ".jsonl", src)
         m = [json.loads(x) for x in open(out + ".jsonl")][0]
         assert m["lag_mean"] == 0 and m["lag_max"] == 0, f"{loss}: lag {m['lag_mean']}, {m['lag_max']}: expected 0, 0"
         assert abs(m["k3"] - k3) <= 1e-6 * k3, f"{loss}: k3 {m['k3']}, expected {k3}"
         assert abs(m["capped"] - capped) <= 1e-12, f"{loss}: capped {m['capped']}, expected {capped}"
         assert abs(m["entropy"] - ent / n_run) <= 1e-5 * ent / n_run, f"{loss}: entropy {m['entropy']}, expected {ent / n_run}"
         assert math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]), m
-        if loss == "ppo":
-            assert abs(m["ppo_clipped"] - clipped / n_run) <= 1e-12, \
-                f"ppo_clipped {m['ppo_clipped']}, expected {clipped}/{n_run}"
+        if loss == "pg":
+            assert m["clipped"] is None and m["ppo_clipped"] is None, f"pg: clipped {m['clipped']}, expected null"
+        else:
+            want = clipped[loss] / n_run
+            assert abs(m["clipped"] - want) <= 1e-12, f"{loss}: clipped {m['clipped']}, expected {clipped[loss]}/{n_run}"
+            assert 0 < want < 1, f"{loss}: {clipped[loss]} of {n_run} tokens clipped: the test exercises nothing"
+            ppo_key = m["clipped"] if loss == "ppo" else None   # ppo_clipped: ppo's alone
+            assert m["ppo_clipped"] == ppo_key, f"{loss}: ppo_clipped {m['ppo_clipped']}, expected {ppo_key}"
     # --tis C with C between the middle two of those ratios: half of the tokens capped
     mid = sorted(tis_rho)[n_run // 2 - 1:n_run // 2 + 1]
     cap = math.sqrt(mid[0] * mid[1])
@@ -485,7 +654,7 @@ def learner_metrics_leave_the_environment_tokens_out():
     m = [json.loads(x) for x in open(out + ".jsonl")][0]
     assert abs(m["k3"] - tis_k3) <= 1e-5 * tis_k3, f"--tis: k3 {m['k3']}, expected {tis_k3}"
     assert abs(m["capped"] - tis_capped / n_run) <= 1e-12, f"--tis: capped {m['capped']}, expected {tis_capped}/{n_run}"
-    print(f"  k3 {k3:.4g}, capped {capped:.3f}, entropy {ent / n_run:.4g}, ppo_clipped {clipped}/{n_run}, "
+    print(f"  k3 {k3:.4g}, capped {capped:.3f}, entropy {ent / n_run:.4g}, clipped {clipped} of {n_run}, "
           f"--tis {cap:.3g}: k3 {tis_k3:.4g}, capped {tis_capped}/{n_run}")
 
 

@@ -1,9 +1,11 @@
 // grad_probe — the gradient of one rl-learn step, for the Python tests to
 // compare with PyTorch autograd (tests/py/test_learn.py).
 //
-//   grad_probe --model DIR [--loss pg|ppo|sft] [--adv grpo|drgrpo|rloo]
-//              [--norm seqs|tokens|const:N] [--eps E] [--micro M]
-//              [--micro-tokens T] [--tis C] RECORDS OUT.safetensors
+//   grad_probe --model DIR [--loss pg|ppo|cispo|gspo|sft] [--adv grpo|drgrpo|rloo]
+//              [--norm seqs|tokens|const:N] [--eps E] [--eps-low E1] [--eps-high E2]
+//              [--micro M] [--micro-tokens T] [--tis C] RECORDS OUT.safetensors
+//
+// (the clip range as rl-learn resolves it: lrn_clip_range)
 //
 // Reads every record of RECORDS (a record stream or JSON lines), makes them
 // one batch and runs the first half of a step (lrn_grad: advantages, loss,
@@ -11,6 +13,7 @@
 // parameter tensor to OUT (F32, the parameters' names and shapes) and prints
 // the loss (%.17g) on standard output.
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +32,12 @@ int main(int argc, char **argv) {
         {"model", required_argument, 0, 'm'}, {"loss", required_argument, 0, 'l'},
         {"adv", required_argument, 0, 'a'},   {"norm", required_argument, 0, 'n'},
         {"eps", required_argument, 0, 'e'},   {"micro", required_argument, 0, 'M'},
-        {"micro-tokens", required_argument, 0, 'T'}, {"tis", required_argument, 0, 't'}, {0, 0, 0, 0}};
+        {"micro-tokens", required_argument, 0, 'T'}, {"tis", required_argument, 0, 't'},
+        {"eps-low", required_argument, 0, 'L'}, {"eps-high", required_argument, 0, 'H'}, {0, 0, 0, 0}};
     const char *dir = NULL;
-    lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1, .micro = 1,
+    lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1, .micro = 1,
                   .batch = SIZE_MAX, .opt = adamw_default_opts};   // one batch of every record
+    double eps = NAN, eps_low = NAN, eps_high = NAN;
     rl_err e;
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -42,7 +47,9 @@ int main(int argc, char **argv) {
         case 'l': bad = lrn_parse_loss(optarg, &o.loss, &e); break;
         case 'a': bad = lrn_parse_adv(optarg, &o.adv, &e); break;
         case 'n': bad = lrn_parse_norm(optarg, &o.norm, &o.norm_const, &e); break;
-        case 'e': o.ppo_eps = atof(optarg); break;
+        case 'e': eps = atof(optarg); break;
+        case 'L': eps_low = atof(optarg); break;
+        case 'H': eps_high = atof(optarg); break;
         case 'M': o.micro = atoi(optarg); break;
         case 'T': o.micro_tokens = (size_t)atol(optarg); break;
         case 't': o.tis = atof(optarg); break;
@@ -51,6 +58,7 @@ int main(int argc, char **argv) {
         if (bad) die(e.msg);
     }
     if (!dir || argc - optind != 2) die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
+    lrn_clip_range(o.loss, eps, eps_low, eps_high, &o.eps_low, &o.eps_high);
     model_t *m = model_load(dir, NULL, &e);
     if (!m || model_train_init(m, &e)) die(e.msg);
     char tpath[4200];

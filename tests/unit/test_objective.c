@@ -39,10 +39,10 @@ static void loss_terms_and_their_derivatives(void) {
     CHECK(t.v == 3 && t.g == -1, "pg %g %g", t.v, t.g);
     int clipped;
     // ρ = e^0 = 1 inside [0.8, 1.2]: the unclipped term, −ρ·Â
-    t = obj_ppo(1, 1, 2, -1, -1, 0.2, &clipped);
+    t = obj_ppo(1, 1, 2, -1, -1, 0.2, 0.2, &clipped);
     CHECK(!clipped && t.v == -2 && t.g == -2, "ppo inside %g %g %d", t.v, t.g, clipped);
     // ρ = e^1 > 1.2 with Â > 0: the clipped term 1.2·Â is the minimum, no gradient
-    t = obj_ppo(1, 1, 2, 0, -1, 0.2, &clipped);
+    t = obj_ppo(1, 1, 2, 0, -1, 0.2, 0.2, &clipped);
     CHECK(clipped && near(t.v, -2.4) && t.g == 0, "ppo clipped %g %g %d", t.v, t.g, clipped);
 }
 
@@ -50,12 +50,114 @@ static void ppo_term_of_a_token_of_mask_0_is_0_even_where_its_ratio_is_inf(void)
     int clipped;
     // π_old = e^-800 (an environment's token): ρ = e^799 is inf in double;
     // with Â < 0 the unclipped term −inf is the minimum, and 0 · inf is NaN
-    obj_term t = obj_ppo(1, 0, -1, -1, -800, 0.2, &clipped);
+    obj_term t = obj_ppo(1, 0, -1, -1, -800, 0.2, 0.2, &clipped);
     CHECK(t.v == 0 && t.g == 0, "mask 0: %g %g, expected 0 0", t.v, t.g);
-    t = obj_ppo(0, 1, -1, -1, -800, 0.2, &clipped);
+    t = obj_ppo(0, 1, -1, -1, -800, 0.2, 0.2, &clipped);
     CHECK(t.v == 0 && t.g == 0, "w 0: %g %g, expected 0 0", t.v, t.g);
-    t = obj_ppo(1, 0, 2, -1, -800, 0.2, &clipped);   // Â > 0: the clipped branch
+    t = obj_ppo(1, 0, 2, -1, -800, 0.2, 0.2, &clipped);   // Â > 0: the clipped branch
     CHECK(t.v == 0 && t.g == 0, "mask 0, clipped: %g %g, expected 0 0", t.v, t.g);
+}
+
+static void ppo_clip_higher_clips_each_side_at_its_own_epsilon(void) {
+    int clipped;
+    // [1 − 0.1, 1 + 0.3] (DAPO's clip-higher): ρ = e^0.2 ≈ 1.221, which ε = 0.2 clips
+    // above, is inside: the unclipped term and its gradient, −ρ·Â
+    double rho = exp(0.2);
+    obj_term t = obj_ppo(1, 1, 2, -1, -1.2, 0.1, 0.3, &clipped);
+    CHECK(!clipped && near(t.v, -2 * rho) && near(t.g, -2 * rho), "e^0.2, Â 2: %g %g %d", t.v, t.g, clipped);
+    t = obj_ppo(1, 1, 2, -1, -1.2, 0.2, 0.2, &clipped);
+    CHECK(clipped && near(t.v, -2.4) && t.g == 0, "e^0.2 with ε 0.2: %g %g %d", t.v, t.g, clipped);
+    // above 1.3 with Â > 0: clipped at 1 + 0.3, no gradient
+    t = obj_ppo(1, 1, 2, -1, -1.3 - 1e-3, 0.1, 0.3, &clipped);
+    CHECK(clipped && near(t.v, -2.6) && t.g == 0, "above, Â 2: %g %g %d", t.v, t.g, clipped);
+    // above 1.3 with Â < 0: ρ·Â is the minimum, unclipped (PPO's pessimism)
+    rho = exp(0.3);
+    t = obj_ppo(0.5, 1, -1, -1, -1.3, 0.1, 0.3, &clipped);
+    CHECK(!clipped && near(t.v, 0.5 * rho) && near(t.g, 0.5 * rho), "above, Â -1: %g %g %d", t.v, t.g, clipped);
+    // below 0.9 (ρ = e^-0.15 ≈ 0.861) with Â < 0: clipped at 1 − 0.1
+    t = obj_ppo(0.5, 1, -1, -1.15, -1, 0.1, 0.3, &clipped);
+    CHECK(clipped && near(t.v, 0.5 * 0.9) && t.g == 0, "below, Â -1: %g %g %d", t.v, t.g, clipped);
+    // below 0.9 with Â > 0: ρ·Â is the minimum, unclipped
+    rho = exp(-0.15);
+    t = obj_ppo(1, 1, 2, -1.15, -1, 0.1, 0.3, &clipped);
+    CHECK(!clipped && near(t.v, -2 * rho) && near(t.g, -2 * rho), "below, Â 2: %g %g %d", t.v, t.g, clipped);
+}
+
+static void cispo_weighs_log_prob_by_the_clipped_ratio_held_constant(void) {
+    int clipped;
+    // ρ = e inside [1 − 1, 1 + 4] = [0, 5]: v = −w·ρ·Â·log π, g = −w·ρ·Â
+    double e = exp(1.0);
+    obj_term t = obj_cispo(0.5, 1, 2, -1, -2, 1, 4, &clipped);
+    CHECK(!clipped && near(t.v, e) && near(t.g, -e), "inside: %g %g %d", t.v, t.g, clipped);
+    // ρ = e^2 ≈ 7.39 above 5: ρ̂ = 5, the gradient kept (not 0, as PPO's
+    // clipped term would give), for Â > 0 and Â < 0 alike
+    t = obj_cispo(0.5, 1, 2, -1, -3, 1, 4, &clipped);
+    CHECK(clipped && near(t.v, 5) && near(t.g, -5), "above, Â 2: %g %g %d", t.v, t.g, clipped);
+    t = obj_cispo(0.5, 1, -1, -1, -3, 1, 4, &clipped);
+    CHECK(clipped && near(t.v, -2.5) && near(t.g, 2.5), "above, Â -1: %g %g %d", t.v, t.g, clipped);
+    // without a lower clip (ε_lo = 1: the bound 0) a tiny ratio is kept as it is
+    double tiny = exp(-5.0);
+    t = obj_cispo(1, 1, 2, -6, -1, 1, 4, &clipped);
+    CHECK(!clipped && near(t.v, 12 * tiny) && near(t.g, -2 * tiny), "tiny, no lower clip: %g %g %d", t.v, t.g,
+          clipped);
+    // with ε_lo = 0.2 it is raised to 0.8
+    t = obj_cispo(1, 1, 2, -6, -1, 0.2, 4, &clipped);
+    CHECK(clipped && near(t.v, 9.6) && near(t.g, -1.6), "tiny, ε_lo 0.2: %g %g %d", t.v, t.g, clipped);
+}
+
+static void cispo_term_of_a_token_of_mask_0_is_0_even_where_its_ratio_is_inf(void) {
+    int clipped;
+    // ρ = e^799 is inf: mask 0 or w 0 give exactly 0; mask 1 the cap, finite
+    obj_term t = obj_cispo(1, 0, -1, -1, -800, 1, 4, &clipped);
+    CHECK(t.v == 0 && t.g == 0, "mask 0: %g %g, expected 0 0", t.v, t.g);
+    t = obj_cispo(0, 1, 2, -1, -800, 1, 4, &clipped);
+    CHECK(t.v == 0 && t.g == 0, "w 0: %g %g, expected 0 0", t.v, t.g);
+    t = obj_cispo(1, 1, -1, -1, -800, 1, 4, &clipped);
+    CHECK(clipped && t.v == -5 && t.g == 5, "mask 1: %g %g %d, expected -5 5 1", t.v, t.g, clipped);
+}
+
+static void masked_mean_is_over_the_tokens_of_mask_1(void) {
+    float x[3] = {-1, -2, -3}, y[3] = {-1.5f, -2, -800}, mask[3] = {1, 1, 0}, none[3] = {0, 0, 0};
+    // (−1 + 1.5) and (−2 + 2) over 2 tokens; the third, of mask 0, left out
+    CHECK(obj_masked_mean(x, y, mask, 3) == 0.25, "log s %g, expected 0.25", obj_masked_mean(x, y, mask, 3));
+    CHECK(obj_masked_mean(x, NULL, NULL, 3) == -2, "no mask: %g", obj_masked_mean(x, NULL, NULL, 3));
+    CHECK(obj_masked_mean(NULL, NULL, mask, 3) == 1, "no w: w̄ 1, got %g", obj_masked_mean(NULL, NULL, mask, 3));
+    CHECK(obj_masked_mean(NULL, NULL, none, 3) == 0, "mask 0 everywhere: 0, got %g",
+          obj_masked_mean(NULL, NULL, none, 3));
+    // a sequence weight of rl-ratio (the same w on every token): w̄ is that float exactly
+    float w[3] = {0.3f, 0.3f, 0.3f};
+    CHECK(obj_masked_mean(w, NULL, mask, 3) == (double)0.3f, "w̄ %.17g", obj_masked_mean(w, NULL, mask, 3));
+}
+
+static void gspo_clips_the_sequence_ratio_and_its_derivative_is_dv_dlog_s(void) {
+    int clipped;
+    double lo = 3e-4, hi = 4e-4;   // the paper's
+    // s = e^2e-4 inside [1 − 3e-4, 1 + 4e-4]: v = −w̄·s·Â, g = −w̄·s·Â
+    double s = exp(2e-4);
+    obj_term t = obj_gspo(0.5, 2, 2e-4, lo, hi, &clipped);
+    CHECK(!clipped && near(t.v, -s) && near(t.g, -s), "inside: %g %g %d", t.v, t.g, clipped);
+    // s = e^0.1 above with Â > 0: clipped at 1 + 4e-4, no gradient
+    t = obj_gspo(0.5, 2, 0.1, lo, hi, &clipped);
+    CHECK(clipped && near(t.v, -(1 + hi)) && t.g == 0, "above, Â 2: %g %g %d", t.v, t.g, clipped);
+    // above with Â < 0: s·Â is the minimum, unclipped
+    s = exp(0.1);
+    t = obj_gspo(0.5, -1, 0.1, lo, hi, &clipped);
+    CHECK(!clipped && near(t.v, 0.5 * s) && near(t.g, 0.5 * s), "above, Â -1: %g %g %d", t.v, t.g, clipped);
+    // s = e^-1e-3 below with Â < 0: clipped at 1 − 3e-4
+    t = obj_gspo(0.5, -1, -1e-3, lo, hi, &clipped);
+    CHECK(clipped && near(t.v, 0.5 * (1 - lo)) && t.g == 0, "below, Â -1: %g %g %d", t.v, t.g, clipped);
+    // g is dv/dlog s where v is smooth: central differences at the unclipped points
+    double points[][2] = {{2e-4, 2}, {0.1, -1}, {-1e-3, 2}};
+    for (size_t k = 0; k < 3; k++) {
+        double x = points[k][0], a = points[k][1], h = 1e-6;
+        obj_term p = obj_gspo(0.5, a, x + h, 0.1, 0.05, &clipped), m = obj_gspo(0.5, a, x - h, 0.1, 0.05, &clipped);
+        t = obj_gspo(0.5, a, x, 0.1, 0.05, &clipped);
+        double fd = (p.v - m.v) / (2 * h);
+        CHECK(fabs(fd - t.g) <= 1e-8 * fabs(t.g), "log s %g, Â %g: g %.12g, (v(+h) − v(−h))/2h %.12g", x, a, t.g, fd);
+    }
+    // w̄ = 0 (every token of mask 0): exactly 0, even where s is inf
+    t = obj_gspo(0, -1, 1000, lo, hi, &clipped);
+    CHECK(t.v == 0 && t.g == 0, "w̄ 0: %g %g, expected 0 0", t.v, t.g);
 }
 
 static void tis_weight_is_the_ratio_capped_at_c_and_never_inf(void) {
@@ -79,6 +181,11 @@ int main(void) {
     RUN(advantages_of_equal_rewards_are_exactly_zero);
     RUN(loss_terms_and_their_derivatives);
     RUN(ppo_term_of_a_token_of_mask_0_is_0_even_where_its_ratio_is_inf);
+    RUN(ppo_clip_higher_clips_each_side_at_its_own_epsilon);
+    RUN(cispo_weighs_log_prob_by_the_clipped_ratio_held_constant);
+    RUN(cispo_term_of_a_token_of_mask_0_is_0_even_where_its_ratio_is_inf);
+    RUN(masked_mean_is_over_the_tokens_of_mask_1);
+    RUN(gspo_clips_the_sequence_ratio_and_its_derivative_is_dv_dlog_s);
     RUN(tis_weight_is_the_ratio_capped_at_c_and_never_inf);
     RUN(k3_is_zero_at_ratio_1_and_positive_elsewhere);
     CHECK_DONE();

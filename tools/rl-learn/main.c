@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,15 +60,19 @@ static const char USAGE[] =
     "      --keep-last        at the end of input, train on a last partial batch too\n"
     "      --max-steps N      stop after N steps (counted from --init, across --resume)\n"
     "\n"
-    "Loss (rl-ratio's w and mask apply to pg and ppo, mask to sft):\n"
-    "      --loss L           pg (default), ppo or sft\n"
+    "Loss (rl-ratio's w and mask apply to every loss but sft, mask to sft):\n"
+    "      --loss L           pg (default), ppo, cispo, gspo or sft\n"
     "      --adv A            grpo (default), drgrpo or rloo; a record's adv is used as given\n"
     "      --norm N           seqs (default), tokens or const:N\n"
-    "      --eps E            PPO clip range (default 0.2)\n"
-    "      --epochs K         PPO: steps on each batch (default 1)\n"
+    "      --eps E            the ratio's clip range [1-E, 1+E] of ppo, cispo and gspo\n"
+    "                         (defaults: ppo 0.2; cispo 1 below, 4 above; gspo 3e-4, 4e-4)\n"
+    "      --eps-low E1       ... its lower side alone: 1-E1, 0 <= E1 <= 1\n"
+    "      --eps-high E2      ... its upper side alone: 1+E2 (E2 > E1: DAPO's clip-higher)\n"
+    "      --epochs K         ppo, cispo, gspo: steps on each batch (default 1)\n"
     "      --tis C            weigh each token by min(pi/mu, C) here, as rl-ratio --clip C\n"
     "                         would, pi from this learner's own forward (the first\n"
     "                         epoch's), mu the record's logp: no rl-ratio in the pipe\n"
+    "                         (not gspo, whose ratio is the sequence's)\n"
     "\n"
     "Optimizer (AdamW as torch.optim.AdamW):\n"
     "      --lr X             peak learning rate (default 1e-6)\n"
@@ -118,7 +123,7 @@ static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
-           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL };
+           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL, O_EPS_LOW, O_EPS_HIGH };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
@@ -133,6 +138,7 @@ static options parse_options(int argc, char **argv) {
         {"keep-last", no_argument, 0, O_KEEP_LAST},   {"max-steps", required_argument, 0, O_MAX_STEPS},
         {"loss", required_argument, 0, O_LOSS},       {"adv", required_argument, 0, O_ADV},
         {"norm", required_argument, 0, O_NORM},       {"eps", required_argument, 0, O_EPS},
+        {"eps-low", required_argument, 0, O_EPS_LOW}, {"eps-high", required_argument, 0, O_EPS_HIGH},
         {"tis", required_argument, 0, O_TIS},
         {"epochs", required_argument, 0, O_EPOCHS},   {"lr", required_argument, 0, O_LR},
         {"warmup", required_argument, 0, O_WARMUP},   {"schedule", required_argument, 0, O_SCHEDULE},
@@ -144,11 +150,12 @@ static options parse_options(int argc, char **argv) {
         {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
         {"version", no_argument, 0, 'V'},             {0, 0, 0, 0}};
     options o = {.pub = {.init_std = 0.02, .keep = 5, .state_every = 1}, .collective_timeout = 600,
-                 .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .ppo_eps = 0.2, .epochs = 1,
+                 .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1,
                          .micro = 1, .batch = 64, .opt = adamw_default_opts}};
     adamw_opts *a = &o.lrn.opt;
     rl_err e;
     int c, max_steps_given = 0;
+    double eps = NAN, eps_low = NAN, eps_high = NAN;   // as given (NAN: not), resolved by lrn_clip_range
     while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
         switch (c) {
         case O_INIT: o.pub.init = optarg; break;
@@ -192,7 +199,9 @@ static options parse_options(int argc, char **argv) {
             o.lrn.tis = cli_parse_f64("--tis", optarg, 0, 1e30, 0);
             if (!(o.lrn.tis > 0)) cli_usage_error("--tis: the cap C must be above 0");
             break;
-        case O_EPS: o.lrn.ppo_eps = cli_parse_f64("--eps", optarg, 0, 1, 1); break;
+        case O_EPS: eps = cli_parse_f64("--eps", optarg, 0, 1, 1); break;
+        case O_EPS_LOW: eps_low = cli_parse_f64("--eps-low", optarg, 0, 1, 0); break;
+        case O_EPS_HIGH: eps_high = cli_parse_f64("--eps-high", optarg, 0, 1e30, 0); break;
         case O_EPOCHS: o.lrn.epochs = (int)cli_parse_uint("--epochs", optarg, 1000, 0); break;
         case O_LR: a->lr = cli_parse_f64("--lr", optarg, 0, 1e3, 0); break;
         case O_WARMUP: a->warmup = cli_parse_uint("--warmup", optarg, UINT64_MAX, 0); break;
@@ -225,8 +234,13 @@ static options parse_options(int argc, char **argv) {
     if (o.max_steps == 0 && max_steps_given) cli_usage_error("--max-steps: at least 1");
     if (o.lrn.micro < 1) cli_usage_error("--micro: at least one micro-batch per step");
     if (o.lrn.epochs < 1) cli_usage_error("--epochs: at least 1");
-    if (o.lrn.epochs > 1 && o.lrn.loss != LOSS_PPO) cli_usage_error("--epochs: only the ppo loss takes several steps per batch");
-    if (o.lrn.tis > 0 && o.lrn.loss == LOSS_SFT) cli_usage_error("--tis weighs the pg and ppo losses, not sft");
+    if (o.lrn.epochs > 1 && !lrn_ratio_loss(o.lrn.loss))
+        cli_usage_error("--epochs: only the ppo, cispo and gspo losses take several steps per batch");
+    if (o.lrn.tis > 0 && o.lrn.loss == LOSS_SFT) cli_usage_error("--tis weighs the pg, ppo and cispo losses, not sft");
+    if (o.lrn.tis > 0 && o.lrn.loss == LOSS_GSPO)
+        cli_usage_error("--tis weighs each token, and gspo's ratio is the sequence's: weigh the sequences before "
+                        "rl-learn with rl-ratio --mode geo (or seq)");
+    lrn_clip_range(o.lrn.loss, eps, eps_low, eps_high, &o.lrn.eps_low, &o.lrn.eps_high);
     if (o.chat.n && o.lrn.loss != LOSS_SFT) cli_usage_error("--chat-arg: only --loss sft renders conversations");
     if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
         cli_usage_error("--schedule cosine needs --total-steps larger than --warmup");
