@@ -68,14 +68,10 @@
 # Bad arguments or settings: a message and exit 2.
 set -uo pipefail
 
-NAME=accuracy
+NAME=accuracy USAGE_ARGS="[SEEDS [STEPS]]"
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-usage() {
-    echo "accuracy.sh: $*" >&2
-    echo "usage: [SETTING=VALUE...] bench/accuracy.sh [SEEDS [STEPS]]   (bench/accuracy.sh --help: the settings)" >&2
-    exit 2
-}
-case ${1:-} in -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+usage() { settings_usage "$@"; }
+settings_help "$@"
 (($# <= 2)) || usage "at most 2 arguments (SEEDS, STEPS), not $#: TRL's steps are STEPS too"
 SEEDS=${1:-${SEEDS:-1 2 3}}
 STEPS=${2:-${STEPS:-30}}

@@ -20,6 +20,11 @@
 #   LEARN_METRICS_PY           Python: the RESULT line of an rl-learn metrics file
 #   median                     the median of the numbers on stdin
 #   loadavg                    the 1, 5 and 15 minute load averages now
+#   settings_usage MSG         for scripts set by SETTING=VALUE words and
+#                              arguments USAGE_ARGS: "NAME.sh: MSG", the
+#                              usage line, exit 2
+#   settings_help ARGS...      on -h or --help: the script's header comment
+#                              (to its `set -uo`), exit 0
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 BUILD=${BUILD:-build}
@@ -39,6 +44,16 @@ positive() {
 }
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+settings_usage() {
+    echo "$NAME.sh: $*" >&2
+    echo "usage: [SETTING=VALUE...] bench/$NAME.sh $USAGE_ARGS   (bench/$NAME.sh --help: the settings)" >&2
+    exit 2
+}
+
+settings_help() {
+    case ${1:-} in -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+}
 
 bench_start() {
     BENCH_CLEAN=$1

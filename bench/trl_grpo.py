@@ -7,6 +7,7 @@ which settings match and what differs).
                 [--save-every K] [--threads T] [--group G] [--batch N]
                 [--lr X] [--temperature T] [--max-new-tokens N]
                 [--t0 EPOCH_S] [--minutes M] [--in-order] [--loss trl|rlpipe]
+                [--task number|calc] [--max-turns N]
 
 The clock starts at --t0 (seconds since the epoch; bench/trl.sh gives the
 time just before it launched Python), by default when this script began: its
@@ -17,7 +18,24 @@ most one step more than M minutes), its checkpoint written.
 
 FILE is JSON lines {"messages": [...], "answer": "..."} (train.jsonl of
 experiments/smollm2/task.py); the reward is rl-sample's number verifier
-(bench/eval_hf.py's number_reward). OUT receives
+(bench/eval_hf.py's number_reward).
+
+--task calc is the calculator task of experiments/agent (its train.jsonl;
+the system message describes the tool and its Hermes call format): TRL's
+own tool loop (GRPOTrainer's tools=) with a `calculator` tool that computes
+what calc_env.py computes, at most --max-turns assistant turns (TRL's
+max_tool_calling_iterations = N - 1), and calc_env.py's reward: 1.0 when the
+last turn calls no tool and its last number is the answer. TRL parses tool
+calls only with a chat template that renders `tool_calls` and a response
+parser it knows, and SmolLM2's template renders neither: the tokenizer gets
+SmolLM2's template with a branch that renders an assistant message's
+tool_calls as <tool_call>{json}</tool_call> (what the prompts ask for;
+prompts and tool results render as before), and TRL's Qwen3 response
+template, which parses the same calls. TRL's --max-new-tokens budget is the
+whole completion's (every turn and every tool result), where rl-sample's
+is each turn's: calc gives TRL N x --max-new-tokens.
+
+OUT receives
   train.jsonl   one line per optimizer step: {"step", "step_s" (its wall time:
                 sampling, scoring, forward and backward, the update), "gen_s"
                 (of which sampling and scoring), "save_s" (its checkpoint's
@@ -74,8 +92,11 @@ def parse(argv):
     ap.add_argument("--loss", choices=("trl", "rlpipe"), default="trl",
                     help="trl: TRL's default loss normalisation and clipping at gradient norm 1, as users run it; "
                          "rlpipe: dr_grpo clipped as rl-learn clips (see bench/trl.sh)")
+    ap.add_argument("--task", choices=("number", "calc"), default="number",
+                    help="number: the add2 questions and the number verifier; calc: the calculator tool (above)")
+    ap.add_argument("--max-turns", type=int, default=3, help="calc: at most N assistant turns (default 3)")
     o = ap.parse_args(argv)
-    for name in ("steps", "save_every", "threads", "group", "batch", "max_new_tokens"):
+    for name in ("steps", "max_turns", "save_every", "threads", "group", "batch", "max_new_tokens"):
         if getattr(o, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if o.batch % o.group:
@@ -92,6 +113,54 @@ def parse(argv):
 def number(completions, answer, **_):
     """TRL reward function: 1.0 when the completion's last number is the answer."""
     return [number_reward(c[-1]["content"] if isinstance(c, list) else c, a) for c, a in zip(completions, answer)]
+
+
+SMOL_TURN = "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+SMOL_TURN_CALLS = ("{{'<|im_start|>' + message['role'] + '\n' + message['content']}}"
+                   "{% for call in message.tool_calls or [] %}{{ '<tool_call>' + ({'name': call['function']['name'], "
+                   "'arguments': call['function']['arguments']} | tojson) + '</tool_call>' }}{% endfor %}"
+                   "{{'<|im_end|>' + '\n'}}")
+
+
+def calc_template(tok):
+    """SmolLM2's chat template with tool_calls rendered in Hermes form and
+    TRL's parser of them (above); exits 1 on another template."""
+    from trl.chat_template_utils import qwen3_template
+    if tok.chat_template is None or tok.chat_template.count(SMOL_TURN) != 1:
+        sys.exit("trl_grpo.py: --task calc: the model's chat template is not SmolLM2's: "
+                 "give TRL a template that renders tool_calls")
+    tok.chat_template = tok.chat_template.replace(SMOL_TURN, SMOL_TURN_CALLS)
+    tok.response_template = qwen3_template
+
+
+def calc_tools_and_reward():
+    """([calculator], reward): the tool and the reward of experiments/agent's
+    calc_env.py, in the form TRL's GRPOTrainer takes them."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "experiments", "agent"))
+    import calc_env
+
+    def calculator(expression: str) -> str:
+        """Evaluates an arithmetic expression.
+
+        Args:
+            expression: digits, + - * / and parentheses, e.g. "12 * 34"
+        """
+        try:
+            return calc_env.evaluate(str(expression))
+        except ValueError as e:
+            return f"error: {e}"
+
+    def reward(completions, answer, **_):
+        out = []
+        for c, a in zip(completions, answer):
+            last = c[-1] if c else {}
+            right = (last.get("role") == "assistant" and not last.get("tool_calls")
+                     and calc_env.last_number(last.get("content") or "") == a)
+            out.append(float(right))
+        return out
+
+    return [calculator], reward
 
 
 def main(argv):
@@ -112,6 +181,7 @@ def main(argv):
     datasets.disable_progress_bars()
 
     tok = AutoTokenizer.from_pretrained(o.model)
+    tok_files = AutoTokenizer.from_pretrained(o.model)   # saved with checkpoints: --task calc changes tok's template
     model = AutoModelForCausalLM.from_pretrained(o.model, dtype=torch.float32)
     data = datasets.Dataset.from_list([{"prompt": m, "answer": a} for m, a in items])
     ckpt = os.path.join(o.out, "ckpt")
@@ -121,18 +191,25 @@ def main(argv):
     # batch x max_completion_length: clipping its gradient at 1/max_new_tokens
     # is clipping rlpipe's at 1 (rl-learn's --grad-clip default). --loss trl
     # keeps TRL's own defaults for both.
-    loss = {} if o.loss == "trl" else {"loss_type": "dr_grpo", "max_grad_norm": 1.0 / o.max_new_tokens}
+    reward, tools, turns = number, {}, {}
+    if o.task == "calc":
+        calc_template(tok)
+        calc_tools, reward = calc_tools_and_reward()
+        tools = {"tools": calc_tools}
+        turns = {"max_tool_calling_iterations": o.max_turns - 1}
+    max_completion = o.max_new_tokens * (o.max_turns if o.task == "calc" else 1)
+    loss = {} if o.loss == "trl" else {"loss_type": "dr_grpo", "max_grad_norm": 1.0 / max_completion}
     cfg = GRPOConfig(
         output_dir=os.path.join(o.out, "trainer"), max_steps=o.steps, seed=o.seed, data_seed=o.seed,
         per_device_train_batch_size=o.batch, gradient_accumulation_steps=1, steps_per_generation=1,
-        num_generations=o.group, num_iterations=1, max_completion_length=o.max_new_tokens,
+        num_generations=o.group, num_iterations=1, max_completion_length=max_completion,
         temperature=o.temperature, top_p=1.0, top_k=0,
         learning_rate=o.lr, lr_scheduler_type="constant", warmup_steps=0,
         optim="adamw_torch", weight_decay=0.01, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8,
         scale_rewards="group", beta=0.0, epsilon=0.2, mask_truncated_completions=False,
         use_vllm=False, bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True,
         logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True, log_completions=False,
-        dataloader_num_workers=0, shuffle_dataset=not o.in_order, **loss,
+        dataloader_num_workers=0, shuffle_dataset=not o.in_order, **loss, **turns,
     )
 
     log = open(os.path.join(o.out, "train.jsonl"), "w")
@@ -174,7 +251,8 @@ def main(argv):
                    "reward_std": logs.get("reward_std"), "frac_reward_zero_std": logs.get("frac_reward_zero_std"),
                    "completion_len_mean": logs.get("completions/mean_length"),
                    "clipped_ratio": logs.get("completions/clipped_ratio"), "grad_norm": logs.get("grad_norm"),
-                   "lr": logs.get("learning_rate")}
+                   "lr": logs.get("learning_rate"), "tool_calls": logs.get("tools/call_frequency"),
+                   "tool_failures": logs.get("tools/failure_frequency")}
             log.write(json.dumps(rec) + "\n")
             log.flush()
             print(f"trl_grpo.py: step {rec['step']}: {rec['step_s']:.1f} s, reward {rec['reward_mean']:.3f}, "
@@ -185,7 +263,7 @@ def main(argv):
         tmp = os.path.join(ckpt, f".tmp-v{step:06d}-{os.getpid()}")
         try:
             trainer.model.save_pretrained(tmp, safe_serialization=True)
-            tok.save_pretrained(tmp)
+            tok_files.save_pretrained(tmp)
             if os.path.exists(final):
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -193,8 +271,8 @@ def main(argv):
             sys.exit(f"trl_grpo.py: saving {final}: {e}")
 
     steplog = StepLog()
-    trainer = GRPOTrainer(model=model, reward_funcs=number, args=cfg, train_dataset=data, processing_class=tok,
-                          callbacks=[steplog])
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok,
+                          callbacks=[steplog], **tools)
     # The sampling part of a step: TRL's (private) method that generates and
     # scores a batch, timed from outside; gen_s stays 0 if a TRL lacks it.
     generate = getattr(trainer, "_generate_and_score_completions", None)
@@ -211,7 +289,8 @@ def main(argv):
     run = {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
            "model": o.model, "prompts": o.prompts, "steps": o.steps, "seed": o.seed, "save_every": o.save_every,
            "threads": o.threads, "group": o.group, "batch": o.batch, "lr": o.lr, "temperature": o.temperature,
-           "max_new_tokens": o.max_new_tokens, "loss_type": cfg.loss_type, "max_grad_norm": cfg.max_grad_norm,
+           "max_new_tokens": o.max_new_tokens, "task": o.task, "max_turns": o.max_turns,
+           "max_completion_length": max_completion, "loss_type": cfg.loss_type, "max_grad_norm": cfg.max_grad_norm,
            "weight_decay": cfg.weight_decay, "beta": cfg.beta, "minutes": o.minutes, "t0": o.t0,
            "start_s": round(steplog.t_begin - o.t0, 3), "train_s": round(t_end - steplog.t_begin, 3),
            "elapsed_s": round(t_end - o.t0, 3), "steps_done": steplog.steps_done, "stopped": steplog.stopped}
