@@ -86,3 +86,18 @@ float obj_seq_weight(double log_r, double clip, int *capped) {
 }
 
 double obj_k3(double log_rho, double rho) { return rho - 1 - log_rho; }
+
+obj_term obj_kl(kl_est k, double logp, double logp_ref) {
+    double d = logp - logp_ref;
+    if (k == KL_K1) return (obj_term){d, 1};
+    if (k == KL_K2) return (obj_term){d * d / 2, d};
+    double e = exp(-d);
+    return (obj_term){e + d - 1, 1 - e};
+}
+
+double obj_overlong(double len, double l_max, double l_cache) {
+    double start = l_max - l_cache;   // the punishment's onset
+    if (len <= start) return 0;
+    if (len <= l_max) return (start - len) / l_cache;
+    return -1;
+}

@@ -1,7 +1,8 @@
 // objective.h — the mathematics of the RL objective, one function per
 // formula (doc/design.md §4 maps each formula here): the advantages of a
 // group, the per-token terms of the losses, the importance weights and the
-// KL estimate the learner reports.
+// KL estimates: the learner's reported mismatch, and the penalty to a frozen
+// reference model.
 //
 // It depends on the leaves only: rl-ratio weighs its tokens with
 // obj_tis_weight and obj_seq_weight, and its binary holds this file's code
@@ -82,5 +83,23 @@ float obj_seq_weight(double log_r, double clip, int *capped);
 // The k3 estimate of KL(μ‖π_old) of one token, from log ρ and ρ = exp(log ρ):
 //   k3 = ρ − 1 − log ρ   (>= 0; its mean over tokens is the reported k3)
 double obj_k3(double log_rho, double rho);
+
+typedef enum { KL_K1, KL_K2, KL_K3 } kl_est;
+
+// One token's estimate of KL(π_θ‖π_ref) from d = log π_θ − log π_ref (its
+// log-probability under a frozen reference model, the record's logp_ref),
+// and its derivative with respect to log π_θ (Schulman, "Approximating KL
+// divergence", 2020; k3 is GRPO's penalty, Shao et al. 2024):
+//   k1 = d                    g = 1
+//   k2 = d² / 2               g = d
+//   k3 = exp(−d) + d − 1      g = 1 − exp(−d)   (>= 0)
+obj_term obj_kl(kl_est k, double logp, double logp_ref);
+// DAPO's soft overlong punishment (Yu et al. 2025) of a sequence of len
+// tokens, added to its reward:
+//   0                              len <= l_max − l_cache
+//   (l_max − l_cache − len) / l_cache   l_max − l_cache < len <= l_max
+//   −1                             len > l_max
+// (0 < l_cache <= l_max.)
+double obj_overlong(double len, double l_max, double l_cache);
 
 #endif

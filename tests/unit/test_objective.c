@@ -176,6 +176,51 @@ static void k3_is_zero_at_ratio_1_and_positive_elsewhere(void) {
     CHECK(near(obj_k3(log(0.5), 0.5), -0.5 + log(2.0)), "k3(0.5) = %g", obj_k3(log(0.5), 0.5));
 }
 
+static void kl_estimators_at_d_0_5_and_their_derivatives(void) {
+    // d = log π_θ − log π_ref = −1 − (−1.5) = 0.5
+    obj_term t = obj_kl(KL_K1, -1, -1.5);
+    CHECK(t.v == 0.5 && t.g == 1, "k1 %g %g, expected 0.5 1", t.v, t.g);
+    t = obj_kl(KL_K2, -1, -1.5);
+    CHECK(t.v == 0.125 && t.g == 0.5, "k2 %g %g, expected 0.125 0.5", t.v, t.g);
+    t = obj_kl(KL_K3, -1, -1.5);
+    CHECK(near(t.v, exp(-0.5) - 0.5) && near(t.g, 1 - exp(-0.5)), "k3 %g %g, expected %g %g", t.v, t.g,
+          exp(-0.5) - 0.5, 1 - exp(-0.5));
+    // k3 at d = −2: e² − 3 > 0 (every k3 is), derivative 1 − e²
+    t = obj_kl(KL_K3, -3, -1);
+    CHECK(near(t.v, exp(2.0) - 3) && near(t.g, 1 - exp(2.0)), "k3 at d −2: %g %g", t.v, t.g);
+    // every estimator is 0 where π_θ = π_ref, and so is k2's and k3's slope
+    for (int k = KL_K1; k <= KL_K3; k++) {
+        t = obj_kl((kl_est)k, -0.7, -0.7);
+        CHECK(t.v == 0 && t.g == (k == KL_K1 ? 1 : 0), "k%d at d 0: %g %g", k + 1, t.v, t.g);
+    }
+    // g is dv/dlog π_θ: central differences agree to 1e-8
+    double points[] = {-1.3, -0.01, 0.4, 2.5};
+    for (int k = KL_K1; k <= KL_K3; k++)
+        for (size_t i = 0; i < 4; i++) {
+            double x = points[i], h = 1e-6;
+            double fd = (obj_kl((kl_est)k, x + h, 0).v - obj_kl((kl_est)k, x - h, 0).v) / (2 * h);
+            t = obj_kl((kl_est)k, x, 0);
+            CHECK(fabs(fd - t.g) <= 1e-8 * fmax(1, fabs(t.g)), "k%d at d %g: g %.12g, central difference %.12g", k + 1,
+                  x, t.g, fd);
+        }
+    // k3 is obj_k3 of log ρ = −d (the same formula, KL the other way round)
+    CHECK(near(obj_kl(KL_K3, 0.3, 0).v, obj_k3(-0.3, exp(-0.3))), "k3 against obj_k3");
+}
+
+static void overlong_punishment_of_dapo_with_l_max_20_and_cache_4(void) {
+    // the onset L_MAX − L_CACHE = 16; a linear ramp to −1 at 20; −1 beyond
+    CHECK(obj_overlong(10, 20, 4) == 0, "10 tokens: %g", obj_overlong(10, 20, 4));
+    CHECK(obj_overlong(16, 20, 4) == 0, "16 tokens (the onset): %g", obj_overlong(16, 20, 4));
+    CHECK(obj_overlong(17, 20, 4) == -0.25, "17 tokens: %g, expected -0.25", obj_overlong(17, 20, 4));
+    CHECK(obj_overlong(19, 20, 4) == -0.75, "19 tokens: %g, expected -0.75", obj_overlong(19, 20, 4));
+    CHECK(obj_overlong(20, 20, 4) == -1, "20 tokens (L_MAX): %g, expected -1", obj_overlong(20, 20, 4));
+    CHECK(obj_overlong(21, 20, 4) == -1, "21 tokens: %g, expected -1", obj_overlong(21, 20, 4));
+    CHECK(obj_overlong(1000, 20, 4) == -1, "1000 tokens: %g, expected -1", obj_overlong(1000, 20, 4));
+    // L_CACHE = L_MAX: the ramp starts at the first token
+    CHECK(obj_overlong(0, 8, 8) == 0 && obj_overlong(2, 8, 8) == -0.25, "cache = max: %g %g", obj_overlong(0, 8, 8),
+          obj_overlong(2, 8, 8));
+}
+
 int main(void) {
     RUN(advantages_of_rewards_0_1_1_2_by_each_kind);
     RUN(advantages_of_equal_rewards_are_exactly_zero);
@@ -188,5 +233,7 @@ int main(void) {
     RUN(gspo_clips_the_sequence_ratio_and_its_derivative_is_dv_dlog_s);
     RUN(tis_weight_is_the_ratio_capped_at_c_and_never_inf);
     RUN(k3_is_zero_at_ratio_1_and_positive_elsewhere);
+    RUN(kl_estimators_at_d_0_5_and_their_derivatives);
+    RUN(overlong_punishment_of_dapo_with_l_max_20_and_cache_4);
     CHECK_DONE();
 }
