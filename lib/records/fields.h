@@ -25,7 +25,7 @@ fld_type fld_type_of(const char *key, size_t len);
 const char *fld_type_name(fld_type t);   // "an array of float32", ...
 
 // Known fields of r have their types and the per-token arrays (ids, logp,
-// ver, logp_learner, w, mask) equal lengths: the rollout view's checks
+// ver, logp_learner, logp_ref, w, mask) equal lengths: the rollout view's checks
 // but those of ranges (rollout.h rollout_decode). 0, or -1 with err.
 int fld_check(const rec_t *r, rl_err *err);
 

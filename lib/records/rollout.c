@@ -30,6 +30,7 @@ static const struct {
     {RO_LOGP, "logp", T_F32S, AT(logp), 0},
     {RO_VER, "ver", T_U32S, AT(ver), 0},
     {RO_LOGP_LEARNER, "logp_learner", T_F32S, AT(logp_learner), 0},
+    {RO_LOGP_REF, "logp_ref", T_F32S, AT(logp_ref), 0},
     {RO_VER_LEARNER, "ver_learner", T_UINT, AT(ver_learner), 0},
     {RO_W, "w", T_F32S, AT(w), 0},
     {RO_MASK, "mask", T_MASK, AT(mask), 0},
@@ -102,7 +103,7 @@ static void clear(rollout_view *v) {
     v->messages = NULL;
     v->messages_len = 0;
     v->prompt_ids.n = v->ids.n = v->ver.n = 0;
-    v->logp.n = v->logp_learner.n = v->w.n = v->mask.n = 0;
+    v->logp.n = v->logp_learner.n = v->logp_ref.n = v->w.n = v->mask.n = 0;
     v->n = 0;
     v->reward = v->adv = 0;
     v->temperature = v->top_p = 1;
@@ -144,6 +145,7 @@ int rollout_decode(rollout_view *v, const rec_t *r, rl_err *err) {
         size_t n;
     } tok[] = {{RO_IDS, v->ids.n},   {RO_LOGP, v->logp.n},
                {RO_VER, v->ver.n},   {RO_LOGP_LEARNER, v->logp_learner.n},
+               {RO_LOGP_REF, v->logp_ref.n},
                {RO_W, v->w.n},       {RO_MASK, v->mask.n}};
     const char *first = NULL;
     for (size_t i = 0; i < sizeof tok / sizeof *tok; i++) {
@@ -162,6 +164,7 @@ int rollout_decode(rollout_view *v, const rec_t *r, rl_err *err) {
 int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
     if (rollout_decode(v, r, err) || check_floats("logp", &v->logp, 0, 0, "a log-probability is finite", err) ||
         check_floats("logp_learner", &v->logp_learner, 1, 0, "a log-probability is finite or -inf", err) ||
+        check_floats("logp_ref", &v->logp_ref, 0, 0, "a log-probability is finite", err) ||
         check_floats("w", &v->w, 0, 1, "a weight is finite and not negative", err))
         return -1;
     return 0;
@@ -173,6 +176,7 @@ void rollout_view_free(rollout_view *v) {
     u32_vec_free(&v->ver);
     f32_vec_free(&v->logp);
     f32_vec_free(&v->logp_learner);
+    f32_vec_free(&v->logp_ref);
     f32_vec_free(&v->w);
     u8_vec_free(&v->mask);
 }

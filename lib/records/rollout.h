@@ -3,11 +3,11 @@
 //
 // rollout_read decodes every known field that is present, and checks
 //   - types: each field has the type rlpipe-records(5) gives it;
-//   - lengths: the per-token arrays (ids, logp, ver, logp_learner, w, mask)
+//   - lengths: the per-token arrays (ids, logp, ver, logp_learner, logp_ref, w, mask)
 //     have one element per completion token (per element of ids, or of the
 //     first of them present when there is no ids);
-//   - ranges: mask is 0/1; logp finite; logp_learner neither NaN nor +inf
-//     (-inf is a learner probability of 0); w finite and >= 0.
+//   - ranges: mask is 0/1; logp and logp_ref finite; logp_learner neither
+//     NaN nor +inf (-inf is a learner probability of 0); w finite and >= 0.
 // What only one reader needs (a field it requires, a vocabulary, a finite
 // reward) it asks with rollout_require, rollout_finite and rollout_vocab,
 // whose messages have the same form. Messages name the field and what is
@@ -45,6 +45,7 @@ enum {
     RO_TEXT = 1u << 20,
     RO_STOP_REASON = 1u << 21,
     RO_DTYPE = 1u << 22,
+    RO_LOGP_REF = 1u << 23,
 };
 
 typedef struct {
@@ -57,6 +58,7 @@ typedef struct {
     size_t messages_len;
     u32_vec prompt_ids, ids, ver;        // ids, ver: n each
     f32_vec logp, logp_learner, w;       // n each: the sampler's, the learner's (π_old) log-probabilities; weights
+    f32_vec logp_ref;                    // n: a frozen reference model's log-probabilities (rl-ratio --as logp_ref)
     u8_vec mask;                         // n
     size_t n;                            // completion tokens: the length of every per-token array present
     double reward, adv;
