@@ -101,7 +101,7 @@ void ratio_input_free(ratio_input *in) {
 int ratio_read(const rec_t *r, const ratio_need *need, ratio_input *in, rl_err *err) {
     rollout_view *v = &in->v;
     if (rollout_read(v, r, err) || rollout_require(v, RO_IDS, "the completion's token ids", err) ||
-        rollout_require(v, RO_LOGP, "the sampler's log-probabilities", err))
+        (!need->ref && rollout_require(v, RO_LOGP, "the sampler's log-probabilities", err)))
         return -1;
     size_t n = v->n;
     if (!need->score) return rollout_require(v, RO_LOGP_LEARNER, "give --model DIR to compute it", err);
@@ -171,9 +171,13 @@ void ratio_acc_init(ratio_acc *a) {
     mm_init(&a->mm);
 }
 
-void ratio_acc_skip(ratio_acc *a, const ratio_input *in) {
+void ratio_acc_count(ratio_acc *a, const ratio_input *in) {
     a->records++;
     a->tokens += count_model_tokens(in);
+}
+
+void ratio_acc_skip(ratio_acc *a, const ratio_input *in) {
+    ratio_acc_count(a, in);
     a->skipped++;
 }
 

@@ -61,6 +61,7 @@ size_t ratio_weights(const ratio_opts *o, const float *logp, const float *logp_l
 // What the fields of a record are checked against.
 typedef struct {
     int score;          // a model computes logp_learner: prompt_ids and temperature are needed
+    int ref;            // with score: the model is a reference (logp_ref): no logp needed
     uint32_t vocab;     // with score: every token id must be below it
     size_t max_len;     // with score: positions read (prompt + completion - 1) at most this (0: no limit)
     const char *max_len_key;   // the config key that sets max_len, for messages (cfg_max_seq)
@@ -79,7 +80,7 @@ void ratio_input_free(ratio_input *in);
 
 // Reads r into in->v (rollout_read: types, lengths and ranges of every
 // field) and checks what weighting needs besides: ids and logp; without
-// need->score, logp_learner; with it, non-empty prompt_ids, token ids below
+// need->score, logp_learner; with it, non-empty prompt_ids (and no logp with need->ref), token ids below
 // the vocabulary, a positive temperature (a logp_learner in r is then not
 // used, and ver_learner cleared).
 // 0, or -1 with err naming the field (the caller adds where the record is).
@@ -110,6 +111,8 @@ void ratio_acc_init(ratio_acc *a);
 void ratio_acc_add(ratio_acc *a, const ratio_input *in, size_t capped);
 // A record passed on without learner log-probabilities.
 void ratio_acc_skip(ratio_acc *a, const ratio_input *in);
+// A record counted, its tokens too, with no mismatch (scored by a reference model).
+void ratio_acc_count(ratio_acc *a, const ratio_input *in);
 // One JSON object and a newline: {"batch": index (omitted when < 0), "records",
 // "tokens", "skipped", "k1", "k3", "ratio_mean", "ratio_min", "ratio_max", "capped_frac",
 // "masked_frac", "ess", "max_abs_p_diff", "lag_mean", "lag_max"}; a value

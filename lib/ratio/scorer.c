@@ -47,7 +47,7 @@ scorer_t *scr_new(const scr_opts *o) {
         const model_config *c = model_cfg(o->model);
         const char *key;
         size_t max_len = (size_t)cfg_max_seq(c, &key);
-        s->need = (ratio_need){.score = 1, .vocab = (uint32_t)c->vocab, .max_len = max_len, .max_len_key = key};
+        s->need = (ratio_need){.score = 1, .ref = o->as_ref, .vocab = (uint32_t)c->vocab, .max_len = max_len, .max_len_key = key};
     }
     s->cap = o->model ? s->o.batch : 1;
     s->held = xmalloc(s->cap * sizeof *s->held);
@@ -116,7 +116,9 @@ static void pack_cstr(msgpack_packer *pk, const char *s) {
 }
 
 void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, char **argv, int no_provenance) {
-    static const char *const OURS[] = {"rlpipe", "kind", "producer", "argv", "time", "ratio"};
+    const scr_opts *o = &s->o;
+    // a reference's scores leave the input's weighting ("ratio") as it was
+    const char *const OURS[] = {"rlpipe", "kind", "producer", "argv", "time", o->as_ref ? "ref" : "ratio"};
     rec_make_header(out, "rollouts", "rl-ratio", argc, argv, no_provenance);
     for (size_t i = 0; i < rec_nfields(in); i++) {
         size_t kl, vl;
@@ -127,11 +129,20 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
             ours |= strlen(OURS[j]) == kl && !memcmp(OURS[j], k, kl);
         if (!ours) rec_set_raw(out, k, kl, v, vl);
     }
-    const scr_opts *o = &s->o;
-    int capping = ratio_capping(&o->ratio);
     sbuf b = {0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, put_cb);
+    if (o->as_ref) {   // {"model": DIR, "device": D}
+        msgpack_pack_map(&pk, 2);
+        pack_cstr(&pk, "model");
+        pack_cstr(&pk, o->model_dir ? o->model_dir : "");
+        pack_cstr(&pk, "device");
+        pack_cstr(&pk, model_device(o->model));
+        rec_set_raw(out, "ref", 3, b.data, b.len);
+        sbuf_free(&b);
+        return;
+    }
+    int capping = ratio_capping(&o->ratio);
     int skip = o->model && o->skip_uniform;
     msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 3 : 0) + (size_t)skip);
     pack_cstr(&pk, "mode");
@@ -232,7 +243,7 @@ static int score(scorer_t *s, size_t n, rl_err *err) {
 // The batch is complete: its metrics line, and its k3 to the drift tracker.
 static int metrics_line(scorer_t *s, rl_err *err) {
     drift_report r;
-    if (drift_add(&s->drift, s->batches, mm_k3(&s->batch.mm), &r)) {
+    if (!s->o.as_ref && drift_add(&s->drift, s->batches, mm_k3(&s->batch.mm), &r)) {
         drift_message(&r, "batches", s->drift_warning, sizeof s->drift_warning);
         s->drift_due = 1;
     }
@@ -265,6 +276,14 @@ int scr_flush(scorer_t *s, recw_t *w, rl_err *err) {
             if (recw_write(w, h->rec, err)) return -1;
             ratio_acc_skip(&s->batch, &h->in);
             ratio_acc_skip(&s->total, &h->in);
+            if (s->batch.records == s->o.batch && metrics_line(s, err)) return -1;
+            continue;
+        }
+        if (s->o.as_ref) {   // the reference's log-probabilities, scored into the view's logp_learner
+            rec_set_f32s(h->rec, "logp_ref", h->in.v.logp_learner.v, h->in.v.logp_learner.n);
+            if (recw_write(w, h->rec, err)) return -1;
+            ratio_acc_count(&s->batch, &h->in);
+            ratio_acc_count(&s->total, &h->in);
             if (s->batch.records == s->o.batch && metrics_line(s, err)) return -1;
             continue;
         }

@@ -39,6 +39,12 @@ typedef struct {
     // advantage from the group's rewards less their mean (rl-learn's grpo,
     // drgrpo, rloo) is 0 for each, so none has a gradient to weight.
     int skip_uniform;
+    // With model: the model is a frozen reference, not the learner: its
+    // log-probabilities are written as "logp_ref" and nothing else (no w,
+    // mask, logp_learner or ver_learner; those a record has stay as they
+    // are), the records need no "logp", and the header gets "ref" (the
+    // model) beside the input's "ratio". Not with receiver or skip_uniform.
+    int as_ref;
 } scr_opts;
 
 typedef struct scorer scorer_t;

@@ -38,6 +38,11 @@ static const char USAGE[] =
     "                         stays) the records of each whole group whose rewards are all\n"
     "                         equal and that carry no adv: a group-baseline advantage is 0\n"
     "                         for them\n"
+    "      --as KEY           logp_learner (default), or logp_ref: --model is a frozen\n"
+    "                         reference model, and its log-probabilities are written as\n"
+    "                         logp_ref and nothing else (no w, mask, logp_learner;\n"
+    "                         records need no logp) for rl-learn --kl-coef; not with\n"
+    "                         --listen, --skip-uniform, --mode, --clip or --mask\n"
     "\n"
     "Weights, with rho = exp(logp_learner - logp) per token of the model (a record's\n"
     "own mask is 0 on the tokens an environment added: they get w 0, mask 0):\n"
@@ -61,6 +66,7 @@ static const char USAGE[] =
     "Examples:\n"
     "  rl-sample --model m/ prompts.jsonl | rl-ratio --model m/ --clip 2 | rl-learn --init m/ --out ckpt/\n"
     "  rl-cat --pack theirs.jsonl | rl-ratio --model m/ | rl-cat --stats\n"
+    "  rl-sample --model m/ p.jsonl | rl-ratio --model m/ | rl-ratio --model ref/ --as logp_ref | rl-learn --kl-coef 0.04 --init m/ --out ckpt/\n"
     "  rl-ratio --mode geo --mask 0.5,2 --metrics mm.jsonl scored.rlr -o weighted.rlr\n";
 
 typedef struct {
@@ -72,23 +78,24 @@ typedef struct {
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP, O_PARTIAL };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP, O_PARTIAL, O_AS };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
         {"listen", required_argument, 0, O_LISTEN}, {"token-file", required_argument, 0, O_TOKEN},
         {"device", required_argument, 0, O_DEVICE}, {"skip-uniform", no_argument, 0, O_SKIP},
-        {"allow-partial", no_argument, 0, O_PARTIAL}, CLI_OUT_LONGOPTS, {0, 0, 0, 0}};
+        {"allow-partial", no_argument, 0, O_PARTIAL}, {"as", required_argument, 0, O_AS}, CLI_OUT_LONGOPTS, {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
-    int c;
+    int c, mode_given = 0;
     while ((c = getopt_long(argc, argv, CLI_OUT_SHORTOPTS, longopts, NULL)) != -1) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
         case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case O_MODE:
+            mode_given = 1;
             if (ratio_parse_mode(optarg, &o.scr.ratio.mode, &e)) cli_usage_error("%s", e.msg);
             break;
         case O_CLIP:
@@ -105,7 +112,19 @@ static options parse_options(int argc, char **argv) {
         case O_TOKEN: o.token_file = optarg; break;
         case O_SKIP: o.scr.skip_uniform = 1; break;
         case O_PARTIAL: o.partial.allow = 1; break;
+        case O_AS:
+            if (!strcmp(optarg, "logp_ref")) o.scr.as_ref = 1;
+            else if (strcmp(optarg, "logp_learner")) cli_usage_error("--as '%s': use logp_learner or logp_ref", optarg);
+            break;
         }
+    }
+    if (o.scr.as_ref) {   // a reference is scored, never weighed, never pushed to
+        if (!o.model) cli_usage_error("--as logp_ref scores the records with the reference model: give --model DIR");
+        if (o.listen) cli_usage_error("--as logp_ref: the reference model is frozen, it takes no weights (--listen)");
+        if (o.scr.skip_uniform)
+            cli_usage_error("--as logp_ref: every record needs logp_ref for rl-learn --kl-coef (--skip-uniform)");
+        if (mode_given || o.scr.ratio.clip_set || o.scr.ratio.mask)
+            cli_usage_error("--as logp_ref writes no weights: --mode, --clip and --mask do not apply");
     }
     if (o.scr.ratio.mode == RATIO_NONE && (o.scr.ratio.mask || o.scr.ratio.clip_set))
         cli_usage_error("--mode none gives every token weight 1: --clip and --mask do not apply");
