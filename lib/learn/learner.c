@@ -23,8 +23,10 @@ typedef struct {
     float temperature;
     float *w, *mask;           // NULL when the record has none (1 everywhere)
     float *lp_learner, *lp;    // logp_learner (π_old), logp (the sampler's), or NULL
+    float *lp_ref;             // logp_ref (a frozen reference model's), or NULL
     uint32_t *ver;             // or NULL
     double reward, adv;
+    double shaping;            // added to the reward before the advantages (--overlong, --kl-in reward)
     int has_reward, has_adv, has_group;
     uint64_t group;
     // during a batch
@@ -100,6 +102,33 @@ int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err) {
     return 0;
 }
 
+int lrn_parse_kl_est(const char *s, kl_est *out, rl_err *err) {
+    if (!strcmp(s, "k1")) *out = KL_K1;
+    else if (!strcmp(s, "k2")) *out = KL_K2;
+    else if (!strcmp(s, "k3")) *out = KL_K3;
+    else return err_set(err, "--kl-est '%s': use k1, k2 or k3", s);
+    return 0;
+}
+
+int lrn_parse_kl_in(const char *s, int *in_reward, rl_err *err) {
+    if (!strcmp(s, "loss")) *in_reward = 0;
+    else if (!strcmp(s, "reward")) *in_reward = 1;
+    else return err_set(err, "--kl-in '%s': use loss or reward", s);
+    return 0;
+}
+
+int lrn_parse_overlong(const char *s, double *l_max, double *l_cache, rl_err *err) {
+    char *end, *end2;
+    *l_max = strtod(s, &end);
+    if (end == s || *end != ',') return err_set(err, "--overlong '%s': expected L_MAX,L_CACHE", s);
+    *l_cache = strtod(end + 1, &end2);
+    if (end2 == end + 1 || *end2 || !isfinite(*l_max) || !isfinite(*l_cache))
+        return err_set(err, "--overlong '%s': expected L_MAX,L_CACHE", s);
+    if (!(*l_cache > 0) || !(*l_cache <= *l_max))
+        return err_set(err, "--overlong '%s': needs 0 < L_CACHE <= L_MAX", s);
+    return 0;
+}
+
 const char *lrn_loss_name(loss_kind k) { return LOSS_NAMES[k]; }
 const char *lrn_adv_name(adv_kind k) { return k == ADV_GRPO ? "grpo" : k == ADV_DRGRPO ? "drgrpo" : "rloo"; }
 
@@ -118,7 +147,7 @@ learner_t *lrn_new(model_t *m, const lrn_opts *o) {
 }
 
 static void seq_free(lseq *s) {
-    void *p[] = {s->prompt, s->ids, s->w, s->mask, s->lp_learner, s->lp, s->ver, s->pi_old, s->logp, s->ent};
+    void *p[] = {s->prompt, s->ids, s->w, s->mask, s->lp_learner, s->lp, s->lp_ref, s->ver, s->pi_old, s->logp, s->ent};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) free(p[i]);
 }
 
@@ -224,11 +253,38 @@ out:
 // The per-token arrays of v (rollout_read made their lengths agree) have
 // one element per token of a completion of n tokens that text made.
 static int per_token_fits(const rollout_view *v, size_t n, rl_err *err) {
-    static const unsigned PER_TOKEN[] = {RO_LOGP, RO_VER, RO_LOGP_LEARNER, RO_W, RO_MASK};
+    static const unsigned PER_TOKEN[] = {RO_LOGP, RO_VER, RO_LOGP_LEARNER, RO_LOGP_REF, RO_W, RO_MASK};
     for (size_t i = 0; i < sizeof PER_TOKEN / sizeof *PER_TOKEN; i++)
         if ((v->has & PER_TOKEN[i]) && v->n != n)
             return err_set(err, "field \"%s\" has %zu elements but the completion's text has %zu tokens (one per "
                            "completion token)", rollout_field_name(PER_TOKEN[i]), v->n, n);
+    return 0;
+}
+
+// Σ mask over the completion tokens of s (its length without a mask).
+static double mask_sum(const lseq *s) {
+    double m = 0;
+    for (size_t t = 0; t < s->n; t++) m += s->mask ? s->mask[t] : 1;
+    return m;
+}
+
+// What the options add to the reward of s before the advantages, from its
+// own mask: DAPO's overlong punishment of its model tokens, and
+// −B·Σ mask·(logp_s − logp_ref) with --kl-in reward.
+static int reward_shaping(const learner_t *l, lseq *s, rl_err *err) {
+    const lrn_opts *o = &l->o;
+    s->shaping = 0;
+    if (o->overlong_cache > 0) s->shaping += obj_overlong(mask_sum(s), o->overlong_max, o->overlong_cache);
+    if (o->kl_coef > 0 && o->kl_in_reward) {
+        const float *lp_s = s->lp_learner ? s->lp_learner : s->lp;   // the policy scored as the current one
+        if (!lp_s)
+            return err_set(err, "no \"logp_learner\" and no \"logp\": --kl-in reward takes the KL of the policy "
+                           "that sampled or scored the completion to logp_ref");
+        double kl = 0;
+        for (size_t t = 0; t < s->n; t++)
+            if (!s->mask || s->mask[t] != 0) kl += (s->mask ? s->mask[t] : 1) * obj_kl(KL_K1, lp_s[t], s->lp_ref[t]).v;
+        s->shaping -= o->kl_coef * kl;
+    }
     return 0;
 }
 
@@ -284,6 +340,15 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
         for (size_t i = 0; i < s->n; i++) s->mask[i] = v->mask.v[i];
     }
     if (v->has & RO_VER) s->ver = copy(v->ver.v, s->n, sizeof *s->ver);
+    if (v->has & RO_LOGP_REF) s->lp_ref = copy(v->logp_ref.v, s->n, sizeof *s->lp_ref);
+    if (l->o.kl_coef > 0 && !s->lp_ref)
+        return err_set(err, "no \"logp_ref\" (the reference model's log-probabilities, rl-ratio --as logp_ref): "
+                       "--kl-coef needs them");
+    if (reward_shaping(l, s, err)) return -1;
+    if (l->o.mask_truncated && v->finish_len == 6 && !memcmp(v->finish, "length", 6)) {
+        if (!s->mask) s->mask = xmalloc(s->n ? s->n * sizeof *s->mask : 1);
+        for (size_t t = 0; t < s->n; t++) s->mask[t] = 0;
+    }
     return 0;
 }
 
@@ -354,7 +419,7 @@ static uint64_t batch_advantages(learner_t *l) {
     for (size_t i = 0; i < l->bn;) {
         size_t j = i + 1;
         while (j < l->bn && l->s[j].has_group && l->s[i].has_group && l->s[j].group == l->s[i].group) j++;
-        for (size_t k = i; k < j; k++) r[k - i] = l->s[k].reward;
+        for (size_t k = i; k < j; k++) r[k - i] = l->s[k].reward + l->s[k].shaping;
         int computable = 1;
         for (size_t k = i; k < j; k++) computable &= l->s[k].has_reward;
         if (computable && l->o.loss != LOSS_SFT) obj_advantages(l->o.adv, r, j - i, a);
@@ -391,6 +456,7 @@ typedef struct {
     int first_epoch;
     double loss;
     uint64_t clipped;          // tokens clipped (lrn_metrics' clipped)
+    double kl_ref;             // --kl-coef: Σ of the KL estimator to the reference over the kept tokens
     double k3;                 // tis: Σ ρ − 1 − log ρ over the tokens, and how many were capped
     uint64_t capped;
     double seq_g;              // gspo: the sequence mb[k]'s dL/dlogp per unit of mask (before 1/z)
@@ -406,13 +472,6 @@ static double tis_weight(loss_ctx *c, const lseq *s, size_t j, float old) {
     c->capped += (uint64_t)cut;
     c->k3 += obj_k3(lr, rho);
     return w;
-}
-
-// Σ mask over the completion tokens of s (its length without a mask).
-static double mask_sum(const lseq *s) {
-    double m = 0;
-    for (size_t t = 0; t < s->n; t++) m += s->mask ? s->mask[t] : 1;
-    return m;
 }
 
 // gspo, at the first token of s: the sequence's term (obj_gspo, from the
@@ -453,6 +512,14 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *
                 term = (obj_term){0, c->seq_g * mask};
                 clipped = c->seq_clipped;
                 break;
+            }
+            if (o->kl_coef > 0) {   // the reference's KL: in the loss, or only measured (--kl-in reward)
+                obj_term kl = obj_kl(o->kl_in_reward ? KL_K1 : o->kl, lp, s->lp_ref[j]);
+                c->kl_ref += kl.v;
+                if (!o->kl_in_reward) {
+                    term.v += o->kl_coef * mask * kl.v;
+                    term.g += o->kl_coef * mask * kl.g;
+                }
             }
         }
         c->clipped += (uint64_t)clipped;
@@ -627,11 +694,13 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     }
     m->groups = batch_advantages(l);
     batch_stats(l, version, m);
-    // sequences with a gradient: all with tokens for sft, those with an advantage too otherwise
+    // sequences with a gradient: all with tokens for sft and for a KL in the
+    // loss, those with an advantage too otherwise
+    int every = l->o.loss == LOSS_SFT || (l->o.kl_coef > 0 && !l->o.kl_in_reward);
     lseq **tr = xmalloc(l->bn * sizeof *tr);
     size_t all = 0, fwd = 0;
     for (size_t i = 0; i < l->bn; i++)
-        if (l->s[i].n && (l->o.loss == LOSS_SFT || l->s[i].a != 0)) {
+        if (l->s[i].n && (every || l->s[i].a != 0)) {
             tr[all++] = &l->s[i];
             fwd += l->s[i].np + l->s[i].n - 1;
         }
@@ -661,9 +730,9 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         free(tr);
         return 1;
     }
-    // loss, entropy, tokens kept, the clipped tokens, and --tis's k3 and
-    // capped tokens: this rank's, then summed over the ranks
-    double sums[6] = {c.loss, 0, 0, (double)c.clipped, c.k3, (double)c.capped};
+    // loss, entropy, tokens kept, the clipped tokens, --tis's k3 and capped
+    // tokens, and the reference's KL: this rank's, then summed over the ranks
+    double sums[7] = {c.loss, 0, 0, (double)c.clipped, c.k3, (double)c.capped, c.kl_ref};
     for (size_t i = 0; i < ntr; i++)
         for (size_t t = 0; t < tr[i]->n; t++)
             if (kept(tr[i], t)) {
@@ -671,7 +740,7 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
                 sums[2]++;
             }
     free(tr);
-    if (l->o.dist && dist_sum(l->o.dist, sums, 6, err)) return -1;
+    if (l->o.dist && dist_sum(l->o.dist, sums, 7, err)) return -1;
     m->step = steps + 1;
     m->version = version + 1;
     m->epoch = l->epoch + 1;
@@ -682,6 +751,8 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     m->ppo = l->o.loss == LOSS_PPO;
     m->has_clipped = lrn_ratio_loss(l->o.loss);
     m->clipped = sums[2] > 0 ? sums[3] / sums[2] : 0;
+    m->has_kl_ref = l->o.kl_coef > 0;
+    m->kl_ref = sums[2] > 0 ? sums[6] / sums[2] : 0;
     if (l->o.tis > 0 && sums[2] > 0) {   // the records carry no logp_learner: ρ is the forward's
         m->has_k3 = m->has_capped = 1;
         m->k3 = sums[4] / sums[2];
@@ -755,6 +826,7 @@ void lrn_metrics_json(const lrn_metrics *m, sbuf *o) {
     put_num(o, "capped", m->capped, m->has_capped);
     put_num(o, "ppo_clipped", m->clipped, m->ppo);   // the older key, ppo's alone
     put_num(o, "clipped", m->clipped, m->has_clipped);
+    put_num(o, "kl_ref", m->kl_ref, m->has_kl_ref);
     put_num(o, "tokens_per_s", m->tokens_per_s, 1);
     put_num(o, "seconds", m->seconds, 1);
     put_num(o, "save_s", m->save_s, 1);

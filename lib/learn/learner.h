@@ -42,6 +42,25 @@ typedef struct {
     // Not with gspo, whose ratio is the sequence's (rl-learn refuses it).
     // 0: w and logp_learner as the records give them.
     double tis;
+    // > 0: a penalty B on the KL to a frozen reference model, whose
+    // log-probabilities every record carries (logp_ref, rl-ratio --as
+    // logp_ref). kl_in_reward 0: B·(1/Z)·Σ mask·kl_t added to the loss, kl_t
+    // the estimator kl of d = log π_θ − logp_ref (obj_kl), the gradient
+    // through log π_θ; 1: B·Σ_t mask·(logp_s − logp_ref) taken off the
+    // sequence's reward before the advantages, logp_s its logp_learner
+    // (π_old, the policy scored as the current one) or else its logp, and no
+    // loss term. Not with sft (rl-learn refuses it).
+    double kl_coef;
+    kl_est kl;
+    int kl_in_reward;
+    // Sequences whose "finish" is "length" (cut at the length limit) get
+    // mask 0 on every token: no gradient, and none counted by --norm tokens.
+    int mask_truncated;
+    // overlong_cache > 0: DAPO's soft overlong punishment obj_overlong(L,
+    // overlong_max, overlong_cache) added to the reward before the
+    // advantages, L the sequence's model tokens (those of mask 1 in a
+    // record's own mask, else all its completion tokens).
+    double overlong_max, overlong_cache;
     int epochs;                 // ratio losses: steps per batch (>= 1)
     int micro;                  // micro-batches per step, at least (gradient accumulation)
     size_t micro_tokens;        // 0: LRN_MICRO_TOKENS
@@ -70,6 +89,10 @@ int lrn_ratio_loss(loss_kind k);
 // ε_max = 5 as TRL documents it); gspo 3e-4 and 4e-4 (the GSPO paper's).
 void lrn_clip_range(loss_kind k, double eps, double eps_low, double eps_high, double *lo, double *hi);
 int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err);
+int lrn_parse_kl_est(const char *s, kl_est *out, rl_err *err);   // k1 | k2 | k3
+int lrn_parse_kl_in(const char *s, int *in_reward, rl_err *err);  // loss | reward
+// "L_MAX,L_CACHE" of --overlong: 0 < L_CACHE <= L_MAX.
+int lrn_parse_overlong(const char *s, double *l_max, double *l_cache, rl_err *err);
 int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err);
 const char *lrn_loss_name(loss_kind k);
 const char *lrn_adv_name(adv_kind k);
@@ -95,6 +118,9 @@ typedef struct {
     double clipped;                   // fraction of trained tokens clipped: ppo's clipped term taken,
                                       // cispo's ratio clipped, gspo's sequence's clipped term taken
                                       // (written as "clipped", and for ppo as "ppo_clipped" too)
+    int has_kl_ref;                   // --kl-coef > 0
+    double kl_ref;                    // mean over trained tokens of the KL estimator to the reference at
+                                      // the learner's log π_θ (k1 with --kl-in reward)
     double seconds, tokens_per_s;     // of the step; fwd_tokens per second
     double save_s;                    // writing the step's checkpoint (set by the caller)
     double elapsed;                   // seconds since the learner started, checkpoint written (set by the caller)

@@ -73,6 +73,20 @@ static const char USAGE[] =
     "                         would, pi from this learner's own forward (the first\n"
     "                         epoch's), mu the record's logp: no rl-ratio in the pipe\n"
     "                         (not gspo, whose ratio is the sequence's)\n"
+    "      --kl-coef B        a penalty B on the KL to a frozen reference model, from\n"
+    "                         each record's logp_ref (rl-ratio --model ref/ --as logp_ref);\n"
+    "                         not with sft\n"
+    "      --kl-est K         its per-token estimator of d = logp - logp_ref in the loss:\n"
+    "                         k1 = d, k2 = d^2/2, k3 = exp(-d) + d - 1 (default)\n"
+    "      --kl-in WHERE      loss (default): B/Z * sum mask*k added to the loss;\n"
+    "                         reward: B * sum mask*(logp_s - logp_ref) taken off each\n"
+    "                         sequence's reward before the advantages, logp_s its\n"
+    "                         logp_learner, else its logp\n"
+    "      --mask-truncated   mask 0 on every token of a sequence whose finish is\n"
+    "                         \"length\" (DAPO's overlong filtering)\n"
+    "      --overlong L,C     DAPO's soft overlong punishment added to the reward: 0 up\n"
+    "                         to L-C model tokens, then falling linearly to -1 at L\n"
+    "                         tokens, -1 beyond (0 < C <= L)\n"
     "\n"
     "Optimizer (AdamW as torch.optim.AdamW):\n"
     "      --lr X             peak learning rate (default 1e-6)\n"
@@ -123,7 +137,8 @@ static options parse_options(int argc, char **argv) {
     enum { O_INIT = 256, O_CONFIG, O_SEED, O_INIT_STD, O_OUT, O_RESUME, O_NO_SKIP, O_KEEP, O_KEEP_EVERY, O_BATCH, O_MICRO,
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
-           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL, O_EPS_LOW, O_EPS_HIGH };
+           O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL, O_EPS_LOW, O_EPS_HIGH,
+           O_KL_COEF, O_KL_EST, O_KL_IN, O_MASK_TRUNC, O_OVERLONG };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
@@ -140,6 +155,9 @@ static options parse_options(int argc, char **argv) {
         {"norm", required_argument, 0, O_NORM},       {"eps", required_argument, 0, O_EPS},
         {"eps-low", required_argument, 0, O_EPS_LOW}, {"eps-high", required_argument, 0, O_EPS_HIGH},
         {"tis", required_argument, 0, O_TIS},
+        {"kl-coef", required_argument, 0, O_KL_COEF}, {"kl-est", required_argument, 0, O_KL_EST},
+        {"kl-in", required_argument, 0, O_KL_IN},     {"mask-truncated", no_argument, 0, O_MASK_TRUNC},
+        {"overlong", required_argument, 0, O_OVERLONG},
         {"epochs", required_argument, 0, O_EPOCHS},   {"lr", required_argument, 0, O_LR},
         {"warmup", required_argument, 0, O_WARMUP},   {"schedule", required_argument, 0, O_SCHEDULE},
         {"total-steps", required_argument, 0, O_TOTAL}, {"weight-decay", required_argument, 0, O_WD},
@@ -150,11 +168,11 @@ static options parse_options(int argc, char **argv) {
         {"collective-timeout", required_argument, 0, O_COLL_TIMEOUT},
         {"version", no_argument, 0, 'V'},             {0, 0, 0, 0}};
     options o = {.pub = {.init_std = 0.02, .keep = 5, .state_every = 1}, .collective_timeout = 600,
-                 .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1,
+                 .lrn = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1, .kl = KL_K3,
                          .micro = 1, .batch = 64, .opt = adamw_default_opts}};
     adamw_opts *a = &o.lrn.opt;
     rl_err e;
-    int c, max_steps_given = 0;
+    int c, max_steps_given = 0, kl_est_given = 0, kl_in_given = 0;
     double eps = NAN, eps_low = NAN, eps_high = NAN;   // as given (NAN: not), resolved by lrn_clip_range
     while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
         switch (c) {
@@ -199,6 +217,19 @@ static options parse_options(int argc, char **argv) {
             o.lrn.tis = cli_parse_f64("--tis", optarg, 0, 1e30, 0);
             if (!(o.lrn.tis > 0)) cli_usage_error("--tis: the cap C must be above 0");
             break;
+        case O_KL_COEF: o.lrn.kl_coef = cli_parse_f64("--kl-coef", optarg, 0, 1e30, 0); break;
+        case O_KL_EST:
+            if (lrn_parse_kl_est(optarg, &o.lrn.kl, &e)) cli_usage_error("%s", e.msg);
+            kl_est_given = 1;
+            break;
+        case O_KL_IN:
+            if (lrn_parse_kl_in(optarg, &o.lrn.kl_in_reward, &e)) cli_usage_error("%s", e.msg);
+            kl_in_given = 1;
+            break;
+        case O_MASK_TRUNC: o.lrn.mask_truncated = 1; break;
+        case O_OVERLONG:
+            if (lrn_parse_overlong(optarg, &o.lrn.overlong_max, &o.lrn.overlong_cache, &e)) cli_usage_error("%s", e.msg);
+            break;
         case O_EPS: eps = cli_parse_f64("--eps", optarg, 0, 1, 1); break;
         case O_EPS_LOW: eps_low = cli_parse_f64("--eps-low", optarg, 0, 1, 0); break;
         case O_EPS_HIGH: eps_high = cli_parse_f64("--eps-high", optarg, 0, 1e30, 0); break;
@@ -240,6 +271,12 @@ static options parse_options(int argc, char **argv) {
     if (o.lrn.tis > 0 && o.lrn.loss == LOSS_GSPO)
         cli_usage_error("--tis weighs each token, and gspo's ratio is the sequence's: weigh the sequences before "
                         "rl-learn with rl-ratio --mode geo (or seq)");
+    if (o.lrn.kl_coef > 0 && o.lrn.loss == LOSS_SFT)
+        cli_usage_error("--kl-coef penalizes a policy's distance from a reference: not with --loss sft");
+    if ((kl_est_given || kl_in_given) && !(o.lrn.kl_coef > 0))
+        cli_usage_error("--%s goes with --kl-coef B > 0", kl_est_given ? "kl-est" : "kl-in");
+    if (kl_est_given && o.lrn.kl_in_reward)
+        cli_usage_error("--kl-in reward takes k1 of each sequence off its reward: --kl-est is for --kl-in loss");
     lrn_clip_range(o.lrn.loss, eps, eps_low, eps_high, &o.lrn.eps_low, &o.lrn.eps_high);
     if (o.chat.n && o.lrn.loss != LOSS_SFT) cli_usage_error("--chat-arg: only --loss sft renders conversations");
     if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
