@@ -14,7 +14,7 @@ import zstandard
 
 ROOT = os.environ.get("RLPIPE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BIN = os.environ.get("RLPIPE_BIN", os.path.join(ROOT, "bin"))
-F32_KEYS = ("logp", "logp_learner", "w")   # float32 arrays by rlpipe-records(5)
+F32_KEYS = ("logp", "logp_learner", "logp_ref", "w")   # float32 arrays by rlpipe-records(5)
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 _failed = 0

@@ -11,6 +11,12 @@ float64 model with autograd, and the loss written here from doc/design.md §4:
   gspo:  L = −Σ_i w̄_i·min(s_i·Â_i, clip(s_i, 1−ε_lo, 1+ε_hi)·Â_i) / Z,
          s_i = exp(Σ mask·(log π − log π_old) / Σ mask), w̄_i = Σ mask·w / Σ mask
   sft:   L = −Σ mask·log π(a_t) / Z
+  --kl-coef B (--kl-in loss): + B·Σ mask·k(d_t) / Z, d = log π − logp_ref,
+         k1 = d, k2 = d²/2, k3 = exp(−d) + d − 1 (every sequence, Â 0 or not)
+  --kl-in reward: r − B·Σ mask·(logp_s − logp_ref), logp_s the record's
+         logp_learner or else its logp, before the advantages
+  --overlong L,C: r + (0 up to L − C model tokens, (L − C − n)/C up to L, −1 beyond)
+  --mask-truncated: mask 0 on every token of a record whose finish is "length"
 with log π at the record's temperature, Â from the group's rewards (grpo:
 (r − mean)/(std_bessel + 1e-4), drgrpo: r − mean, rloo: r − mean of the
 others) and Z the number of sequences (seqs), of tokens kept (tokens) or N;
@@ -132,8 +138,45 @@ def advantages(recs, kind="grpo"):
 DEFAULT_EPS = {"ppo": (0.2, 0.2), "cispo": (1.0, 4.0), "gspo": (3e-4, 4e-4)}
 
 
+def kl_estimate(est, d):
+    """Schulman's estimators of KL(π‖π_ref) from d = log π − log π_ref (a tensor)."""
+    if est == "k1":
+        return d
+    if est == "k2":
+        return d * d / 2
+    return torch.exp(-d) + d - 1
+
+
+def shaped_rewards(recs, kl_coef=0.0, kl_in="loss", overlong=None):
+    """Copies of recs whose rewards carry --overlong's punishment and --kl-in
+    reward's penalty, each over the record's own mask."""
+    out = []
+    for r in recs:
+        r = dict(r)
+        n = len(r["ids"])
+        m = r.get("mask", [1] * n)
+        if overlong is not None:
+            l_max, l_cache = overlong
+            length = sum(m)
+            if length > l_max:
+                r["reward"] -= 1.0
+            elif length > l_max - l_cache:
+                r["reward"] += (l_max - l_cache - length) / l_cache
+        if kl_coef and kl_in == "reward":
+            lp_s = r["logp_learner"] if "logp_learner" in r else r["logp"]
+            r["reward"] -= kl_coef * sum(mt * (a - b) for mt, a, b in zip(m, lp_s, r["logp_ref"]))
+        out.append(r)
+    return out
+
+
+def truncated_masked(recs):
+    """--mask-truncated: mask 0 on every token of the records cut at the length limit."""
+    return [dict(r, mask=[0] * len(r["ids"])) if r.get("finish") == "length" else r for r in recs]
+
+
 def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=None, eps_high=None, pi_old=None,
-             tis=None, drop_masked=False, clips=None):
+             tis=None, drop_masked=False, clips=None, kl_coef=0.0, kl_est="k3", kl_in="loss", overlong=None,
+             mask_truncated=False):
     """pi_old: for the ratio losses (ppo, cispo, gspo), log π_old per record
     (list of tensors); default the record's logp_learner, else the current
     log-probs (detached). eps sets both sides of the clip range, eps_low and
@@ -151,7 +194,9 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=No
         lo, hi = lo if eps_low is None else eps_low, hi if eps_high is None else eps_high
     if clips is not None:
         clips.update(below=0, above=0, terms=0)
-    a = advantages(recs, adv) if loss != "sft" else [0.0] * len(recs)
+    a = advantages(shaped_rewards(recs, kl_coef, kl_in, overlong), adv) if loss != "sft" else [0.0] * len(recs)
+    if mask_truncated:
+        recs = truncated_masked(recs)
     if norm == "seqs":
         z = len(recs)
     elif norm == "tokens":
@@ -168,6 +213,9 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=No
         if tis is not None:
             w = torch.exp(lp.detach() - torch.tensor(r["logp"], dtype=torch.float64)[keep]).clamp(max=tis)
         m = torch.tensor(r.get("mask", [1] * n), dtype=torch.float64)[keep]
+        if kl_coef and kl_in == "loss":
+            d = lp - torch.tensor(r["logp_ref"], dtype=torch.float64)[keep]
+            total = total + kl_coef * (m * kl_estimate(kl_est, d)).sum()
         if loss == "sft":
             total = total - (m * lp).sum()
             continue
@@ -656,6 +704,128 @@ def learner_metrics_leave_the_environment_tokens_out():
     assert abs(m["capped"] - tis_capped / n_run) <= 1e-12, f"--tis: capped {m['capped']}, expected {tis_capped}/{n_run}"
     print(f"  k3 {k3:.4g}, capped {capped:.3f}, entropy {ent / n_run:.4g}, clipped {clipped} of {n_run}, "
           f"--tis {cap:.3g}: k3 {tis_k3:.4g}, capped {tis_capped}/{n_run}")
+
+
+# ---- a reference model's KL, and overlong sequences (DAPO) ------------------------------------
+
+def with_logp_ref(ref, recs, seed, spread=1.0):
+    """recs with logp_ref, a reference model's log-probs: the learner's own
+    within ±spread, so that d = log π − logp_ref takes both signs and every
+    estimator's derivative differs from the others'."""
+    rng = random.Random(seed)
+    for r in recs:
+        lp = ref_logprobs(ref, r).detach()
+        r["logp_ref"] = [f32(float(x) + rng.uniform(-spread, spread)) for x in lp]
+    return recs
+
+
+@case
+def kl_to_a_reference_in_the_loss_matches_autograd_for_k1_k2_k3_under_pg_and_ppo():
+    # B·Σ mask·k(d)/Z over every sequence, those of advantage 0 too (the
+    # records' last group has equal rewards: only the KL moves it)
+    d = model("kl", seed=51)
+    ref = llama_ref.Llama(d)
+    recs = with_logp_ref(ref, records(seed=52, logp_learner=True, ref=ref), 53)
+    worst = {}
+    for est in ("k1", "k2", "k3"):
+        for loss in ("pg", "ppo"):
+            args = ("--loss", loss, "--kl-coef", "0.3", "--kl-est", est)
+            worst[loss, est] = check_grads(d, recs, args, loss=loss, kl_coef=0.3, kl_est=est)
+    check_grads(d, recs, ("--loss", "ppo", "--kl-coef", "0.3", "--norm", "tokens", "--micro", "3"), loss="ppo",
+                kl_coef=0.3, norm="tokens")
+    print(f"  worst relative gradient errors: {worst}")
+
+
+@case
+def kl_in_the_loss_of_cispo_and_gspo_and_with_environment_tokens():
+    d = model("klenv", seed=54)
+    ref = llama_ref.Llama(d)
+    recs = with_logp_ref(ref, multi_turn(records(seed=55, mask=False, logp_learner=True, ref=ref)), 56)
+    check_grads(d, recs, ("--loss", "cispo", "--kl-coef", "0.2", "--kl-est", "k2"), loss="cispo", kl_coef=0.2,
+                kl_est="k2", drop_masked=True)
+    check_grads(d, recs, ("--loss", "gspo", "--eps", "0.1", "--kl-coef", "0.2"), loss="gspo", eps=0.1,
+                kl_coef=0.2, drop_masked=True)
+
+
+@case
+def kl_in_reward_takes_b_times_the_sequence_k1_off_the_reward_before_the_advantages():
+    # logp_s is logp_learner where the records carry it, else logp; no loss term
+    d = model("klrew", seed=57)
+    ref = llama_ref.Llama(d)
+    recs = with_logp_ref(ref, records(seed=58, logp_learner=True, ref=ref), 59)
+    base, shaped = advantages(recs), advantages(shaped_rewards(recs, 0.5, "reward"))
+    assert sum(x != y for x, y in zip(base, shaped)) >= len(recs) // 2, "the penalty changes few advantages"
+    check_grads(d, recs, ("--kl-coef", "0.5", "--kl-in", "reward"), loss="pg", kl_coef=0.5, kl_in="reward")
+    check_grads(d, recs, ("--loss", "ppo", "--kl-coef", "0.5", "--kl-in", "reward", "--adv", "drgrpo"), loss="ppo",
+                kl_coef=0.5, kl_in="reward", adv="drgrpo")
+    sampled = [{k: v for k, v in r.items() if k != "logp_learner"} for r in recs]
+    assert advantages(shaped_rewards(sampled, 0.5, "reward")) != shaped, "logp and logp_learner give the same"
+    check_grads(d, sampled, ("--kl-coef", "0.5", "--kl-in", "reward"), loss="pg", kl_coef=0.5, kl_in="reward")
+
+
+@case
+def overlong_adds_dapo_soft_punishment_to_the_reward_before_the_advantages():
+    # completions of 1-12 tokens, masks of about 80% ones: L_MAX 8, L_CACHE 4
+    # puts some in each piece (<= 4 model tokens, the ramp, beyond 8)
+    d = model("overlong", seed=60)
+    recs = records(seed=61, mask=True)
+    lengths = [sum(r["mask"]) for r in recs]
+    assert min(lengths) <= 4 and any(4 < x <= 8 for x in lengths) and max(lengths) > 8, lengths
+    check_grads(d, recs, ("--overlong", "8,4"), loss="pg", overlong=(8, 4))
+    no_mask = [{k: v for k, v in r.items() if k not in ("mask", "w")} for r in recs]   # L: every token
+    check_grads(d, no_mask, ("--overlong", "10,6", "--adv", "rloo"), loss="pg", overlong=(10, 6), adv="rloo")
+
+
+@case
+def mask_truncated_gives_no_gradient_to_a_sequence_cut_at_the_length_limit():
+    d = model("trunc", seed=62)
+    recs = records(seed=63)
+    for i, r in enumerate(recs):
+        r["finish"] = "length" if i % 3 == 0 else "stop"
+    check_grads(d, recs, ("--mask-truncated", "--norm", "tokens"), loss="pg", norm="tokens", mask_truncated=True)
+    check_grads(d, recs, ("--mask-truncated", "--loss", "ppo", "--overlong", "8,4"), loss="ppo", overlong=(8, 4),
+                mask_truncated=True)
+
+
+@case
+def kl_ref_metric_is_the_mean_estimate_over_the_trained_tokens():
+    d = model("klm", seed=64)
+    ref = llama_ref.Llama(d)
+    recs = with_logp_ref(ref, records(seed=65), 66)
+    src = write_records("kl-metrics.rlr", recs)
+    a = advantages(recs)
+    for kl_in, est in (("loss", "k2"), ("loss", "k3"), ("reward", "k1")):
+        a_in = advantages(shaped_rewards(recs, 0.1, "reward")) if kl_in == "reward" else a
+        total, n = 0.0, 0
+        for r, ai in zip(recs, a_in):
+            if kl_in == "reward" and ai == 0:   # not run: no forward, no estimate
+                continue
+            lp = ref_logprobs(ref, r).detach()
+            for t, mt in enumerate(r["mask"]):
+                if mt:
+                    total += float(kl_estimate(est, lp[t] - r["logp_ref"][t]))
+                    n += 1
+        out = path(f"kl-metrics-{kl_in}-{est}")
+        est_args = ("--kl-est", est) if kl_in == "loss" else ()
+        learn("--init", d, "--out", out, "--batch", str(len(recs)), "--kl-coef", "0.1", "--kl-in", kl_in, *est_args,
+              "--lr", "0", "--keep", "0", "--metrics", out + ".jsonl", src)
+        m = [json.loads(x) for x in open(out + ".jsonl")][0]
+        assert abs(m["kl_ref"] - total / n) <= 1e-5 * abs(total / n), f"{kl_in} {est}: kl_ref {m['kl_ref']}, expected {total / n}"
+    out = path("kl-metrics-none")
+    learn("--init", d, "--out", out, "--batch", str(len(recs)), "--lr", "0", "--metrics", out + ".jsonl", src)
+    m = [json.loads(x) for x in open(out + ".jsonl")][0]
+    assert m["kl_ref"] is None, f"without --kl-coef: kl_ref {m['kl_ref']}, expected null"
+
+
+@case
+def kl_coef_refuses_a_record_without_logp_ref_naming_it():
+    d = model("klmissing", seed=67)
+    ref = llama_ref.Llama(d)
+    recs = with_logp_ref(ref, records(seed=68), 69)
+    del recs[5]["logp_ref"]
+    src = write_records("kl-missing.rlr", recs)
+    rc, out, err = rltest.run("rl-learn", "-q", "--init", d, "--out", path("klmissing.ckpt"), "--kl-coef", "0.1", src)
+    assert rc == 1 and '"logp_ref"' in err and "record 5" in err, f"exit {rc}: {err.strip()[:400]}"
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ VOCAB = 96
 TIMING = ("tokens_per_s", "seconds", "save_s", "elapsed")   # metrics that differ between identical steps
 METRIC_KEYS = ["step", "version", "epoch", "samples", "groups", "trained", "tokens", "fwd_tokens", "reward_mean",
                "reward_std", "accuracy", "adv_mean", "adv_std", "adv_zero", "loss", "grad_norm", "lr", "entropy",
-               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "clipped", "tokens_per_s", "seconds",
+               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "clipped", "kl_ref", "tokens_per_s", "seconds",
                "save_s", "elapsed"]
 
 
@@ -164,7 +164,7 @@ def checkpoints_are_complete_versions_one_per_step_with_latest_and_metrics():
                 "tokens": sum(len(r["ids"]) for r in batch),
                 "fwd_tokens": sum(len(r["prompt_ids"]) + len(r["ids"]) - 1 for r in batch),
                 "reward_mean": 0.5, "accuracy": 0.5, "adv_zero": 0.0, "lr": 1e-3, "lag_mean": k, "lag_max": k,
-                "k3": None, "capped": None, "ppo_clipped": None, "clipped": None}
+                "k3": None, "capped": None, "ppo_clipped": None, "clipped": None, "kl_ref": None}
         got = {key: x[key] for key in want}
         assert got == want, f"step {k + 1}: {got} != {want}"
         assert x["grad_norm"] > 0 and math.isfinite(x["loss"]) and x["entropy"] > 0, x

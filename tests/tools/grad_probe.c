@@ -33,9 +33,12 @@ int main(int argc, char **argv) {
         {"adv", required_argument, 0, 'a'},   {"norm", required_argument, 0, 'n'},
         {"eps", required_argument, 0, 'e'},   {"micro", required_argument, 0, 'M'},
         {"micro-tokens", required_argument, 0, 'T'}, {"tis", required_argument, 0, 't'},
-        {"eps-low", required_argument, 0, 'L'}, {"eps-high", required_argument, 0, 'H'}, {0, 0, 0, 0}};
+        {"eps-low", required_argument, 0, 'L'}, {"eps-high", required_argument, 0, 'H'},
+        {"kl-coef", required_argument, 0, 'k'}, {"kl-est", required_argument, 0, 'K'},
+        {"kl-in", required_argument, 0, 'I'},   {"mask-truncated", no_argument, 0, 'X'},
+        {"overlong", required_argument, 0, 'O'}, {0, 0, 0, 0}};
     const char *dir = NULL;
-    lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1, .micro = 1,
+    lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1, .micro = 1, .kl = KL_K3,
                   .batch = SIZE_MAX, .opt = adamw_default_opts};   // one batch of every record
     double eps = NAN, eps_low = NAN, eps_high = NAN;
     rl_err e;
@@ -53,6 +56,11 @@ int main(int argc, char **argv) {
         case 'M': o.micro = atoi(optarg); break;
         case 'T': o.micro_tokens = (size_t)atol(optarg); break;
         case 't': o.tis = atof(optarg); break;
+        case 'k': o.kl_coef = atof(optarg); break;
+        case 'K': bad = lrn_parse_kl_est(optarg, &o.kl, &e); break;
+        case 'I': bad = lrn_parse_kl_in(optarg, &o.kl_in_reward, &e); break;
+        case 'X': o.mask_truncated = 1; break;
+        case 'O': bad = lrn_parse_overlong(optarg, &o.overlong_max, &o.overlong_cache, &e); break;
         default: die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
         }
         if (bad) die(e.msg);
