@@ -71,6 +71,19 @@ usage "--tis 0" '--tis: the cap C must be above 0' --init m --out ck --tis 0
 usage "--tis with --loss sft" '--tis weighs the pg, ppo and cispo losses, not sft' --init m --out ck --tis 2 --loss sft
 usage "--tis with --loss gspo" "--tis weighs each token, and gspo's ratio is the sequence's: weigh the sequences before rl-learn with rl-ratio --mode geo \(or seq\)" \
     --init m --out ck --loss gspo --tis 2
+usage "--kl-coef -1" '--kl-coef' --init m --out ck --kl-coef -1
+usage "--kl-coef with --loss sft" '--kl-coef penalizes a policy.s distance from a reference: not with --loss sft' \
+    --init m --out ck --kl-coef 0.1 --loss sft
+usage "--kl-est k4" "--kl-est 'k4': use k1, k2 or k3" --init m --out ck --kl-coef 0.1 --kl-est k4
+usage "--kl-in logits" "--kl-in 'logits': use loss or reward" --init m --out ck --kl-coef 0.1 --kl-in logits
+usage "--kl-est without --kl-coef" '--kl-est goes with --kl-coef B > 0' --init m --out ck --kl-est k2
+usage "--kl-in without --kl-coef" '--kl-in goes with --kl-coef B > 0' --init m --out ck --kl-in reward
+usage "--kl-est with --kl-in reward" '--kl-in reward takes k1 of each sequence off its reward: --kl-est is for --kl-in loss' \
+    --init m --out ck --kl-coef 0.1 --kl-in reward --kl-est k2
+usage "--overlong with L_CACHE > L_MAX" "--overlong '4,8': needs 0 < L_CACHE <= L_MAX" --init m --out ck --overlong 4,8
+usage "--overlong with L_CACHE 0" "--overlong '8,0': needs 0 < L_CACHE <= L_MAX" --init m --out ck --overlong 8,0
+usage "--overlong with one number" "--overlong '8': expected L_MAX,L_CACHE" --init m --out ck --overlong 8
+usage "--overlong 8,x" "--overlong '8,x': expected L_MAX,L_CACHE" --init m --out ck --overlong 8,x
 usage "--seed x" '--seed' --config m/config.json --out ck --seed x
 usage "--metrics naming an input" 'the metrics file r.rlr is also an input' --init m --out ck --metrics r.rlr
 rm -rf ck

@@ -218,6 +218,19 @@ expect "--mode none --clip 2: usage error" 2 '^rl-ratio: error: --mode none give
 expect "--mode none --mask: usage error" 2 '^rl-ratio: error: --mode none' -- rl-ratio --mode none --mask 0.5,2 good.rlr
 expect "--batch 0: usage error" 2 '^rl-ratio: error: --batch' -- rl-ratio --batch 0 good.rlr
 expect "--batch x: usage error" 2 '^rl-ratio: error: --batch' -- rl-ratio --batch x good.rlr
+expect "--as w: usage error" 2 "^rl-ratio: error: --as 'w': use logp_learner or logp_ref" -- rl-ratio --as w good.rlr
+expect "--as logp_ref without --model: usage error" 2 '^rl-ratio: error: --as logp_ref scores the records with the reference model: give --model DIR' -- \
+    rl-ratio --as logp_ref good.rlr
+expect "--as logp_ref with --listen: usage error (a reference takes no weights)" 2 \
+    '^rl-ratio: error: --as logp_ref: the reference model is frozen, it takes no weights \(--listen\)' -- \
+    rl-ratio --as logp_ref --model ref/ --listen unix:sock good.rlr
+expect "--as logp_ref with --skip-uniform: usage error" 2 '^rl-ratio: error: --as logp_ref: every record needs logp_ref' -- \
+    rl-ratio --as logp_ref --model ref/ --skip-uniform good.rlr
+for opt in "--mode geo" "--clip 3" "--mask 0.5,2"; do
+    expect "--as logp_ref with $opt: usage error (no weights)" 2 \
+        '^rl-ratio: error: --as logp_ref writes no weights: --mode, --clip and --mask do not apply' -- \
+        rl-ratio --as logp_ref --model ref/ $opt good.rlr
+done
 expect "unknown option: usage error naming it" 2 'bogus' -- rl-ratio --bogus good.rlr
 expect "--model without a value: usage error" 2 'model' -- rl-ratio good.rlr --model
 expect "--metrics - with records on stdout: usage error" 2 '^rl-ratio: error: --metrics -' -- rl-ratio --metrics - good.rlr

@@ -972,4 +972,44 @@ def model_truncated_input_scores_and_writes_the_held_records_first():
     assert all(len(o["logp_learner"]) == len(o["ids"]) for o, _ in got)
 
 
+@model_case
+def model_as_logp_ref_writes_exactly_the_reference_models_logprobs_and_nothing_else():
+    # the learner's pass first (logp_learner, ver_learner, w, mask), then a
+    # second model as the reference: logp_ref is its log π_ref at each
+    # record's temperature (float64 reference, llama_ref.py), every field
+    # the record had keeps its bytes, and no w or logp_learner is added
+    import llama_ref
+    import torch
+    ref_dir = make_model(path("ref"), seed=2)
+    recs = model_records(30, seed=31)
+    scored = ratio("-q", "--model", model(), put("ref-in.rlr", write_stream(recs)))[1]
+    _, out, _ = ratio("-q", "--model", ref_dir, "--as", "logp_ref", "-", input=scored)
+    before, after = output_records(scored), output_records(out)
+    assert len(before) == len(after) == len(recs)
+    ref = llama_ref.Llama(ref_dir)
+    worst = 0.0
+    with torch.no_grad():
+        for (o_in, b_in), (o, b) in zip(before, after):
+            assert set(o) == set(o_in) | {"logp_ref"}, f"record {o['id']}: keys {sorted(set(o) ^ set(o_in))}"
+            assert raw_fields(b)[:len(raw_fields(b_in))] == raw_fields(b_in), f"record {o['id']}: fields changed"
+            if not o["ids"]:
+                assert o["logp_ref"] == [], f"record {o['id']}: logp_ref {o['logp_ref']} for no token"
+                continue
+            want = np.array(ref.logprobs(o["prompt_ids"], o["ids"], o["temperature"]))
+            got = arr(o["logp_ref"])
+            worst = max(worst, float(np.max(np.abs(got - want) / np.maximum(1, np.abs(want)))))
+            assert not np.allclose(got, arr(o["logp_learner"]), atol=1e-3), "the reference scored as the learner"
+    print(f"# logp_ref against llama_ref.py's float64: max |diff| / max(1, |logp|) {worst:.3g}", flush=True)
+    assert worst <= 1e-5, f"logp_ref differs from the reference's log-probabilities by {worst} (relative)"
+    # straight from a sampler: records with neither w nor logp_learner get logp_ref alone (logp is not needed)
+    plain = [{k: v for k, v in r.items() if k not in ("w", "mask", "logp")} for r in recs]
+    _, out, _ = ratio("-q", "--model", ref_dir, "--as", "logp_ref", put("ref-plain.rlr", write_stream(plain)))
+    for r, (o, _) in zip(plain, output_records(out)):
+        assert set(o) == set(r) | {"logp_ref"}, f"record {o['id']}: keys {sorted(set(o) ^ set(r))}"
+    h = read_stream(out)[0][0]
+    assert h["ref"]["model"] == ref_dir and "ratio" not in h, f"header {h}"
+    h = read_stream(ratio("-q", "--model", ref_dir, "--as", "logp_ref", "-", input=scored)[1])[0][0]
+    assert h["ratio"]["mode"] == "token" and h["ref"]["model"] == ref_dir, f"the learner pass's ratio kept: {h}"
+
+
 finish()
