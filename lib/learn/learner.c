@@ -62,13 +62,23 @@ struct learner {
 static const char *const LOSS_NAMES[] = {[LOSS_PG] = "pg", [LOSS_PPO] = "ppo", [LOSS_CISPO] = "cispo",
                                           [LOSS_GSPO] = "gspo", [LOSS_SFT] = "sft"};
 
+static const char *const ADV_NAMES[] = {[ADV_GRPO] = "grpo", [ADV_DRGRPO] = "drgrpo", [ADV_RLOO] = "rloo"};
+static const char *const KL_NAMES[] = {[KL_K1] = "k1", [KL_K2] = "k2", [KL_K3] = "k3"};
+static const char *const KL_IN_NAMES[] = {"loss", "reward"};   // kl_in_reward 0, 1
+#define NAMES(a) a, sizeof a / sizeof *a
+
+// The index of s among names[0 .. n), or -1.
+static int name_index(const char *s, const char *const *names, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (!strcmp(s, names[k])) return (int)k;
+    return -1;
+}
+
 int lrn_parse_loss(const char *s, loss_kind *out, rl_err *err) {
-    for (size_t k = 0; k < sizeof LOSS_NAMES / sizeof *LOSS_NAMES; k++)
-        if (!strcmp(s, LOSS_NAMES[k])) {
-            *out = (loss_kind)k;
-            return 0;
-        }
-    return err_set(err, "--loss '%s': use pg, ppo, cispo, gspo or sft", s);
+    int k = name_index(s, NAMES(LOSS_NAMES));
+    if (k < 0) return err_set(err, "--loss '%s': use pg, ppo, cispo, gspo or sft", s);
+    *out = (loss_kind)k;
+    return 0;
 }
 
 int lrn_ratio_loss(loss_kind k) { return k == LOSS_PPO || k == LOSS_CISPO || k == LOSS_GSPO; }
@@ -82,10 +92,9 @@ void lrn_clip_range(loss_kind k, double eps, double eps_low, double eps_high, do
 }
 
 int lrn_parse_adv(const char *s, adv_kind *out, rl_err *err) {
-    if (!strcmp(s, "grpo")) *out = ADV_GRPO;
-    else if (!strcmp(s, "drgrpo")) *out = ADV_DRGRPO;
-    else if (!strcmp(s, "rloo")) *out = ADV_RLOO;
-    else return err_set(err, "--adv '%s': use grpo, drgrpo or rloo", s);
+    int k = name_index(s, NAMES(ADV_NAMES));
+    if (k < 0) return err_set(err, "--adv '%s': use grpo, drgrpo or rloo", s);
+    *out = (adv_kind)k;
     return 0;
 }
 
@@ -103,17 +112,16 @@ int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err) {
 }
 
 int lrn_parse_kl_est(const char *s, kl_est *out, rl_err *err) {
-    if (!strcmp(s, "k1")) *out = KL_K1;
-    else if (!strcmp(s, "k2")) *out = KL_K2;
-    else if (!strcmp(s, "k3")) *out = KL_K3;
-    else return err_set(err, "--kl-est '%s': use k1, k2 or k3", s);
+    int k = name_index(s, NAMES(KL_NAMES));
+    if (k < 0) return err_set(err, "--kl-est '%s': use k1, k2 or k3", s);
+    *out = (kl_est)k;
     return 0;
 }
 
 int lrn_parse_kl_in(const char *s, int *in_reward, rl_err *err) {
-    if (!strcmp(s, "loss")) *in_reward = 0;
-    else if (!strcmp(s, "reward")) *in_reward = 1;
-    else return err_set(err, "--kl-in '%s': use loss or reward", s);
+    int k = name_index(s, NAMES(KL_IN_NAMES));
+    if (k < 0) return err_set(err, "--kl-in '%s': use loss or reward", s);
+    *in_reward = k;
     return 0;
 }
 
@@ -130,7 +138,8 @@ int lrn_parse_overlong(const char *s, double *l_max, double *l_cache, rl_err *er
 }
 
 const char *lrn_loss_name(loss_kind k) { return LOSS_NAMES[k]; }
-const char *lrn_adv_name(adv_kind k) { return k == ADV_GRPO ? "grpo" : k == ADV_DRGRPO ? "drgrpo" : "rloo"; }
+const char *lrn_adv_name(adv_kind k) { return ADV_NAMES[k]; }
+const char *lrn_kl_name(kl_est k) { return KL_NAMES[k]; }
 
 // ---- Holding records ----------------------------------------------------------------
 

@@ -96,6 +96,7 @@ int lrn_parse_overlong(const char *s, double *l_max, double *l_cache, rl_err *er
 int lrn_parse_norm(const char *s, norm_kind *out, double *n, rl_err *err);
 const char *lrn_loss_name(loss_kind k);
 const char *lrn_adv_name(adv_kind k);
+const char *lrn_kl_name(kl_est k);
 
 // What one step did (doc/design.md §4 and rl-learn(1) METRICS). "has_" flags say
 // whether the records carried what a statistic needs. The per-token
