@@ -376,6 +376,7 @@ static rec_t *good_rollout(void) {
     rec_t *r = rec_new();
     uint32_t prompt[2] = {1, 9}, ids[3] = {4, 5, 2}, ver[3] = {7, 7, 8};
     float lp[3] = {-0.5f, -1.25f, -2.f}, lpl[3] = {-0.25f, -INFINITY, -3.f}, w[3] = {1.f, 0.f, 2.f};
+    float lpr[3] = {-0.75f, -1.5f, -4.f};
     uint8_t mask[3] = {1, 0, 1};
     rec_set_uint(r, "id", 11);
     rec_set_uint(r, "group", 3);
@@ -393,6 +394,7 @@ static rec_t *good_rollout(void) {
     rec_set_int(r, "top_k", 40);
     rec_set_f32s(r, "logp_learner", lpl, 3);
     rec_set_uint(r, "ver_learner", 9);
+    rec_set_f32s(r, "logp_ref", lpr, 3);
     rec_set_f32s(r, "w", w, 3);
     rec_set_u8s(r, "mask", mask, 3);
     rec_set_f64(r, "adv", -0.5);
@@ -407,7 +409,7 @@ static void rollout_view_of_a_good_record_fills_every_field(void) {
     CHECK(rc == 0, "refused: %s", e.msg);
     unsigned all = RO_ID | RO_GROUP | RO_PROMPT | RO_ANSWER | RO_PROMPT_IDS | RO_IDS | RO_TEXT | RO_LOGP | RO_VER |
                    RO_FINISH | RO_REWARD | RO_TEMPERATURE | RO_TOP_P | RO_TOP_K | RO_LOGP_LEARNER | RO_VER_LEARNER |
-                   RO_W | RO_MASK | RO_ADV;
+                   RO_W | RO_MASK | RO_ADV | RO_LOGP_REF;
     CHECK(v.has == all, "has %#x, expected %#x", v.has, all);
     CHECK(v.id == 11 && v.group == 3 && v.ver_learner == 9, "id %llu group %llu ver_learner %llu",
           (unsigned long long)v.id, (unsigned long long)v.group, (unsigned long long)v.ver_learner);
@@ -415,7 +417,7 @@ static void rollout_view_of_a_good_record_fills_every_field(void) {
     CHECK(v.finish_len == 4 && !memcmp(v.finish, "stop", 4), "finish");
     CHECK(v.n == 3 && v.ids.n == 3 && v.ids.v[2] == 2 && v.prompt_ids.n == 2 && v.prompt_ids.v[1] == 9, "ids");
     CHECK(v.logp.v[1] == -1.25f && isinf(v.logp_learner.v[1]) && v.w.v[2] == 2.f && v.mask.v[1] == 0 &&
-              v.ver.v[2] == 8, "per-token arrays exactly as written");
+              v.ver.v[2] == 8 && v.logp_ref.n == 3 && v.logp_ref.v[2] == -4.f, "per-token arrays exactly as written");
     CHECK(v.reward == 1.0 && v.adv == -0.5 && v.temperature == 0.7 && v.top_p == 0.9 && v.top_k == 40, "numbers");
     rollout_view_free(&v);
     rec_free(r);
@@ -494,6 +496,10 @@ static void mask_long(rec_t *r) {
     uint8_t m[4] = {1, 1, 1, 1};
     rec_set_u8s(r, "mask", m, 4);
 }
+static void logp_ref_long(rec_t *r) {
+    float lp[4] = {-1, -2, -3, -4};
+    rec_set_f32s(r, "logp_ref", lp, 4);
+}
 static void no_ids_and_w_short(rec_t *r) {
     float w[2] = {1, 1};
     rec_del(r, "ids");
@@ -504,6 +510,7 @@ static void rollout_view_refuses_per_token_arrays_whose_lengths_disagree(void) {
     static const refusal_case cases[] = {
         {logp_short, "field \"logp\" has 2 elements but \"ids\" has 3 (one per completion token)"},
         {mask_long, "field \"mask\" has 4 elements but \"ids\" has 3 (one per completion token)"},
+        {logp_ref_long, "field \"logp_ref\" has 4 elements but \"ids\" has 3 (one per completion token)"},
         // without ids the first per-token array present sets the length
         {no_ids_and_w_short, "field \"w\" has 2 elements but \"logp\" has 3 (one per completion token)"},
     };
@@ -521,6 +528,7 @@ static void rollout_view_refuses_values_out_of_range_naming_the_token(void) {
         {"logp_learner", {INFINITY, -1, -2},
          "field \"logp_learner\" holds +inf at token 0 (a log-probability is finite or -inf)"},
         {"w", {1, -0.5f, 1}, "field \"w\" holds -0.5 at token 1 (a weight is finite and not negative)"},
+        {"logp_ref", {-1, -INFINITY, -2}, "field \"logp_ref\" holds -inf at token 1 (a log-probability is finite)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         rec_t *r = good_rollout();
