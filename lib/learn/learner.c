@@ -291,7 +291,7 @@ static int reward_shaping(const learner_t *l, lseq *s, rl_err *err) {
                            "that sampled or scored the completion to logp_ref");
         double kl = 0;
         for (size_t t = 0; t < s->n; t++)
-            if (!s->mask || s->mask[t] != 0) kl += (s->mask ? s->mask[t] : 1) * obj_kl(KL_K1, lp_s[t], s->lp_ref[t]).v;
+            if (!s->mask || s->mask[t] != 0) kl += obj_kl(KL_K1, lp_s[t], s->lp_ref[t]).v;   // (mask is 0 or 1)
         s->shaping -= o->kl_coef * kl;
     }
     return 0;
