@@ -13,7 +13,18 @@ void stats_init(stats_t *s) {
     s->ver_min = UINT64_MAX;
 }
 
+void stats_pass_at(stats_t *s, const uint32_t *ks, int nk) {
+    s->pass_at = 1;
+    pk_init(&s->pk, ks, nk);
+    for (int i = 0; i < nk; i++) {
+        snprintf(s->pk_keys[i][0], sizeof s->pk_keys[i][0], "pass@%u", ks[i]);
+        snprintf(s->pk_keys[i][1], sizeof s->pk_keys[i][1], "maj@%u", ks[i]);
+        snprintf(s->pk_keys[i][2], sizeof s->pk_keys[i][2], "pass@%u_skipped", ks[i]);
+    }
+}
+
 void stats_free(stats_t *s) {
+    if (s->pass_at) pk_free(&s->pk);
     for (int i = 0; i < STATS_MAX_FINISH; i++) free(s->finish[i]);
     rollout_view_free(&s->view);
 }
@@ -51,6 +62,17 @@ int stats_add(stats_t *s, const rec_t *r, rl_err *err) {
         s->tokens += v->n;
         if (v->n > s->tokens_max) s->tokens_max = v->n;
     }
+    if (s->pass_at) {
+        // "pred", a verifier's extracted answer, is read here alone: the
+        // rollout view leaves keys it does not know to whoever reads them.
+        const char *pred = NULL;
+        size_t pred_len = 0;
+        if (rollout_require(v, RO_GROUP | RO_REWARD, "--pass-at counts the correct samples of each group", err))
+            return -1;
+        if (rec_get_str(r, "pred", &pred, &pred_len) == REC_TYPE)
+            return err_set(err, "field \"pred\" is not a string (--pass-at's majority vote reads it)");
+        pk_add(&s->pk, v->group, v->reward > 0, pred, pred_len);
+    }
     if (v->has & RO_FINISH) count_finish(s, v->finish, v->finish_len);
 
     const u32_vec *ver = &v->ver;
@@ -83,6 +105,8 @@ typedef struct {
     int is_int;
     const char *note;
 } row;
+
+#define STATS_ROWS (40 + 3 * PK_MAX_K)
 
 static int rows(const stats_t *s, row *out) {
     int n = 0;
@@ -124,12 +148,22 @@ static int rows(const stats_t *s, row *out) {
         ROW("ess", "ess", mm_ess(m), 0, "(sum w)^2 / (N sum w^2)");
     }
     if (m->n_mask) ROW("masked_frac", "masked", mm_masked_frac(m), 0, "tokens with mask 0");
+    for (int i = 0; s->pass_at && i < s->pk.nk; i++) {
+        pk_result p;
+        pk_result_at(&s->pk, i, &p);
+        const char(*key)[32] = s->pk_keys[i];
+        if (p.problems) {
+            ROW(key[0], key[0], p.pass, 0, i ? NULL : "unbiased, over groups (Chen et al. 2021)");
+            if (s->pk.any_pred) ROW(key[1], key[1], p.maj, 0, i ? NULL : "majority \"pred\" of the first k");
+        }
+        if (p.skipped) ROW(key[2], key[2], p.skipped, 1, "groups of fewer than k samples, left out");
+    }
 #undef ROW
     return n;
 }
 
 void stats_table(const stats_t *s, sbuf *out) {
-    row r[40];
+    row r[STATS_ROWS];
     int n = rows(s, r);
     for (int i = 0; i < n; i++) {
         char val[64];
@@ -150,7 +184,7 @@ void stats_table(const stats_t *s, sbuf *out) {
 }
 
 void stats_json(const stats_t *s, sbuf *out) {
-    row r[40];
+    row r[STATS_ROWS];
     int n = rows(s, r);
     sbuf *b = out;
     sbuf_putc(b, '{');

@@ -38,6 +38,9 @@ static const char USAGE[] =
     "      --header           with --json: also write the header and trailer lines\n"
     "      --check            read everything, write nothing; exit 0 if valid\n"
     "      --stats            print a summary table (with --json: one JSON object)\n"
+    "      --pass-at K,...    with --stats: pass@k (unbiased, Chen et al. 2021) over\n"
+    "                         the groups, and maj@k (majority \"pred\" of a group's\n"
+    "                         first k samples); correct: reward > 0\n"
     "      --head N           stop after N records\n"
     "\n"
     "Merging live streams (several samplers, one learner):\n"
@@ -88,6 +91,7 @@ static const char USAGE[] =
     "  rl-cat --stats rollouts.rlr\n"
     "  rl-cat --pack --kind prompts train.jsonl -o train.rlr\n"
     "  rl-cat --json --head 3 rollouts.rlr\n"
+    "  rl-sample -n 16 --model m/ test.jsonl | rl-cat --stats --pass-at 1,8,16\n"
     "  rl-cat --check day1.rlr day2.rlr && rl-cat day1.rlr day2.rlr -o all.rlr\n"
     "  rl-cat --pack theirs.jsonl | rl-ratio --model m/ | rl-cat --stats\n"
     "  rl-cat --merge --round 8 --senders 2 --token-file tok tcp:0.0.0.0:7000 | rl-learn ...\n"
@@ -106,6 +110,8 @@ typedef struct {
     double retry, start_timeout;
     net_addr to_addr;
     int allow_partial;
+    uint32_t pass_at[PK_MAX_K];    // --pass-at's k values (npass_at of them)
+    int npass_at;
 } options;
 
 // A SOURCE of --merge that is an address to listen at, not a file.
@@ -113,7 +119,7 @@ static int is_address(const char *s) { return !strncmp(s, "tcp:", 4) || !strncmp
 
 static options parse_options(int argc, char **argv) {
     enum { O_PACK = 256, O_JSON, O_HEADER, O_CHECK, O_STATS, O_HEAD, O_FRAME, O_MAXREC, O_MAXARR, O_MAXSTR,
-           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY, O_PARTIAL, O_START };
+           O_MERGE, O_ROUND, O_SENDERS, O_TOKEN, O_TO, O_RETRY, O_PARTIAL, O_START, O_PASSAT };
     static const struct option longopts[] = {
         {"pack", no_argument, 0, O_PACK},       {"json", no_argument, 0, O_JSON},
         {"header", no_argument, 0, O_HEADER},   {"check", no_argument, 0, O_CHECK},
@@ -125,6 +131,7 @@ static options parse_options(int argc, char **argv) {
         {"senders", required_argument, 0, O_SENDERS}, {"token-file", required_argument, 0, O_TOKEN},
         {"to", required_argument, 0, O_TO},     {"retry", required_argument, 0, O_RETRY},
         {"allow-partial", no_argument, 0, O_PARTIAL}, {"start-timeout", required_argument, 0, O_START},
+        {"pass-at", required_argument, 0, O_PASSAT},
         CLI_OUT_LONGOPTS,                       {0, 0, 0, 0}};
     options o = {.sink = RECSINK_RECORDS, .level = 3, .head = UINT64_MAX, .frame = recw_default_opts.frame_records,
                  .kind = NULL, .lim = rec_default_limits, .senders = 1, .retry = -1};
@@ -157,11 +164,17 @@ static options parse_options(int argc, char **argv) {
         case O_TO: o.to = optarg; break;
         case O_RETRY: o.retry = cli_parse_f64("--retry", optarg, 0, 86400, 0); break;
         case O_PARTIAL: o.allow_partial = 1; break;
+        case O_PASSAT: {
+            rl_err e;
+            if (pk_parse(optarg, o.pass_at, &o.npass_at, &e)) cli_usage_error("--pass-at: %s", e.msg);
+            break;
+        }
         case O_START: o.start_timeout = cli_parse_f64("--start-timeout", optarg, 0.001, 1e9, 0); break;
         }
     }
     if (check + stats > 1) cli_usage_error("--check and --stats are different modes; choose one");
     if (check && o.json) cli_usage_error("--check writes nothing; --json does not apply");
+    if (o.npass_at && !stats) cli_usage_error("--pass-at applies to --stats");
     if (o.header && (!o.json || stats)) cli_usage_error("--header applies to --json output of records");
     if (o.level < 1) cli_usage_error("--level: the zstd level must be 1..19");
     if (o.frame == 0) cli_usage_error("--frame: a frame holds at least one record");
@@ -450,6 +463,7 @@ int main(int argc, char **argv) {
                     .frame = o.frame, .no_provenance = o.out.no_provenance, .member_kind = o.kind, .to = o.to};
     recsink_t k;
     recsink_init(&k, &so, fd, name);
+    if (o.npass_at) stats_pass_at(&k.st, o.pass_at, o.npass_at);
     cli_progress prog;
     cli_progress_init(&prog, o.out.progress);
     double t0 = clock_now();
