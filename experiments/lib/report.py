@@ -11,6 +11,8 @@ trained on).
     report.py smollm2  OUT EXPDIR     RL on SmolLM2-135M-Instruct, per seed
     report.py precision OUT EXPDIR    sampler precision x output layer x lr: time to accuracy
     report.py agent    OUT EXPDIR     multi-turn RL with environments, per environment and seed
+    report.py run      RUN EXPDIR     one run's evaluations while training (rl-run.sh --eval-every)
+                                      beside its training reward: EXPDIR/eval.png and eval.tsv
 
 OUT is the experiment's output directory (runs under OUT/runs/NAME), EXPDIR
 where RESULTS.md and the PNGs go. Only Python's standard library; gnuplot
@@ -704,9 +706,54 @@ def scale(out, exp):
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
 
 
+def eval_while_training(rundir, exp):
+    """The evaluations of lib/rl-run.sh --eval-every (eval.jsonl: accuracy, and
+    pass@k, maj@k with EVAL_GROUP > 1) beside the training reward
+    (learn.jsonl), against the records the learner trained on and against
+    the run's wall time: EXPDIR/eval.png, and the points in EXPDIR/eval.tsv and
+    EXPDIR/reward.tsv. Returns the number of evaluations drawn."""
+    steps = jsonl(os.path.join(rundir, "learn.jsonl"))
+    evs = sorted(jsonl(os.path.join(rundir, "eval.jsonl")), key=lambda e: e["version"])
+    if not steps or not evs:
+        raise SystemExit(f"report.py: {rundir}: no steps in learn.jsonl or no evaluation in eval.jsonl")
+    for e in evs:
+        for k in ("learner_samples", "wall_s", "accuracy"):
+            if k not in e:
+                raise SystemExit(f"report.py: {rundir}/eval.jsonl: version {e['version']} has no {k!r} "
+                                 "(lines of rl-run.sh --eval-every have it)")
+    os.makedirs(exp, exist_ok=True)
+    seen, rows = 0, []
+    rew = smooth([s.get("reward_mean") for s in steps])
+    for s, r in zip(steps, rew):
+        seen += s["samples"] if s.get("epoch", 1) == 1 else 0
+        rows.append((s["version"], seen, s.get("elapsed"), r))
+    write_tsv(os.path.join(exp, "reward.tsv"), ["version", "samples", "elapsed_s", "reward_avg10"], rows)
+    keys = ["accuracy"] + sorted({k for e in evs for k in e if k.startswith(("pass@", "maj@"))},
+                                 key=lambda k: (k.split("@")[0], int(k.split("@")[1])))
+    write_tsv(os.path.join(exp, "eval.tsv"), ["version", "samples", "wall_s"] + keys,
+              [(e["version"], e["learner_samples"], e["wall_s"]) + tuple(e.get(k) for k in keys) for e in evs])
+    def panel(xcol_reward, xcol_eval, xlabel):
+        held = ", ".join(f"'eval.tsv' using {xcol_eval}:{4 + i} with linespoints lw 2 title 'held-out {k}'"
+                         for i, k in enumerate(keys))
+        return (f"set xlabel '{xlabel}'\n"
+                f"plot 'reward.tsv' using {xcol_reward}:4 with lines lw 2 title 'training reward (moving average of 10 steps)', "
+                f"{held}\n")
+    script = (f"set terminal pngcairo noenhanced size 1200,480 font ',10'\nset output 'eval.png'\n"
+              f"set multiplot layout 1,2 title 'evaluation while training: {os.path.basename(os.path.abspath(rundir))}'\n"
+              "set grid\nset key bottom right\nset yrange [0:*]\n"
+              + panel(2, 2, "records the learner trained on")
+              + panel(3, 3, "seconds since the start of the run") + "unset multiplot\n")
+    gnuplot(script, exp)
+    return len(evs)
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "run":
+        n = eval_while_training(sys.argv[2], sys.argv[3])
+        print(f"report.py: {n} evaluations drawn into {os.path.join(sys.argv[3], 'eval.png')}")
+        return
     if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision", "agent"):
-        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent OUT EXPDIR")
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent|run OUT EXPDIR")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)

@@ -37,6 +37,25 @@
 #                      seed (S, S+1000, ...: its own order of the prompts), merged by
 #                      rl-cat --merge --round (N/K)/G, so that --max-lag stays exact
 #   --ranks R          the learner as R data-parallel ranks: mpirun -np R rl-learn
+#   --eval FILE        held-out prompts to evaluate versions on while the run goes
+#   --eval-every N     ... every version that is a multiple of N (with --eval;
+#                      --keep-every defaults to N then, and must divide it, so
+#                      that rl-learn keeps every version evaluated), and the last
+#   --tensorboard DIR  learn.jsonl, ratio.jsonl and eval.jsonl as TensorBoard
+#                      runs DIR/learn, DIR/ratio, DIR/eval, live (lib/tb.py, with
+#                      $PYTHON, default python3, which needs the tensorboard package)
+#
+# The evaluator (--eval-every) runs beside the pipeline, under nice 19: each
+# version that is a multiple of N, as soon as rl-learn has published it and
+# written its metrics line, goes through lib/eval.sh (EVAL_GROUP,
+# EVAL_TEMPERATURE, EVAL_DTYPE, EVAL_PASS_AT, MAX_NEW as there), one at a
+# time, and so does the run's last version once the learner has ended. Each
+# evaluation appends eval.sh's line to RUN/eval.jsonl with, besides:
+# "wall_s", seconds from the run's start until the version was published;
+# "time", that moment in Unix seconds; "learner_samples", the records the
+# learner had trained on up to that version (learn.jsonl's "samples" over
+# the steps up to it, a batch's epochs counted once). rl-run.sh waits for the
+# evaluator before it ends; its log is log/eval.log.
 #
 # RUN receives: ckpt/ (rl-learn's checkpoints), learn.jsonl and ratio.jsonl (not with --tis)
 # (metrics), sample.jsonl (a line per version the sampler installed: how much of
@@ -53,7 +72,8 @@ set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 head=dtype group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
 keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis= save_dtype=f32 env= max_turns=4
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T] [--env CMD [--max-turns N]]" >&2; exit 2; }
+eval_file= eval_every= tb_dir= keep_every_set=
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T] [--env CMD [--max-turns N]] [--eval FILE --eval-every N] [--tensorboard DIR]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -70,7 +90,7 @@ while [ $# -gt 0 ]; do
     --ratio) ratio=$2; shift ;;
     --tis) tis=$2; shift ;;
     --seed) seed=$2; shift ;;
-    --keep-every) keep_every=$2; shift ;;
+    --keep-every) keep_every=$2; keep_every_set=1; shift ;;
     --state-every) state_every=$2; shift ;;
     --save-dtype) save_dtype=$2; shift ;;
     --max-new-tokens) max_new=$2; shift ;;
@@ -79,11 +99,26 @@ while [ $# -gt 0 ]; do
     --max-turns) max_turns=$2; shift ;;
     --samplers) samplers=$2; shift ;;
     --ranks) ranks=$2; shift ;;
+    --eval) eval_file=$2; shift ;;
+    --eval-every) eval_every=$2; shift ;;
+    --tensorboard) tb_dir=$2; shift ;;
     *) usage ;;
     esac
     shift || usage
 done
 [ -n "$init" ] && [ -n "$prompts" ] && [ -n "$out" ] || usage
+if [ -n "$eval_file$eval_every" ]; then
+    case $eval_every in '' | 0* | *[!0-9]*)
+        echo "rl-run.sh: --eval FILE and --eval-every N (N > 0) come together; got --eval-every '$eval_every'" >&2; exit 2 ;;
+    esac
+    [ -n "$eval_file" ] || { echo "rl-run.sh: --eval-every needs --eval FILE (the held-out prompts)" >&2; exit 2; }
+    [ -r "$eval_file" ] || { echo "rl-run.sh: --eval $eval_file: cannot read it" >&2; exit 2; }
+    [ -n "$keep_every_set" ] || keep_every=$eval_every
+    if [ "$keep_every" = 0 ] || [ $((eval_every % keep_every)) != 0 ]; then
+        echo "rl-run.sh: --eval-every $eval_every must be a multiple of --keep-every $keep_every: rl-learn keeps those versions alone" >&2
+        exit 2
+    fi
+fi
 state_every=${state_every:-$keep_every}
 [ "$state_every" = 0 ] && state_every=1   # (--keep-every 0: the state in every version)
 share=$((batch / samplers))
@@ -104,6 +139,55 @@ mkdir -p "$out/log" || exit 1
 log=$out/log
 r_addr=unix:$out/ratio.sock
 t0=$(date +%s.%N)
+# The records the learner trained on up to version $1 (a batch's epochs
+# once), and 1 when learn.jsonl has come to that version: "SEEN SAMPLES".
+learned_by() {
+    awk -v v="$1" '
+        { ver = -1; ep = 1; n = 0
+          if (match($0, /"version":[0-9]+/)) ver = substr($0, RSTART + 10, RLENGTH - 10) + 0
+          if (match($0, /"epoch":[0-9]+/)) ep = substr($0, RSTART + 8, RLENGTH - 8) + 0
+          if (match($0, /"samples":[0-9]+/)) n = substr($0, RSTART + 10, RLENGTH - 10) + 0
+          if (ver >= v) seen = 1
+          if (ver >= 0 && ver <= v && ep == 1) sum += n }
+        END { printf "%d %d\n", seen, sum }' "$out/learn.jsonl" 2>/dev/null || echo "0 0"
+}
+# Evaluates version directory $1 (version $2) into eval.jsonl (see above).
+evaluate() {
+    local d=$1 v=$2 at line
+    at=$(stat -c %.3Y "$d/state.json") || return 1   # written just before the version is published
+    line=$("$(dirname "$0")/eval.sh" "$eval_file" /dev/stdout "$d") || return 1
+    read -r _ seen <<<"$(learned_by "$v")"
+    printf '%s, "wall_s": %s, "time": %s, "learner_samples": %s}\n' "${line%\}}" \
+        "$(awk "BEGIN { printf \"%.3f\", $at - $t0 }")" "$at" "$seen" >>"$out/eval.jsonl"
+}
+# The evaluator: every published version that is a multiple of eval_every,
+# once learn.jsonl has its line, then the last version; 1 if one failed.
+evaluator() {
+    local done_v=" " rc=0 ended d v name
+    renice -n 19 -p $BASHPID >/dev/null   # (what it starts inherits it)
+    while :; do
+        ended=0
+        [ -e "$out/pipe.status" ] && ended=1   # (read before the versions: none is missed)
+        for d in "$out"/ckpt/v[0-9]*; do
+            [ -d "$d" ] || continue
+            v=$((10#${d##*/v}))
+            [ $((v % eval_every)) = 0 ] || continue
+            case $done_v in *" $v "*) continue ;; esac
+            [ $ended = 1 ] || [ "$(learned_by "$v" | cut -d' ' -f1)" = 1 ] || continue
+            evaluate "$d" "$v" || { echo "rl-run.sh: evaluating $d failed" >&2; rc=1; }
+            done_v+="$v "
+        done
+        [ $ended = 1 ] && break
+        sleep 1
+    done
+    read -r name 2>/dev/null <"$out/ckpt/published"
+    d=$out/ckpt/$name
+    if [ -n "$name" ] && [ -d "$d" ]; then
+        v=$((10#${d##*/v}))
+        case $done_v in *" $v "*) ;; *) evaluate "$d" "$v" || { echo "rl-run.sh: evaluating $d failed" >&2; rc=1; } ;; esac
+    fi
+    return $rc
+}
 # sample I: the sampler of share I (1 .. K), its records on standard output
 sample() {
     local i=$1 name=sample$1 multi=()
@@ -159,6 +243,19 @@ score() {
     echo "${PIPESTATUS[*]}" >"$out/pipe.status"
 ) &
 pipe=$!
+evaluating=
+if [ -n "$eval_every" ]; then
+    evaluator 2>"$log/eval.log" &
+    evaluating=$!
+fi
+tb=
+if [ -n "$tb_dir" ]; then
+    srcs=("learn=$out/learn.jsonl")
+    [ -n "$tis" ] || srcs+=("ratio=$out/ratio.jsonl")
+    [ -n "$eval_every" ] && srcs+=("eval=$out/eval.jsonl")
+    "${PYTHON:-python3}" "$(dirname "$0")/tb.py" --logdir "$tb_dir" --follow --start "$t0" "${srcs[@]}" 2>"$log/tb.log" &
+    tb=$!
+fi
 to=()
 if [ "$samplers" = 1 ]; then to+=(--to "unix:$out/sample.sock")
 else for i in $(seq "$samplers"); do to+=(--to "unix:$out/sample$i.sock"); done
@@ -177,19 +274,26 @@ for _ in $(seq 300); do kill -0 $sync 2>/dev/null || break; sleep 0.1; done
 kill -TERM $sync 2>/dev/null && echo "rl-run.sh: rl-sync still running 30 s after the pipeline: stopped" >&2
 wait $sync
 sync_rc=$?
+eval_rc=0
+if [ -n "$evaluating" ]; then wait $evaluating; eval_rc=$?; fi
+tb_rc=0
+if [ -n "$tb" ]; then kill -TERM $tb 2>/dev/null; wait $tb; tb_rc=$?; fi
 weigh=$ratio
 [ -z "$tis" ] || weigh="rl-learn --tis $tis"
 ok=1
+extra_rc=
+[ -z "$evaluating" ] || extra_rc+=", \"evaluator\": $eval_rc"
+[ -z "$tb" ] || extra_rc+=", \"tb.py\": $tb_rc"
 case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
-[ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s%s}\n' \
-    "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$dtype" "$head" "$group" "$batch" "$steps" \
+[ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] && [ "$eval_rc" = 0 ] && [ "$tb_rc" = 0 ] || ok=0
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s%s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s%s}\n' \
+    "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$extra_rc" "$dtype" "$head" "$group" "$batch" "$steps" \
     "$lr" "$lag" "$weigh" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" \
     "${env:+, \"max_turns\": $max_turns}" >"$out/run.json"
 if [ $ok = 0 ]; then
-    echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc); logs in $log" >&2
+    echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc${evaluating:+, evaluator $eval_rc}${tb:+, tb.py $tb_rc}); logs in $log" >&2
     for f in "$log"/*.log; do echo "== $f" >&2; tail -n 3 "$f" >&2; done
     exit 1
 fi
