@@ -22,7 +22,7 @@
 #   --tis C            no rl-ratio: rl-learn --tis C weighs the tokens (its place in
 #                      the pipe and in run.json's exit statuses is taken by cat)
 #   --seed S           sampler and learner seed (default 1)
-#   --keep-every E     versions kept for evaluation (default 25)
+#   --keep-every E     versions kept for evaluation (default 25; N with --eval-every N)
 #   --state-every N    versions with AdamW's state, for a resume (default: E's;
 #                      the others hold the weights alone: rl-learn --state-every)
 #   --save-dtype D     the weights of each version in f32 (default) or bf16 (what a
@@ -61,7 +61,8 @@
 # (metrics), sample.jsonl (a line per version the sampler installed: how much of
 # each update survived its precision; sample1.jsonl ... with several samplers), rollouts.rlr (the records the learner trained on, for replay and
 # lag statistics), log/{sample,ratio,learn,sync}.log (with several samplers
-# log/sample1.log ... and log/merge.log), and run.json (wall
+# log/sample1.log ... and log/merge.log; log/eval.log and log/tb.log with
+# --eval-every and --tensorboard), eval.jsonl with --eval-every, and run.json (wall
 # time, exit statuses). The run ends when rl-learn has taken --steps steps:
 # rl-ratio and rl-sample then end by SIGPIPE (status 141), or rl-sample by
 # the SIGTERM sent it once rl-learn has exited and rl-ratio at the end of its
@@ -178,6 +179,7 @@ evaluator() {
             done_v+="$v "
         done
         [ $ended = 1 ] && break
+        kill -0 $$ 2>/dev/null || return 1   # (rl-run.sh killed)
         sleep 1
     done
     read -r name 2>/dev/null <"$out/ckpt/published"
@@ -253,7 +255,7 @@ if [ -n "$tb_dir" ]; then
     srcs=("learn=$out/learn.jsonl")
     [ -n "$tis" ] || srcs+=("ratio=$out/ratio.jsonl")
     [ -n "$eval_every" ] && srcs+=("eval=$out/eval.jsonl")
-    "${PYTHON:-python3}" "$(dirname "$0")/tb.py" --logdir "$tb_dir" --follow --start "$t0" "${srcs[@]}" 2>"$log/tb.log" &
+    "${PYTHON:-python3}" "$(dirname "$0")/tb.py" --logdir "$tb_dir" --follow --pid $$ --start "$t0" "${srcs[@]}" 2>"$log/tb.log" &
     tb=$!
 fi
 to=()

@@ -2,7 +2,7 @@
 """tb.py — JSON lines of metrics (rl-learn --metrics, rl-ratio --metrics,
 lib/rl-run.sh's eval.jsonl) as TensorBoard event files, live.
 
-    tb.py --logdir DIR [--follow] [--start T] SOURCE...
+    tb.py --logdir DIR [--follow [--pid PID]] [--start T] SOURCE...
     rl-learn ... --metrics - | tb.py --logdir DIR -
 
 A SOURCE is FILE, NAME=FILE, or - (standard input, NAME "stdin"); NAME
@@ -20,7 +20,8 @@ float32 (simple_value).
 
 --follow: read the files as they grow (one that does not exist yet is
 waited for) until SIGTERM or SIGINT, then read what is left, write it, and
-exit 0; standard input is read to its end. Without it: read each source to
+exit 0; standard input is read to its end. --pid PID: also stop so once
+process PID has ended (lib/rl-run.sh's, should it be killed). Without it: read each source to
 its end. A line that is not a JSON object is an error naming the file and
 line (exit 1); a usage error exits 2.
 
@@ -50,13 +51,23 @@ STEP_KEYS = ("version", "step")
 
 
 def usage(msg):
-    sys.stderr.write(f"tb.py: {msg}\nusage: tb.py --logdir DIR [--follow] [--start T] SOURCE...\n")
+    sys.stderr.write(f"tb.py: {msg}\nusage: tb.py --logdir DIR [--follow [--pid PID]] [--start T] SOURCE...\n")
     sys.exit(2)
 
 
 def die(msg):
     sys.stderr.write(f"tb.py: error: {msg}\n")
     sys.exit(1)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def is_number(v):
@@ -161,15 +172,19 @@ class Source:
 
 
 def main(argv):
-    logdir, follow, start, specs = None, False, None, []
+    logdir, follow, start, pid, specs = None, False, None, None, []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--logdir", "--start"):
+        if a in ("--logdir", "--start", "--pid"):
             if i + 1 >= len(argv):
                 usage(f"{a} needs a value")
             if a == "--logdir":
                 logdir = argv[i + 1]
+            elif a == "--pid":
+                if not argv[i + 1].isdigit() or int(argv[i + 1]) < 1:
+                    usage(f"--pid: expected a process id, got {argv[i + 1]!r}")
+                pid = int(argv[i + 1])
             else:
                 try:
                     start = float(argv[i + 1])
@@ -193,6 +208,8 @@ def main(argv):
         usage("--logdir DIR is required")
     if not specs:
         usage("no SOURCE")
+    if pid is not None and not follow:
+        usage("--pid applies to --follow")
     named = []
     for s in specs:
         name, eq, path = s.partition("=")
@@ -224,6 +241,8 @@ def main(argv):
         if last or (not files and all(x.ended for x in sources)):
             break
         time.sleep(0.5)
+        if pid is not None and not alive(pid):
+            stop[0] = True
     for x in sources:
         x.close()
     return 0

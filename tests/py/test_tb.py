@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -142,6 +143,20 @@ def follow_reads_appended_lines_and_what_is_left_at_sigterm():
 
 
 @case
+def follow_with_pid_stops_once_that_process_has_ended():
+    f = os.path.join(TMP, "pid.jsonl")
+    with open(f, "w") as fh:
+        fh.writelines(json.dumps(x) + "\n" for x in LEARN[:2])
+    parent = subprocess.Popen(["sleep", "1"])
+    threading.Thread(target=parent.wait, daemon=True).start()   # reaped when it ends, as a shell would
+    t0 = time.time()
+    p = subprocess.run([sys.executable, TB, "--logdir", os.path.join(TMP, "p"), "--follow", "--pid", str(parent.pid), f],
+                       stderr=subprocess.PIPE, timeout=30)
+    assert p.returncode == 0 and time.time() - t0 < 20, (p.returncode, p.stderr.decode())
+    assert_same(read_run(os.path.join(TMP, "p", "pid")), expected(LEARN[:2]), check_wall=False)
+
+
+@case
 def a_line_that_is_not_a_json_object_is_an_error_naming_file_and_line():
     f = os.path.join(TMP, "bad.jsonl")
     for bad in ("{\"step\": 1,", "[1, 2]"):
@@ -154,7 +169,8 @@ def a_line_that_is_not_a_json_object_is_an_error_naming_file_and_line():
 @case
 def usage_errors_exit_2():
     for args in ([], ["--logdir", TMP], ["x.jsonl"], ["--logdir", TMP, "--start", "soon", "x.jsonl"],
-                 ["--logdir", TMP, "--bogus", "x.jsonl"], ["--logdir", TMP, "a=x", "a=y"]):
+                 ["--logdir", TMP, "--bogus", "x.jsonl"], ["--logdir", TMP, "a=x", "a=y"],
+                 ["--logdir", TMP, "--pid", "1", "x.jsonl"], ["--logdir", TMP, "--follow", "--pid", "x", "x.jsonl"]):
         rc, err = tb(*args)
         assert rc == 2 and "usage:" in err, (args, rc, err)
     rc, err = tb("--logdir", TMP, os.path.join(TMP, "absent.jsonl"))
