@@ -494,7 +494,9 @@ static void gspo_sequence(loss_ctx *c, const lseq *s) {
     c->seq_g = msum > 0 ? t.g / msum : 0;
 }
 
-static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, float *d) {
+static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, const float *ent, float *d, float *dent) {
+    (void)ent;
+    (void)dent;
     (void)r0;
     loss_ctx *c = vctx;
     const lrn_opts *o = &c->l->o;

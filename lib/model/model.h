@@ -120,11 +120,16 @@ float *model_train_buffer(const model_t *m, int which);
 const float *model_host_params(const model_t *m);
 const rl_ops *model_ops(const model_t *m);
 
-// A loss L = Σ_r ℓ_r(logp_r) over the scored tokens, numbered r = 0, 1, ...
-// sequence after sequence (those with n_ids > 0), token after token. The
-// callback gets the log-probabilities of tokens r0 .. r0+rows-1 (in order of
-// r0, each token once) and writes dlogp[i] = dℓ/dlogp for each.
-typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *logp, float *dlogp);
+// A loss L = Σ_r ℓ_r(logp_r, H_r) over the scored tokens, numbered r = 0, 1,
+// ... sequence after sequence (those with n_ids > 0), token after token; H_r
+// the entropy (nats) of the distribution logp_r is taken from. The callback
+// gets the log-probabilities of tokens r0 .. r0+rows-1 (in order of r0, each
+// token once) and writes dlogp[i] = dℓ/dlogp for each. When the sequences ask
+// for entropies (model_seq.entropy), ent holds those tokens' and dent comes
+// zero-filled, for dent[i] = dℓ/dH where ℓ has a term in H (the gradient
+// then flows through H too); otherwise both are NULL.
+typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *logp, const float *ent,
+                               float *dlogp, float *dent);
 
 // One forward and backward pass over the sequences (as model_score_groups,
 // whose errors it shares: a prompt that consecutive sequences share is

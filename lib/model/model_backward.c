@@ -4,6 +4,7 @@
 #include "model/model_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 // The residual stream (N, C) entering layer l (l = layers: after the last).
 static float *resid_at(const model_t *m, int l, int N) {
@@ -69,25 +70,36 @@ static void attention_backward_shared(model_t *m, const saved *s, int N, int Nkv
 }
 
 // The output layer in chunks of rows, forward and backward at once: the
-// log-probabilities of a chunk go to the caller, whose dloss/dlogp comes
-// back before the next chunk, so no (tokens, V) array is ever held.
-// Leaves d_x (N, C) = dloss / d(residual stream after the last layer).
+// log-probabilities (and entropies) of a chunk go to the caller, whose
+// dloss/dlogp (and dloss/dH) comes back before the next chunk, so no
+// (tokens, V) array is ever held. Leaves d_x (N, C) = dloss / d(residual
+// stream after the last layer).
 static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn dlogp, void *ctx) {
     const rl_ops *o = m->ops;
     int C = m->c.hidden, V = m->c.vocab;
     float eps = (float)m->c.rms_eps;
     float *x = resid_at(m, m->c.layers, N);
     float *g_head = grad_of(m, m->w.head.data), *g_norm = grad_of(m, m->w.norm);
-    float *lp = xmalloc((size_t)m->lrows * 4), *dl = xmalloc((size_t)m->lrows * 4);
+    size_t lrows = (size_t)m->lrows;
+    float *lp = xmalloc(lrows * 4), *dl = xmalloc(lrows * 4);
+    float *ent = entropy ? xmalloc(lrows * 4) : NULL, *de = entropy ? xmalloc(lrows * 4) : NULL;
     o->zero(m->d_x, (size_t)N * C);
-    for (size_t r0 = 0; r0 < R; r0 += (size_t)m->lrows) {
-        int rows = (int)(R - r0 < (size_t)m->lrows ? R - r0 : (size_t)m->lrows);
+    for (size_t r0 = 0; r0 < R; r0 += lrows) {
+        int rows = (int)(R - r0 < lrows ? R - r0 : lrows);
         mdl_logits_rows(m, x, m->hraw, m->sel + r0, rows);                    // hraw: the rows before the norm
         o->logprob(m->lp + r0, entropy ? m->ent + r0 : NULL, m->logits, m->tgt + r0, m->itemp + r0, rows, V);
         o->download(lp, m->lp + r0, (size_t)rows * 4);
-        dlogp(ctx, r0, (size_t)rows, lp, dl);
+        if (entropy) {
+            o->download(ent, m->ent + r0, (size_t)rows * 4);
+            memset(de, 0, (size_t)rows * 4);
+        }
+        dlogp(ctx, r0, (size_t)rows, lp, ent, dl, de);
         o->upload(m->dlogp + r0, dl, (size_t)rows * 4);
-        o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, rows, V);
+        int with_dent = 0;   // a chunk without an entropy term takes the op's path without one
+        for (int i = 0; entropy && i < rows && !with_dent; i++) with_dent = de[i] != 0;
+        if (with_dent) o->upload(m->dent + r0, de, (size_t)rows * 4);
+        o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, with_dent ? m->dent + r0 : NULL,
+                            rows, V);
         o->matmul_dx(m->dh, m->logits, &m->w.head, rows, 0);               // (rows, C)
         o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
         o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
@@ -97,6 +109,8 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
     }
     free(lp);
     free(dl);
+    free(ent);
+    free(de);
 }
 
 // Backward through the layers, from d_x = dloss/d(last residual stream)

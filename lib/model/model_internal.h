@@ -98,7 +98,7 @@ struct model {
     float *s_x, *s_n1, *s_q, *s_k, *s_v, *s_att, *s_lse, *s_xm, *s_n2, *s_gate, *s_up;
     float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
     float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3 only, else NULL
-    float *hraw, *dh;
+    float *hraw, *dh, *dent;
 
     // KV cache: (L, slots·max_len, NKV·HS) each, of dtype kc_dt: bf16 where
     // the activations are bf16 (its keys and values are bf16 values already)

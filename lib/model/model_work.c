@@ -117,6 +117,7 @@ size_t mdl_train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(d_up, N * F),                      // (N, F) the hidden product again, then dup
         WBUF(hraw, R * C),                      // (lrows, C) output layer rows before the final norm
         WBUF(dh, R * C),                        // (lrows, C) dloss/d(rows after the final norm)
+        WBUF(dent, N),                          // (N) dloss/d(entropy) of the scored tokens
         WBUF_SAVED(s_qr, L, qk * N * QD, qr),   // (L, N, NH, HS) qwen3
         WBUF_SAVED(s_kr, L, qk * N * KVD, kr),  // (L, N, NKV, HS) qwen3
         WBUF(d_qr, qk * N * QD),                // (N, NH, HS) qwen3

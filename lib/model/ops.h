@@ -123,11 +123,15 @@ typedef struct rl_ops {
     // Gradients of parameters accumulate (+=), so micro-batches add up;
     // gradients of activations are written (=) unless the comment says +=.
 
-    // logits (N, V) replaced by d loss / d logits for a loss whose derivative
-    // with respect to out[i] of logprob is dlogp[i]:
-    //   dlogp[i] · inv_temp[i] · (onehot(target[i]) − softmax(logits[i] · inv_temp[i]))
+    // logits (N, V) replaced by d loss / d logits for a loss whose derivatives
+    // with respect to out[i] and ent[i] of logprob are dlogp[i] and dent[i]
+    // (dent NULL: 0): with s = inv_temp[i], p = softmax(logits[i] · s) and
+    // H = −Σ p log p,
+    //   s · (dlogp[i] · (onehot(target[i]) − p) − dent[i] · p ⊙ (log p + H))
+    // (dH/dz_v = −p_v (log p_v + H) at z = logits · s). A row with dent[i] = 0
+    // is computed as with dent NULL, bit for bit.
     void (*logprob_backward)(float *logits, const int32_t *target, const float *inv_temp,
-                             const float *dlogp, int N, int V);
+                             const float *dlogp, const float *dent, int N, int V);
     // dx (N, K) = dout (N, M) · W (M, K), or += when accumulate
     void (*matmul_dx)(float *dx, const float *dout, const rl_mat *W, int N, int accumulate);
     // dW (M, K) += doutᵀ (M, N) · x (N, K);  dbias (M) += Σ_n dout (n, ·) when not NULL

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cpu_builds.h"
 #include "model/ops.h"
 #include "rng.h"
 
@@ -109,7 +110,7 @@ static void logprob_backward_matches_finite_differences_with_temperature(void) {
             *x = x0;
             ref[(size_t)i * LP_V + j] = dlogp[i] * (up - dn) / (2 * FD_STEP);
         }
-    O->logprob_backward(logits, tgt, itemp, dlogp, LP_N, LP_V);
+    O->logprob_backward(logits, tgt, itemp, dlogp, NULL, LP_N, LP_V);
     double e = rel_err(logits, ref, (size_t)LP_N * LP_V);
     printf("# logprob_backward: relative error %.2e\n", e);
     CHECK(e <= 1e-5, "relative error %g, bound 1e-5", e);
@@ -117,6 +118,49 @@ static void logprob_backward_matches_finite_differences_with_temperature(void) {
     free(l);
     free(ref);
     O->free(logits);
+}
+
+// The loss Σ dlogp·logp + dent·H: the entropy's derivative through the same
+// op. Row 1 has dent 0 (its bits must be those of a call without dent), row
+// 2 dlogp 0 (the entropy term alone).
+static void logprob_backward_with_entropy_term_matches_finite_differences(void) {
+    float *logits, itemp[LP_N];
+    int32_t tgt[LP_N];
+    make_logprob_inputs(&logits, tgt, itemp);
+    float dlogp[LP_N] = {0.7f, -1.3f, 0.0f, 2.1f, -0.4f}, dent[LP_N] = {0.5f, 0.0f, -1.1f, 0.9f, -0.3f};
+    double *l = to_double(logits, (size_t)LP_N * LP_V), *ref = malloc((size_t)LP_N * LP_V * sizeof(double));
+    for (int i = 0; i < LP_N; i++)
+        for (int j = 0; j < LP_V; j++) {
+            double *x = l + (size_t)i * LP_V + j, x0 = *x, hu, hd;
+            *x = x0 + FD_STEP;
+            double up = ref_logprob(l + (size_t)i * LP_V, LP_V, itemp[i], tgt[i], &hu);
+            *x = x0 - FD_STEP;
+            double dn = ref_logprob(l + (size_t)i * LP_V, LP_V, itemp[i], tgt[i], &hd);
+            *x = x0;
+            ref[(size_t)i * LP_V + j] = (dlogp[i] * (up - dn) + dent[i] * (hu - hd)) / (2 * FD_STEP);
+        }
+    float *plain = copy_f(logits, (size_t)LP_N * LP_V);
+    O->logprob_backward(logits, tgt, itemp, dlogp, dent, LP_N, LP_V);
+    O->logprob_backward(plain, tgt, itemp, dlogp, NULL, LP_N, LP_V);
+    double e = rel_err(logits, ref, (size_t)LP_N * LP_V);
+    printf("# logprob_backward with dent (%s): relative error %.2e\n", cpu_K->name, e);
+    CHECK(e <= 1e-5, "relative error %g, bound 1e-5", e);
+    CHECK(memcmp(logits + LP_V, plain + LP_V, LP_V * sizeof(float)) == 0,
+          "the row with dent 0 differs from the call without dent");
+    double e2 = rel_err(logits + 2 * LP_V, ref + 2 * LP_V, LP_V);
+    printf("# logprob_backward, the entropy term alone: relative error %.2e\n", e2);
+    CHECK(e2 <= 1e-5, "the row of the entropy term alone: relative error %g, bound 1e-5", e2);
+    free(l);
+    free(ref);
+    O->free(plain);
+    O->free(logits);
+}
+
+// The logprob ops on the processor's best kernels and on its AVX2 ones.
+static void logprob_cases(void) {
+    RUN(logprob_gives_log_prob_and_entropy_of_the_tempered_distribution);
+    RUN(logprob_backward_matches_finite_differences_with_temperature);
+    RUN(logprob_backward_with_entropy_term_matches_finite_differences);
 }
 
 // ---- matmul ------------------------------------------------------------------
@@ -549,8 +593,7 @@ static void adamw_three_steps_match_torch_formula_in_double(void) {
 int main(void) {
     O = ops_cpu();
     rng_seed(&R, 20240611);
-    RUN(logprob_gives_log_prob_and_entropy_of_the_tempered_distribution);
-    RUN(logprob_backward_matches_finite_differences_with_temperature);
+    on_best_and_avx2(logprob_cases);
     RUN(matmul_dx_matches_double_product_and_accumulates);
     RUN(matmul_dw_accumulates_product_and_bias_sum);
     RUN(rmsnorm_backward_matches_finite_differences_and_accumulates);

@@ -691,7 +691,7 @@ static void logprob_backward_matches_cpu_within_1e_5_and_rows_without_loss_are_0
         if (N > 1) dl[1] = 0;   // a row without loss (a prompt's)
         buf l = both_normal((size_t)N * V, 2.0), t = both_below((size_t)N, V), it = inv_temps(N);
         buf d = both(dl, (size_t)N * sizeof(float));
-        BOTH(O->logprob_backward(D(l), D(t), D(it), D(d), N, V));
+        BOTH(O->logprob_backward(D(l), D(t), D(it), D(d), NULL, N, V));
         double e = rel_err(&l, (size_t)N * V);
         printf("# logprob_backward N=%d V=%d: relative error %.2e\n", N, V, e);
         CHECK(e <= F32_TOL, "N=%d V=%d: max|gpu - cpu| / max|cpu| = %g, bound 1e-5", N, V, e);
@@ -704,6 +704,42 @@ static void logprob_backward_matches_cpu_within_1e_5_and_rows_without_loss_are_0
         }
         free(dl);
         buf *bs[] = {&l, &t, &it, &d};
+        for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) release(bs[i]);
+    }
+}
+
+// With an entropy term dent (ops.h): rows of both terms, of dent alone (dlogp
+// 0), of dlogp alone (dent 0), whose bits must be those of a call without
+// dent, and of neither (zeros).
+static void logprob_backward_with_dent_matches_cpu_within_1e_5_and_rows_without_it_are_unchanged(void) {
+    for (size_t s = 0; s < NLOGIT; s++) {
+        int N = LOGIT_SHAPES[s].N, V = LOGIT_SHAPES[s].V;
+        float *dl = normal((size_t)N, 1.0), *de = normal((size_t)N, 1.0);
+        for (int i = 0; i < N; i++) {
+            if (i % 4 == 1) dl[i] = 0;   // dent alone
+            if (i % 4 == 2) de[i] = 0;   // dlogp alone
+            if (i % 4 == 3) dl[i] = de[i] = 0;
+        }
+        float *x = normal((size_t)N * V, 2.0);
+        buf l = both(x, (size_t)N * V * sizeof(float)), l0 = both(x, (size_t)N * V * sizeof(float));
+        buf t = both_below((size_t)N, V), it = inv_temps(N);
+        buf d = both(dl, (size_t)N * sizeof(float)), e = both(de, (size_t)N * sizeof(float));
+        BOTH(O->logprob_backward(D(l), D(t), D(it), D(d), D(e), N, V));
+        BOTH(O->logprob_backward(D(l0), D(t), D(it), D(d), NULL, N, V));
+        double err = rel_err(&l, (size_t)N * V);
+        printf("# logprob_backward with dent N=%d V=%d: relative error %.2e\n", N, V, err);
+        CHECK(err <= F32_TOL, "N=%d V=%d: max|gpu - cpu| / max|cpu| = %g, bound 1e-5", N, V, err);
+        float *g = fetch(GPU, l.g, (size_t)N * V * sizeof(float)), *g0 = fetch(GPU, l0.g, (size_t)N * V * sizeof(float));
+        size_t moved = 0;
+        for (int i = 0; i < N; i++)
+            if (de[i] == 0) moved += memcmp(g + (size_t)i * V, g0 + (size_t)i * V, (size_t)V * sizeof(float)) != 0;
+        CHECK(moved == 0, "N=%d V=%d: %zu rows with dent 0 differ from the call without dent", N, V, moved);
+        free(g);
+        free(g0);
+        free(dl);
+        free(de);
+        free(x);
+        buf *bs[] = {&l, &l0, &t, &it, &d, &e};
         for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) release(bs[i]);
     }
 }
@@ -1284,23 +1320,30 @@ static void model_bf16_activations_and_w8a8_score_within_0_1_nats_of_cpu_fp8_0_5
         }
 }
 
-// dℓ/dlogp of scored token r: weights of both signs, and some 0
-static void dlogp_of_r(void *ctx, size_t r0, size_t rows, const float *logp, float *dlogp) {
-    (void)ctx;
+// dℓ/dlogp of scored token r: weights of both signs, and some 0; with *ctx
+// set, dℓ/dH too (an entropy term), of both signs and some 0
+static void dlogp_of_r(void *ctx, size_t r0, size_t rows, const float *logp, const float *ent, float *dlogp,
+                       float *dent) {
     (void)logp;
+    (void)ent;
     for (size_t i = 0; i < rows; i++) dlogp[i] = (float)((double)((r0 + i) * 37 % 11) - 5) / 5.0f;
+    if (*(const int *)ctx && dent)
+        for (size_t i = 0; i < rows; i++) dent[i] = (float)((double)((r0 + i) * 23 % 7) - 3) / 4.0f;
 }
 
 // The gradient passes back through every layer in f32 (and through atomic
 // sums on the GPU): elements near 0 carry large relative errors, so each
 // tensor is compared as a whole, ‖g_gpu − g_cpu‖ / ‖g_cpu‖ <= 1e-4.
+// Each model once with a loss of log-probabilities alone, once with an
+// entropy term as well.
 static void model_backward_gradients_match_cpu_within_1e_4_of_each_tensors_norm(void) {
     model_config cs[2];
     rl_err err;
     CHECK(cfg_tiny(&cs[0], &err) == 0, "%s", err.msg);
     cs[1] = cfg_qwen2();
     const float std[2] = {TINY_STD, QWEN2_STD};
-    for (int k = 0; k < 2; k++) {
+    for (int run = 0; run < 4; run++) {
+        int k = run / 2, with_ent = run % 2;
         model_t *m[2];
         for (int b = 0; b < 2; b++) {
             m[b] = build(&cs[k], std[k], DT_F32, DT_F32, b ? DEV_CUDA : DEV_CPU, &err);
@@ -1311,7 +1354,8 @@ static void model_backward_gradients_match_cpu_within_1e_4_of_each_tensors_norm(
         make_seqs(s, cs[k].vocab);
         for (int b = 0; b < 2; b++) {
             to_model_seqs(s, b, ms[b]);
-            CHECK(model_backward(m[b], ms[b], NSEQ, dlogp_of_r, NULL, &err) == 0, "%s: %s", cs[k].model_type, err.msg);
+            CHECK(model_backward(m[b], ms[b], NSEQ, dlogp_of_r, &with_ent, &err) == 0, "%s: %s", cs[k].model_type,
+                  err.msg);
         }
         double elp, eent, lo, hi;
         seq_diff(s, 1, &elp, &eent, &lo, &hi);
@@ -1341,8 +1385,9 @@ static void model_backward_gradients_match_cpu_within_1e_4_of_each_tensors_norm(
             free(gg);
         }
         double sc = model_grad_sumsq(m[0]), sg = model_grad_sumsq(m[1]), es = fabs(sg - sc) / sc;
-        printf("# %s gradients: worst tensor %s, |g_gpu - g_cpu| / |g_cpu| = %.2e; sum of squares %.2e relative; "
-               "log-probs %.2e nats\n", cs[k].model_type, worst_name, worst, es, elp);
+        printf("# %s gradients%s: worst tensor %s, |g_gpu - g_cpu| / |g_cpu| = %.2e; sum of squares %.2e relative; "
+               "log-probs %.2e nats\n", cs[k].model_type, with_ent ? " (with an entropy term)" : "", worst_name, worst,
+               es, elp);
         CHECK(zero == 0, "%s: %zu tensors have a zero gradient on the CPU, so comparing them says nothing",
               cs[k].model_type, zero);
         CHECK(worst <= MODEL_TOL, "%s: %s has |g_gpu - g_cpu| / |g_cpu| = %g, the worst tensor; bound 1e-4",
@@ -1501,6 +1546,7 @@ static const test_case CASES[] = {
     CASE(swiglu_matches_cpu_within_1e_5_also_in_place),
     CASE(logprob_and_entropy_at_temperatures_match_cpu_within_1e_5),
     CASE(logprob_backward_matches_cpu_within_1e_5_and_rows_without_loss_are_0),
+    CASE(logprob_backward_with_dent_matches_cpu_within_1e_5_and_rows_without_it_are_unchanged),
     CASE(matmul_dx_matches_cpu_within_1e_5_written_and_accumulated),
     CASE(matmul_dw_accumulates_like_cpu_within_1e_5_with_and_without_bias),
     CASE(rmsnorm_backward_accumulates_like_cpu_within_1e_5),

@@ -67,6 +67,7 @@ typedef struct {
     float *out;
     float *out2;             // a second output: entropies
     const float *x, *y;
+    const float *y2;         // a second input: dloss/d(entropy)
     const float *vec;        // per column or row: norm weights, bias, cos/sin table, 1/temperature
     const int32_t *idx;      // per row: token ids, positions or targets
     const rl_mat *W;
@@ -394,6 +395,15 @@ static void cpu_round_bf16(float *x, size_t n) {
     pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, round_bf16_part, &a);
 }
 
+// Σ e_j z_j over a row, in double, with z = (l − mx)·s and e = exp(z) as
+// exp_row wrote it: the entropy is lse − this / Σ e.
+static double sum_ez(const float *e, const float *l, int V, float mx, float it) {
+    double ez = 0;
+#pragma omp simd reduction(+ : ez)
+    for (int j = 0; j < V; j++) ez += (double)e[j] * ((l[j] - mx) * it);
+    return ez;
+}
+
 // With z = (l − max)·s, whose largest is exactly 0: logp = z[target] − lse,
 // lse = log Σ exp z, and entropy = lse − Σ p z, with p = exp(z − lse).
 static void logprob_part(void *ctx, int lo, int hi) {
@@ -406,12 +416,7 @@ static void logprob_part(void *ctx, int lo, int hi) {
         double sum = e ? cpu_K->exp_row(e, l, V, mx, it) : cpu_K->sum_exp(l, V, mx, it);
         double lse = log(sum);
         a->out[i] = (float)((double)(l[a->idx[i]] - mx) * it - lse);
-        if (e) {
-            double ez = 0;
-#pragma omp simd reduction(+ : ez)
-            for (int j = 0; j < V; j++) ez += (double)e[j] * ((l[j] - mx) * it);
-            a->out2[i] = (float)(lse - ez / sum);
-        }
+        if (e) a->out2[i] = (float)(lse - sum_ez(e, l, V, mx, it) / sum);
     }
     free(e);
 }
@@ -423,13 +428,26 @@ static void cpu_logprob(float *out, float *ent, const float *logits, const int32
 }
 
 // Row i becomes c·(onehot(target) − softmax(l·s)) with c = dlogp[i]·s: the
-// exponentials are written over the logits, then scaled.
+// exponentials are written over the logits, then scaled. With an entropy
+// term (d = dent[i]·s ≠ 0) it becomes p ⊙ (−c − d·(log p + H)) + c·onehot,
+// log p_j + H = z_j + (H − lse) = z_j − Σ p z, from the exponentials e in a
+// row of their own (the logits are still needed for z).
 static void logprob_backward_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     int V = a->V;
+    float *e = a->y2 ? xmalloc((size_t)V * sizeof(float)) : NULL;
     for (int i = lo; i < hi; i++) {
         float *l = a->out + (size_t)i * V;
-        float it = a->vec[i], c = a->y[i] * it;
+        float it = a->vec[i], c = a->y[i] * it, d = a->y2 ? a->y2[i] * it : 0;
+        if (d != 0) {
+            float mx = cpu_row_max(l, V);
+            double sum = cpu_K->exp_row(e, l, V, mx, it);
+            float h_lse = (float)(-sum_ez(e, l, V, mx, it) / sum), inv = (float)(1 / sum);   // H − lse = −Σ p z
+#pragma omp simd
+            for (int j = 0; j < V; j++) l[j] = e[j] * inv * (-c - d * ((l[j] - mx) * it + h_lse));
+            l[a->idx[i]] += c;
+            continue;
+        }
         if (c == 0) {   // a row without loss, such as a prompt's
             memset(l, 0, (size_t)V * sizeof(float));
             continue;
@@ -439,11 +457,12 @@ static void logprob_backward_part(void *ctx, int lo, int hi) {
         for (int j = 0; j < V; j++) l[j] *= f;
         l[a->idx[i]] += c;
     }
+    free(e);
 }
 
 static void cpu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp,
-                                 int N, int V) {
-    args a = {.out = logits, .idx = target, .vec = inv_temp, .y = dlogp, .V = V};
+                                 const float *dent, int N, int V) {
+    args a = {.out = logits, .idx = target, .vec = inv_temp, .y = dlogp, .y2 = dent, .V = V};
     pool_for(N, 1, 2, logprob_backward_part, &a);
 }
 

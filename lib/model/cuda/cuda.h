@@ -208,8 +208,8 @@ void cu_logprob(float *out, float *ent, const float *logits, const int32_t *targ
                 int V);
 
 // train.cu: the backward operations but matmul's and attention's, and the optimizer
-void cu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp, int N,
-                         int V);
+void cu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp,
+                         const float *dent, int N, int V);
 void cu_rmsnorm_backward(float *dx, float *dg, const float *dout, const float *x, const float *g, int N, int C,
                          float eps);
 void cu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N,

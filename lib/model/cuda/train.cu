@@ -15,40 +15,57 @@
 // ---- logprob_backward ---------------------------------------------------------
 
 // logits (N, V) in, replaced by their gradient; target, inv_temp, dlogp (N)
-// in; one block per row. As cpu.c: row i becomes c·(onehot(target) − e / Σ e)
-// with c = dlogp[i]·s and e = exp((l − max)·s), written as e·(−c / Σ e), the
-// target's plus c; Σ e is summed in double and rounded to f32 as the CPU's
-// f32 sum is. Rows with c = 0 (no loss) become zeros. Each thread writes
-// only the elements it read.
+// and dent (N, or NULL) in; one block per row. As cpu.c: row i becomes
+// c·(onehot(target) − e / Σ e) with c = dlogp[i]·s and e = exp((l − max)·s),
+// written as e·(−c / Σ e), the target's plus c; Σ e is summed in double and
+// rounded to f32 as the CPU's f32 sum is. Rows with c = 0 and no entropy
+// term (no loss) become zeros. With an entropy term, d = dent[i]·s ≠ 0, the
+// row becomes p ⊙ (−c − d·(z + (H − lse))) + c·onehot, p = e·(1 / Σ e),
+// z = (l − max)·s and H − lse = −Σ e z / Σ e (summed in double). Each thread
+// writes only the elements it read.
 static __global__ void logprob_backward_kernel(float *logits, const int32_t *target, const float *inv_temp,
-                                               const float *dlogp, int N, int V) {
+                                               const float *dlogp, const float *dent, int N, int V) {
     __shared__ float shf[32];
     __shared__ double shd[32];
     for (size_t i = blockIdx.x; i < (size_t)N; i += gridDim.x) {
         float *l = logits + i * V;
-        float it = inv_temp[i], c = dlogp[i] * it;
-        if (c == 0) {
+        float it = inv_temp[i], c = dlogp[i] * it, d = dent ? dent[i] * it : 0;
+        if (c == 0 && d == 0) {
             for (int j = threadIdx.x; j < V; j += blockDim.x) l[j] = 0;
             continue;
         }
         float mx = -INFINITY;
         for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, l[j]);
         mx = cu_block_max(mx, shf);
-        double s = 0;
-        for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf((l[j] - mx) * it);
-        float f = -c / (float)cu_block_sum(s, shd);
-        int t = target[i];
+        double s = 0, ez = 0;
         for (int j = threadIdx.x; j < V; j += blockDim.x) {
-            float d = __fmul_rn(expf((l[j] - mx) * it), f);
-            l[j] = j == t ? __fadd_rn(d, c) : d;
+            float z = (l[j] - mx) * it, e = expf(z);
+            s += e;
+            if (d != 0) ez += (double)e * z;
+        }
+        float sum = (float)cu_block_sum(s, shd);
+        int t = target[i];
+        if (d != 0) {
+            float h_lse = (float)(-cu_block_sum(ez, shd) / (double)sum), inv = (float)(1 / (double)sum);
+            for (int j = threadIdx.x; j < V; j += blockDim.x) {
+                float z = (l[j] - mx) * it, p = __fmul_rn(expf(z), inv);
+                float g = __fmul_rn(p, __fsub_rn(-c, __fmul_rn(d, __fadd_rn(z, h_lse))));
+                l[j] = j == t ? __fadd_rn(g, c) : g;
+            }
+            continue;
+        }
+        float f = -c / sum;
+        for (int j = threadIdx.x; j < V; j += blockDim.x) {
+            float g = __fmul_rn(expf((l[j] - mx) * it), f);
+            l[j] = j == t ? __fadd_rn(g, c) : g;
         }
     }
 }
 
-void cu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp, int N,
-                         int V) {
+void cu_logprob_backward(float *logits, const int32_t *target, const float *inv_temp, const float *dlogp,
+                         const float *dent, int N, int V) {
     if (N <= 0 || V <= 0) return;
-    logprob_backward_kernel<<<cu_blocks(N, 1), ROW_THREADS>>>(logits, target, inv_temp, dlogp, N, V);
+    logprob_backward_kernel<<<cu_blocks(N, 1), ROW_THREADS>>>(logits, target, inv_temp, dlogp, dent, N, V);
     CU_LAUNCHED();
 }
 
