@@ -233,9 +233,9 @@ void ckpt_state_json(sbuf *out, const lrn_opts *o, uint64_t version, uint64_t st
                 lrn_loss_name(o->loss), lrn_adv_name(o->adv), o->batch, o->micro, o->epochs, (unsigned long long)seed);
     // the clip range as the loss took it: [1 − eps_low, 1 + eps_high]
     const char *keys[] = {"lr", "beta1", "beta2", "adam_eps", "weight_decay", "grad_clip",
-                          "eps_low", "eps_high", "tis", "kl_coef"};
+                          "eps_low", "eps_high", "tis", "kl_coef", "entropy_coef"};
     double vals[] = {a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->grad_clip,
-                     o->eps_low, o->eps_high, o->tis, o->kl_coef};
+                     o->eps_low, o->eps_high, o->tis, o->kl_coef, o->entropy_coef};
     for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
         sbuf_printf(out, ", \"%s\": ", keys[i]);
         json_put_f64(out, vals[i]);

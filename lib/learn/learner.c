@@ -495,8 +495,6 @@ static void gspo_sequence(loss_ctx *c, const lseq *s) {
 }
 
 static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, const float *ent, float *d, float *dent) {
-    (void)ent;
-    (void)dent;
     (void)r0;
     loss_ctx *c = vctx;
     const lrn_opts *o = &c->l->o;
@@ -532,6 +530,11 @@ static void dlogp(void *vctx, size_t r0, size_t rows, const float *logp, const f
                     term.g += o->kl_coef * mask * kl.g;
                 }
             }
+        }
+        if (o->entropy_coef != 0 && mask != 0) {   // the entropy bonus, its gradient through H
+            obj_term h = obj_entropy(o->entropy_coef, mask, ent[i]);
+            c->loss += h.v / c->z;
+            dent[i] = (float)(h.g / c->z);
         }
         c->clipped += (uint64_t)clipped;
         c->loss += term.v / c->z;
@@ -705,9 +708,9 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
     }
     m->groups = batch_advantages(l);
     batch_stats(l, version, m);
-    // sequences with a gradient: all with tokens for sft and for a KL in the
-    // loss, those with an advantage too otherwise
-    int every = l->o.loss == LOSS_SFT || (l->o.kl_coef > 0 && !l->o.kl_in_reward);
+    // sequences with a gradient: all with tokens for sft, for a KL in the
+    // loss and for an entropy bonus, those with an advantage too otherwise
+    int every = l->o.loss == LOSS_SFT || (l->o.kl_coef > 0 && !l->o.kl_in_reward) || l->o.entropy_coef != 0;
     lseq **tr = xmalloc(l->bn * sizeof *tr);
     size_t all = 0, fwd = 0;
     for (size_t i = 0; i < l->bn; i++)

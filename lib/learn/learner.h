@@ -53,6 +53,11 @@ typedef struct {
     double kl_coef;
     kl_est kl;
     int kl_in_reward;
+    // ≠ 0: an entropy bonus C (negative: a penalty), −C·(1/Z)·Σ mask·H_t
+    // added to the loss, H_t the entropy (nats) of softmax(logits / T) at the
+    // token (T the record's temperature), the gradient through H_t; like the
+    // KL's term, not weighed by w. Every sequence with tokens is trained.
+    double entropy_coef;
     // Sequences whose "finish" is "length" (cut at the length limit) get
     // mask 0 on every token: no gradient, and none counted by --norm tokens.
     int mask_truncated;

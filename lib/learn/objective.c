@@ -95,6 +95,8 @@ obj_term obj_kl(kl_est k, double logp, double logp_ref) {
     return (obj_term){e + d - 1, 1 - e};
 }
 
+obj_term obj_entropy(double coef, double mask, double ent) { return (obj_term){-coef * mask * ent, -coef * mask}; }
+
 double obj_overlong(double len, double l_max, double l_cache) {
     double start = l_max - l_cache;   // the punishment's onset
     if (len <= start) return 0;

@@ -32,7 +32,7 @@ void obj_advantages(adv_kind k, const double *r, size_t n, double *a);
 double obj_advantage(int has_adv, double adv, double computed);
 
 // One token's term of a loss and its derivative with respect to log π_θ
-// (before the normaliser).
+// (obj_entropy's: with respect to H), before the normaliser.
 typedef struct {
     double v, g;
 } obj_term;
@@ -94,6 +94,13 @@ typedef enum { KL_K1, KL_K2, KL_K3 } kl_est;
 //   k2 = d² / 2               g = d
 //   k3 = exp(−d) + d − 1      g = 1 − exp(−d)   (>= 0)
 obj_term obj_kl(kl_est k, double logp, double logp_ref);
+// One token's entropy bonus C (PPO's, Schulman et al. 2017; verl's
+// entropy_coeff) from H, the entropy (nats) of the distribution its
+// log-probability is taken from, and the derivative with respect to H (not
+// log π_θ: the model's output layer carries it through H):
+//   v = −C · mask · H   g = −C · mask
+// (C < 0: a penalty, which drives the entropy toward 0, a one-hot distribution.)
+obj_term obj_entropy(double coef, double mask, double ent);
 // DAPO's soft overlong punishment (Yu et al. 2025) of a sequence of len
 // tokens, added to its reward:
 //   0                              len <= l_max − l_cache

@@ -80,6 +80,9 @@ usage "--kl-est without --kl-coef" '--kl-est goes with --kl-coef B > 0' --init m
 usage "--kl-in without --kl-coef" '--kl-in goes with --kl-coef B > 0' --init m --out ck --kl-in reward
 usage "--kl-est with --kl-in reward" '--kl-in reward takes k1 of each sequence off its reward: --kl-est is for --kl-in loss' \
     --init m --out ck --kl-coef 0.1 --kl-in reward --kl-est k2
+usage "--entropy-coef x" "--entropy-coef: expected a number, got 'x'" --init m --out ck --entropy-coef x
+usage "--entropy-coef inf" "--entropy-coef: expected a number, got 'inf'" --init m --out ck --entropy-coef inf
+usage "--entropy-coef nan" "--entropy-coef: expected a number, got 'nan'" --init m --out ck --entropy-coef nan
 usage "--overlong with L_CACHE > L_MAX" "--overlong '4,8': needs 0 < L_CACHE <= L_MAX" --init m --out ck --overlong 4,8
 usage "--overlong with L_CACHE 0" "--overlong '8,0': needs 0 < L_CACHE <= L_MAX" --init m --out ck --overlong 8,0
 usage "--overlong with one number" "--overlong '8': expected L_MAX,L_CACHE" --init m --out ck --overlong 8

@@ -15,6 +15,9 @@ float64 model with autograd, and the loss written here from doc/design.md §4:
          k1 = d, k2 = d²/2, k3 = exp(−d) + d − 1 (every sequence, Â 0 or not)
   --kl-in reward: r − B·Σ mask·(logp_s − logp_ref), logp_s the record's
          logp_learner or else its logp, before the advantages
+  --entropy-coef C: − C·Σ mask·H_t / Z, H_t = −Σ_v π(v) log π(v) the entropy
+         of the token's whole distribution at the record's temperature, with
+         autograd through it (every sequence, Â 0 or not; not weighed by w)
   --overlong L,C: r + (0 up to L − C model tokens, (L − C − n)/C up to L, −1 beyond)
   --mask-truncated: mask 0 on every token of a record whose finish is "length"
 with log π at the record's temperature, Â from the group's rewards (grpo:
@@ -101,13 +104,16 @@ def write_records(name, recs):
     return rltest.tmpfile(name, rltest.write_stream(recs))
 
 
-def ref_logprobs(ref, r):
-    """log π(a_t) (n,) of the completion at the record's temperature, float64, with autograd."""
+def ref_logprobs(ref, r, entropy=False):
+    """log π(a_t) (n,) of the completion at the record's temperature, float64,
+    with autograd; with entropy, also H_t = −Σ_v π(v) log π(v) (n,) of each
+    token's distribution."""
     p, ids = r["prompt_ids"], r["ids"]
     seq = torch.tensor([p + ids[:-1]], dtype=torch.long)
     h = ref.forward(seq)[0, len(p) - 1:]
     lp = torch.log_softmax(ref.logits(h) / r.get("temperature", 1.0), dim=-1)
-    return lp.gather(1, torch.tensor(ids)[:, None])[:, 0]
+    out = lp.gather(1, torch.tensor(ids)[:, None])[:, 0]
+    return (out, -(lp.exp() * lp).sum(dim=1)) if entropy else out
 
 
 def advantages(recs, kind="grpo"):
@@ -176,7 +182,7 @@ def truncated_masked(recs):
 
 def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=None, eps_high=None, pi_old=None,
              tis=None, drop_masked=False, clips=None, kl_coef=0.0, kl_est="k3", kl_in="loss", overlong=None,
-             mask_truncated=False):
+             mask_truncated=False, entropy_coef=0.0):
     """pi_old: for the ratio losses (ppo, cispo, gspo), log π_old per record
     (list of tensors); default the record's logp_learner, else the current
     log-probs (detached). eps sets both sides of the clip range, eps_low and
@@ -205,10 +211,10 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=No
         z = float(norm.split(":")[1])
     total = torch.zeros((), dtype=torch.float64)
     for i, (r, ai) in enumerate(zip(recs, a)):
-        lp = ref_logprobs(ref, r)
+        lp, ent = ref_logprobs(ref, r, entropy=True)
         n = len(r["ids"])
         keep = torch.tensor([t for t in range(n) if not drop_masked or r["mask"][t]], dtype=torch.long)
-        lp = lp[keep]
+        lp, ent = lp[keep], ent[keep]
         w = torch.tensor(r.get("w", [1.0] * n), dtype=torch.float64)[keep]
         if tis is not None:
             w = torch.exp(lp.detach() - torch.tensor(r["logp"], dtype=torch.float64)[keep]).clamp(max=tis)
@@ -216,6 +222,8 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=No
         if kl_coef and kl_in == "loss":
             d = lp - torch.tensor(r["logp_ref"], dtype=torch.float64)[keep]
             total = total + kl_coef * (m * kl_estimate(kl_est, d)).sum()
+        if entropy_coef:
+            total = total - entropy_coef * (m * ent).sum()
         if loss == "sft":
             total = total - (m * lp).sum()
             continue
@@ -761,6 +769,64 @@ def kl_in_reward_takes_b_times_the_sequence_k1_off_the_reward_before_the_advanta
     sampled = [{k: v for k, v in r.items() if k != "logp_learner"} for r in recs]
     assert advantages(shaped_rewards(sampled, 0.5, "reward")) != shaped, "logp and logp_learner give the same"
     check_grads(d, sampled, ("--kl-coef", "0.5", "--kl-in", "reward"), loss="pg", kl_coef=0.5, kl_in="reward")
+
+
+# ---- the entropy bonus -------------------------------------------------------------------
+
+@case
+def entropy_bonus_matches_autograd_under_every_loss_at_temperatures_other_than_1():
+    # −C·Σ mask·H/Z over every sequence, those of advantage 0 too (the
+    # records' last group has equal rewards: only the bonus moves it), with
+    # the gradient through H at T = 0.6 and 1.4
+    d = model("ent", seed=70)
+    ref = llama_ref.Llama(d)
+    recs = records(seed=71, logp_learner=True, ref=ref, temperatures=(0.6, 1.4))
+    worst = {}
+    for loss in ("pg", "ppo", "cispo", "gspo", "sft"):
+        worst[loss] = check_grads(d, recs, ("--loss", loss, "--entropy-coef", "0.7"), loss=loss, entropy_coef=0.7)
+    worst["ppo tokens micro 3"] = check_grads(d, recs, ("--loss", "ppo", "--entropy-coef", "0.7", "--norm", "tokens",
+                                                        "--micro", "3"), loss="ppo", norm="tokens", entropy_coef=0.7)
+    print(f"  worst relative gradient errors: {worst}")
+
+
+@case
+def entropy_bonus_with_a_kl_penalty_with_environment_tokens_and_negative():
+    d = model("entkl", seed=72)
+    ref = llama_ref.Llama(d)
+    recs = with_logp_ref(ref, records(seed=73, logp_learner=True, ref=ref, temperatures=(0.8, 1.25)), 74)
+    check_grads(d, recs, ("--loss", "ppo", "--kl-coef", "0.3", "--entropy-coef", "0.4"), loss="ppo", kl_coef=0.3,
+                entropy_coef=0.4)
+    check_grads(d, recs, ("--kl-coef", "0.3", "--kl-est", "k2", "--entropy-coef", "0.4", "--norm", "const:7"),
+                loss="pg", kl_coef=0.3, kl_est="k2", entropy_coef=0.4, norm="const:7")
+    check_grads(d, recs, ("--kl-coef", "0.5", "--kl-in", "reward", "--entropy-coef", "0.4"), loss="pg", kl_coef=0.5,
+                kl_in="reward", entropy_coef=0.4)
+    env = multi_turn(records(seed=75, mask=False, logp_learner=True, ref=ref))
+    check_grads(d, env, ("--loss", "gspo", "--eps", "0.1", "--entropy-coef", "-0.5"), loss="gspo", eps=0.1,
+                entropy_coef=-0.5, drop_masked=True)   # C < 0: a penalty on the entropy
+
+
+@case
+def entropy_coef_is_recorded_in_state_json_and_its_term_in_the_step_loss():
+    d = model("entstate", seed=76)
+    recs = records(seed=77, temperatures=(0.7, 1.2))
+    src = write_records("ent-state.rlr", recs)
+    ref = llama_ref.Llama(d)
+    for coef in (0.25, -0.1):
+        out = path(f"ent-state-{coef}")
+        learn("--init", d, "--out", out, "--batch", str(len(recs)), "--lr", "0", "--entropy-coef", repr(coef),
+              "--metrics", out + ".jsonl", src)
+        with open(os.path.join(out, "v000001", "state.json")) as f:
+            state = json.load(f)
+        assert state["entropy_coef"] == coef, f"state.json entropy_coef {state['entropy_coef']}, expected {coef}"
+        m = [json.loads(x) for x in open(out + ".jsonl")][0]
+        want = float(ref_loss(ref, recs, entropy_coef=coef))
+        assert abs(m["loss"] - want) <= 1e-5 * max(1.0, abs(want)), f"C {coef}: loss {m['loss']}, expected {want}"
+        assert m["trained"] == len(recs), f"C {coef}: {m['trained']} sequences trained, expected all {len(recs)}"
+    out = path("ent-state-none")
+    learn("--init", d, "--out", out, "--batch", str(len(recs)), "--lr", "0", src)
+    with open(os.path.join(out, "v000001", "state.json")) as f:
+        state = json.load(f)
+    assert state["entropy_coef"] == 0, f"without --entropy-coef: entropy_coef {state['entropy_coef']}, expected 0"
 
 
 @case

@@ -3,7 +3,9 @@
 //
 //   grad_probe --model DIR [--loss pg|ppo|cispo|gspo|sft] [--adv grpo|drgrpo|rloo]
 //              [--norm seqs|tokens|const:N] [--eps E] [--eps-low E1] [--eps-high E2]
-//              [--micro M] [--micro-tokens T] [--tis C] RECORDS OUT.safetensors
+//              [--micro M] [--micro-tokens T] [--tis C] [--kl-coef B] [--kl-est K]
+//              [--kl-in WHERE] [--mask-truncated] [--overlong L,C] [--entropy-coef C]
+//              RECORDS OUT.safetensors
 //
 // (the clip range as rl-learn resolves it: lrn_clip_range)
 //
@@ -36,7 +38,7 @@ int main(int argc, char **argv) {
         {"eps-low", required_argument, 0, 'L'}, {"eps-high", required_argument, 0, 'H'},
         {"kl-coef", required_argument, 0, 'k'}, {"kl-est", required_argument, 0, 'K'},
         {"kl-in", required_argument, 0, 'I'},   {"mask-truncated", no_argument, 0, 'X'},
-        {"overlong", required_argument, 0, 'O'}, {0, 0, 0, 0}};
+        {"overlong", required_argument, 0, 'O'}, {"entropy-coef", required_argument, 0, 'E'}, {0, 0, 0, 0}};
     const char *dir = NULL;
     lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1, .micro = 1, .kl = KL_K3,
                   .batch = SIZE_MAX, .opt = adamw_default_opts};   // one batch of every record
@@ -60,6 +62,7 @@ int main(int argc, char **argv) {
         case 'K': bad = lrn_parse_kl_est(optarg, &o.kl, &e); break;
         case 'I': bad = lrn_parse_kl_in(optarg, &o.kl_in_reward, &e); break;
         case 'X': o.mask_truncated = 1; break;
+        case 'E': o.entropy_coef = atof(optarg); break;
         case 'O': bad = lrn_parse_overlong(optarg, &o.overlong_max, &o.overlong_cache, &e); break;
         default: die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
         }

@@ -207,6 +207,22 @@ static void kl_estimators_at_d_0_5_and_their_derivatives(void) {
     CHECK(near(obj_kl(KL_K3, 0.3, 0).v, obj_k3(-0.3, exp(-0.3))), "k3 against obj_k3");
 }
 
+static void entropy_bonus_is_minus_c_mask_h_and_its_derivative_minus_c_mask(void) {
+    // C = 0.25, H = 2 nats: v = −0.5, g = dv/dH = −0.25 (exact in binary)
+    obj_term t = obj_entropy(0.25, 1, 2);
+    CHECK(t.v == -0.5 && t.g == -0.25, "C 0.25 H 2: %g %g, expected -0.5 -0.25", t.v, t.g);
+    // C < 0, a penalty: v = 0.1·1.5 > 0, pushing H down
+    t = obj_entropy(-0.1, 1, 1.5);
+    CHECK(near(t.v, 0.15) && t.g == 0.1, "C -0.1 H 1.5: %g %g, expected 0.15 0.1", t.v, t.g);
+    // mask 0: nothing, whatever H
+    t = obj_entropy(0.25, 0, 3);
+    CHECK(t.v == 0 && t.g == 0, "mask 0: %g %g, expected 0 0", t.v, t.g);
+    // g is dv/dH: a central difference agrees to 1e-8
+    double h = 1e-6, fd = (obj_entropy(0.7, 1, 1.2 + h).v - obj_entropy(0.7, 1, 1.2 - h).v) / (2 * h);
+    CHECK(fabs(fd - obj_entropy(0.7, 1, 1.2).g) <= 1e-8, "g %.12g, central difference %.12g",
+          obj_entropy(0.7, 1, 1.2).g, fd);
+}
+
 static void overlong_punishment_of_dapo_with_l_max_20_and_cache_4(void) {
     // the onset L_MAX − L_CACHE = 16; a linear ramp to −1 at 20; −1 beyond
     CHECK(obj_overlong(10, 20, 4) == 0, "10 tokens: %g", obj_overlong(10, 20, 4));
@@ -234,6 +250,7 @@ int main(void) {
     RUN(tis_weight_is_the_ratio_capped_at_c_and_never_inf);
     RUN(k3_is_zero_at_ratio_1_and_positive_elsewhere);
     RUN(kl_estimators_at_d_0_5_and_their_derivatives);
+    RUN(entropy_bonus_is_minus_c_mask_h_and_its_derivative_minus_c_mask);
     RUN(overlong_punishment_of_dapo_with_l_max_20_and_cache_4);
     CHECK_DONE();
 }

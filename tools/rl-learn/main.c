@@ -82,6 +82,9 @@ static const char USAGE[] =
     "                         reward: B * sum mask*(logp_s - logp_ref) taken off each\n"
     "                         sequence's reward before the advantages, logp_s its\n"
     "                         logp_learner, else its logp\n"
+    "      --entropy-coef C   an entropy bonus: C/Z * sum mask*H off the loss, H the\n"
+    "                         entropy of each token's distribution at the record's\n"
+    "                         temperature (C < 0: a penalty); with every loss\n"
     "      --mask-truncated   mask 0 on every token of a sequence whose finish is\n"
     "                         \"length\" (DAPO's overlong filtering)\n"
     "      --overlong L,C     DAPO's soft overlong punishment added to the reward: 0 up\n"
@@ -138,7 +141,7 @@ static options parse_options(int argc, char **argv) {
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
            O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL, O_EPS_LOW, O_EPS_HIGH,
-           O_KL_COEF, O_KL_EST, O_KL_IN, O_MASK_TRUNC, O_OVERLONG };
+           O_KL_COEF, O_KL_EST, O_KL_IN, O_MASK_TRUNC, O_OVERLONG, O_ENT_COEF };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
@@ -157,7 +160,7 @@ static options parse_options(int argc, char **argv) {
         {"tis", required_argument, 0, O_TIS},
         {"kl-coef", required_argument, 0, O_KL_COEF}, {"kl-est", required_argument, 0, O_KL_EST},
         {"kl-in", required_argument, 0, O_KL_IN},     {"mask-truncated", no_argument, 0, O_MASK_TRUNC},
-        {"overlong", required_argument, 0, O_OVERLONG},
+        {"overlong", required_argument, 0, O_OVERLONG}, {"entropy-coef", required_argument, 0, O_ENT_COEF},
         {"epochs", required_argument, 0, O_EPOCHS},   {"lr", required_argument, 0, O_LR},
         {"warmup", required_argument, 0, O_WARMUP},   {"schedule", required_argument, 0, O_SCHEDULE},
         {"total-steps", required_argument, 0, O_TOTAL}, {"weight-decay", required_argument, 0, O_WD},
@@ -227,6 +230,7 @@ static options parse_options(int argc, char **argv) {
             kl_in_given = 1;
             break;
         case O_MASK_TRUNC: o.lrn.mask_truncated = 1; break;
+        case O_ENT_COEF: o.lrn.entropy_coef = cli_parse_f64("--entropy-coef", optarg, -1e30, 1e30, 0); break;
         case O_OVERLONG:
             if (lrn_parse_overlong(optarg, &o.lrn.overlong_max, &o.lrn.overlong_cache, &e)) cli_usage_error("%s", e.msg);
             break;
