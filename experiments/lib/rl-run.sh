@@ -21,6 +21,9 @@
 #   --ratio "ARGS"     rl-ratio's weighting options (default "--clip 2")
 #   --tis C            no rl-ratio: rl-learn --tis C weighs the tokens (its place in
 #                      the pipe and in run.json's exit statuses is taken by cat)
+#   --sample "ARGS"    more options of rl-sample (e.g. "--drop-uniform --top-p 0.95")
+#   --learn "ARGS"     more options of rl-learn: the loss and its terms (e.g.
+#                      "--loss cispo --norm tokens"; default: rl-learn's, pg)
 #   --seed S           sampler and learner seed (default 1)
 #   --keep-every E     versions kept for evaluation (default 25; N with --eval-every N)
 #   --state-every N    versions with AdamW's state, for a resume (default: E's;
@@ -73,8 +76,8 @@ set -u
 BIN=${RLPIPE_BIN:-$(cd "$(dirname "$0")/../.." && pwd)/bin}
 init= prompts= out= dtype=bf16 head=dtype group=8 batch=128 steps=300 lr=1e-4 lag="--max-lag 2" ratio="--clip 2" seed=1
 keep_every=25 state_every= max_new=48 temperature=1 samplers=1 ranks=1 tis= save_dtype=f32 env= max_turns=4
-eval_file= eval_every= tb_dir= keep_every_set=
-usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T] [--env CMD [--max-turns N]] [--eval FILE --eval-every N] [--tensorboard DIR]" >&2; exit 2; }
+eval_file= eval_every= tb_dir= keep_every_set= sample_args= learn_args=
+usage() { echo "usage: rl-run.sh --init DIR --prompts FILE --out RUN [--dtype T] [--head H] [--group G] [--batch N] [--steps N] [--lr X] [--max-lag K | --sync] [--ratio ARGS | --tis C] [--sample ARGS] [--learn ARGS] [--seed S] [--keep-every E] [--state-every N] [--save-dtype D] [--max-new-tokens N] [--temperature T] [--env CMD [--max-turns N]] [--eval FILE --eval-every N] [--tensorboard DIR]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case $1 in
     --init) init=$2; shift ;;
@@ -90,6 +93,8 @@ while [ $# -gt 0 ]; do
     --sync) lag="--sync" ;;
     --ratio) ratio=$2; shift ;;
     --tis) tis=$2; shift ;;
+    --sample) sample_args=$2; shift ;;
+    --learn) learn_args=$2; shift ;;
     --seed) seed=$2; shift ;;
     --keep-every) keep_every=$2; keep_every_set=1; shift ;;
     --state-every) state_every=$2; shift ;;
@@ -197,7 +202,7 @@ sample() {
     [ -n "$env" ] && multi=(--env "$env" --max-turns "$max_turns")
     "$BIN/rl-sample" --model "$init" -n "$group" --dtype "$dtype" --head "$head" --listen "unix:$out/$name.sock" "${multi[@]}" \
         --metrics "$out/$name.jsonl" $lag --batch "$share" \
-        --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed $((seed + 1000 * (i - 1))) "$prompts" \
+        --max-new-tokens "$max_new" --temperature "$temperature" --epochs 0 --seed $((seed + 1000 * (i - 1))) $sample_args "$prompts" \
         2>"$log/$name.log"
 }
 # the records of every sampler, as one stream
@@ -226,7 +231,7 @@ score() {
         tee "$out/rollouts.rlr" |
         {
             "${learner[@]}" ${tis:+--tis "$tis"} --init "$init" --out "$out/ckpt" --batch "$batch" --lr "$lr" --max-steps "$steps" \
-                --keep 1 --keep-every "$keep_every" --state-every "$state_every" --save-dtype "$save_dtype" --seed "$seed" --metrics "$out/learn.jsonl" 2>"$log/learn.log"
+                --keep 1 --keep-every "$keep_every" --state-every "$state_every" --save-dtype "$save_dtype" --seed "$seed" --metrics "$out/learn.jsonl" $learn_args 2>"$log/learn.log"
             rc=$?
             # A learner that ended leaves the samplers waiting for its weights
             # (--sync, or at the lag bound) and the scorer waiting for records;
@@ -290,9 +295,9 @@ case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] && [ "$eval_rc" = 0 ] && [ "$tb_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s%s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s%s}\n' \
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s%s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "sample": "%s", "learn": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s%s}\n' \
     "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$extra_rc" "$dtype" "$head" "$group" "$batch" "$steps" \
-    "$lr" "$lag" "$weigh" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" \
+    "$lr" "$lag" "$weigh" "$sample_args" "$learn_args" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" \
     "${env:+, \"max_turns\": $max_turns}" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc${evaluating:+, evaluator $eval_rc}${tb:+, tb.py $tb_rc}); logs in $log" >&2

@@ -47,9 +47,11 @@ check "make again: no stage rerun, the same last line" "stderr: $(head -c 300 er
 
 # --tis: no scorer in the pipe; the learner weighs the tokens (rl-learn --tis),
 # in flight with its lag bound, and the pipeline ends as with rl-ratio.
-expect "rl-run.sh --tis 2, in flight: exit 0" 0 '' -- timeout 300 \
+# --learn and --sample pass more options to rl-learn and rl-sample.
+expect "rl-run.sh --tis 2, in flight, --learn and --sample: exit 0" 0 '' -- timeout 300 \
     env RLPIPE_BIN="$RLPIPE_BIN" "$RLPIPE_ROOT/experiments/lib/rl-run.sh" --init d/sft --prompts d/data/train.jsonl \
-    --out "$T/tis" --max-lag 1 --group 4 --batch 16 --steps 3 --tis 2
+    --out "$T/tis" --max-lag 1 --group 4 --batch 16 --steps 3 --tis 2 \
+    --learn "--loss ppo --eps-high 0.28 --entropy-coef 0.01" --sample "--top-k 50"
 # (the weights themselves are test_learn_run.py's: this SFT model earns no
 # reward yet, so no step here has a sequence to weigh)
 check "... 3 steps, lag <= 1, no rl-ratio, no ratio.jsonl, no socket left, the sampler's metrics" \
@@ -57,6 +59,9 @@ check "... 3 steps, lag <= 1, no rl-ratio, no ratio.jsonl, no socket left, the s
 import json, os, sys
 j = json.load(open("tis/run.json"))
 assert j["exit"]["rl-learn"] == 0 and j["exit"]["rl-sync"] == 0 and j["ratio"] == "rl-learn --tis 2", j
+assert j["learn"] == "--loss ppo --eps-high 0.28 --entropy-coef 0.01" and j["sample"] == "--top-k 50", j
+st = json.load(open("tis/ckpt/" + open("tis/ckpt/latest").read().strip() + "/state.json"))
+assert st["loss"] == "ppo" and st["eps_high"] == 0.28 and st["entropy_coef"] == 0.01, st
 assert j["dtype"] == "bf16" and j["head"] == "dtype", j
 s = [json.loads(x) for x in open("tis/sample.jsonl")]   # a line per version the sampler installed
 assert s and all(x["version"] > x["from"] for x in s), s
