@@ -16,6 +16,7 @@ static const struct {
     {"logp_learner", FLD_F32S}, {"ver_learner", FLD_UINT}, {"w", FLD_F32S},
     {"mask", FLD_MASK},       {"adv", FLD_F64},           {"completion", FLD_STR},
     {"stop_reason", FLD_STR}, {"messages", FLD_ANY},      {"logp_ref", FLD_F32S},
+    {"drawn", FLD_UINT},
 };
 
 fld_type fld_type_of(const char *key, size_t len) {

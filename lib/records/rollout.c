@@ -42,6 +42,7 @@ static const struct {
     {RO_TEXT, "text", T_STR, AT(text), AT(text_len)},
     {RO_STOP_REASON, "stop_reason", T_STR, AT(stop_reason), AT(stop_reason_len)},
     {RO_DTYPE, "dtype", T_STR, AT(dtype), AT(dtype_len)},
+    {RO_DRAWN, "drawn", T_UINT, AT(drawn), 0},
 };
 #undef AT
 #define NFIELDS (sizeof FIELDS / sizeof *FIELDS)
@@ -96,7 +97,7 @@ static rec_status read_one(rollout_view *v, const rec_t *r, size_t i) {
 
 static void clear(rollout_view *v) {
     v->has = 0;
-    v->id = v->group = v->ver_learner = 0;
+    v->id = v->group = v->ver_learner = v->drawn = 0;
     v->prompt = v->answer = v->completion = v->finish = v->text = v->stop_reason = v->dtype = "";
     v->prompt_len = v->answer_len = v->completion_len = v->finish_len = v->text_len = v->stop_reason_len =
         v->dtype_len = 0;
@@ -167,6 +168,8 @@ int rollout_read(rollout_view *v, const rec_t *r, rl_err *err) {
         check_floats("logp_ref", &v->logp_ref, 0, 0, "a log-probability is finite", err) ||
         check_floats("w", &v->w, 0, 1, "a weight is finite and not negative", err))
         return -1;
+    if ((v->has & RO_DRAWN) && v->drawn == 0)
+        return err_set(err, "field \"drawn\" is 0: a written group is one of the groups drawn (at least 1)");
     return 0;
 }
 

@@ -7,7 +7,8 @@
 //     have one element per completion token (per element of ids, or of the
 //     first of them present when there is no ids);
 //   - ranges: mask is 0/1; logp and logp_ref finite; logp_learner neither
-//     NaN nor +inf (-inf is a learner probability of 0); w finite and >= 0.
+//     NaN nor +inf (-inf is a learner probability of 0); w finite and >= 0;
+//     drawn at least 1.
 // What only one reader needs (a field it requires, a vocabulary, a finite
 // reward) it asks with rollout_require, rollout_finite and rollout_vocab,
 // whose messages have the same form. Messages name the field and what is
@@ -46,11 +47,13 @@ enum {
     RO_STOP_REASON = 1u << 21,
     RO_DTYPE = 1u << 22,
     RO_LOGP_REF = 1u << 23,
+    RO_DRAWN = 1u << 24,
 };
 
 typedef struct {
     unsigned has;                        // RO_* of the fields present
     uint64_t id, group, ver_learner;
+    uint64_t drawn;                      // groups drawn for this one's (rl-sample --drop-uniform); 0 when absent
     // Strings point into the record (valid while it is); "" when absent.
     const char *prompt, *answer, *completion, *finish, *text, *stop_reason, *dtype;
     size_t prompt_len, answer_len, completion_len, finish_len, text_len, stop_reason_len, dtype_len;

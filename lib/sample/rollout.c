@@ -190,6 +190,23 @@ static void count(ro_t *r, const rec_t *rec) {
     }
 }
 
+// Whether the n records' rewards are all equal: every one has a "reward"
+// and each is the same double as the first (==: 0 and -0 are equal, NaN
+// equals nothing). A group of one sample is uniform.
+static int uniform(rec_t *const *recs, int n) {
+    double r0, r;
+    if (n < 1 || rec_get_f64(recs[0], "reward", &r0) != REC_OK) return 0;
+    for (int j = 1; j < n; j++)
+        if (rec_get_f64(recs[j], "reward", &r) != REC_OK || !(r == r0)) return 0;
+    return r0 == r0;
+}
+
+static void let_go(ro_t *r, held_t *h) {
+    r->n_held -= (uint64_t)h->n;
+    held_free(h);
+    r->head++;
+}
+
 int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
     rl_err e;
     if (r->o.cmd && vp_pump(r->o.cmd, 0, &e)) return verifier_error(r, &e, err);
@@ -203,21 +220,28 @@ int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
             for (int j = 0; j < h->n; j++) rec_set_f64(h->recs[j], "reward", vp_reward(r->o.cmd, h->first_req + (uint64_t)j));
             vp_forget(r->o.cmd, h->first_req + (uint64_t)h->n);
         }
+        if (r->o.drop_uniform && uniform(h->recs, h->n)) {   // no advantage: not trained on
+            r->t.dropped++;
+            r->t.dropped_last++;
+            let_go(r, h);
+            continue;
+        }
         for (int j = 0; j < h->n; j++) {
+            if (r->o.drop_uniform) rec_set_uint(h->recs[j], "drawn", r->t.dropped_last + 1);
             if (recw_write(w, h->recs[j], err)) return -1;
             count(r, h->recs[j]);
         }
         if (recw_flush(w, err)) return -1;
         r->t.groups++;
-        r->n_held -= (uint64_t)h->n;
-        held_free(h);
-        r->head++;
+        r->t.dropped_last = 0;
+        let_go(r, h);
     }
     return 0;
 }
 
 void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,
-                    const model_t *m, const char *precision, const gen_opts *g, const char *verifier) {
+                    const model_t *m, const char *precision, const gen_opts *g, const char *verifier,
+                    int drop_uniform) {
     rec_make_header(h, "rollouts", "rl-sample", argc, argv, no_provenance);
     rec_set_uint(h, "seed", g->seed);
     rec_t *sub = rec_new();
@@ -247,6 +271,7 @@ void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const ch
     rec_set_strs(sub, "stop", (char *const *)g->stop, g->n_stop);
     rec_set_uint(sub, "slots", (uint64_t)g->slots);
     rec_set_cstr(sub, "verifier", verifier);
+    if (drop_uniform) rec_set_bool(sub, "drop_uniform", 1);
     rec_encode(sub, &enc);
     rec_set_raw(h, "sampling", 8, enc.data, enc.len);
     sbuf_free(&enc);

@@ -3,6 +3,10 @@
 // sampling parameters, and every other key of the prompt. Groups wait here
 // until the external verifier has answered for each of their samples, and
 // are written whole, in the order they finished, with a flush after each.
+// With drop_uniform (rl-sample --drop-uniform, DAPO's dynamic sampling) a
+// group whose rewards are all equal is not written but counted, and each
+// group written says in "drawn" how many groups were decided since the
+// group written before it, itself included (1 + those dropped between).
 #ifndef RLPIPE_ROLLOUT_H
 #define RLPIPE_ROLLOUT_H
 
@@ -21,6 +25,7 @@ typedef struct {
     vproc *cmd;               // or ask this external verifier (NULL: none)
     smp_params sp;
     const char *dtype;        // the sampler's precision, as records name it
+    int drop_uniform;         // drop the groups whose rewards are all equal
 } ro_opts;
 
 typedef struct {
@@ -28,6 +33,8 @@ typedef struct {
     uint64_t stopped;                   // samples that ended with "stop"
     uint64_t rewarded, positive;        // samples with a reward; with reward > 0
     double reward_sum;
+    uint64_t dropped;                   // groups not written (drop_uniform)
+    uint64_t dropped_last;              // of them, those after the last group written (no "drawn" counts them)
 } ro_totals;
 
 typedef struct ro ro_t;
@@ -52,8 +59,9 @@ const ro_totals *ro_total(const ro_t *r);
 // the model (its directory, version, dtype, head_dtype "f32" when the output
 // layer is f32 (model_opts.head_f32), device, parameters, and
 // generation_config.json's sampling defaults, shown and never applied) and
-// the sampling options (g, the verifier's name).
+// the sampling options (g, the verifier's name, and drop_uniform true when set).
 void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,
-                    const model_t *m, const char *precision, const gen_opts *g, const char *verifier);
+                    const model_t *m, const char *precision, const gen_opts *g, const char *verifier,
+                    int drop_uniform);
 
 #endif

@@ -61,6 +61,10 @@ static const char USAGE[] =
     "                         with --max-prompts or --max-records the default is no end)\n"
     "      --max-prompts N    start at most N prompts (groups)\n"
     "      --max-records N    write at most N records (whole groups)\n"
+    "      --drop-uniform     DAPO's dynamic sampling: a group whose rewards are all equal\n"
+    "                         (no advantage) is not written, and more prompts are drawn in\n"
+    "                         its place; each record says in \"drawn\" how many groups were\n"
+    "                         drawn for its own (needs -n 2 or more, and rewards)\n"
     "\n"
     "Rewards (prompts with an \"answer\" are scored with 'number' unless told):\n"
     "      --verifier V       exact: trimmed text = answer; number: last number = answer;\n"
@@ -128,6 +132,7 @@ typedef struct {
     cli_chat_args chat;
     uint64_t epochs, max_prompts, max_records;
     int epochs_set, verifier;   // verifier: -1 default, 0 none, 1 builtin
+    int drop_uniform;           // --drop-uniform
     int ignore_eos;             // --ignore-eos: no eos id is a stop id
     double verifier_timeout;    // seconds; 0: none
     vf_kind kind;
@@ -151,7 +156,7 @@ static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
            O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS, O_HEAD, O_ENV, O_MAXTURNS, O_MAXLEN, O_ENVTIMEOUT,
-           O_ENVFAIL, O_ENVSLOTS };
+           O_ENVFAIL, O_ENVSLOTS, O_DROPUNIFORM };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -169,6 +174,7 @@ static options parse_options(int argc, char **argv) {
         {"env", required_argument, 0, O_ENV},              {"max-turns", required_argument, 0, O_MAXTURNS},
         {"max-len", required_argument, 0, O_MAXLEN},       {"env-timeout", required_argument, 0, O_ENVTIMEOUT},
         {"env-max-failures", required_argument, 0, O_ENVFAIL}, {"env-slots", required_argument, 0, O_ENVSLOTS},
+        {"drop-uniform", no_argument, 0, O_DROPUNIFORM},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
@@ -211,6 +217,7 @@ static options parse_options(int argc, char **argv) {
             break;
         case O_MAXPROMPTS: o.max_prompts = cli_parse_uint("--max-prompts", optarg, UINT64_MAX, 1); break;
         case O_MAXRECORDS: o.max_records = cli_parse_uint("--max-records", optarg, UINT64_MAX, 1); break;
+        case O_DROPUNIFORM: o.drop_uniform = 1; break;
         case O_VERIFIER:
             if (!strcmp(optarg, "none")) o.verifier = 0;
             else if (!vf_parse(optarg, &o.kind)) o.verifier = 1;
@@ -252,6 +259,9 @@ static options parse_options(int argc, char **argv) {
         cli_usage_error("--env gives the rewards: --verifier and --verifier-cmd are not for it");
     if (!o.env && (o.max_turns >= 0 || o.max_len || o.env_slots >= 0))
         cli_usage_error("--max-turns, --max-len and --env-slots are for multi-turn rollouts: give --env CMD");
+    if (o.drop_uniform && o.gen.group < 2)
+        cli_usage_error("--drop-uniform: a group of one sample is always uniform: give -n 2 or more");
+    if (o.drop_uniform && o.verifier == 0) cli_usage_error("--drop-uniform compares rewards: --verifier none gives none");
     if (o.max_turns < 0) o.max_turns = 4;
     if (o.env_slots < 0) o.env_slots = o.gen.slots;
     if (o.max_records && o.max_records < (uint64_t)o.gen.group)
@@ -400,17 +410,20 @@ int main(int argc, char **argv) {
     const char *prec = model_precision_name(&o.prec);   // the --dtype value
     const char *vname = env ? "env" : vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
     ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
-                                 .sp = o.gen.sp, .dtype = prec});
+                                 .sp = o.gen.sp, .dtype = prec, .drop_uniform = o.drop_uniform});
     rec_t *h = rec_new();
-    ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, prec, &o.gen, vname);
+    ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, prec, &o.gen, vname, o.drop_uniform);
     recw_opts wo = recw_default_opts;
     wo.raw = o.out.raw;
     recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);
     if (!w) cli_die("%s", e.msg);
     rec_free(h);
 
+    // --max-records caps the groups started, or with --drop-uniform those
+    // started and not dropped: a dropped group's place is drawn again.
     uint64_t max_groups = o.max_prompts;
-    if (o.max_records && (!max_groups || o.max_records / (uint64_t)o.gen.group < max_groups))
+    if (o.max_records && o.drop_uniform) adm.max_kept = o.max_records / (uint64_t)o.gen.group;
+    else if (o.max_records && (!max_groups || o.max_records / (uint64_t)o.gen.group < max_groups))
         max_groups = o.max_records / (uint64_t)o.gen.group;
     prm_feed feed;
     prm_feed_init(&feed, ps.n, o.gen.seed, o.epochs, max_groups);
@@ -421,6 +434,7 @@ int main(int argc, char **argv) {
     while (!cli_stop_requested) {
         uint64_t held = rcv ? rcv_hold(rcv) : version;   // a verified push is installed here
         gen_set_version(g, (uint32_t)held);
+        adm_dropped(&adm, ro_total(ro)->dropped);
         int lagging = adm_fill(&adm, g, &feed, &ps, held, &more);
         long n = gen_step(g, &e);
         if (rcv) rcv_release(rcv);
@@ -441,8 +455,15 @@ int main(int argc, char **argv) {
         }
         if (n == 0 && ag && gen_busy(g)) continue;   // rollouts wait for their environment
         if (n == 0 && !more) break;
+        if (n == 0 && adm_full(&adm)) {   // --max-records met, unless groups awaiting rewards are dropped
+            if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
+            adm_dropped(&adm, ro_total(ro)->dropped);
+            if (adm_full(&adm)) break;
+            continue;
+        }
         if (n == 0 && lagging) {   // all written: wait for the learner's weights
             if (ro_write(ro, w, 1, &e)) cli_die("%s", e.msg);
+            adm_dropped(&adm, ro_total(ro)->dropped);   // drops lower the version needed
             int64_t got = rcv_wait(rcv, adm_needed(&adm), &cli_stop_requested, fd);
             if (got == -2) raise(SIGPIPE);   // the reader has gone: end as the next write would
             if (got < 0) break;
@@ -478,14 +499,18 @@ int main(int argc, char **argv) {
                      "stalled generation %.0f us (longest %.0f us), waited %.2f s for weights",
                      (unsigned long long)version, (unsigned long long)rs.version, (unsigned long long)rs.installed,
                      (unsigned long long)rs.refused, rs.stall_s * 1e6, rs.stall_max_s * 1e6, rs.wait_s);
+        char dropped[160] = "";
+        if (o.drop_uniform)
+            snprintf(dropped, sizeof dropped, " (%llu drawn, %llu dropped with uniform rewards)",
+                     (unsigned long long)(t->groups + t->dropped), (unsigned long long)t->dropped);
         char turns[160] = "";
         if (ag) {
             const ag_totals *at = ag_total(ag);
             snprintf(turns, sizeof turns, ", %llu turns, %llu rollouts failed", (unsigned long long)at->turns,
                      (unsigned long long)at->failed);
         }
-        fprintf(stderr, "rl-sample: %s%llu prompts, %llu samples%s, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
-                cli_stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups,
+        fprintf(stderr, "rl-sample: %s%llu prompts%s, %llu samples%s, %llu tokens, %.1f tokens/s%s; %s on %s, %d slots, %.2f s%s\n",
+                cli_stop_requested ? "stopped by a signal: " : "", (unsigned long long)t->groups, dropped,
                 (unsigned long long)t->samples, turns, (unsigned long long)t->tokens,
                 tend > tgen ? (double)t->tokens / (tend - tgen) : 0.0, acc, prec, model_device(m), o.gen.slots, tend - t0,
                 pushes);
