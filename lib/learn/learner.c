@@ -29,6 +29,7 @@ typedef struct {
     double shaping;            // added to the reward before the advantages (--overlong, --kl-in reward)
     int has_reward, has_adv, has_group;
     uint64_t group;
+    uint64_t drawn;            // groups the sampler drew for this one's (rl-sample --drop-uniform); 0: not said
     // during a batch
     double a;                  // the advantage used
     float *pi_old;             // ratio losses: log π_old per token (logp_learner, or the first epoch's)
@@ -333,6 +334,7 @@ static int parse_seq(learner_t *l, const rec_t *r, lseq *s, tok_report rep[2], r
         return err_set(err, "no \"reward\" and no \"adv\": the %s loss needs one", lrn_loss_name(l->o.loss));
     s->has_group = !!(v->has & RO_GROUP);
     s->group = v->group;
+    s->drawn = v->drawn;
     // logp_learner is π_old here: a learner probability of 0 (-inf) has no ratio
     for (size_t t = 0; t < v->logp_learner.n; t++)
         if (rollout_finite(RO_LOGP_LEARNER, v->logp_learner.v[t], err)) return -1;
@@ -383,8 +385,15 @@ int lrn_add(learner_t *l, const rec_t *r, const char *where, rl_err *err) {
                      where);
         }
     const lseq *p = l->n > l->complete ? &l->s[l->n - 1] : NULL;
-    if (p && p->has_group && s.has_group && p->group == s.group) l->run++;
-    else {   // a record outside the last one's group completes that group
+    if (p && p->has_group && s.has_group && p->group == s.group) {
+        if (s.drawn != p->drawn) {   // one count per group, the same on each of its records
+            seq_free(&s);
+            return err_set(err, "field \"drawn\" is %llu but %llu in the record before, of the same group %llu: %s",
+                           (unsigned long long)s.drawn, (unsigned long long)p->drawn, (unsigned long long)s.group,
+                           where);
+        }
+        l->run++;
+    } else {   // a record outside the last one's group completes that group
         l->complete = l->n;
         l->run = 1;
     }
@@ -421,9 +430,13 @@ int lrn_ready(const learner_t *l, int keep_last) { return l->bn > 0 || batch_siz
 uint64_t lrn_consumed(const learner_t *l) { return l->consumed; }
 size_t lrn_held(const learner_t *l) { return l->n; }
 
-// The advantage of every record of the batch; the number of groups.
-static uint64_t batch_advantages(learner_t *l) {
+// The advantage of every record of the batch; the number of groups, and in
+// *drawn the groups the sampler drew for them (a group's "drawn", 1 for one
+// without) and in *has_drawn whether any said.
+static uint64_t batch_advantages(learner_t *l, uint64_t *drawn, int *has_drawn) {
     uint64_t groups = 0;
+    *drawn = 0;
+    *has_drawn = 0;
     double *r = xmalloc(l->bn * sizeof *r), *a = xmalloc(l->bn * sizeof *a);
     for (size_t i = 0; i < l->bn;) {
         size_t j = i + 1;
@@ -436,6 +449,8 @@ static uint64_t batch_advantages(learner_t *l) {
             for (size_t k = i; k < j; k++) a[k - i] = 0;
         for (size_t k = i; k < j; k++) l->s[k].a = obj_advantage(l->s[k].has_adv, l->s[k].adv, a[k - i]);
         groups++;
+        *drawn += l->s[i].drawn ? l->s[i].drawn : 1;
+        *has_drawn |= l->s[i].drawn > 0;
         i = j;
     }
     free(r);
@@ -706,7 +721,7 @@ int lrn_grad(learner_t *l, uint64_t version, uint64_t steps, lrn_metrics *m, rl_
         if (!l->bn) return err_set(err, "lrn_step without a batch");
         l->epoch = 0;
     }
-    m->groups = batch_advantages(l);
+    m->groups = batch_advantages(l, &m->groups_drawn, &m->has_groups_drawn);
     batch_stats(l, version, m);
     // sequences with a gradient: all with tokens for sft, for a KL in the
     // loss and for an entropy bonus, those with an advantage too otherwise
@@ -819,11 +834,13 @@ static void put_num(sbuf *o, const char *key, double v, int present) {
 }
 
 void lrn_metrics_json(const lrn_metrics *m, sbuf *o) {
-    sbuf_printf(o, "{\"step\":%llu,\"version\":%llu,\"epoch\":%d,\"samples\":%llu,\"groups\":%llu,\"trained\":%llu,"
-                   "\"tokens\":%llu,\"fwd_tokens\":%llu",
+    sbuf_printf(o, "{\"step\":%llu,\"version\":%llu,\"epoch\":%d,\"samples\":%llu,\"groups\":%llu",
                 (unsigned long long)m->step, (unsigned long long)m->version, m->epoch, (unsigned long long)m->samples,
-                (unsigned long long)m->groups, (unsigned long long)m->trained, (unsigned long long)m->tokens,
-                (unsigned long long)m->fwd_tokens);
+                (unsigned long long)m->groups);
+    if (m->has_groups_drawn) sbuf_printf(o, ",\"groups_drawn\":%llu", (unsigned long long)m->groups_drawn);
+    else sbuf_printf(o, ",\"groups_drawn\":null");
+    sbuf_printf(o, ",\"trained\":%llu,\"tokens\":%llu,\"fwd_tokens\":%llu", (unsigned long long)m->trained,
+                (unsigned long long)m->tokens, (unsigned long long)m->fwd_tokens);
     put_num(o, "reward_mean", m->reward_mean, m->has_reward);
     put_num(o, "reward_std", m->reward_std, m->has_reward);
     put_num(o, "accuracy", m->accuracy, m->has_reward);

@@ -110,6 +110,9 @@ const char *lrn_kl_name(kl_est k);
 typedef struct {
     uint64_t step, version;           // the step taken (1 for the first); the version it produced
     uint64_t samples, groups, tokens; // sequences, groups, completion tokens in the step
+    int has_groups_drawn;             // a group of the batch carries "drawn" (rl-sample --drop-uniform)
+    uint64_t groups_drawn;            // groups the sampler drew for the batch's: Σ of each group's "drawn"
+                                      // (1 for a group without), the uniform ones it dropped included
     uint64_t trained;                 // sequences with a gradient (others have advantage 0)
     uint64_t fwd_tokens;              // prompt + completion tokens through the model
     int epoch;                        // ratio losses: 1 .. epochs (1 for the others)
