@@ -356,6 +356,34 @@ def with_max_lag_groups_are_written_in_the_order_they_started_so_the_bound_holds
     assert len(m) == 12 and max(lags(m)) <= K, f"lag_max per step {lags(m)} exceeds {K}"
 
 @case
+def max_lag_with_drop_uniform_counts_the_groups_dropped_and_keeps_every_lag_at_most_k():
+    # Half the groups of 2 have equal rewards (the verifier's parity of the
+    # line): dropped, they are no part of any batch, so the admission counts
+    # the groups started less those dropped; counting the dropped ones too
+    # would leave the sampler waiting for a batch that cannot fill.
+    K = 2
+    m, errs, scored, _ = pipeline("dropk", MAXLAG_OPTS + ["--max-lag", str(K), "--batch", "4", "--drop-uniform"],
+                                  learn_opts=["--batch", "4"])
+    got = re.search(r"rl-sample: (\d+) prompts \((\d+) drawn, (\d+) dropped", errs["rl-sample"])
+    assert got, errs["rl-sample"][-300:]
+    written, drawn, dropped = (int(x) for x in got.groups())
+    assert drawn == 40 and dropped >= 5 and written == len(scored) // 2, errs["rl-sample"][-300:]
+    groups = [scored[i:i + 2] for i in range(0, len(scored), 2)]
+    assert all(g[0]["group"] == g[1]["group"] and g[0]["reward"] != g[1]["reward"] for g in groups), \
+        "a group written whole with equal rewards"
+    assert [g[0]["group"] for g in groups] == sorted(g[0]["group"] for g in groups), "written out of start order"
+    print(f"  {drawn} groups drawn, {dropped} dropped; lag_max per step: {lags(m)}")
+    assert len(m) == written // 2 and max(lags(m)) <= K, f"lag_max per step {lags(m)} exceeds {K}"
+    # each step's groups_drawn: the sum of its 2 groups' drawn
+    assert [x["groups_drawn"] for x in m] == [groups[2 * k][0]["drawn"] + groups[2 * k + 1][0]["drawn"]
+                                             for k in range(len(m))], [x["groups_drawn"] for x in m]
+    assert sum(g[0]["drawn"] for g in groups) <= drawn
+    # the admission rule itself: the group written j-th started at a version >= j // 2 - K
+    for j, g in enumerate(groups):
+        assert min(g[0]["ver"] + g[1]["ver"]) >= j // 2 - K, f"group {g[0]['group']} written {j}th: ver below {j // 2 - K}"
+
+
+@case
 def full_loop_sample_ratio_learn_with_rl_sync_watch_pushing_to_both_ends_cleanly_at_max_prompts():
     ratio_sock = path("loop-ratio.sock")
     m, errs, scored, ck = pipeline("loop", ["-n", "2", "--slots", "4", "--max-new-tokens", "12", "--max-prompts", "20",

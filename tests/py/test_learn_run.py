@@ -37,10 +37,10 @@ WORK = tempfile.mkdtemp(prefix="rlpipe-learn-run.", dir=os.environ.get("TMPDIR")
 LEARN = os.path.join(rltest.BIN, "rl-learn")
 VOCAB = 96
 TIMING = ("tokens_per_s", "seconds", "save_s", "elapsed")   # metrics that differ between identical steps
-METRIC_KEYS = ["step", "version", "epoch", "samples", "groups", "trained", "tokens", "fwd_tokens", "reward_mean",
-               "reward_std", "accuracy", "adv_mean", "adv_std", "adv_zero", "loss", "grad_norm", "lr", "entropy",
-               "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "clipped", "kl_ref", "tokens_per_s", "seconds",
-               "save_s", "elapsed"]
+METRIC_KEYS = ["step", "version", "epoch", "samples", "groups", "groups_drawn", "trained", "tokens", "fwd_tokens",
+               "reward_mean", "reward_std", "accuracy", "adv_mean", "adv_std", "adv_zero", "loss", "grad_norm", "lr",
+               "entropy", "lag_mean", "lag_max", "k3", "capped", "ppo_clipped", "clipped", "kl_ref", "tokens_per_s",
+               "seconds", "save_s", "elapsed"]
 
 
 def path(*names):
@@ -460,6 +460,40 @@ def adv_zero_is_the_fraction_of_the_batch_in_all_equal_groups():
     assert (x["samples"], x["groups"], x["trained"]) == (6, 2, 4), x
     assert abs(x["adv_zero"] - 2 / 6) < 1e-12, x["adv_zero"]
     assert x["grad_norm"] > 0
+
+
+@case
+def groups_drawn_sums_each_groups_drawn_over_the_batch_and_is_null_when_no_record_says():
+    # rl-sample --drop-uniform: "drawn" on every record of a group, the groups
+    # drawn for it (those dropped before it, and itself); a group without the
+    # field counts as 1 drawn, and a batch with none at all says null
+    recs = rollouts([2, 2, 2, 2, 2, 2])
+    drawn = {0: 3, 1: 1, 2: 7, 3: None, 4: None, 5: None}
+    for r in recs:
+        if drawn[r["group"]] is not None:
+            r["drawn"] = drawn[r["group"]]
+    c, met = path("c_drawn"), path("drawn.jsonl")
+    learn_ok("--init", MODEL, "--out", c, "--batch", "4", "--metrics", met, write("drawn.rlr", recs))
+    m = metrics(met)
+    # batches: groups [0, 1], [2, 3], [4, 5]
+    want = [(2, 3 + 1), (2, 7 + 1), (2, None)]
+    assert [(x["groups"], x["groups_drawn"]) for x in m] == want, [(x["groups"], x["groups_drawn"]) for x in m]
+
+
+@case
+def a_group_whose_records_disagree_on_drawn_is_refused_naming_the_record():
+    recs = rollouts([2, 2])
+    for r in recs:
+        r["drawn"] = 2
+    recs[3]["drawn"] = 5
+    src = write("drawn_bad.rlr", recs)
+    rc, _, err = learn("--init", MODEL, "--out", path("c_drawn_bad"), "--batch", "4", src)
+    want = f'field "drawn" is 5 but 2 in the record before, of the same group 1: {src} record 3'
+    assert rc == 1 and want in err, f"exit {rc}: {err[-400:]}"
+    recs[3]["drawn"] = 0
+    src = write("drawn_zero.rlr", recs)
+    rc, _, err = learn("--init", MODEL, "--out", path("c_drawn_zero"), "--batch", "4", src)
+    assert rc == 1 and 'field "drawn" is 0: a written group is one of the groups drawn (at least 1)' in err, err[-400:]
 
 
 # ---- 5. bad input ------------------------------------------------------------------------------

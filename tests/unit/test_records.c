@@ -398,6 +398,7 @@ static rec_t *good_rollout(void) {
     rec_set_f32s(r, "w", w, 3);
     rec_set_u8s(r, "mask", mask, 3);
     rec_set_f64(r, "adv", -0.5);
+    rec_set_uint(r, "drawn", 4);
     return r;
 }
 
@@ -409,10 +410,11 @@ static void rollout_view_of_a_good_record_fills_every_field(void) {
     CHECK(rc == 0, "refused: %s", e.msg);
     unsigned all = RO_ID | RO_GROUP | RO_PROMPT | RO_ANSWER | RO_PROMPT_IDS | RO_IDS | RO_TEXT | RO_LOGP | RO_VER |
                    RO_FINISH | RO_REWARD | RO_TEMPERATURE | RO_TOP_P | RO_TOP_K | RO_LOGP_LEARNER | RO_VER_LEARNER |
-                   RO_W | RO_MASK | RO_ADV | RO_LOGP_REF;
+                   RO_W | RO_MASK | RO_ADV | RO_LOGP_REF | RO_DRAWN;
     CHECK(v.has == all, "has %#x, expected %#x", v.has, all);
-    CHECK(v.id == 11 && v.group == 3 && v.ver_learner == 9, "id %llu group %llu ver_learner %llu",
-          (unsigned long long)v.id, (unsigned long long)v.group, (unsigned long long)v.ver_learner);
+    CHECK(v.id == 11 && v.group == 3 && v.ver_learner == 9 && v.drawn == 4, "id %llu group %llu ver_learner %llu drawn %llu",
+          (unsigned long long)v.id, (unsigned long long)v.group, (unsigned long long)v.ver_learner,
+          (unsigned long long)v.drawn);
     CHECK(v.prompt_len == 4 && !memcmp(v.prompt, "1+1=", 4) && v.answer_len == 1 && *v.answer == '2', "strings");
     CHECK(v.finish_len == 4 && !memcmp(v.finish, "stop", 4), "finish");
     CHECK(v.n == 3 && v.ids.n == 3 && v.ids.v[2] == 2 && v.prompt_ids.n == 2 && v.prompt_ids.v[1] == 9, "ids");
@@ -471,6 +473,8 @@ static void logp_of_strings(rec_t *r) {
 static void group_negative(rec_t *r) { rec_set_int(r, "group", -1); }
 static void reward_a_string(rec_t *r) { rec_set_cstr(r, "reward", "1"); }
 static void top_k_a_float(rec_t *r) { rec_set_f64(r, "top_k", 1.5); }
+static void drawn_a_float(rec_t *r) { rec_set_f64(r, "drawn", 2.5); }
+static void drawn_zero(rec_t *r) { rec_set_uint(r, "drawn", 0); }
 static void mask_with_a_2(rec_t *r) {
     uint8_t m[3] = {1, 2, 0};
     rec_set_u8s(r, "mask", m, 3);
@@ -484,6 +488,7 @@ static void rollout_view_refuses_a_field_of_the_wrong_type_naming_field_and_type
         {reward_a_string, "field \"reward\" is not a number"},
         {top_k_a_float, "field \"top_k\" is not an integer"},
         {mask_with_a_2, "field \"mask\" is not an array of 0/1"},
+        {drawn_a_float, "field \"drawn\" is not an unsigned integer"},
     };
     expect_refusals(cases, sizeof cases / sizeof *cases);
 }
@@ -530,6 +535,10 @@ static void rollout_view_refuses_values_out_of_range_naming_the_token(void) {
         {"w", {1, -0.5f, 1}, "field \"w\" holds -0.5 at token 1 (a weight is finite and not negative)"},
         {"logp_ref", {-1, -INFINITY, -2}, "field \"logp_ref\" holds -inf at token 1 (a log-probability is finite)"},
     };
+    static const refusal_case zero[] = {
+        {drawn_zero, "field \"drawn\" is 0: a written group is one of the groups drawn (at least 1)"},
+    };
+    expect_refusals(zero, 1);
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         rec_t *r = good_rollout();
         rec_set_f32s(r, cases[i].key, cases[i].v, 3);
