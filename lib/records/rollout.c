@@ -9,7 +9,7 @@
 // The fields in the order they are read and checked, with their keys, the
 // types rlpipe-records(5) gives them, and where the view holds them (a
 // string's length, or the msgpack encoding's for "messages", at len).
-typedef enum { T_UINT, T_INT, T_F64, T_STR, T_ANY, T_U32S, T_F32S, T_MASK } ftype;
+typedef enum { T_UINT, T_INT, T_F64, T_STR, T_ANY, T_U32S, T_F32S, T_MASK, T_F64MAP } ftype;
 
 #define AT(member) offsetof(rollout_view, member)
 static const struct {
@@ -43,6 +43,8 @@ static const struct {
     {RO_STOP_REASON, "stop_reason", T_STR, AT(stop_reason), AT(stop_reason_len)},
     {RO_DTYPE, "dtype", T_STR, AT(dtype), AT(dtype_len)},
     {RO_DRAWN, "drawn", T_UINT, AT(drawn), 0},
+    {RO_REWARDS, "rewards", T_F64MAP, AT(rewards), 0},
+    {RO_PRED, "pred", T_STR, AT(pred), AT(pred_len)},
 };
 #undef AT
 #define NFIELDS (sizeof FIELDS / sizeof *FIELDS)
@@ -56,6 +58,7 @@ static const char *type_name(ftype t) {
     case T_U32S: return "an array of unsigned 32-bit integers";
     case T_F32S: return "an array of numbers (float32)";
     case T_MASK: return "an array of 0/1";
+    case T_F64MAP: return "a map of names to numbers";
     default: return "any value";
     }
 }
@@ -64,6 +67,28 @@ const char *rollout_field_name(unsigned field) {
     for (size_t i = 0; i < NFIELDS; i++)
         if (FIELDS[i].bit == field) return FIELDS[i].key;
     return "?";
+}
+
+// Whether the msgpack value p[0..n) is a number: an integer, float 32 or float 64.
+static int is_number(const uint8_t *p, size_t n) {
+    return n && (p[0] <= 0x7f || p[0] >= 0xe0 || p[0] == 0xca || p[0] == 0xcb || (p[0] >= 0xcc && p[0] <= 0xd3));
+}
+
+// A map of string keys to numbers, parsed into *m (made on first use).
+static rec_status read_f64map(const rec_t *r, const char *key, rec_t **m) {
+    long k = rec_find(r, key);
+    if (k < 0) return REC_MISSING;
+    size_t n;
+    const uint8_t *val = rec_value(r, (size_t)k, &n);
+    if (!*m) *m = rec_new();
+    rl_err e;
+    if (rec_parse(*m, val, n, &rec_default_limits, &e)) return REC_TYPE;
+    for (size_t i = 0; i < rec_nfields(*m); i++) {
+        size_t vl;
+        const uint8_t *x = rec_value(*m, i, &vl);
+        if (!is_number(x, vl)) return REC_TYPE;
+    }
+    return REC_OK;
 }
 
 // Field i of r into v: the status of its getter.
@@ -91,6 +116,7 @@ static rec_status read_one(rollout_view *v, const rec_t *r, size_t i) {
             if (m->v[t] > 1) st = REC_TYPE;
         return st;
     }
+    case T_F64MAP: return read_f64map(r, key, (rec_t **)at);
     default: return REC_MISSING;
     }
 }
@@ -98,9 +124,10 @@ static rec_status read_one(rollout_view *v, const rec_t *r, size_t i) {
 static void clear(rollout_view *v) {
     v->has = 0;
     v->id = v->group = v->ver_learner = v->drawn = 0;
-    v->prompt = v->answer = v->completion = v->finish = v->text = v->stop_reason = v->dtype = "";
+    v->prompt = v->answer = v->completion = v->finish = v->text = v->stop_reason = v->dtype = v->pred = "";
     v->prompt_len = v->answer_len = v->completion_len = v->finish_len = v->text_len = v->stop_reason_len =
-        v->dtype_len = 0;
+        v->dtype_len = v->pred_len = 0;
+    if (v->rewards) rec_clear(v->rewards);
     v->messages = NULL;
     v->messages_len = 0;
     v->prompt_ids.n = v->ids.n = v->ver.n = 0;
@@ -182,6 +209,8 @@ void rollout_view_free(rollout_view *v) {
     f32_vec_free(&v->logp_ref);
     f32_vec_free(&v->w);
     u8_vec_free(&v->mask);
+    rec_free(v->rewards);
+    v->rewards = NULL;
 }
 
 int rollout_require(const rollout_view *v, unsigned fields, const char *why, rl_err *err) {

@@ -2,7 +2,8 @@
 // into a typed view: the stages and rl-cat --stats read fields from it.
 //
 // rollout_read decodes every known field that is present, and checks
-//   - types: each field has the type rlpipe-records(5) gives it;
+//   - types: each field has the type rlpipe-records(5) gives it ("rewards":
+//     a map of string keys to numbers);
 //   - lengths: the per-token arrays (ids, logp, ver, logp_learner, logp_ref, w, mask)
 //     have one element per completion token (per element of ids, or of the
 //     first of them present when there is no ids);
@@ -48,6 +49,8 @@ enum {
     RO_DTYPE = 1u << 22,
     RO_LOGP_REF = 1u << 23,
     RO_DRAWN = 1u << 24,
+    RO_REWARDS = 1u << 25,
+    RO_PRED = 1u << 26,
 };
 
 typedef struct {
@@ -55,8 +58,8 @@ typedef struct {
     uint64_t id, group, ver_learner;
     uint64_t drawn;                      // groups drawn for this one's (rl-sample --drop-uniform); 0 when absent
     // Strings point into the record (valid while it is); "" when absent.
-    const char *prompt, *answer, *completion, *finish, *text, *stop_reason, *dtype;
-    size_t prompt_len, answer_len, completion_len, finish_len, text_len, stop_reason_len, dtype_len;
+    const char *prompt, *answer, *completion, *finish, *text, *stop_reason, *dtype, *pred;
+    size_t prompt_len, answer_len, completion_len, finish_len, text_len, stop_reason_len, dtype_len, pred_len;
     const uint8_t *messages;             // msgpack encoding of "messages" (any value), or NULL
     size_t messages_len;
     u32_vec prompt_ids, ids, ver;        // ids, ver: n each
@@ -65,6 +68,8 @@ typedef struct {
     u8_vec mask;                         // n
     size_t n;                            // completion tokens: the length of every per-token array present
     double reward, adv;
+    rec_t *rewards;                      // "rewards", the reward's named parts: rec_get_f64(rewards, NAME)
+                                         // (has RO_REWARDS); owned by the view, reused from record to record
     double temperature, top_p;           // 1 when absent
     int64_t top_k;                       // 0 when absent (<= 0: no top-k)
 } rollout_view;

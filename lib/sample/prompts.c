@@ -12,7 +12,8 @@
 // prompt carrying one would have it overwritten or misread downstream.
 static const unsigned RESERVED = RO_ID | RO_GROUP | RO_IDS | RO_TEXT | RO_LOGP | RO_VER | RO_FINISH | RO_REWARD |
                                  RO_TEMPERATURE | RO_TOP_P | RO_TOP_K | RO_DTYPE | RO_LOGP_LEARNER | RO_VER_LEARNER |
-                                 RO_W | RO_MASK | RO_ADV | RO_COMPLETION | RO_STOP_REASON | RO_LOGP_REF | RO_DRAWN;
+                                 RO_W | RO_MASK | RO_ADV | RO_COMPLETION | RO_STOP_REASON | RO_LOGP_REF | RO_DRAWN |
+                                 RO_REWARDS | RO_PRED;
 
 static void prompt_free(prompt *p) {
     rec_free(p->rec);

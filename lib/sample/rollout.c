@@ -1,6 +1,7 @@
 // rollout.c — rollout records from finished groups (rollout.h).
 #include "sample/rollout.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@ struct ro {
     ro_totals t;
     sbuf text, answer;    // scratch: lossy UTF-8 of a completion and of its answer part
     sbuf scratch;
+    sbuf keys, request;   // scratch: a prompt's keys in a verifier's request (vp_prompt_keys), a request line
 };
 
 ro_t *ro_new(const ro_opts *o) {
@@ -43,6 +45,8 @@ void ro_free(ro_t *r) {
     sbuf_free(&r->text);
     sbuf_free(&r->answer);
     sbuf_free(&r->scratch);
+    sbuf_free(&r->keys);
+    sbuf_free(&r->request);
     free(r);
 }
 
@@ -137,7 +141,13 @@ void ro_add(ro_t *r, const gen_group *g, rec_t *const *extra) {
     h->prompt = g->prompt;
     h->recs = xmalloc((size_t)g->n * sizeof *h->recs);
     h->asked = r->o.cmd != NULL;
-    if (h->asked) h->first_req = vp_sent(r->o.cmd);
+    if (h->asked) h->first_req = vs_sent(r->o.cmd);
+    r->keys.len = 0;
+    rl_err e;
+    if (h->asked && vp_prompt_keys(p->rec, &r->keys, &e)) {   // the caller checked every prompt's keys
+        fprintf(stderr, "ro_add: %s: %s\n", p->where, e.msg);
+        abort();
+    }
     for (int j = 0; j < g->n; j++) {
         const gen_sample *s = &g->samples[j];
         r->answer.len = 0;   // what a verifier judges: the text before the stop string
@@ -148,7 +158,8 @@ void ro_add(ro_t *r, const gen_group *g, rec_t *const *extra) {
             h->recs[j] = make_record(r, g, j, p, NO_REWARD, 0, x);
         } else if (h->asked) {
             h->recs[j] = make_record(r, g, j, p, REWARD_LATER, 0, x);
-            vp_send(r->o.cmd, p->text, p->text_len, ans, r->answer.len, p->answer, p->answer_len);
+            vp_request(&r->request, p->text, p->text_len, ans, r->answer.len, (const char *)r->keys.data, r->keys.len);
+            vs_send(r->o.cmd, r->request.data, r->request.len);
         } else if (r->o.builtin && p->answer) {
             double reward = vf_score(r->o.kind, ans, r->answer.len, p->answer, p->answer_len);
             h->recs[j] = make_record(r, g, j, p, REWARD, reward, x);
@@ -159,9 +170,9 @@ void ro_add(ro_t *r, const gen_group *g, rec_t *const *extra) {
     r->n_held += (uint64_t)g->n;
 }
 
-// Appends to err which rollout the external verifier failed on.
+// Appends to err which rollout an external verifier failed on.
 static int verifier_error(ro_t *r, const rl_err *e, rl_err *err) {
-    uint64_t req = vp_answered(r->o.cmd);
+    uint64_t req = vs_error_request(r->o.cmd);
     for (size_t i = r->head; i < r->tail; i++) {
         held_t *h = &r->held[i];
         if (h->asked && req >= h->first_req && req < h->first_req + (uint64_t)h->n) {
@@ -209,16 +220,17 @@ static void let_go(ro_t *r, held_t *h) {
 
 int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
     rl_err e;
-    if (r->o.cmd && vp_pump(r->o.cmd, 0, &e)) return verifier_error(r, &e, err);
+    if (r->o.cmd && vs_pump(r->o.cmd, 0, &e)) return verifier_error(r, &e, err);
     while (r->head < r->tail) {
         held_t *h = &r->held[r->head];
         if (h->asked) {
-            while (vp_answered(r->o.cmd) < h->first_req + (uint64_t)h->n) {
+            while (vs_answered(r->o.cmd) < h->first_req + (uint64_t)h->n) {
                 if (!block) return 0;
-                if (vp_pump(r->o.cmd, 1, &e)) return verifier_error(r, &e, err);
+                if (vs_pump(r->o.cmd, 1, &e)) return verifier_error(r, &e, err);
             }
-            for (int j = 0; j < h->n; j++) rec_set_f64(h->recs[j], "reward", vp_reward(r->o.cmd, h->first_req + (uint64_t)j));
-            vp_forget(r->o.cmd, h->first_req + (uint64_t)h->n);
+            for (int j = 0; j < h->n; j++)
+                if (vs_apply(r->o.cmd, h->first_req + (uint64_t)j, h->recs[j], &e)) return verifier_error(r, &e, err);
+            vs_forget(r->o.cmd, h->first_req + (uint64_t)h->n);
         }
         if (r->o.drop_uniform && uniform(h->recs, h->n)) {   // no advantage: not trained on
             r->t.dropped++;

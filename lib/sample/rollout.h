@@ -1,8 +1,9 @@
 // rollout.h — finished groups become rollout records (doc/design.md §2): decoded
-// text, a reward from the built-in verifier or from the external one, the
-// sampling parameters, and every other key of the prompt. Groups wait here
-// until the external verifier has answered for each of their samples, and
-// are written whole, in the order they finished, with a flush after each.
+// text, a reward from the built-in verifier or from the external ones (with
+// their named parts and prediction, vset.h), the sampling parameters, and
+// every other key of the prompt. Groups wait here until every external
+// verifier has answered for each of their samples, and are written whole, in
+// the order they finished, with a flush after each.
 // With drop_uniform (rl-sample --drop-uniform, DAPO's dynamic sampling) a
 // group whose rewards are all equal is not written but counted, and each
 // group written says in "drawn" how many groups were decided since the
@@ -16,13 +17,13 @@
 #include "sample/generate.h"
 #include "sample/prompts.h"
 #include "sample/verifier.h"
-#include "sample/vproc.h"
+#include "sample/vset.h"
 
 typedef struct {
     const prompt_set *prompts;
     int builtin;              // score prompts that have an answer with `kind`
     vf_kind kind;
-    vproc *cmd;               // or ask this external verifier (NULL: none)
+    vset *cmd;                // or ask these external verifiers (NULL: none), started
     smp_params sp;
     const char *dtype;        // the sampler's precision, as records name it
     int drop_uniform;         // drop the groups whose rewards are all equal

@@ -1,9 +1,13 @@
 // vproc.h — an external verifier: a long-running command (sh -c CMD) that
 // reads one JSON object per line on its standard input,
-//     {"prompt": "...", "completion": "...", "answer": "..."}
-// ("answer" only when the prompt has one) and writes one reward per line on
-// its standard output, in the same order: a JSON number (a finite float;
-// also true = 1, false = 0), white space around it ignored.
+//     {"prompt": "...", "completion": "...", "answer": "...", ...}
+// and writes one reply per line on its standard output, in the same order:
+// a reward (a JSON number, true or false) or an object with the reward, its
+// named parts and the prediction read from the completion (vreply.h).
+// A request holds "prompt" (the prompt's text; for a conversation, the text
+// its chat template rendered), "completion" (the text the verifier judges),
+// and every other key of the prompt as the prompt file gave it ("answer",
+// "messages", a code task's tests, ...), in the prompt's order.
 //
 // Requests are queued and written without blocking, and replies read as they
 // come, by vp_pump between two decode steps: generation never waits for the
@@ -24,27 +28,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "records/record.h"
+#include "sample/vreply.h"
 #include "util.h"
 
 typedef struct vproc vproc;
 
 // Starts the command. NULL with err if it cannot be started (fork, socketpair).
 // A command that is not found shows as a verifier that exits (status 127).
+// what names it in every message ("verifier command", "verifier 'acc'").
 // timeout: seconds (see above); 0 = wait as long as it takes.
-vproc *vp_start(const char *cmd, double timeout, rl_err *err);
+vproc *vp_start(const char *cmd, const char *what, double timeout, rl_err *err);
 
-// Queues a request; nothing is written until vp_pump. answer may be NULL.
-// Strings are UTF-8 and are JSON-escaped here.
-void vp_send(vproc *v, const char *prompt, size_t np, const char *completion, size_t nc,
-             const char *answer, size_t na);
+// The keys of a request that come from the prompt: every key of the prompt
+// record but "prompt" and "completion", as JSON members each after a comma
+// (',"answer":"12","tests":[...]'), appended to out; the same for each
+// sample of the prompt. 0, or -1 with err naming the key whose value JSON
+// cannot hold (msgpack bin or ext, from a record stream).
+int vp_prompt_keys(const rec_t *prompt, sbuf *out, rl_err *err);
+// The request line (with its '\n') of one sample into line (replaced):
+// prompt and completion UTF-8, JSON-escaped here, then keys (vp_prompt_keys).
+void vp_request(sbuf *line, const char *prompt, size_t np, const char *completion, size_t nc, const char *keys,
+                size_t nk);
+// Queues a request line; nothing is written until vp_pump.
+void vp_send(vproc *v, const void *line, size_t n);
 
 // Writes what it can of the queued requests and reads the replies that have
 // arrived. block = 0: never waits. block = 1: waits until at least one more
 // reply has arrived (returns at once if none is outstanding). 0, or -1 with
 // err when the verifier died or closed its output with requests outstanding,
-// wrote a line that is not a finite number, or wrote more lines than it was
+// wrote a line that is no reply (vr_parse), or wrote more lines than it was
 // sent; err names the request by its 0-based index in sending order
-// ("verifier command: request 12: reply 'abc' is not a number"). A reply line
+// ("verifier command: request 12: reply 'abc' is not a number, ..."). A reply line
 // is at most 4096 bytes; a last line without its '\n' counts when the command
 // ends. A verifier past its timeout is an error too ("verifier command:
 // request 12: no reply in 60 s"). After an error, every later vp_pump and
@@ -53,10 +68,10 @@ int vp_pump(vproc *v, int block, rl_err *err);
 
 uint64_t vp_sent(const vproc *v);      // requests queued so far
 uint64_t vp_answered(const vproc *v);  // replies received so far
-// The reward of request i, i < vp_answered (rewards are kept until vp_free
+// The reply to request i, i < vp_answered (replies are kept until vp_free
 // or vp_forget); any other i aborts, as a caller's bug.
-double vp_reward(const vproc *v, uint64_t i);
-// Drops the rewards of requests < i (the caller has used them); vp_reward(j) stays valid for j >= i.
+const vr_reply *vp_reply(const vproc *v, uint64_t i);
+// Drops the replies to requests < i (the caller has used them); vp_reply(j) stays valid for j >= i.
 // An i beyond vp_answered counts as vp_answered.
 void vp_forget(vproc *v, uint64_t i);
 

@@ -363,7 +363,7 @@ def prompts_with_answers_are_scored_by_number_and_without_have_no_reward():
 
 
 @case
-def external_verifier_rewards_each_record_in_order_with_the_protocol_fields():
+def external_verifier_rewards_each_record_in_order_with_every_key_of_the_prompt():
     log = os.path.join(WORK, "requests.jsonl")
     ver = rltest.tmpfile("log_verifier.py", f"""
 import json, sys
@@ -379,8 +379,9 @@ with open({log!r}, "w") as log:
         reqs = [json.loads(line) for line in f]
     assert len(reqs) == len(recs) == 21
     for i, (r, q) in enumerate(zip(recs, reqs)):
-        assert set(q) == {"prompt", "completion", "answer"}
+        assert list(q) == ["prompt", "completion", "topic", "n", "answer"], list(q)   # the prompt line's order
         assert (q["prompt"], q["completion"], q["answer"]) == (r["prompt"], r["text"], r["answer"])
+        assert (q["topic"], q["n"]) == ("add", r["n"])
         assert r["reward"] == i + 0.5, f"record {i}: reward {r['reward']}, the verifier's reply was {i + 0.5}"
 
 

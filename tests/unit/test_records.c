@@ -567,6 +567,43 @@ static void rollout_decode_checks_types_and_lengths_but_passes_any_float(void) {
     CHECK(rc < 0 && !strcmp(e.msg, "field \"ids\" is not an array of unsigned 32-bit integers"), "'%s'", e.msg);
 }
 
+static void rollout_view_reads_rewards_and_pred_and_refuses_other_types(void) {
+    rec_t *r = good_rollout(), *parts = rec_new();
+    sbuf enc = {0};
+    rl_err e = {{0}};
+    rollout_view v = {0};
+    rec_set_f64(parts, "acc", 1.0);
+    rec_set_int(parts, "fmt.tags", -2);   // any numeric encoding is a number
+    rec_encode(parts, &enc);
+    rec_set_raw(r, "rewards", 7, enc.data, enc.len);
+    rec_set_cstr(r, "pred", "42");
+    double acc = 0, tags = 0;
+    int rc = rollout_read(&v, r, &e);
+    int got = rc == 0 && rec_get_f64(v.rewards, "acc", &acc) == REC_OK && rec_get_f64(v.rewards, "fmt.tags", &tags) == REC_OK;
+    CHECK(got && (v.has & RO_REWARDS) && (v.has & RO_PRED), "rc %d: %s", rc, e.msg);
+    CHECK(acc == 1.0 && tags == -2.0 && rec_nfields(v.rewards) == 2, "rewards acc %g, fmt.tags %g", acc, tags);
+    CHECK(v.pred_len == 2 && !memcmp(v.pred, "42", 2), "pred '%.*s'", (int)v.pred_len, v.pred);
+    rec_set_cstr(parts, "bad", "x");
+    enc.len = 0;
+    rec_encode(parts, &enc);
+    rec_set_raw(r, "rewards", 7, enc.data, enc.len);
+    rc = rollout_read(&v, r, &e);
+    CHECK(rc < 0 && !strcmp(e.msg, "field \"rewards\" is not a map of names to numbers"), "'%s'", rc ? e.msg : "(accepted)");
+    rec_set_f64(r, "rewards", 1.0);
+    rc = rollout_read(&v, r, &e);
+    CHECK(rc < 0 && !strcmp(e.msg, "field \"rewards\" is not a map of names to numbers"), "'%s'", rc ? e.msg : "(accepted)");
+    rec_del(r, "rewards");
+    rec_set_uint(r, "pred", 42);
+    rc = rollout_read(&v, r, &e);
+    CHECK(rc < 0 && !strcmp(e.msg, "field \"pred\" is not a string"), "'%s'", rc ? e.msg : "(accepted)");
+    rec_del(r, "pred");
+    CHECK(rollout_read(&v, r, &e) == 0 && !(v.has & (RO_REWARDS | RO_PRED)) && v.pred_len == 0, "%s", e.msg);
+    rollout_view_free(&v);
+    sbuf_free(&enc);
+    rec_free(parts);
+    rec_free(r);
+}
+
 static void rollout_require_names_the_missing_field_and_why(void) {
     rec_t *r = good_rollout();
     rec_del(r, "logp_learner");
@@ -694,6 +731,7 @@ int main(void) {
     RUN(rollout_view_refuses_per_token_arrays_whose_lengths_disagree);
     RUN(rollout_view_refuses_values_out_of_range_naming_the_token);
     RUN(rollout_decode_checks_types_and_lengths_but_passes_any_float);
+    RUN(rollout_view_reads_rewards_and_pred_and_refuses_other_types);
     RUN(rollout_require_names_the_missing_field_and_why);
     CHECK_DONE();
 }

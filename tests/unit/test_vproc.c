@@ -35,7 +35,7 @@
 // Without a timeout unless a case sets one (start_with).
 static vproc *start_with(const char *cmd, double timeout) {
     rl_err e;
-    vproc *v = vp_start(cmd, timeout, &e);
+    vproc *v = vp_start(cmd, "verifier command", timeout, &e);
     if (!v) {
         printf("cannot start %s: %s\n", cmd, e.msg);
         exit(2);
@@ -45,8 +45,26 @@ static vproc *start_with(const char *cmd, double timeout) {
 
 static vproc *start(const char *cmd) { return start_with(cmd, 0); }
 
+// A request as rl-sample sends it for a prompt {"prompt": prompt, "answer": answer}.
+static void send_bytes(vproc *v, const char *prompt, const char *completion, size_t nc, const char *answer) {
+    rec_t *p = rec_new();
+    sbuf keys = {0}, line = {0};
+    rl_err e;
+    rec_set_cstr(p, "prompt", prompt);
+    if (answer) rec_set_cstr(p, "answer", answer);
+    if (vp_prompt_keys(p, &keys, &e)) {
+        printf("vp_prompt_keys: %s\n", e.msg);
+        exit(2);
+    }
+    vp_request(&line, prompt, strlen(prompt), completion, nc, (const char *)keys.data, keys.len);
+    vp_send(v, line.data, line.len);
+    sbuf_free(&keys);
+    sbuf_free(&line);
+    rec_free(p);
+}
+
 static void send_str(vproc *v, const char *prompt, const char *completion, const char *answer) {
-    vp_send(v, prompt, strlen(prompt), completion, strlen(completion), answer, answer ? strlen(answer) : 0);
+    send_bytes(v, prompt, completion, strlen(completion), answer);
 }
 
 // Pumps with block until an error or every request is answered: 0 or -1.
@@ -90,8 +108,8 @@ static void a_thousand_pipelined_requests_get_their_rewards_in_order(void) {
         CHECK(vp_pump(v, 0, &e) == 0, "pump: %s", e.msg);
         for (; checked < vp_answered(v); checked++) {
             double want = checked % 3 ? 1.0 : 0.0;
-            CHECK(vp_reward(v, checked) == want, "request %llu: reward %g, not %g", (unsigned long long)checked,
-                  vp_reward(v, checked), want);
+            CHECK(vp_reply(v, checked)->reward == want, "request %llu: reward %g, not %g", (unsigned long long)checked,
+                  vp_reply(v, checked)->reward, want);
         }
         vp_forget(v, checked > 5 ? checked - 5 : 0);  // keeps the last five
     }
@@ -99,7 +117,7 @@ static void a_thousand_pipelined_requests_get_their_rewards_in_order(void) {
     CHECK(vp_sent(v) == N && vp_answered(v) == N, "sent %llu answered %llu", (unsigned long long)vp_sent(v),
           (unsigned long long)vp_answered(v));
     for (; checked < N; checked++)
-        CHECK(vp_reward(v, checked) == (checked % 3 ? 1.0 : 0.0), "request %llu", (unsigned long long)checked);
+        CHECK(vp_reply(v, checked)->reward == (checked % 3 ? 1.0 : 0.0), "request %llu", (unsigned long long)checked);
     CHECK(most_outstanding > 1, "never more than one request outstanding: no pipelining tested");
     vp_free(v);
     CHECK(no_children(), "a child is left");
@@ -112,7 +130,7 @@ static void forget_keeps_the_rewards_from_i_on(void) {
     CHECK(vp_finish(v, &e) == 0, "finish: %s", e.msg);
     vp_forget(v, 150);
     vp_forget(v, 100);  // going back is nothing
-    for (uint64_t i = 150; i < 200; i++) CHECK(vp_reward(v, i) == (double)(i + 1), "request %llu", (unsigned long long)i);
+    for (uint64_t i = 150; i < 200; i++) CHECK(vp_reply(v, i)->reward == (double)(i + 1), "request %llu", (unsigned long long)i);
     vp_forget(v, 1000);  // beyond vp_answered: all
     CHECK(vp_answered(v) == 200, "answered %llu", (unsigned long long)vp_answered(v));
     vp_free(v);
@@ -138,8 +156,8 @@ static void strings_needing_json_escapes_round_trip(void) {
     CHECK(vp_finish(v, &e) == 0, "finish: %s", e.msg);
     for (int i = 0; i < 2 * NT; i++) {
         double want = echo_value(texts[i % NT], i < NT);
-        CHECK(vp_reward(v, (uint64_t)i) == want, "request %d ('%s'%s): %.2f, not %.2f", i, texts[i % NT],
-              i < NT ? "" : " without answer", vp_reward(v, (uint64_t)i), want);
+        CHECK(vp_reply(v, (uint64_t)i)->reward == want, "request %d ('%s'%s): %.2f, not %.2f", i, texts[i % NT],
+              i < NT ? "" : " without answer", vp_reply(v, (uint64_t)i)->reward, want);
     }
     vp_free(v);
 }
@@ -156,7 +174,7 @@ static void large_requests_are_written_as_the_verifier_reads_them(void) {
     CHECK(vp_finish(v, &e) == 0, "finish: %s", e.msg);
     double want = echo_value(big, 0);
     free(big);
-    for (int i = 0; i < N; i++) CHECK(vp_reward(v, (uint64_t)i) == want, "request %d: %.2f", i, vp_reward(v, (uint64_t)i));
+    for (int i = 0; i < N; i++) CHECK(vp_reply(v, (uint64_t)i)->reward == want, "request %d: %.2f", i, vp_reply(v, (uint64_t)i)->reward);
     vp_free(v);
 }
 
@@ -167,7 +185,7 @@ static void true_false_and_numbers_with_white_space_are_rewards(void) {
     for (int i = 0; i < 6; i++) send_str(v, "p", "c", "a");
     CHECK(vp_finish(v, &e) == 0, "finish: %s", e.msg);
     static const double want[] = {1, 0, 0.25, 1e-3, -2, 7};
-    for (int i = 0; i < 6; i++) CHECK(vp_reward(v, (uint64_t)i) == want[i], "reply %d: %g", i, vp_reward(v, (uint64_t)i));
+    for (int i = 0; i < 6; i++) CHECK(vp_reply(v, (uint64_t)i)->reward == want[i], "reply %d: %g", i, vp_reply(v, (uint64_t)i)->reward);
     vp_free(v);
 }
 
@@ -218,33 +236,33 @@ static void a_command_not_found_exits_with_status_127(void) {
 static void a_reply_that_is_not_a_number_is_quoted_with_its_request(void) {
     rl_err e;
     const char *msg = first_error("read -r l; echo 1; read -r l; echo abc; cat >/dev/null", 3, &e);
-    CHECK(!strcmp(msg, "verifier command: request 1: reply 'abc' is not a number"), "message: %s", msg);
+    CHECK(!strcmp(msg, "verifier command: request 1: reply 'abc' is not a number, true, false or a JSON object"), "message: %s", msg);
     msg = first_error("read -r l; echo nan", 1, &e);
     CHECK(!strcmp(msg, "verifier command: request 0: reply 'nan' is not a finite number"), "message: %s", msg);
     msg = first_error("read -r l; echo 1e999", 1, &e);
     CHECK(strstr(msg, "request 0: reply '1e999' is not a finite number"), "message: %s", msg);
     msg = first_error("read -r l; echo", 1, &e);
-    CHECK(!strcmp(msg, "verifier command: request 0: reply '' is not a number"), "message: %s", msg);
+    CHECK(!strcmp(msg, "verifier command: request 0: reply '' is not a number, true, false or a JSON object"), "message: %s", msg);
     msg = first_error("read -r l; printf '1\\0002\\n'", 1, &e);
-    CHECK(!strcmp(msg, "verifier command: request 0: reply '1?2' is not a number"), "message: %s", msg);
+    CHECK(!strcmp(msg, "verifier command: request 0: reply '1?2' is not a number, true, false or a JSON object"), "message: %s", msg);
     msg = first_error("read -r l; echo '1 2'", 1, &e);
-    CHECK(strstr(msg, "request 0: reply '1 2' is not a number"), "message: %s", msg);
+    CHECK(strstr(msg, "request 0: reply '1 2' is not a number, true, false or a JSON object"), "message: %s", msg);
 }
 
 static void a_long_bad_reply_is_quoted_in_80_bytes(void) {
     rl_err e;
     const char *msg = first_error("read -r l; head -c 300 /dev/zero | tr '\\0' x; echo", 1, &e);
-    CHECK(strstr(msg, "request 0: reply 'xxxx") && strstr(msg, "xxx...' is not a number") && strlen(msg) < 160,
+    CHECK(strstr(msg, "request 0: reply 'xxxx") && strstr(msg, "xxx...' is not a number, true, false or a JSON object") && strlen(msg) < 200,
           "message: %s", msg);
 }
 
-static void a_reply_line_over_4096_bytes_is_an_error(void) {
+static void a_reply_line_over_65536_bytes_is_an_error(void) {
     rl_err e;
-    const char *msg = first_error("read -r l; head -c 5000 /dev/zero | tr '\\0' 7; echo", 1, &e);
-    CHECK(strstr(msg, "verifier command: request 0: reply line longer than 4096 bytes ('7777"), "message: %s", msg);
+    const char *msg = first_error("read -r l; head -c 70000 /dev/zero | tr '\\0' 7; echo", 1, &e);
+    CHECK(strstr(msg, "verifier command: request 0: reply line longer than 65536 bytes ('7777"), "message: %s", msg);
     // Without a newline at all: refused before the command ends.
-    msg = first_error("read -r l; head -c 5000 /dev/zero | tr '\\0' 7; exec sleep 30", 1, &e);
-    CHECK(strstr(msg, "request 0: reply line longer than 4096 bytes"), "message: %s", msg);
+    msg = first_error("read -r l; head -c 70000 /dev/zero | tr '\\0' 7; exec sleep 30", 1, &e);
+    CHECK(strstr(msg, "request 0: reply line longer than 65536 bytes"), "message: %s", msg);
 }
 
 static void more_reply_lines_than_requests_is_an_error(void) {
@@ -263,7 +281,7 @@ static void a_non_zero_exit_after_every_answer_fails_finish(void) {
     CHECK(pump_all(v, &e) == 0, "pump: %s", e.msg);
     CHECK(vp_finish(v, &e) == -1, "finish passed");
     CHECK(!strcmp(e.msg, "verifier command exited (status 3) after answering all 2 requests"), "message: %s", e.msg);
-    CHECK(vp_reward(v, 1) == 1.0, "the rewards went with the error");
+    CHECK(vp_reply(v, 1)->reward == 1.0, "the rewards went with the error");
     vp_free(v);
 }
 
@@ -293,7 +311,7 @@ static void writing_to_a_dead_verifier_raises_no_sigpipe(void) {
     memset(big, 'b', sizeof big);
     struct timespec ts = {0, 200 * 1000000L};
     nanosleep(&ts, NULL);
-    for (int i = 0; i < 16; i++) vp_send(v, "p", 1, big, sizeof big, NULL, 0);
+    for (int i = 0; i < 16; i++) send_bytes(v, "p", big, sizeof big, NULL);
     CHECK(vp_pump(v, 0, &e) == -1, "no error");
     CHECK(strstr(e.msg, "exited (status 0) without answering request 0"), "message: %s", e.msg);
     vp_free(v);
@@ -329,7 +347,7 @@ static void a_verifier_inherits_no_other_verifiers_socket(void) {
     rl_err e;
     send_str(v, "p", "c", NULL);
     CHECK(vp_finish(v, &e) == 0, "finish: %s", e.msg);
-    CHECK(vp_reward(v, 0) == 2, "the verifier has %g sockets open, not 2", vp_reward(v, 0));
+    CHECK(vp_reply(v, 0)->reward == 2, "the verifier has %g sockets open, not 2", vp_reply(v, 0)->reward);
     vp_free(v);
     vp_free(first);
     CHECK(no_children(), "not reaped");
@@ -347,7 +365,7 @@ static void a_verifier_that_hangs_is_an_error_after_the_timeout_naming_the_reque
     double waited = now() - t0;
     CHECK(rc == -1 && !strcmp(e.msg, "verifier command: request 1: no reply in 0.3 s "
                                      "(it hangs, or is slower than the timeout)"), "rc %d: %s", rc, e.msg);
-    CHECK(vp_answered(v) == 1 && vp_reward(v, 0) == 1.0, "the answer before the hang is kept");
+    CHECK(vp_answered(v) == 1 && vp_reply(v, 0)->reward == 1.0, "the answer before the hang is kept");
     CHECK(waited >= 0.3 && waited < 5, "gave up after %.2f s (timeout 0.3 s)", waited);
     // the non-blocking pump says the same, and so does finish
     rl_err again;
@@ -405,7 +423,7 @@ static void without_a_timeout_a_verifier_may_take_its_time(void) {
     vproc *v = start("read -r l; sleep 0.3; echo 1");
     send_str(v, "p", "c", NULL);
     rl_err e;
-    CHECK(vp_finish(v, &e) == 0 && vp_reward(v, 0) == 1.0, "%s", e.msg);
+    CHECK(vp_finish(v, &e) == 0 && vp_reply(v, 0)->reward == 1.0, "%s", e.msg);
     vp_free(v);
 }
 
@@ -418,10 +436,10 @@ static void a_verifier_starts_when_our_stdin_and_stdout_are_closed(void) {
         close(0);
         close(1);
         rl_err e;
-        vproc *v = vp_start("read -r l; echo 1", 0, &e);
+        vproc *v = vp_start("read -r l; echo 1", "verifier command", 0, &e);
         if (!v) _exit(2);
         send_str(v, "p", "c", NULL);
-        int ok = vp_finish(v, &e) == 0 && vp_reward(v, 0) == 1.0;
+        int ok = vp_finish(v, &e) == 0 && vp_reply(v, 0)->reward == 1.0;
         if (!ok) fprintf(stderr, "%s\n", e.msg);
         vp_free(v);
         _exit(ok ? 0 : 1);
@@ -445,7 +463,7 @@ int main(void) {
     RUN(a_command_not_found_exits_with_status_127);
     RUN(a_reply_that_is_not_a_number_is_quoted_with_its_request);
     RUN(a_long_bad_reply_is_quoted_in_80_bytes);
-    RUN(a_reply_line_over_4096_bytes_is_an_error);
+    RUN(a_reply_line_over_65536_bytes_is_an_error);
     RUN(more_reply_lines_than_requests_is_an_error);
     RUN(a_non_zero_exit_after_every_answer_fails_finish);
     RUN(errors_repeat_on_later_calls);

@@ -69,8 +69,14 @@ static const char USAGE[] =
     "Rewards (prompts with an \"answer\" are scored with 'number' unless told):\n"
     "      --verifier V       exact: trimmed text = answer; number: last number = answer;\n"
     "                         boxed: last \\boxed{...} = answer; none: no reward\n"
-    "      --verifier-cmd CMD a program that reads JSON lines {prompt, completion, answer}\n"
-    "                         and writes one reward per line (flushed), run by sh -c\n"
+    "      --verifier-cmd [NAME=]CMD\n"
+    "                         a program (sh -c CMD) that reads JSON lines, each the prompt's\n"
+    "                         keys with \"prompt\" (its text) and \"completion\", and writes\n"
+    "                         one reply per line (flushed): a reward, true/false, or\n"
+    "                         {\"reward\": R, \"rewards\": {NAME: R, ...}, \"pred\": \"...\"};\n"
+    "                         repeatable, each NAME=CMD, for several verifiers\n"
+    "      --reward-weights NAME=W,...\n"
+    "                         reward = sum of W x the reward of verifier NAME (default W 1)\n"
     "      --verifier-timeout S\n"
     "                         seconds the command may take for one reply, or to exit\n"
     "                         at the end (default 60; 0 = no limit)\n"
@@ -119,7 +125,7 @@ static const char USAGE[] =
     "  rl-sample --model m/ -n 4 --env 'python3 -u calc_env.py' --max-turns 3 tasks.jsonl | rl-ratio ...\n";
 
 typedef struct {
-    const char *model, *verifier_cmd, *listen, *token_file, *metrics, *env;
+    const char *model, *listen, *token_file, *metrics, *env;
     int max_turns, env_slots;
     uint64_t max_len, env_max_failures;
     double env_timeout;
@@ -135,6 +141,8 @@ typedef struct {
     int drop_uniform;           // --drop-uniform
     int ignore_eos;             // --ignore-eos: no eos id is a stop id
     double verifier_timeout;    // seconds; 0: none
+    vset *vcmd;                 // --verifier-cmd (NULL: none)
+    const char *reward_weights; // --reward-weights
     vf_kind kind;
     cli_out_opts out;
 } options;
@@ -154,7 +162,7 @@ static char *unescape(const char *s) {
 
 static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
-           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
+           O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_RWEIGHTS, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
            O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS, O_HEAD, O_ENV, O_MAXTURNS, O_MAXLEN, O_ENVTIMEOUT,
            O_ENVFAIL, O_ENVSLOTS, O_DROPUNIFORM };
     static const struct option longopts[] = {
@@ -166,6 +174,7 @@ static options parse_options(int argc, char **argv) {
         {"epochs", required_argument, 0, O_EPOCHS},        {"max-prompts", required_argument, 0, O_MAXPROMPTS},
         {"max-records", required_argument, 0, O_MAXRECORDS}, {"verifier", required_argument, 0, O_VERIFIER},
         {"verifier-cmd", required_argument, 0, O_VCMD},    {"listen", required_argument, 0, O_LISTEN},
+        {"reward-weights", required_argument, 0, O_RWEIGHTS},
         {"token-file", required_argument, 0, O_TOKEN},     {"batch", required_argument, 0, O_BATCH},
         {"max-lag", required_argument, 0, O_MAXLAG},       {"sync", no_argument, 0, O_SYNC},
         {"device", required_argument, 0, O_DEVICE},      {"verifier-timeout", required_argument, 0, O_VTIMEOUT},
@@ -223,7 +232,13 @@ static options parse_options(int argc, char **argv) {
             else if (!vf_parse(optarg, &o.kind)) o.verifier = 1;
             else cli_usage_error("--verifier: expected exact, number, boxed or none, got '%s'", optarg);
             break;
-        case O_VCMD: o.verifier_cmd = optarg; break;
+        case O_VCMD: {
+            rl_err ve;
+            if (!o.vcmd) o.vcmd = vs_new();
+            if (vs_add(o.vcmd, optarg, &ve)) cli_usage_error("--verifier-cmd %s", ve.msg);
+            break;
+        }
+        case O_RWEIGHTS: o.reward_weights = optarg; break;
         case O_VTIMEOUT: o.verifier_timeout = cli_parse_f64("--verifier-timeout", optarg, 0, 1e9, 0); break;
         case O_LISTEN: o.listen = optarg; break;
         case O_TOKEN: o.token_file = optarg; break;
@@ -254,8 +269,11 @@ static options parse_options(int argc, char **argv) {
     if (o.gen.group < 1) cli_usage_error("--group: at least one sample per prompt");
     if (o.gen.slots < 1) cli_usage_error("--slots: at least one slot");
     if (o.gen.max_new < 1) cli_usage_error("--max-new-tokens: at least one token");
-    if (o.verifier_cmd && o.verifier >= 0) cli_usage_error("--verifier and --verifier-cmd exclude each other");
-    if (o.env && (o.verifier_cmd || o.verifier >= 0))
+    if (o.vcmd && o.verifier >= 0) cli_usage_error("--verifier and --verifier-cmd exclude each other");
+    if (o.reward_weights && !o.vcmd) cli_usage_error("--reward-weights weighs the verifiers of --verifier-cmd NAME=CMD");
+    rl_err e;
+    if (o.reward_weights && vs_weights(o.vcmd, o.reward_weights, &e)) cli_usage_error("--reward-weights %s", e.msg);
+    if (o.env && (o.vcmd || o.verifier >= 0))
         cli_usage_error("--env gives the rewards: --verifier and --verifier-cmd are not for it");
     if (!o.env && (o.max_turns >= 0 || o.max_len || o.env_slots >= 0))
         cli_usage_error("--max-turns, --max-len and --env-slots are for multi-turn rollouts: give --env CMD");
@@ -274,7 +292,6 @@ static options parse_options(int argc, char **argv) {
     if (o.metrics && !o.listen) cli_usage_error("--metrics tells of the weights installed: give --listen ADDR");
     if (o.metrics && (!strcmp(o.metrics, "-") || (o.out.output && cli_same_file(o.metrics, o.out.output))))
         cli_usage_error("--metrics: name a file of its own (standard output and --output carry the records)");
-    rl_err e;
     if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
     if (!o.epochs_set && (o.max_prompts || o.max_records)) o.epochs = 0;
     if (o.gen.sp.temperature == 0 && (o.gen.sp.top_p < 1 || o.gen.sp.top_k))
@@ -356,8 +373,8 @@ int main(int argc, char **argv) {
         if (!rec_has(ps.v[i].rec, "messages"))
             cli_die("--env needs conversations: give the prompt as \"messages\" (a list of {\"role\", \"content\"}): %s",
                     ps.v[i].where);
-    int builtin = !o.env && (o.verifier == 1 || (o.verifier < 0 && !o.verifier_cmd));
-    if (o.verifier < 0 && !o.verifier_cmd) o.kind = VF_NUMBER;
+    int builtin = !o.env && (o.verifier == 1 || (o.verifier < 0 && !o.vcmd));
+    if (o.verifier < 0 && !o.vcmd) o.kind = VF_NUMBER;
     for (size_t i = 0; builtin && i < ps.n; i++) {
         if (!ps.v[i].answer && o.verifier == 1)
             cli_die("no \"answer\", which --verifier %s needs: %s", vf_name(o.kind), ps.v[i].where);
@@ -398,8 +415,13 @@ int main(int argc, char **argv) {
     cli_catch_signals(0);
     adm_t adm;
     adm_init(&adm, version, o.max_lag, o.batch, o.gen.group);
-    vproc *vp = NULL;
-    if (o.verifier_cmd && !(vp = vp_start(o.verifier_cmd, o.verifier_timeout, &e))) cli_die("%s", e.msg);
+    if (o.vcmd) {   // every prompt's keys go into the verifiers' requests as JSON
+        sbuf keys = {0};
+        for (size_t i = 0; i < ps.n; i++, keys.len = 0)
+            if (vp_prompt_keys(ps.v[i].rec, &keys, &e)) cli_die("--verifier-cmd: %s: %s", e.msg, ps.v[i].where);
+        sbuf_free(&keys);
+        if (vs_start(o.vcmd, o.verifier_timeout, &e)) cli_die("%s", e.msg);
+    }
     envproc *env = NULL;
     ag_t *ag = NULL;
     if (o.env) {
@@ -408,8 +430,8 @@ int main(int argc, char **argv) {
                                .max_failures = o.env_max_failures, .warn = cli_warn});
     }
     const char *prec = model_precision_name(&o.prec);   // the --dtype value
-    const char *vname = env ? "env" : vp ? "cmd" : builtin ? vf_name(o.kind) : "none";
-    ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = vp,
+    const char *vname = env ? "env" : o.vcmd ? "cmd" : builtin ? vf_name(o.kind) : "none";
+    ro_t *ro = ro_new(&(ro_opts){.prompts = &ps, .builtin = builtin, .kind = o.kind, .cmd = o.vcmd,
                                  .sp = o.gen.sp, .dtype = prec, .drop_uniform = o.drop_uniform});
     rec_t *h = rec_new();
     ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, prec, &o.gen, vname, o.drop_uniform);
@@ -482,7 +504,7 @@ int main(int argc, char **argv) {
         rs = rcv_get_stats(rcv);
         rcv_stop(rcv);
     }
-    if (ro_write(ro, w, 1, &e) || (vp && vp_finish(vp, &e)) || (env && env_finish(env, &e)) || recw_close(w, &e))
+    if (ro_write(ro, w, 1, &e) || (o.vcmd && vs_finish(o.vcmd, &e)) || (env && env_finish(env, &e)) || recw_close(w, &e))
         cli_die("%s", e.msg);
     if (metrics && (rs.metrics_errno || fclose(metrics)))   // the records are out whole; the metrics are not
         cli_die("write error: %s: %s", o.metrics, strerror(rs.metrics_errno ? rs.metrics_errno : errno));
@@ -517,7 +539,7 @@ int main(int argc, char **argv) {
     }
     recw_free(w);
     ro_free(ro);
-    if (vp) vp_free(vp);
+    vs_free(o.vcmd);
     ag_free(ag);
     env_free(env);
     gen_free(g);
