@@ -1,7 +1,7 @@
 # rlpipe — reinforcement learning for language models as composable Unix tools.
 #   make               build every tool into bin/
 #   make check         build and run every test; ends with "N passed, N failed[, N skipped]"
-#   make install       PREFIX=/usr/local: binaries and man pages
+#   make install       PREFIX=/usr/local: binaries, scripts/rl-reward-fn and man pages
 #   make clean
 #   make CUDA=0        leave out the CUDA backend (built when nvcc is found)
 # Missing Debian packages are installed by scripts/deps.sh (as root) or named.
@@ -190,6 +190,7 @@ include tests/fuzz/fuzz.mk
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(addprefix $(DESTDIR)$(PREFIX)/share/man/man,1 5 7)
 	install -m 755 $(addprefix $(BIN)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 scripts/rl-reward-fn $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 man/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 644 man/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/

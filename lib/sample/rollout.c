@@ -220,13 +220,14 @@ static void let_go(ro_t *r, held_t *h) {
 
 int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
     rl_err e;
-    if (r->o.cmd && vs_pump(r->o.cmd, 0, &e)) return verifier_error(r, &e, err);
+    // After a verifier's error, the groups it answered whole are written first.
+    int failed = r->o.cmd && vs_pump(r->o.cmd, 0, &e);
     while (r->head < r->tail) {
         held_t *h = &r->held[r->head];
         if (h->asked) {
             while (vs_answered(r->o.cmd) < h->first_req + (uint64_t)h->n) {
-                if (!block) return 0;
-                if (vs_pump(r->o.cmd, 1, &e)) return verifier_error(r, &e, err);
+                if (!block || failed) return failed ? verifier_error(r, &e, err) : 0;
+                if ((failed = vs_pump(r->o.cmd, 1, &e))) continue;
             }
             for (int j = 0; j < h->n; j++)
                 if (vs_apply(r->o.cmd, h->first_req + (uint64_t)j, h->recs[j], &e)) return verifier_error(r, &e, err);
@@ -248,7 +249,7 @@ int ro_write(ro_t *r, recw_t *w, int block, rl_err *err) {
         r->t.dropped_last = 0;
         let_go(r, h);
     }
-    return 0;
+    return failed ? verifier_error(r, &e, err) : 0;
 }
 
 void ro_make_header(rec_t *h, int argc, char **argv, int no_provenance, const char *dir, uint64_t version,

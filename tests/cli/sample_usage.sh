@@ -160,7 +160,7 @@ expect "--listen on a path that is not a socket: exit 1 naming it" 1 'p.jsonl' -
 expect "output file is an input: usage error" 2 'also an input' -- rl-sample --model m p.jsonl -o p.jsonl
 expect "--help: exit 0" 0 '' -- rl-sample --help
 check "--help: usage on stdout naming every option" "stdout: $(head -c 300 out)" \
-    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --head --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --verifier-timeout --ignore-eos --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
+    eval 'grep -qiE "^usage: *rl-sample" out && for o in --model --dtype --head --group --temperature --top-p --top-k --max-new-tokens --stop --slots --seed --epochs --max-prompts --max-records --verifier --verifier-cmd --reward-weights --verifier-timeout --ignore-eos --output --uncompressed --no-provenance --force --quiet --progress --help --version; do grep -q -- "$o" out || exit 1; done'
 help_matches_man rl-sample 20
 expect "--version: exit 0" 0 '' -- rl-sample --version
 check "--version: first line 'rl-sample (rlpipe) 0.1.0'" "stdout: $(head -c 200 out)" \
