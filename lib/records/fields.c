@@ -16,7 +16,7 @@ static const struct {
     {"logp_learner", FLD_F32S}, {"ver_learner", FLD_UINT}, {"w", FLD_F32S},
     {"mask", FLD_MASK},       {"adv", FLD_F64},           {"completion", FLD_STR},
     {"stop_reason", FLD_STR}, {"messages", FLD_ANY},      {"logp_ref", FLD_F32S},
-    {"drawn", FLD_UINT},
+    {"drawn", FLD_UINT},        {"rewards", FLD_F64MAP},
 };
 
 fld_type fld_type_of(const char *key, size_t len) {
@@ -33,6 +33,7 @@ const char *fld_type_name(fld_type t) {
     case FLD_U32S: return "an array of unsigned 32-bit integers";
     case FLD_F32S: return "an array of numbers (float32)";
     case FLD_MASK: return "an array of 0/1";
+    case FLD_F64MAP: return "a map of names to numbers";
     default: return "any value";
     }
 }

@@ -19,6 +19,7 @@ typedef enum {
     FLD_U32S,    // array of uint32
     FLD_F32S,    // array of float32
     FLD_MASK,    // array of 0/1
+    FLD_F64MAP,  // map of string keys to float64 (integers accepted)
 } fld_type;
 
 fld_type fld_type_of(const char *key, size_t len);

@@ -263,21 +263,28 @@ static int parse_members(jp *j, int (*on_member)(jp *, void *), void *ctx, size_
     return 0;
 }
 
+// A nested object's body and the type of its values (FLD_ANY, or FLD_F64
+// in a map of numbers).
+typedef struct {
+    msgpack_packer pk;
+    fld_type values;
+} nested_ctx;
+
 // A member of a nested object: key and value go to the object's body.
-static int nested_member(jp *j, void *body_packer) {
-    msgpack_packer *bp = body_packer;
-    msgpack_pack_str(bp, j->tmp.len);
-    msgpack_pack_str_body(bp, j->tmp.data, j->tmp.len);
-    return parse_value(j, bp, FLD_ANY, 0);
+static int nested_member(jp *j, void *ctx) {
+    nested_ctx *c = ctx;
+    msgpack_pack_str(&c->pk, j->tmp.len);
+    msgpack_pack_str_body(&c->pk, j->tmp.data, j->tmp.len);
+    return parse_value(j, &c->pk, c->values, 0);
 }
 
-static int parse_object(jp *j, msgpack_packer *pk) {
+static int parse_object(jp *j, msgpack_packer *pk, fld_type values) {
     // Members go to a buffer of their own: the count is known only at the end.
     sbuf body = {0};
-    msgpack_packer bp;
-    msgpack_packer_init(&bp, &body, append_cb);
+    nested_ctx c = {.values = values};
+    msgpack_packer_init(&c.pk, &body, append_cb);
     size_t n;
-    int rc = parse_members(j, nested_member, &bp, &n);
+    int rc = parse_members(j, nested_member, &c, &n);
     if (!rc) {
         msgpack_pack_map(pk, n);
         sbuf_put(pk->data, body.data, body.len);
@@ -298,7 +305,9 @@ static int parse_value(jp *j, msgpack_packer *pk, fld_type t, int as_f32) {
     int rc = 0;
     skip_ws(j);
     if (j->p >= j->end) rc = jfail(j, "expected a value, found the end of the line");
-    else if (*j->p == '{') rc = t == FLD_ANY ? parse_object(j, pk) : expect_type(j, t, "an object");
+    else if (*j->p == '{')
+        rc = t == FLD_ANY || t == FLD_F64MAP ? parse_object(j, pk, t == FLD_F64MAP ? FLD_F64 : FLD_ANY)
+                                             : expect_type(j, t, "an object");
     else if (*j->p == '[') rc = parse_array(j, pk, t);
     else if (*j->p == '"') {
         if (t != FLD_ANY && t != FLD_STR) rc = expect_type(j, t, "a string");
@@ -313,7 +322,7 @@ static int parse_value(jp *j, msgpack_packer *pk, fld_type t, int as_f32) {
     } else if (literal(j, "null")) {
         if (t != FLD_ANY) rc = expect_type(j, t, "null");
         else msgpack_pack_nil(pk);
-    } else if (t == FLD_STR || t == FLD_U32S || t == FLD_F32S || t == FLD_MASK) {
+    } else if (t == FLD_STR || t == FLD_U32S || t == FLD_F32S || t == FLD_MASK || t == FLD_F64MAP) {
         rc = expect_type(j, t, "a number");
     } else {
         rc = parse_number(j, pk, t, as_f32, UINT64_MAX);

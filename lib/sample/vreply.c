@@ -35,15 +35,14 @@ static int parse_scalar(const char *s, size_t n, vr_reply *r, const char *quoted
     return 0;
 }
 
-// "rewards": a map of names to finite numbers, its msgpack encoding v[0..vn).
+// "rewards": a map of names to finite numbers, its msgpack encoding v[0..vn)
+// (json_to_rec typed its values: rlpipe-records(5)'s "rewards").
 static int parse_parts(const uint8_t *v, size_t vn, vr_reply *r, const char *quoted, rl_err *err) {
     rec_t *m = rec_new();
     rl_err pe;
     int rc = 0;
-    int is_map = vn && ((v[0] & 0xf0) == 0x80 || v[0] == 0xde || v[0] == 0xdf);
-    if (!is_map || rec_parse(m, v, vn, &rec_default_limits, &pe)) {
-        rc = is_map ? err_set(err, "reply '%s': \"rewards\": %s", quoted, pe.msg)
-                    : err_set(err, "reply '%s': \"rewards\" is not an object of names and numbers", quoted);
+    if (rec_parse(m, v, vn, &rec_default_limits, &pe)) {   // json_to_rec made it a map of float64 (fields.h)
+        rc = err_set(err, "reply '%s': \"rewards\": %s", quoted, pe.msg);
         goto out;
     }
     r->n = rec_nfields(m);

@@ -114,6 +114,19 @@ def a_prompt_carrying_rewards_or_pred_is_an_error():
         assert rc == 1 and f'"{key}", a field rl-sample writes itself' in err and f"p{key}.jsonl line 1" in err, err
 
 
+@case
+def rl_cat_pack_types_rewards_as_float64_and_refuses_a_rewards_of_strings():
+    good = jsonl("packed.jsonl", [{"id": 0, "reward": 1, "rewards": {"acc": 1, "fmt.tags": 0.5}, "pred": "42"}])
+    rc, out, err = rltest.run("rl-cat", "--pack", "--kind", "rollouts", good)
+    assert rc == 0, err
+    (_, (r,), _), = rltest.read_stream(out)
+    assert r["rewards"] == {"acc": 1.0, "fmt.tags": 0.5} and all(type(x) is float for x in r["rewards"].values()), r
+    assert r["pred"] == "42"
+    bad = jsonl("packbad.jsonl", [{"id": 0, "rewards": {"acc": "1"}}])
+    rc, _, err = rltest.run("rl-cat", "--pack", "--kind", "rollouts", bad)
+    assert rc == 1 and 'field "rewards": expected a number, found a string' in err and "packbad.jsonl line 1" in err, err
+
+
 # ---- replies ----------------------------------------------------------------------------------
 
 def digits_pred(text):
@@ -211,7 +224,7 @@ def a_malformed_reply_is_an_error_naming_the_verifier_the_record_and_the_fault()
     cases = [
         ("echo '{\"rewards\": {\"a\": 1}}'", r"has no \"reward\""),
         ("echo '{\"reward\": 1, \"score\": 2}'", r"has the key \"score\""),
-        ("echo '{\"reward\": 1, \"rewards\": {\"a\": \"x\"}}'", r"\"rewards\"\.\"a\" is not a number"),
+        ("echo '{\"reward\": 1, \"rewards\": {\"a\": \"x\"}}'", r"field \"rewards\": expected a number, found a string"),
         ("echo '{\"reward\": 1, \"pred\": 7}'", r"\"pred\" is not a string"),
         ("echo '{\"reward\": 1'", r"column 13: expected ',' or '}'"),
         ("echo NaN", r"is not a finite number"),
