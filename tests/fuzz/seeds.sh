@@ -7,7 +7,8 @@
 # zstd, several members, JSON lines); the rest (safetensors files, configs,
 # tokenizers, push messages, chat templates from $JINJA_TEMPLATES or
 # .deps/templates) by tests/fuzz/seeds.py with the venv's packages; an
-# environment's answer lines (rlpipe-env(5)) written here.
+# environment's answer lines (rlpipe-env(5)) and a verifier's replies
+# (rl-sample(1), VERIFIER COMMANDS) written here.
 # BIN names the tools' folder (default bin), PY the Python (.deps/venv).
 set -eu
 [ $# -eq 1 ] || { echo "usage: tests/fuzz/seeds.sh OUTDIR" >&2; exit 2; }
@@ -18,7 +19,7 @@ PY=${PY:-$root/.deps/venv/bin/python}
 PATH=$bin:$PATH
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlpipe-seeds.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat,env}
+mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat,env,vreply}
 cd "$work"
 
 # ---- records and JSON lines from the tools
@@ -56,3 +57,15 @@ printf '%s' '{"id": 1, "error": "the sandbox crashed"}' >"$e/error"
 printf '%s' '{"id": 1, "messages": [{"role": "assistant", "content": "I am the model"}]}' >"$e/assistant"
 printf '%s' '{"id": 1, "messages": [{"role": "tool", "content": {"result": [1, 2.5, null]}}], "extra": "kept"}' >"$e/object"
 printf '%s' '{"id": 2, "messages": []}' >"$e/empty"
+
+# ---- a verifier's replies: numbers, booleans, objects, good and bad
+v=$out/vreply
+printf '%s' '0.75' >"$v/number"
+printf '%s' ' -1e-3 ' >"$v/spaces"
+printf '%s' 'true' >"$v/true"
+printf '%s' '{"reward": 1.5, "rewards": {"acc": 1, "format.tags": 0.5}, "pred": "42"}' >"$v/object"
+printf '%s' '{"reward": 0, "pred": null, "rewards": {}}' >"$v/null-pred"
+printf '%s' '{"rewards": {"a": 1}}' >"$v/no-reward"
+printf '%s' '{"reward": 1, "score": 2}' >"$v/unknown-key"
+printf '%s' '{"reward": 1, "rewards": {"a": "x", "": 2}}' >"$v/bad-parts"
+printf '%s' 'nan' >"$v/nan"
