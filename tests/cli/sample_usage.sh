@@ -30,6 +30,12 @@ check "the run's output is a valid stream of 48 rollouts" "$(rl-cat --check out.
     eval 'rl-cat --check out.rlr 2>/dev/null && [ "$(rl-cat --json out.rlr | wc -l)" = 48 ]'
 expect "--verifier-cmd under the sanitizers: exit 0" 0 'reward mean 1\.0000' -- \
     rl-sample --model m -n 2 --max-new-tokens 5 --verifier-cmd 'while read l; do echo 1; done' p.jsonl -o out2.rlr
+expect "two named verifiers, an object reply and --reward-weights under the sanitizers: exit 0" 0 'reward mean 2\.5000' -- \
+    rl-sample --model m -n 2 --max-new-tokens 5 --reward-weights b=3 \
+        --verifier-cmd 'a=while read l; do echo "{\"reward\": 1, \"rewards\": {\"x\": 2}, \"pred\": \"7\"}"; done' \
+        --verifier-cmd 'b=while read l; do echo 0.5; done' p.jsonl -o out4.rlr
+check "their records hold reward 1 + 3 x 0.5, rewards and pred" "$(rl-cat --json out4.rlr 2>&1 | head -c 400)" \
+    eval '[ "$(rl-cat --json out4.rlr | grep -c "\"reward\":2.5,.*\"rewards\":{\"a\":1.0,\"a.x\":2.0,\"b\":0.5},\"pred\":\"7\"")" = 12 ]'
 expect "-q: exit 0" 0 '' -- rl-sample -q --model m --max-new-tokens 2 p.jsonl -o out3.rlr
 check "-q: nothing on stderr" "stderr: $(head -c 200 err)" [ ! -s err ]
 
