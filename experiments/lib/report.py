@@ -11,6 +11,7 @@ trained on).
     report.py smollm2  OUT EXPDIR     RL on SmolLM2-135M-Instruct, per seed
     report.py precision OUT EXPDIR    sampler precision x output layer x lr: time to accuracy
     report.py agent    OUT EXPDIR     multi-turn RL with environments, per environment and seed
+    report.py objectives OUT EXPDIR   GRPO, DAPO, GSPO and CISPO on SmolLM2, per objective and seed
     report.py run      RUN EXPDIR     one run's evaluations while training (rl-run.sh --eval-every)
                                       beside its training reward: EXPDIR/eval.png and eval.tsv
 
@@ -706,6 +707,102 @@ def scale(out, exp):
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
 
 
+OBJECTIVES = ("grpo", "dapo", "gspo", "cispo")
+
+
+def drawn(r):
+    """Samples the sampler drew for the run's steps: the trained ones and those
+    of the groups rl-sample --drop-uniform dropped (rl-learn's groups_drawn)."""
+    g = r.meta["group"]
+    return sum(s["groups_drawn"] * g if s.get("groups_drawn") is not None else s["samples"] for s in r.steps)
+
+
+def objectives(out, exp):
+    """GRPO, DAPO, GSPO and CISPO from the same model on the same budget of
+    learner steps: held-out accuracy (greedy) against steps and wall time,
+    pass@8 before and after, per objective and seed, with the seeds' spread."""
+    runs = {}
+    for n in sorted(os.listdir(os.path.join(out, "runs"))):
+        obj = n.rsplit("-s", 1)[0]
+        runs.setdefault(obj, []).append(Run(os.path.join(out, "runs", n)))
+    objs = [o for o in OBJECTIVES if o in runs] + sorted(o for o in runs if o not in OBJECTIVES)
+    for o in objs:
+        runs[o].sort(key=lambda r: r.meta["seed"])
+    base = evals(os.path.join(out, "base.eval.jsonl"))[0]
+    base8 = evals(os.path.join(out, "base.pass8.jsonl"))[0]
+    p8 = {r.dir: evals(os.path.join(r.dir, "pass8.jsonl"))[-1] for o in objs for r in runs[o]}
+    med = lambda xs: statistics.median(xs) if xs else None
+    span = lambda xs: f"{fmt(min(xs))}–{fmt(max(xs))}" if xs else "–"
+    last = max(s for o in objs for r in runs[o] for s, _ in r.evals)
+    summary, rows, headline = [], [], []
+    for o in objs:
+        rs = runs[o]
+        fin = [r.final_acc() for r in rs]
+        a8 = [p8[r.dir]["pass@8"] for r in rs]
+        headline.append(f"{o} {fmt(med(fin))}")
+        summary.append((o, len(rs), fmt(med(fin)), span(fin), fmt(med([max(e["accuracy"] for _, e in r.evals) for r in rs])),
+                        fmt(med([p8[r.dir]["pass@1"] for r in rs])), fmt(med(a8)), span(a8),
+                        med([r.samples for r in rs]), med([drawn(r) for r in rs]),
+                        fmt(med([r.wall / 60 for r in rs]), 1), fmt(med([r.minute(len(r.steps)) for r in rs]), 1)))
+        for r in rs:
+            rows.append((o, r.meta["seed"], fmt(base["accuracy"]), fmt(r.final_acc()),
+                         fmt(max(e["accuracy"] for _, e in r.evals)), fmt(p8[r.dir]["pass@1"]), fmt(p8[r.dir]["pass@8"]),
+                         len(r.steps), r.samples, drawn(r), fmt(r.wall / 60, 1),
+                         fmt(mean(s["reward_mean"] for s in r.steps[:5])), fmt(mean(s["reward_mean"] for s in r.steps[-5:])),
+                         fmt(mean(s.get("entropy") for s in r.steps[-5:])), fmt(mean(s.get("clipped") for s in r.steps)),
+                         fmt(mean(s["lag_mean"] for s in r.steps), 2)))
+    data = os.path.join(exp, "data")
+    os.makedirs(data, exist_ok=True)
+    series = []
+    for o in objs:
+        st, ev = mean_series(runs[o], o, data)
+        series.append((o, "data/" + st, "data/" + ev))
+    curves_plot(os.path.join(exp, "objectives.png"), series, fourth=ENTROPY_PANEL,
+                title="SmolLM2-135M-Instruct on add2: the objectives, mean over seeds")
+    allruns = [r for o in objs for r in runs[o]]
+    m = allruns[0].meta
+    seeds = ", ".join(sorted({str(r.meta["seed"]) for r in allruns}))
+    text = header("The objectives against each other: GRPO, DAPO, GSPO, CISPO on SmolLM2-135M-Instruct", seeds,
+                  SMOL_MODEL, smol_task(out, base["samples"]), sampler_text(allruns))
+    text += note()
+    where = {}
+    for r in allruns:
+        where.setdefault(r.meta.get("machine", "(not recorded)"), set()).add(str(r.meta["seed"]))
+    if len(where) > 1:
+        text += ("\nThe seeds ran on different machines; compare wall times within a seed: " +
+                 "; ".join(f"seeds {', '.join(sorted(s))}: {mc}" for mc, s in where.items()) + ".\n")
+    text += (f"\nOne in-flight pipeline per objective and seed (experiments/lib/rl-run.sh), all alike but for the "
+             f"options below: {m['dtype']} sampler at temperature {m.get('temperature', 1)}, {m['group']} samples "
+             f"per question, {m['batch']} trained per step, {m['steps']} steps, lr {m['lr']}, "
+             f"{m['lag'].replace('--', '')}, at most {m.get('max_new_tokens', 48)} new tokens, GRPO's advantages "
+             f"(reward minus the group's mean, over its standard deviation). The same number of learner steps and "
+             f"of samples trained on; DAPO's sampler draws more, since it drops the groups whose rewards are all "
+             f"equal. Held-out accuracy: greedy, f32, {base['samples']} questions, at every kept version; pass@1 and "
+             f"pass@8: 8 samples a question at temperature {m.get('temperature', 1)}, f32, Chen et al.'s unbiased "
+             f"estimator (rl-cat --stats --pass-at). Before RL: greedy {fmt(base['accuracy'])}, pass@1 "
+             f"{fmt(base8['pass@1'])}, pass@8 {fmt(base8['pass@8'])}.\n\n")
+    code = lambda a, default: f"`{a}`" if a else default
+    text += table(["objective", "rl-ratio", "rl-learn", "rl-sample"],
+                  [(o, code(runs[o][0].meta["ratio"], "–"), code(runs[o][0].meta.get("learn"), "(pg, its defaults)"),
+                    code(runs[o][0].meta.get("sample"), "–")) for o in objs])
+    text += (f"\nMedians over the seeds; the spread is the seeds' lowest and highest. \"wall min\" is the run's "
+             f"wall time, \"to step {last}\" rl-learn's `elapsed` at its last step.\n\n")
+    text += table(["objective", "seeds", f"held-out acc at step {last}", "spread", "best", "pass@1 after",
+                   "pass@8 after", "spread", "samples trained", "samples drawn", "wall min", f"min to step {last}"],
+                  summary)
+    text += "\nEvery run:\n\n"
+    text += table(["objective", "seed", "held-out acc before", "after", "best", "pass@1 after", "pass@8 after",
+                   "steps", "samples trained", "samples drawn", "wall min", "reward, first 5 steps",
+                   "reward, last 5 steps", "entropy, last 5 steps", "clipped (mean)", "lag mean"], rows)
+    text += "\nHeld-out accuracy at the kept versions against steps and rl-learn's `elapsed` (minutes), per seed:\n\n"
+    steps = sorted(set.intersection(*[{s for s, _ in r.evals} for r in allruns]))
+    text += table(["step"] + objs, [(s,) + tuple(" / ".join(f"{fmt(r.acc_at(s))} ({fmt(r.minute(s), 1)})" for r in runs[o])
+                                                 for o in objs) for s in steps])
+    text += "\n![reward, held-out accuracy, k3 and entropy against steps, mean over seeds](objectives.png)\n"
+    open(os.path.join(exp, "RESULTS.md"), "w").write(text)
+    return "held-out accuracy after RL, median over seeds: " + ", ".join(headline)
+
+
 def eval_while_training(rundir, exp):
     """The evaluations of lib/rl-run.sh --eval-every (eval.jsonl: accuracy, and
     pass@k, maj@k with EVAL_GROUP > 1) beside the training reward
@@ -752,8 +849,9 @@ def main():
         n = eval_while_training(sys.argv[2], sys.argv[3])
         print(f"report.py: {n} evaluations drawn into {os.path.join(sys.argv[3], 'eval.png')}")
         return
-    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision", "agent"):
-        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent|run OUT EXPDIR")
+    if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision", "agent",
+                                                 "objectives"):
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent|objectives|run OUT EXPDIR")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)
@@ -768,6 +866,8 @@ def main():
         gains = agent(out, exp)
         print("held-out success gained by RL: " + "; ".join(f"{e} " + ", ".join(fmt(g) for g in gs)
                                                             for e, gs in sorted(gains.items())) + " (per seed)")
+    elif what == "objectives":
+        print(objectives(out, exp))
     elif what == "smollm2":
         before, after = smollm2(out, exp)
         print(f"held-out accuracy: before RL {before}, after RL " + ", ".join(fmt(a) for a in after) + " (per seed)")

@@ -66,7 +66,7 @@
 # lag statistics), log/{sample,ratio,learn,sync}.log (with several samplers
 # log/sample1.log ... and log/merge.log; log/eval.log and log/tb.log with
 # --eval-every and --tensorboard), eval.jsonl with --eval-every, and run.json (wall
-# time, exit statuses). The run ends when rl-learn has taken --steps steps:
+# time, exit statuses, the options, the machine). The run ends when rl-learn has taken --steps steps:
 # rl-ratio and rl-sample then end by SIGPIPE (status 141), or rl-sample by
 # the SIGTERM sent it once rl-learn has exited and rl-ratio at the end of its
 # input (status 0), and rl-sync once its receivers have gone: they could wait
@@ -285,6 +285,12 @@ eval_rc=0
 if [ -n "$evaluating" ]; then wait $evaluating; eval_rc=$?; fi
 tb_rc=0
 if [ -n "$tb" ]; then kill -TERM $tb 2>/dev/null; wait $tb; tb_rc=$?; fi
+# The machine the run was timed on: the CPU's model name and the cores this process may use.
+machine() {
+    local cpu
+    cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -n 1 | tr -d '"\\')
+    printf '%s, %s cores' "${cpu:-$(uname -m)}" "$(nproc)"
+}
 weigh=$ratio
 [ -z "$tis" ] || weigh="rl-learn --tis $tis"
 ok=1
@@ -295,9 +301,9 @@ case $s_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $r_rc in 0 | 141) ;; *) ok=0 ;; esac
 case $tee_rc in 0 | 141) ;; *) ok=0 ;; esac
 [ "$l_rc" = 0 ] && [ "$sync_rc" = 0 ] && [ "$eval_rc" = 0 ] && [ "$tb_rc" = 0 ] || ok=0
-printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s%s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "sample": "%s", "learn": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s%s}\n' \
+printf '{"wall_s": %s, "exit": {"rl-sample": %s, "rl-ratio": %s, "tee": %s, "rl-learn": %s, "rl-sync": %s%s}, "dtype": "%s", "head": "%s", "group": %s, "batch": %s, "steps": %s, "lr": "%s", "lag": "%s", "ratio": "%s", "sample": "%s", "learn": "%s", "seed": %s, "temperature": %s, "max_new_tokens": %s, "samplers": %s, "ranks": %s, "machine": "%s"%s}\n' \
     "$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")" "$s_rc" "$r_rc" "$tee_rc" "$l_rc" "$sync_rc" "$extra_rc" "$dtype" "$head" "$group" "$batch" "$steps" \
-    "$lr" "$lag" "$weigh" "$sample_args" "$learn_args" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" \
+    "$lr" "$lag" "$weigh" "$sample_args" "$learn_args" "$seed" "$temperature" "$max_new" "$samplers" "$ranks" "$(machine)" \
     "${env:+, \"max_turns\": $max_turns}" >"$out/run.json"
 if [ $ok = 0 ]; then
     echo "rl-run.sh: $out: the pipeline failed (exit statuses: rl-sample $s_rc, rl-ratio $r_rc, tee $tee_rc, rl-learn $l_rc, rl-sync $sync_rc${evaluating:+, evaluator $eval_rc}${tb:+, tb.py $tb_rc}); logs in $log" >&2

@@ -60,6 +60,7 @@ import json, os, sys
 j = json.load(open("tis/run.json"))
 assert j["exit"]["rl-learn"] == 0 and j["exit"]["rl-sync"] == 0 and j["ratio"] == "rl-learn --tis 2", j
 assert j["learn"] == "--loss ppo --eps-high 0.28 --entropy-coef 0.01" and j["sample"] == "--top-k 50", j
+assert j["machine"].endswith(" cores") and len(j["machine"]) > 8, j
 st = json.load(open("tis/ckpt/" + open("tis/ckpt/latest").read().strip() + "/state.json"))
 assert st["loss"] == "ppo" and st["eps_high"] == 0.28 and st["entropy_coef"] == 0.01, st
 assert j["dtype"] == "bf16" and j["head"] == "dtype", j
