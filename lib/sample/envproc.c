@@ -150,7 +150,10 @@ static void expire(envproc *e) {
 static int exchange(envproc *e, rl_err *err) {
     if (cp_exchange(e->c, take_line, e, ENV_LINE_MAX, err)) return -1;
     expire(e);
-    if (cp_eof(e->c) && e->n_wait) {
+    // An environment that answered some requests and then exited: the
+    // answers read with its end come out first (their rollouts, and the
+    // groups they finish, are written), the error at the next pump.
+    if (cp_eof(e->c) && e->n_wait && e->ans_head == e->n_ans) {
         char how[128];
         e->err_id = e->wait[0].id;
         if (!cp_reap(e->c, 1000))

@@ -3,6 +3,7 @@
 // keeps its default action here, so a write to a dead environment that
 // raised it would kill this program. Also built with AddressSanitizer + UBSan.
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "sample/envproc.h"
@@ -108,6 +109,28 @@ static void an_environment_that_exits_with_requests_waiting_names_the_oldest(voi
     env_free(v);
 }
 
+static void answers_that_come_with_the_environments_end_are_taken_before_its_error(void) {
+    // It answers two of three requests and exits; both answers and the end
+    // of its output are there when the next pump reads: the answers come out
+    // first (the rollouts they finish are written), the error at the pump after.
+    envproc *v = start("read a; read b; echo '{\"id\": 5}'; echo '{\"id\": 6}'; exec 1>&-; exit 4", 0);
+    rl_err e;
+    for (uint64_t i = 5; i < 8; i++) send_id(v, i);
+    CHECK(env_pump(v, 0, &e) == 0, "%s", e.msg);   // the requests are written
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);                        // it has answered and ended
+    CHECK(env_pump(v, 0, &e) == 0, "the answers first, got: %s", e.msg);
+    uint64_t id;
+    const rec_t *r;
+    int late, n = 0;
+    while (env_next(v, &id, &r, &late)) CHECK(id == (uint64_t)(5 + n++), "answer %d: id %llu", n, (unsigned long long)id);
+    CHECK(n == 2, "%d answers", n);
+    CHECK(env_pump(v, 0, &e) == -1, "no error after the answers");
+    CHECK(!strcmp(e.msg, "environment exited (status 4) with 1 requests waiting for an answer"), "%s", e.msg);
+    CHECK(env_error_id(v) == 7, "%llu", (unsigned long long)env_error_id(v));
+    env_free(v);
+}
+
 static void lines_that_break_the_protocol_are_errors_that_say_what_is_wrong(void) {
     static const struct {
         const char *cmd, *msg;
@@ -162,6 +185,7 @@ int main(void) {
     RUN(answers_come_in_any_order_keyed_by_id_and_blank_lines_are_no_answers);
     RUN(a_request_past_its_timeout_expires_and_its_late_answer_is_marked);
     RUN(an_environment_that_exits_with_requests_waiting_names_the_oldest);
+    RUN(answers_that_come_with_the_environments_end_are_taken_before_its_error);
     RUN(lines_that_break_the_protocol_are_errors_that_say_what_is_wrong);
     RUN(at_the_end_a_non_zero_exit_status_or_a_hang_is_an_error);
     RUN(parse_answer_takes_an_object_with_an_unsigned_id);
