@@ -170,6 +170,17 @@ def run(tool, *args, input=None, check=False):
     return p.returncode, p.stdout, err
 
 
+def groups(recs):
+    """The records in runs of one "group", in stream order."""
+    out = []
+    for r in recs:
+        if out and out[-1][0]["group"] == r["group"]:
+            out[-1].append(r)
+        else:
+            out.append([r])
+    return out
+
+
 def rollout(i, n_tokens=8, group=None):
     """A realistic rollout record with float32-exact logps."""
     return {

@@ -64,17 +64,6 @@ def sample(*args, out_file=None):
     return hdr, recs, err
 
 
-def groups(recs):
-    """The records in runs of one "group", in stream order."""
-    out = []
-    for r in recs:
-        if out and out[-1][0]["group"] == r["group"]:
-            out[-1].append(r)
-        else:
-            out.append([r])
-    return out
-
-
 def uniform(g):
     return len({r["reward"] for r in g}) == 1
 
@@ -90,7 +79,7 @@ def expect_base_less_uniform(base, kept, err):
     """kept is base less its uniform groups, in the same order; each kept
     group's drawn is 1 + the uniform groups right before it in base; the
     summary counts them all."""
-    bg = groups(base)
+    bg = rltest.groups(base)
     n_uniform = sum(uniform(g) for g in bg)
     assert 0 < n_uniform < len(bg), f"{n_uniform} of {len(bg)} groups uniform: the case tests nothing"
     want, run = [], 0
@@ -100,12 +89,12 @@ def expect_base_less_uniform(base, kept, err):
             continue
         want += [dict(r, drawn=run + 1) for r in g]
         run = 0
-    assert kept == want, (f"groups {[g[0]['group'] for g in groups(kept)]} drawn "
-                          f"{[g[0].get('drawn') for g in groups(kept)]}, expected {[g[0]['group'] for g in groups(want)]}"
-                          f" drawn {[g[0]['drawn'] for g in groups(want)]}")
+    assert kept == want, (f"groups {[g[0]['group'] for g in rltest.groups(kept)]} drawn "
+                          f"{[g[0].get('drawn') for g in rltest.groups(kept)]}, expected {[g[0]['group'] for g in rltest.groups(want)]}"
+                          f" drawn {[g[0]['drawn'] for g in rltest.groups(want)]}")
     assert summary(err) == (len(bg) - n_uniform, len(bg), n_uniform), err[-300:]
     # drawn counts every group decided, but those after the last one written
-    assert sum(g[0]["drawn"] for g in groups(kept)) + run == len(bg)
+    assert sum(g[0]["drawn"] for g in rltest.groups(kept)) + run == len(bg)
 
 
 @case
@@ -121,7 +110,7 @@ def the_builtin_verifiers_uniform_groups_are_dropped_and_drawn_counts_them():
     # answers chosen so that some groups have 1 and 0, some all 1, some all 0
     _, free, _ = sample("--verifier", "none", PROMPTS)
     answer = {}
-    for k, g in enumerate(groups(free)):
+    for k, g in enumerate(rltest.groups(free)):
         texts = [r["text"].strip() for r in g]
         pick = next((t for t in texts if t), None)
         answer[g[0]["prompt"]] = pick if pick and k % 3 else "no completion says this"
@@ -153,10 +142,10 @@ for line in sys.stdin:
     _, kept, err = sample("--env", env, "--max-turns", "2", "--drop-uniform", prompts)
     # the environment answers at its own pace: groups may finish in another
     # order, so compare group by group, and drawn by its sum
-    bg = {g[0]["group"]: g for g in groups(base)}
+    bg = {g[0]["group"]: g for g in rltest.groups(base)}
     n_uniform = sum(uniform(g) for g in bg.values())
     assert 0 < n_uniform < len(bg), f"{n_uniform} of {len(bg)} groups uniform: the case tests nothing"
-    kg = groups(kept)
+    kg = rltest.groups(kept)
     for g in kg:
         d = g[0]["drawn"]
         assert all(r["drawn"] == d for r in g), f"group {g[0]['group']}: drawn differs between its records"
@@ -178,7 +167,7 @@ def max_records_draws_on_past_the_prompt_set_until_its_groups_are_informative():
     # 8 groups of 3 with rewards that differ, from 12 prompts of which only
     # about a third give one per pass: the feed goes on past the first pass
     _, kept, err = sample("--verifier-cmd", VERIFIER, "--drop-uniform", "--max-records", "24", "--slots", "4", PROMPTS)
-    kg = groups(kept)
+    kg = rltest.groups(kept)
     assert len(kept) == 24 and len(kg) == 8 and not any(uniform(g) for g in kg), [len(g) for g in kg]
     written, drawn, dropped = summary(err)
     assert (written, drawn - dropped) == (8, 8) and drawn > N_PROMPTS, err[-300:]
@@ -188,7 +177,7 @@ def max_records_draws_on_past_the_prompt_set_until_its_groups_are_informative():
     _, one, err = sample("--verifier-cmd", VERIFIER, "--drop-uniform", "--max-records", "24", "--epochs", "1",
                          PROMPTS)
     written, drawn, dropped = summary(err)
-    assert drawn == N_PROMPTS and written == len(groups(one)) < 8, err[-300:]
+    assert drawn == N_PROMPTS and written == len(rltest.groups(one)) < 8, err[-300:]
 
 
 @case

@@ -24,21 +24,10 @@ def rlcat(*args, input=None):
     return json.loads(out)
 
 
-def groups_of(recs):
-    """Runs of equal "group", as lists of records."""
-    out = []
-    for r in recs:
-        if out and out[-1][0]["group"] == r["group"]:
-            out[-1].append(r)
-        else:
-            out.append([r])
-    return out
-
-
 def pass_at_ref(recs, k):
     """(mean pass@k over the groups with n >= k, groups with n < k)."""
     vals, skipped = [], 0
-    for g in groups_of(recs):
+    for g in rltest.groups(recs):
         n, c = len(g), sum(1 for r in g if r["reward"] > 0)
         if n < k:
             skipped += 1
@@ -49,7 +38,7 @@ def pass_at_ref(recs, k):
 
 def maj_at_ref(recs, k):
     solved, counted = 0, 0
-    for g in groups_of(recs):
+    for g in rltest.groups(recs):
         if len(g) < k:
             continue
         counted += 1
