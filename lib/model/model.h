@@ -10,6 +10,7 @@
 
 #include "checkpoint/config.h"
 #include "checkpoint/hfweights.h"
+#include "checkpoint/lora.h"
 #include "dtype.h"
 #include "model/adamw_kernel.h"
 #include "model/backend.h"
@@ -232,5 +233,32 @@ int model_step_sample(model_t *m, const model_step_seq *s, size_t n, const smp_p
 
 // log_softmax(logits / temperature)[token] for one row of V logits, in double.
 double model_logprob_of(const float *logits, int V, float temperature, uint32_t token);
+
+// ---- LoRA adapters (checkpoint/lora.h)
+
+// model_load with adapter a merged into the matrices it targets: each read
+// as f32, W + scale · B A computed in f32 (lora_merge), then stored at o's
+// precision as loading stores a matrix (rounded once); every other tensor as
+// model_load loads it. a must fit DIR's config (lora_read checks it).
+model_t *model_load_merged(const char *dir, const lora_adapter *a, const model_opts *o, rl_err *err);
+// Fills the standby set w with what model_load_merged would hold, from the
+// base's files f (hfw_open of the base's directory, the one m was loaded
+// from) and adapter a (NULL: the base alone). 0, or -1 with err.
+int model_weights_fill(const model_t *m, model_weights *w, const hfw_set *f, const lora_adapter *a, rl_err *err);
+
+// Attaches trainable adapters of config c (PEFT's layer on c->targets of
+// every decoder layer, scale lora_scale(c)) with the values of a, or when a
+// is NULL as PEFT initialises them: A Kaiming-uniform, U(−1/sqrt(in),
+// 1/sqrt(in)), drawn from seed, and B zero, so that the model computes as
+// the base does. From then on the base's weights are frozen and the model's
+// parameters (model_nparams, model_ntensors, model_tensor_at/get/set,
+// model_host_params, the training state) are the adapters': for each layer,
+// each target in LORA_* order, A then B, named as adapter_model.safetensors
+// names them. model_save_as writes the merged model. The base's weights
+// must be f32 or bf16 (model_opts.dtype) with f32 activations. 0, or -1 with err.
+int model_lora_attach(model_t *m, const lora_config *c, const lora_adapter *a, uint64_t seed, rl_err *err);
+const lora_config *model_lora(const model_t *m);   // the attached adapters' config, or NULL
+// Host copies of the attached adapters' values (lora_free it), or NULL without.
+lora_adapter *model_lora_get(const model_t *m);
 
 #endif
