@@ -52,25 +52,37 @@ typedef struct {
     lora_config c;
     int layers;
     float **a, **b;           // (layers · LORA_NT) each
+    int out[LORA_NT], in[LORA_NT];   // each target's W (out, in) in the base (lora_dims); lora_new sets them
 } lora_adapter;
 
 // A zero adapter for a model of config mc (tensors of every target of c allocated).
 lora_adapter *lora_new(const lora_config *c, const model_config *mc);
 void lora_free(lora_adapter *a);
 
-// Reads DIR/adapter_config.json: a JSON object with "peft_type" "LORA", an
-// integer "r" >= 1, a positive "lora_alpha", "target_modules" a list of
-// module names (or the string "all-linear"). Refused, naming the file and
+// Reads DIR/adapter_config.json (path names the file or its directory): a
+// JSON object with "peft_type" "LORA", an integer "r" >= 1, a positive
+// "lora_alpha" (whose scale is a finite non-zero f32), "target_modules" a
+// list of module names (or the string "all-linear"). Refused, naming the file and
 // the key: options rlpipe does not implement (use_dora true, bias other than
 // "none", modules_to_save, layers_to_transform, layer_replication,
 // rank_pattern or alpha_pattern not empty, fan_in_fan_out true, a
-// target_modules regex string, target modules outside the list above).
+// target_modules regex string, target modules outside the list above), and
+// those of later PEFT versions that change the layer (lora_bias,
+// exclude_modules, target_parameters, trainable_token_indices, use_qalora,
+// alora_invocation_tokens), and an init_lora_weights that rewrites the base
+// at initialisation (pissa, olora, corda, loftq: such an adapter fits its
+// changed base, not the one named). A target_modules list may repeat a name
+// (PEFT reads it as a set).
 // Keys that change nothing at inference (lora_dropout, task_type,
-// inference_mode, init_lora_weights, revision, ...) are read and ignored;
+// inference_mode, init_lora_weights true, false or "gaussian", revision, any
+// key unknown here, ...) are read and ignored;
 // *dropout (when not NULL) gets lora_dropout (0 when absent).
 int lora_config_read(const char *path, lora_config *c, double *dropout, rl_err *err);
-// DIR/adapter_config.json as PEFT writes it (lora_dropout 0, bias "none",
-// inference_mode true, task_type "CAUSAL_LM", peft_type "LORA").
+// DIR/adapter_config.json (path names the file or an existing directory) as
+// PEFT 0.13.2 writes it, every key of its LoraConfig but runtime_config
+// (lora_dropout 0, bias "none", inference_mode true, task_type "CAUSAL_LM",
+// peft_type "LORA"; target_modules a list in LORA_* order;
+// base_model_name_or_path null when base is ""), fsynced.
 int lora_config_write(const char *path, const lora_config *c, rl_err *err);
 
 // The safetensors name of a tensor: ab 0 for lora_A, 1 for lora_B.
@@ -81,7 +93,8 @@ int lora_tensor_parse(const char *name, int *layer, int *target, int *ab);
 // Reads DIR (config and weights, F32, BF16 or F16 tensors) for a base of
 // config mc: every tensor of every layer and target the config names, with
 // shapes A (r, in) and B (out, r), and no other tensor. Errors name the file
-// and the tensor or key. *dropout as lora_config_read.
+// and the tensor or key (an adapter_model.bin, a pickle, is not read: the
+// message says so). *dropout as lora_config_read.
 lora_adapter *lora_read(const char *dir, const model_config *mc, double *dropout, rl_err *err);
 // Writes DIR/adapter_model.safetensors (F32) and DIR/adapter_config.json
 // (DIR must exist; each file fsynced). 0, or -1 with err.

@@ -26,6 +26,9 @@ struct ckpt_snap {
     float *copy;             // [total] the parameters' copy, when made
     float *moment;           // [2][total] exp_avg, exp_avg_sq, when the snapshot has them
     int moments;             // the model has training state: moment holds the moments
+    int has_lora;            // the parameters are LoRA adapters of config lora (model_lora) ...
+    lora_config lora;
+    const model_t *m;        // ... attached to m, whose frozen base a merged model is written from
     void (*release)(void *); // called once the parameters are read no more (ckpt_snap_on_release)
     void *release_ctx;
 };
@@ -64,6 +67,9 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
         s->nt = nt, s->total = total;
     }
     s->c = *model_cfg(m);
+    s->has_lora = model_lora(m) != NULL;
+    if (s->has_lora) s->lora = *model_lora(m);
+    s->m = m;
     s->moments = !weights_only && nt > 0 && model_train_buffer(m, MODEL_EXP_AVG) != NULL;
     s->params = borrow ? model_host_params(m) : NULL;
     if (!s->params && !s->copy) s->copy = xmalloc((total ? total : 1) * sizeof(float));
@@ -127,14 +133,44 @@ typedef struct {
 
 int ckpt_params_again(const ckpt_write_opts *o) { return o->save.dtype != DT_F32; }
 
-// What a sampler loads: config.json and the weights.
+// The snapshot's parameters as the LoRA adapter they are (their table is
+// model_lora_attach's: each layer, each target, A then B).
+static lora_adapter *snap_adapter(const ckpt_snap *s) {
+    lora_adapter *a = lora_new(&s->lora, &s->c);
+    const float *p = s->params;
+    for (int k = 0; k < a->layers * LORA_NT; k++) {
+        if (!a->a[k]) continue;
+        size_t na = (size_t)s->lora.rank * a->in[k % LORA_NT], nb = (size_t)a->out[k % LORA_NT] * s->lora.rank;
+        memcpy(a->a[k], p, na * sizeof(float));
+        memcpy(a->b[k], p + na, nb * sizeof(float));
+        p += na + nb;
+    }
+    return a;
+}
+
+// A LoRA version: the adapter in PEFT's files, and with o->merged the
+// merged model (its base read from the model, which never changes it).
+static int fill_adapter(const char *dir, const ckpt_write_opts *o, const ckpt_snap *s, rl_err *err) {
+    lora_adapter *a = snap_adapter(s);
+    int rc = lora_write(dir, a, err);
+    if (rc == 0 && o->merged) rc = model_save_merged(s->m, a, dir, &o->save, err);
+    lora_free(a);
+    return rc;
+}
+
+// What a sampler loads: config.json and the weights, or the adapter.
 static int fill_model(const char *dir, void *ctx, rl_err *err) {
     const fill_ctx *c = ctx;
     const ckpt_snap *s = c->s;
-    st_out *w = xmalloc((s->nt ? s->nt : 1) * sizeof *w);
-    snap_tensors(s, 0, "", w, 1, 0, NULL);
-    int rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
-    free(w);
+    int rc;
+    if (s->has_lora) {
+        rc = fill_adapter(dir, c->o, s, err);
+    } else {
+        st_out *w = xmalloc((s->nt ? s->nt : 1) * sizeof *w);
+        snap_tensors(s, 0, "", w, 1, 0, NULL);
+        rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
+        free(w);
+    }
     if (s->release && !(s->moments && ckpt_params_again(c->o))) s->release(s->release_ctx);
     return rc;
 }

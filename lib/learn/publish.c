@@ -2,6 +2,7 @@
 #include "learn/publish.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,20 +129,66 @@ static int train_init(publisher *p, rl_err *err) {
     return (p->parts = zero_train_init(p->m, p->d, err)) ? 0 : -1;
 }
 
+// The adapters p->m trains: those of directory adir (a PEFT adapter, or a
+// version holding one; NULL: new ones of config o->lora, from o->seed), on
+// the base from directory `base`, which adapter_config.json names.
+static int attach_lora(publisher *p, const char *adir, const char *base, rl_err *err) {
+    const pub_opts *o = p->o;
+    lora_config c = o->lora ? *o->lora : (lora_config){0};
+    lora_adapter *a = NULL;
+    if (adir) {
+        double dropout = 0;
+        if (!(a = lora_read(adir, model_cfg(p->m), &dropout, err))) return -1;
+        if (dropout != 0) {
+            lora_free(a);
+            return err_set(err, "%s/%s: lora_dropout %g: rlpipe trains adapters without dropout (set it to 0)", adir,
+                           LORA_CONFIG, dropout);
+        }
+        c = a->c;
+    }
+    if (!realpath(base, c.base)) {
+        lora_free(a);
+        return err_set(err, "%s: %s", base, strerror(errno));
+    }
+    int rc = model_lora_attach(p->m, &c, a, o->seed, err);
+    lora_free(a);
+    return rc;
+}
+
+// 1 when version directory dir holds a LoRA adapter (adapter_config.json).
+static int holds_adapter(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, LORA_CONFIG);
+    return access(path, F_OK) == 0;
+}
+
 int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
     const pub_opts *o = p->o;
     rl_err e;
     char dir[4096];
     uint64_t version = 0;
-    model_opts mo = {.dtype = DT_F32, .device = o->device};
+    model_opts mo = {.dtype = o->lora || o->adapter ? o->base_dtype : DT_F32, .device = o->device};
     int have = ckpt_resolve(o->out, dir, sizeof dir, &version, &e) == 0 && access(dir, F_OK) == 0 &&
                strcmp(dir, o->out) != 0;
     if (o->resume) {
         if (!have) return err_set(err, "--resume: %s holds no checkpoint (no file 'latest')", o->out);
         // A run killed while it removed old versions leaves their temporaries and the versions after them.
         if (!p->rank && ckpt_tidy(o->out, o->keep, o->keep_every, err)) return -1;
-        if (!(p->m = model_load(dir, &mo, err)) || train_init(p, err) || ckpt_read_optimizer(dir, p->m, err))
+        if (holds_adapter(dir)) {   // LoRA: the base its adapter names, the adapter, AdamW's state
+            lora_config c;
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s", dir, LORA_CONFIG);
+            if (lora_config_read(path, &c, NULL, err)) return -1;
+            if (!c.base[0]) return err_set(err, "%s: no base_model_name_or_path: which base to resume on", path);
+            mo.dtype = o->base_dtype;
+            if (!(p->m = model_load(c.base, &mo, err)) || attach_lora(p, dir, c.base, err)) return -1;
+        } else if (o->lora) {
+            return err_set(err, "--resume: %s holds a whole model, not a LoRA adapter: resume without --lora-rank",
+                           dir);
+        } else if (!(p->m = model_load(dir, &mo, err))) {
             return -1;
+        }
+        if (train_init(p, err) || ckpt_read_optimizer(dir, p->m, err)) return -1;
         p->version = version;
         snprintf(p->from, sizeof p->from, "%s", dir);
         uint64_t records = 0;
@@ -158,6 +205,7 @@ int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
             if (ckpt_resolve(o->init, p->from, sizeof p->from, &p->version, err) ||
                 !(p->m = model_load(p->from, &mo, err)))
                 return -1;
+            if ((o->lora || o->adapter) && attach_lora(p, o->adapter, p->from, err)) return -1;
         } else {
             model_config c;
             if (cfg_load(o->config, &c, err) || !(p->m = model_random(&c, o->seed, (float)o->init_std, &mo, err)))
@@ -181,7 +229,8 @@ int pub_wait(publisher *p, rl_err *err) { return p->writer ? ckpt_writer_wait(p-
 static ckpt_write_opts write_opts(const publisher *p, const char *state_json) {
     return (ckpt_write_opts){.root = p->o->out, .version = p->version, .state_json = state_json,
                              .copy_from = p->from[0] ? p->from : NULL, .keep = p->o->keep,
-                             .keep_every = p->o->keep_every, .save = p->o->save, .weights_only = p->weights_only};
+                             .keep_every = p->o->keep_every, .save = p->o->save, .weights_only = p->weights_only,
+                             .merged = p->o->merged};
 }
 
 static void writing(publisher *p) {

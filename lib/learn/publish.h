@@ -26,6 +26,16 @@ typedef struct {
     uint64_t keep_every;          // ... and every multiple of this
     uint64_t state_every;         // AdamW's state in versions that are multiples of it (and the last)
     hfw_write_opts save;          // the weights' dtype and shard size
+    // LoRA (lora not NULL): adapters of this config train on the frozen base
+    // (--init) held at base_dtype (f32 or bf16), initialised from seed, or
+    // from the PEFT adapter in directory `adapter` (whose config is then
+    // lora's); each version holds the adapter (lora.h's files), and with
+    // merged the merged model too. A --resume of a version holding an
+    // adapter takes the base its adapter_config.json names.
+    const lora_config *lora;
+    const char *adapter;
+    rl_dtype base_dtype;
+    int merged;
     rl_device device;
     const char *metrics;          // the metrics file's name, for messages
     int quiet;                    // no line per step on standard error

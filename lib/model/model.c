@@ -188,6 +188,7 @@ void model_free(model_t *m) {
     for (size_t i = 0; i < 3; i++)
         if (train[i]) m->ops->free(train[i]);
     mdl_free_weights(m, &m->w);
+    mdl_lora_free(m);
     if (m->cos_sin) m->ops->free(m->cos_sin);
     free(m->t);
     free(m);
@@ -197,4 +198,4 @@ const model_config *model_cfg(const model_t *m) { return &m->c; }
 rl_dtype model_dtype(const model_t *m) { return m->o.dtype; }
 const model_opts *model_options(const model_t *m) { return &m->o; }
 const char *model_device(const model_t *m) { return m->ops->name; }
-size_t model_nparams(const model_t *m) { return m->nparams; }
+size_t model_nparams(const model_t *m) { return mdl_params(m).n; }

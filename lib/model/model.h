@@ -139,6 +139,11 @@ typedef void (*model_dlogp_fn)(void *ctx, size_t r0, size_t rows, const float *l
 // that calls between two model_zero_grad accumulate.
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err);
 void model_zero_grad(model_t *m);
+// on: model_backward keeps the residual stream into each decoder layer only,
+// and computes each layer's other activations again in the backward pass
+// (activation checkpointing): the same gradients, bit for bit, for one more
+// forward pass's time and (L − 1) layers' activations less memory.
+void model_set_recompute(model_t *m, int on);
 // Σ over the parameters of the moments' range (all, but for
 // model_train_init_range) of gradient², in double.
 double model_grad_sumsq(const model_t *m);
@@ -245,6 +250,14 @@ model_t *model_load_merged(const char *dir, const lora_adapter *a, const model_o
 // base's files f (hfw_open of the base's directory, the one m was loaded
 // from) and adapter a (NULL: the base alone). 0, or -1 with err.
 int model_weights_fill(const model_t *m, model_weights *w, const hfw_set *f, const lora_adapter *a, rl_err *err);
+
+// Writes DIR/config.json and the weights (as model_save_as) of the base
+// with adapter a merged into the matrices it targets (lora_merge, in f32),
+// whatever adapters the model has attached (a NULL: the base alone). Reads
+// only the base's weights, which a model with adapters attached never
+// changes: another thread may call it while the model trains.
+int model_save_merged(const model_t *m, const lora_adapter *a, const char *dir, const hfw_write_opts *o,
+                      rl_err *err);
 
 // Attaches trainable adapters of config c (PEFT's layer on c->targets of
 // every decoder layer, scale lora_scale(c)) with the values of a, or when a

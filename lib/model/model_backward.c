@@ -12,7 +12,8 @@ static float *resid_at(const model_t *m, int l, int N) {
 }
 
 // The activations of layer l saved by forward_train for N tokens: set l of
-// each saved buffer of mdl_train_table, its layers laid out for N tokens.
+// each saved buffer of mdl_train_table, its layers laid out for N tokens
+// (with recompute, the one set of those that hold one layer).
 static saved saved_at(const model_t *m, int l, int N) {
     wbuf t[WT_MAX];
     size_t nt = mdl_train_table(m, (size_t)N, t);
@@ -20,14 +21,22 @@ static saved saved_at(const model_t *m, int l, int N) {
     for (size_t i = 0; i < nt; i++) {
         if (t[i].in_saved < 0) continue;
         float *base = *(float *const *)((const char *)m + t[i].field);
-        *(float **)((char *)&s + t[i].in_saved) = base ? base + (size_t)l * t[i].n : NULL;
+        size_t set = t[i].sets > 1 ? (size_t)l : 0;
+        *(float **)((char *)&s + t[i].in_saved) = base ? base + set * t[i].n : NULL;
     }
     return s;
 }
 
-// The gradient of a parameter, given the parameter's address.
+// The gradient of a parameter of the base, given its address; NULL when it
+// is frozen (adapters train) or absent.
 static float *grad_of(const model_t *m, const void *param) {
-    return param ? m->grads + ((const float *)param - m->w.params) : NULL;
+    return param && !m->lora ? m->grads + ((const float *)param - m->w.params) : NULL;
+}
+
+// dW (M, K) += doutᵀ x, and its bias's gradient, for a matrix that trains.
+static void weight_dw(const model_t *m, const rl_mat *W, const float *bias, const float *dout, const float *x, int N) {
+    float *g = grad_of(m, W->data);
+    if (g) m->ops->matmul_dw(g, grad_of(m, bias), dout, x, N, W->rows, W->cols);
 }
 
 // The forward of model_score, keeping what the backward needs; the residual
@@ -101,7 +110,7 @@ static void head_train(model_t *m, int N, size_t R, int entropy, model_dlogp_fn 
         o->logprob_backward(m->logits, m->tgt + r0, m->itemp + r0, m->dlogp + r0, with_dent ? m->dent + r0 : NULL,
                             rows, V);
         o->matmul_dx(m->dh, m->logits, &m->w.head, rows, 0);               // (rows, C)
-        o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
+        if (g_head) o->matmul_dw(g_head, NULL, m->logits, m->hrows, rows, V, C);
         o->zero(m->hrows, (size_t)rows * C);                              // now d(hraw)
         o->rmsnorm_backward(m->hrows, g_norm, m->dh, m->hraw, m->w.norm, rows, C, eps);
         o->embed_backward(m->d_x, m->hrows, m->sel + r0, rows, C);        // added: samples sharing a
@@ -126,20 +135,26 @@ static void layers_backward(model_t *m, int N, int nseq, int Nkv) {
     for (int l = c->layers - 1; l >= 0; l--) {
         const layer_w *L = &m->w.L[l];
         saved s = saved_at(m, l, N);
+        if (m->recompute)   // the layer's activations again, from its input: the same bits
+            mdl_layer_forward(m, l, s.x, resid_at(m, l + 1, N), &s, m->d_h, N, nseq, Nkv > 0);
         // MLP: x_next = xm + down(silu(gate(n2)) · up(n2)), n2 = rmsnorm(xm)
         o->swiglu(m->d_up, s.gate, s.up, N, F);                             // h, again
-        o->matmul_dw(grad_of(m, L->down.data), grad_of(m, L->bdown), dres, m->d_up, N, C, F);
+        weight_dw(m, &L->down, L->bdown, dres, m->d_up, N);
         o->matmul_dx(m->d_h, dres, &L->down, N, 0);                         // dh (N, F)
+        mdl_lora_backward(m, l, LORA_DOWN, m->d_up, mdl_lora_saved(m, &s, LORA_DOWN, N), dres, m->d_h, N);
         o->swiglu_backward(m->d_h, m->d_up, m->d_h, s.gate, s.up, N, F);    // dgate, dup
-        o->matmul_dw(grad_of(m, L->gate.data), grad_of(m, L->bgate), m->d_h, s.n2, N, F, C);
-        o->matmul_dw(grad_of(m, L->up.data), grad_of(m, L->bup), m->d_up, s.n2, N, F, C);
+        weight_dw(m, &L->gate, L->bgate, m->d_h, s.n2, N);
+        weight_dw(m, &L->up, L->bup, m->d_up, s.n2, N);
         o->matmul_dx(m->d_n, m->d_h, &L->gate, N, 0);
         o->matmul_dx(m->d_n, m->d_up, &L->up, N, 1);
+        mdl_lora_backward(m, l, LORA_GATE, s.n2, mdl_lora_saved(m, &s, LORA_GATE, N), m->d_h, m->d_n, N);
+        mdl_lora_backward(m, l, LORA_UP, s.n2, mdl_lora_saved(m, &s, LORA_UP, N), m->d_up, m->d_n, N);
         o->rmsnorm_backward(dres, grad_of(m, L->mlp_norm), m->d_n, s.xm, L->mlp_norm, N, C, eps);
         // attention: xm = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))), n1 = rmsnorm(x)
         // (qwen3: q and k normed per head before rope)
-        o->matmul_dw(grad_of(m, L->o.data), grad_of(m, L->bo), dres, s.att, N, C, QD);
+        weight_dw(m, &L->o, L->bo, dres, s.att, N);
         o->matmul_dx(m->d_att, dres, &L->o, N, 0);
+        mdl_lora_backward(m, l, LORA_O, s.att, mdl_lora_saved(m, &s, LORA_O, N), dres, m->d_att, N);
         if (Nkv)
             attention_backward_shared(m, &s, N, Nkv, nseq);
         else
@@ -156,15 +171,19 @@ static void layers_backward(model_t *m, int N, int nseq, int Nkv) {
             o->rmsnorm_backward(dq, grad_of(m, L->qn), m->d_q, s.qr, L->qn, N * NH, HS, eps);
             o->rmsnorm_backward(dk, grad_of(m, L->kn), m->d_k, s.kr, L->kn, N * NKV, HS, eps);
         }
-        o->matmul_dw(grad_of(m, L->q.data), grad_of(m, L->bq), dq, s.n1, N, QD, C);
-        o->matmul_dw(grad_of(m, L->k.data), grad_of(m, L->bk), dk, s.n1, N, KVD, C);
-        o->matmul_dw(grad_of(m, L->v.data), grad_of(m, L->bv), m->d_v, s.n1, N, KVD, C);
+        weight_dw(m, &L->q, L->bq, dq, s.n1, N);
+        weight_dw(m, &L->k, L->bk, dk, s.n1, N);
+        weight_dw(m, &L->v, L->bv, m->d_v, s.n1, N);
         o->matmul_dx(m->d_n, dq, &L->q, N, 0);
         o->matmul_dx(m->d_n, dk, &L->k, N, 1);
         o->matmul_dx(m->d_n, m->d_v, &L->v, N, 1);
+        const float *dqkv[3] = {dq, dk, m->d_v};
+        for (int t = LORA_Q; t <= LORA_V; t++)
+            mdl_lora_backward(m, l, t, s.n1, mdl_lora_saved(m, &s, t, N), dqkv[t - LORA_Q], m->d_n, N);
         o->rmsnorm_backward(dres, grad_of(m, L->attn_norm), m->d_n, s.x, L->attn_norm, N, C, eps);
     }
-    o->embed_backward(grad_of(m, m->w.embed.data), dres, m->ids, N, C);
+    float *g_embed = grad_of(m, m->w.embed.data);
+    if (g_embed) o->embed_backward(g_embed, dres, m->ids, N, C);
 }
 
 int model_backward(model_t *m, model_seq *seqs, size_t n, model_dlogp_fn dlogp, void *ctx, rl_err *err) {

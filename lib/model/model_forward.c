@@ -38,6 +38,8 @@ void mdl_layer_forward(model_t *m, int l, const float *x, float *next, const sav
     float *qkv[3] = {L->qn ? s->qr : s->q, L->kn ? s->kr : s->k, s->v};
     matmul_many(o, qkv, s->n1, (const rl_mat *[3]){&L->q, &L->k, &L->v}, (const float *[3]){L->bq, L->bk, L->bv}, 3,
                 N);
+    for (int t = LORA_Q; t <= LORA_V && m->lora; t++)
+        mdl_lora_forward(m, l, t, s->n1, qkv[t - LORA_Q], mdl_lora_saved(m, s, t, N), N);
     act_round(m, L->qn ? s->qr : s->q, (size_t)N * NH * HS);
     act_round(m, L->kn ? s->kr : s->k, (size_t)N * KVD);
     act_round(m, s->v, (size_t)N * KVD);   // as the KV cache holds it
@@ -71,6 +73,7 @@ void mdl_layer_forward(model_t *m, int l, const float *x, float *next, const sav
     o->attention(s->att, s->lse, s->q, kb, vb, kt, m->seqs, nseq, N, NH, NKV, HS);
     act_round(m, s->att, (size_t)N * NH * HS);
     o->matmul(s->xm, s->att, &L->o, L->bo, N);       // xm = x + o(attention)
+    mdl_lora_forward(m, l, LORA_O, s->att, s->xm, mdl_lora_saved(m, s, LORA_O, N), N);
     act_round(m, s->xm, NC);
     o->add(s->xm, x, NC);
     act_round(m, s->xm, NC);
@@ -78,11 +81,14 @@ void mdl_layer_forward(model_t *m, int l, const float *x, float *next, const sav
     act_round(m, s->n2, NC);
     matmul_many(o, (float *[2]){s->gate, s->up}, s->n2, (const rl_mat *[2]){&L->gate, &L->up},
                 (const float *[2]){L->bgate, L->bup}, 2, N);
+    mdl_lora_forward(m, l, LORA_GATE, s->n2, s->gate, mdl_lora_saved(m, s, LORA_GATE, N), N);
+    mdl_lora_forward(m, l, LORA_UP, s->n2, s->up, mdl_lora_saved(m, s, LORA_UP, N), N);
     act_round(m, s->gate, (size_t)N * F);
     act_round(m, s->up, (size_t)N * F);
     o->swiglu(h, s->gate, s->up, N, F);
     act_round(m, h, (size_t)N * F);
     o->matmul(next, h, &L->down, L->bdown, N);       // next = xm + down(silu(gate)·up)
+    mdl_lora_forward(m, l, LORA_DOWN, h, next, mdl_lora_saved(m, s, LORA_DOWN, N), N);
     act_round(m, next, NC);
     o->add(next, s->xm, NC);
     act_round(m, next, NC);

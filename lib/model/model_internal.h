@@ -12,6 +12,7 @@
 //   model_backward.c  forward_train and the backward
 //   model_train.c     gradients, AdamW moments and step, tensors' values
 //   model_decode.c    the KV cache and incremental decoding
+//   model_lora.c      LoRA adapters: attached for training, their forward and backward
 #ifndef RL_MODEL_INTERNAL_H
 #define RL_MODEL_INTERNAL_H
 
@@ -59,6 +60,28 @@ typedef struct {
     layer_w *L;
 } weights;
 
+// LoRA adapters attached for training (model_lora_attach): a table and
+// parameters of their own, which the training state covers instead of the
+// base's. a[l·LORA_NT + t] (R, in) and b[...] (out, R) are f32 views into
+// params, data NULL where t is not targeted.
+typedef struct {
+    lora_config c;
+    float scale;
+    int ntargets;              // targets per layer
+    mtensor *t;                // for each layer, each target: A, B
+    size_t nt, nparams;
+    float *params;             // backend (nparams)
+    rl_mat *a, *b;             // (layers · LORA_NT)
+} mlora;
+
+// The tensors that the parameters of model.h and the training state are:
+// the model's table (every weight), or the attached adapters'.
+typedef struct {
+    const mtensor *t;
+    size_t nt, n;
+    float *params;             // backend: tensor i at params + t[i].poff
+} mparams;
+
 struct model_weights {
     weights w;
     float *stage;                         // host (stage_n): a chunk converted to f32
@@ -82,6 +105,7 @@ struct model {
     rl_attn_seq *seqs;
     float *hrows, *logits, *itemp, *lp;
     float *ent, *dlogp;
+    float *lt, *lu, *ldt;                 // LoRA: (N, R) A x, (N, out) B A x, (N, R) its gradient
     int32_t *sel, *tgt;
     double *su, *slogp;
     int32_t *stok;
@@ -99,6 +123,9 @@ struct model {
     float *d_x, *d_n, *d_q, *d_k, *d_v, *d_att, *d_h, *d_up;
     float *s_qr, *s_kr, *d_qr, *d_kr;     // qwen3 only, else NULL
     float *hraw, *dh, *dent;
+    float *s_lora;                        // LoRA: (L, ntargets, N, R) scale · A x of each target
+    mlora *lora;                          // NULL: the base trains
+    int recompute;                        // model_set_recompute: one layer's activations saved, not L
 
     // KV cache: (L, slots·max_len, NKV·HS) each, of dtype kc_dt: bf16 where
     // the activations are bf16 (its keys and values are bf16 values already)
@@ -129,6 +156,7 @@ typedef struct {
     float *n1, *q, *k, *v, *att, *lse, *xm, *n2, *gate, *up;   // lse may be NULL
     float *qr, *kr;           // q, k before qwen3's per-head norm (may be q, k: normed in place)
     float *x;                                                 // the layer's input (saved only)
+    float *lora;              // (ntargets, N, R) scale · A x of each target (saved only; else m->lt)
 } saved;
 
 // One buffer of a group: the model's pointer at byte offset `field` of struct
@@ -163,6 +191,8 @@ void mdl_alloc_weights(const model_t *m, weights *w);   // the model's layout, z
 void mdl_free_weights(const model_t *m, weights *w);
 // Elements [off, off + n) of t in w from f32 host values x (n).
 void mdl_put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, size_t n, const float *x);
+// t's values in w, f32 (t->n, host): a matrix at another dtype widened (int8, fp8: dequantized).
+void mdl_get_f32(const model_t *m, const weights *w, const mtensor *t, float *out);
 
 // ---- model_work.c -----------------------------------------------------------
 size_t mdl_work_table(const model_t *m, size_t N, wbuf t[WT_MAX]);    // forward's, for N tokens
@@ -190,6 +220,23 @@ int mdl_pack_scored(model_t *m, const model_seq *seqs, size_t n, int share, size
 int mdl_want_entropy(const model_seq *seqs, size_t n);
 void mdl_download_scored(model_t *m, model_seq *seqs, size_t n, size_t R);   // m->lp (R) into seqs
 void mdl_kv_work(model_t *m);   // keys and values of shared prompts in the work buffers
+
+// ---- model_lora.c -----------------------------------------------------------
+mparams mdl_params(const model_t *m);   // the adapters' when attached, else the model's
+// out (N, out) += scale · B (A x) for target t of layer l, x (N, in) its
+// input; A x (scaled) kept in ts (N, R), or in the work buffer when NULL.
+// Nothing where l's t has no adapter.
+void mdl_lora_forward(model_t *m, int l, int t, const float *x, float *out, float *ts, int N);
+// Its backward given dout (N, out) = dloss/d(out): the adapters' gradients
+// accumulate, dx (N, in) += dloss/dx through them.
+void mdl_lora_backward(model_t *m, int l, int t, const float *x, const float *ts, const float *dout, float *dx,
+                       int N);
+// The saved (N, R) block of target t within a layer's (ntargets, N, R), or NULL without it.
+float *mdl_lora_saved(const model_t *m, const saved *s, int t, int N);
+void mdl_lora_free(model_t *m);
+// layer · LORA_NT + target of the base's tensor `name` when it is a module's
+// weight that an adapter may target ("model.layers.3.mlp.up_proj.weight"), else -1.
+int mdl_lora_module(const char *name);
 
 // ---- model_decode.c ---------------------------------------------------------
 void mdl_free_cache(model_t *m);   // the KV cache and its slots, none left

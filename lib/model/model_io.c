@@ -41,24 +41,36 @@ static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
     return 0;
 }
 
-// The weights from f (checked by check_tensors) into the model's.
-static void load_tensors(model_t *m, const hfw_set *f) {
-    float *stage = NULL;
+// The weights from f (checked by check_tensors) into w, with adapter a (or
+// NULL) merged into the matrices it targets: each read as f32, then
+// lora_merge'd, then stored as loading stores it.
+static void fill_tensors(const model_t *m, weights *w, const hfw_set *f, const lora_adapter *a) {
+    float *stage = NULL, scale = a ? lora_scale(&a->c) : 0;
     for (size_t i = 0; i < m->nt; i++) {
         const mtensor *t = &m->t[i];
         const st_tensor *s = hfw_find(f, t->name);
-        if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
-            mdl_put_f32(m, &m->w, t, 0, t->n, s->data);
+        int k = a ? mdl_lora_module(t->name) : -1;
+        const float *A = k >= 0 ? a->a[k] : NULL;
+        if (!A && s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
+            mdl_put_f32(m, w, t, 0, t->n, s->data);
             continue;
         }
         stage = xrealloc(stage, t->n * sizeof(float));
         st_read_f32(s, stage);
-        mdl_put_f32(m, &m->w, t, 0, t->n, stage);
+        if (A) lora_merge(stage, (int)t->shape[0], (int)t->shape[1], a->b[k], A, a->c.rank, scale);
+        mdl_put_f32(m, w, t, 0, t->n, stage);
     }
     free(stage);
 }
 
-model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
+// An adapter for this model's layers (lora_read checked its shapes against the config).
+static int check_adapter(const model_t *m, const lora_adapter *a, rl_err *err) {
+    if (a && a->layers != m->c.layers)
+        return err_set(err, "the adapter is for %d layers, the model has %d", a->layers, m->c.layers);
+    return 0;
+}
+
+model_t *model_load_merged(const char *dir, const lora_adapter *a, const model_opts *o, rl_err *err) {
     char path[4096];
     model_config c;
     if (!dev_ops(o ? o->device : DEV_AUTO, err)) return NULL;   // said before any file is read
@@ -74,20 +86,28 @@ model_t *model_load(const char *dir, const model_opts *o, rl_err *err) {
     // The files are checked against the config first, then the memory the
     // weights need against the machine's, and only then is it taken.
     hfw_set *f = hfw_open(dir, err);
-    int rc = !f || check_tensors(m, f, err) ? -1 : 0;
+    int rc = !f || check_tensors(m, f, err) || check_adapter(m, a, err) ? -1 : 0;
     if (rc == 0 && model_alloc(m, err)) {
         rl_err e2;
         err_set(&e2, "%s: %s", path, err->msg);
         *err = e2;
         rc = -1;
     }
-    if (rc == 0) load_tensors(m, f);
+    if (rc == 0) fill_tensors(m, &m->w, f, a);
     hfw_close(f);
     if (rc) {
         model_free(m);
         return NULL;
     }
     return mdl_finish_new(m);
+}
+
+model_t *model_load(const char *dir, const model_opts *o, rl_err *err) { return model_load_merged(dir, NULL, o, err); }
+
+int model_weights_fill(const model_t *m, model_weights *w, const hfw_set *f, const lora_adapter *a, rl_err *err) {
+    if (check_tensors(m, f, err) < 0 || check_adapter(m, a, err) < 0) return -1;
+    fill_tensors(m, &w->w, f, a);
+    return 0;
 }
 
 model_t *model_random(const model_config *c, uint64_t seed, float std, const model_opts *o, rl_err *err) {
@@ -107,18 +127,33 @@ model_t *model_random(const model_config *c, uint64_t seed, float std, const mod
     return mdl_finish_new(m);
 }
 
-int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {
+int model_save_merged(const model_t *m, const lora_adapter *a, const char *dir, const hfw_write_opts *o,
+                      rl_err *err) {
+    if (check_adapter(m, a, err) < 0) return -1;
     float *host = xmalloc(m->nparams * sizeof(float));
-    for (size_t i = 0; i < m->nt; i++) model_tensor_get(m, MODEL_PARAM, i, host + m->t[i].off);
     st_out *out = xmalloc(m->nt * sizeof *out);
     for (size_t i = 0; i < m->nt; i++) {
-        out[i] = (st_out){.name = m->t[i].name, .ndim = m->t[i].ndim, .data = host + m->t[i].off};
-        out[i].shape[0] = m->t[i].shape[0];
-        out[i].shape[1] = m->t[i].shape[1];
+        const mtensor *t = &m->t[i];
+        float *x = host + t->off;
+        mdl_get_f32(m, &m->w, t, x);
+        int k = a ? mdl_lora_module(t->name) : -1;
+        if (k >= 0 && a->a[k])
+            lora_merge(x, (int)t->shape[0], (int)t->shape[1], a->b[k], a->a[k], a->c.rank, lora_scale(&a->c));
+        out[i] = (st_out){.name = t->name, .ndim = t->ndim, .data = x};
+        out[i].shape[0] = t->shape[0];
+        out[i].shape[1] = t->shape[1];
     }
     int rc = hfw_save_model(dir, &m->c, out, m->nt, o, err);
     free(out);
     free(host);
+    return rc;
+}
+
+// With adapters attached, the merged model.
+int model_save_as(const model_t *m, const char *dir, const hfw_write_opts *o, rl_err *err) {
+    lora_adapter *a = model_lora_get(m);
+    int rc = model_save_merged(m, a, dir, o, err);
+    lora_free(a);
     return rc;
 }
 

@@ -198,6 +198,30 @@ void mdl_put_f32(const model_t *m, weights *w, const mtensor *t, size_t off, siz
 
 // ---- Standby weights --------------------------------------------------------
 
+// t's values in w as f32 (n, host): a matrix stored at another dtype widened
+// (int8: dequantized).
+void mdl_get_f32(const model_t *m, const weights *w, const mtensor *t, float *out) {
+    if (!mdl_stored_apart(t)) {
+        m->ops->download(out, w->params + t->poff, t->n * sizeof(float));
+        return;
+    }
+    size_t i = (size_t)(t - m->t);
+    size_t es = dt_size(t->dtype), ns = mdl_nscales(t), rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
+    void *q = xmalloc(t->n * es);
+    float *sc = ns ? xmalloc(ns * sizeof(float)) : NULL;
+    m->ops->download(q, w->mdata[i], t->n * es);
+    if (sc) m->ops->download(sc, w->mscales[i], ns * sizeof(float));
+    switch (t->dtype) {
+    case DT_I8: dt_dequantize_i8(out, q, sc, rows, K, t->group); break;
+    case DT_FP8: dt_dequantize_fp8(out, q, sc, rows, K); break;
+    case DT_BF16: dt_bf16_to_f32(out, q, t->n); break;
+    case DT_F16: dt_f16_to_f32(out, q, t->n); break;
+    case DT_F32: break;
+    }
+    free(sc);
+    free(q);
+}
+
 model_weights *model_weights_new(const model_t *m) {
     model_weights *w = xmalloc(sizeof *w);
     memset(w, 0, sizeof *w);

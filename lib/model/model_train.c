@@ -21,14 +21,15 @@ static void unfix_params(model_t *m) {
 }
 
 int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
-    if (m->o.dtype != DT_F32 || m->o.act != DT_F32)
+    if (!m->lora && (m->o.dtype != DT_F32 || m->o.act != DT_F32))
         return err_set(err, "training needs f32 weights and activations; this model computes at %s",
                        mdl_prec_name(m));
-    if (lo > hi || hi > m->nparams)
-        return err_set(err, "optimizer range [%zu, %zu) outside the model's %zu parameters", lo, hi, m->nparams);
+    size_t np = mdl_params(m).n;
+    if (lo > hi || hi > np)
+        return err_set(err, "optimizer range [%zu, %zu) outside the model's %zu parameters", lo, hi, np);
     if (m->grads) return m->mlo == lo && m->mhi == hi ? 0 : err_set(err, "model_train_init: already another range");
-    m->grads = m->ops->alloc(m->nparams * sizeof(float));
-    unfix_params(m);
+    m->grads = m->ops->alloc(np * sizeof(float));
+    if (!m->lora) unfix_params(m);   // under LoRA the base stays fixed: only the adapters change
     size_t n = hi - lo ? hi - lo : 1;
     m->exp_avg = m->ops->alloc(n * sizeof(float));
     m->exp_avg_sq = m->ops->alloc(n * sizeof(float));
@@ -37,7 +38,7 @@ int model_train_init_range(model_t *m, size_t lo, size_t hi, rl_err *err) {
     return 0;
 }
 
-int model_train_init(model_t *m, rl_err *err) { return model_train_init_range(m, 0, m->nparams, err); }
+int model_train_init(model_t *m, rl_err *err) { return model_train_init_range(m, 0, mdl_params(m).n, err); }
 
 void model_train_range(const model_t *m, size_t *lo, size_t *hi) {
     *lo = m->mlo;
@@ -49,16 +50,23 @@ float *model_train_buffer(const model_t *m, int which) {
 }
 
 const float *model_host_params(const model_t *m) {
-    if (!m->ops->host_memory || !m->w.params) return NULL;
-    for (size_t i = 0, at = 0; i < m->nt; at += m->t[i].n, i++)   // every tensor in params, in order
-        if (m->t[i].poff != at) return NULL;
-    return m->w.params;
+    mparams P = mdl_params(m);
+    if (!m->ops->host_memory || !P.params) return NULL;
+    for (size_t i = 0, at = 0; i < P.nt; at += P.t[i].n, i++)   // every tensor in params, in order
+        if (P.t[i].poff != at) return NULL;
+    return P.params;
 }
 
 const rl_ops *model_ops(const model_t *m) { return m->ops; }
 
+void model_set_recompute(model_t *m, int on) {
+    if (m->recompute == !!on) return;
+    mdl_group_free(m, &m->train, mdl_train_table);   // laid out again for the next batch
+    m->recompute = !!on;
+}
+
 void model_zero_grad(model_t *m) {
-    if (m->grads) m->ops->zero(m->grads, m->nparams);
+    if (m->grads) m->ops->zero(m->grads, mdl_params(m).n);
 }
 
 double model_grad_sumsq(const model_t *m) {
@@ -77,28 +85,29 @@ void model_adamw(model_t *m, const rl_adamw *h) {
     if (!m->grads) return;
     rl_adamw nodecay = *h;
     nodecay.wd = 0;
-    for (size_t i = 0; i < m->nt; i++) {
-        const mtensor *t = &m->t[i];
+    mparams P = mdl_params(m);
+    for (size_t i = 0; i < P.nt; i++) {
+        const mtensor *t = &P.t[i];
         size_t a, b;
         if (in_range(m, t, &a, &b))
-            m->ops->adamw(m->w.params + a, m->grads + a, m->exp_avg + (a - m->mlo), m->exp_avg_sq + (a - m->mlo),
+            m->ops->adamw(P.params + a, m->grads + a, m->exp_avg + (a - m->mlo), m->exp_avg_sq + (a - m->mlo),
                           b - a, t->ndim == 2 ? h : &nodecay);
     }
 }
 
 void model_sync(const model_t *m) { m->ops->sync(); }
 
-size_t model_ntensors(const model_t *m) { return m->nt; }
+size_t model_ntensors(const model_t *m) { return mdl_params(m).nt; }
 
 model_tensor model_tensor_at(const model_t *m, size_t i) {
-    const mtensor *t = &m->t[i];
+    const mtensor *t = &mdl_params(m).t[i];
     return (model_tensor){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]}, .n = t->n,
                           .stored = t->dtype, .group = t->group};
 }
 
 static float *state_of(const model_t *m, int which) {
     switch (which) {
-    case MODEL_PARAM: return m->w.params;
+    case MODEL_PARAM: return mdl_params(m).params;
     case MODEL_GRAD: return m->grads;
     case MODEL_EXP_AVG: return m->exp_avg;
     case MODEL_EXP_AVG_SQ: return m->exp_avg_sq;
@@ -108,8 +117,9 @@ static float *state_of(const model_t *m, int which) {
 
 int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
     const float *base = state_of(m, which);
-    if (!base || i >= m->nt) return -1;
-    const mtensor *t = &m->t[i];
+    mparams P = mdl_params(m);
+    if (!base || i >= P.nt) return -1;
+    const mtensor *t = &P.t[i];
     size_t a, b;
     if (which == MODEL_EXP_AVG || which == MODEL_EXP_AVG_SQ) {
         if (in_range(m, t, &a, &b)) m->ops->download(out + (a - t->off), base + (a - m->mlo), (b - a) * sizeof(float));
@@ -119,31 +129,16 @@ int model_tensor_get(const model_t *m, int which, size_t i, float *out) {
         m->ops->download(out, base + t->off, t->n * sizeof(float));
         return 0;
     }
-    if (!mdl_stored_apart(t)) {
-        m->ops->download(out, base + t->poff, t->n * sizeof(float));
-        return 0;
-    }
-    size_t es = dt_size(t->dtype), ns = mdl_nscales(t), rows = (size_t)t->shape[0], K = (size_t)t->shape[1];
-    void *q = xmalloc(t->n * es);
-    float *sc = ns ? xmalloc(ns * sizeof(float)) : NULL;
-    m->ops->download(q, m->w.mdata[i], t->n * es);
-    if (sc) m->ops->download(sc, m->w.mscales[i], ns * sizeof(float));
-    switch (t->dtype) {
-    case DT_I8: dt_dequantize_i8(out, q, sc, rows, K, t->group); break;
-    case DT_FP8: dt_dequantize_fp8(out, q, sc, rows, K); break;
-    case DT_BF16: dt_bf16_to_f32(out, q, t->n); break;
-    case DT_F16: dt_f16_to_f32(out, q, t->n); break;
-    case DT_F32: break;
-    }
-    free(sc);
-    free(q);
+    if (m->lora) m->ops->download(out, base + t->poff, t->n * sizeof(float));
+    else mdl_get_f32(m, &m->w, t, out);
     return 0;
 }
 
 int model_tensor_set(model_t *m, int which, size_t i, const float *in) {
     float *base = state_of(m, which);
-    if (!base || i >= m->nt || (which == MODEL_PARAM && m->o.dtype != DT_F32)) return -1;
-    const mtensor *t = &m->t[i];
+    mparams P = mdl_params(m);
+    if (!base || i >= P.nt || (which == MODEL_PARAM && !m->lora && m->o.dtype != DT_F32)) return -1;
+    const mtensor *t = &P.t[i];
     size_t a, b;
     if (which == MODEL_EXP_AVG || which == MODEL_EXP_AVG_SQ) {
         if (in_range(m, t, &a, &b)) m->ops->upload(base + (a - m->mlo), in + (a - t->off), (b - a) * sizeof(float));

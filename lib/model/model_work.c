@@ -50,6 +50,10 @@ size_t mdl_work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
     const model_config *c = &m->c;
     size_t C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim, KVD = (size_t)c->kv_heads * c->head_dim,
            F = (size_t)c->inter, R = (size_t)m->lrows;
+    // LoRA's (model_lora.c), none without adapters: their rank, and the widest product's outputs
+    size_t LR = m->lora ? (size_t)m->lora->c.rank : 0, LW = LR ? C : 0;
+    LW = LR && QD > LW ? QD : LW;
+    LW = LR && F > LW ? F : LW;
     const wbuf b[] = {
         WBUF(x, N * C),                      // (N, C) the residual stream
         WBUF(xb, N * C),                     // (N, C) the normed input of attention, then of the MLP
@@ -80,6 +84,9 @@ size_t mdl_work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF(kvs_v, N * KVD),                // (N, NKV, HS) and values
         WBUF(d_kvs_k, N * KVD),              // (N, NKV, HS) their gradients (model_backward)
         WBUF(d_kvs_v, N * KVD),              // (N, NKV, HS)
+        WBUF(lt, N * LR),                    // (N, rank) LoRA: A x of a target (not kept)
+        WBUF(lu, N * LW),                    // (N, out) LoRA: B A x of a target
+        WBUF(ldt, N * LR),                   // (N, rank) LoRA: dloss/d(A x) (model_backward)
     };
     _Static_assert(sizeof b / sizeof *b <= WT_MAX, "mdl_work_table: raise WT_MAX");
     memcpy(t, b, sizeof b);
@@ -87,16 +94,20 @@ size_t mdl_work_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
 }
 
 // What training adds for N tokens: the activations of every layer saved by
-// forward_train for the backward, (L, N, width); the gradients of the
+// forward_train for the backward, (L, N, width), or with recompute the
+// residual stream into every layer (L + 1, N, C) and one layer's others,
+// which the backward computes again layer by layer; the gradients of the
 // activations of one layer at a time, (N, width); the output layer's rows.
 size_t mdl_train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
     const model_config *c = &m->c;
-    size_t L = (size_t)c->layers, C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
+    size_t L = (size_t)c->layers, LX = L + 1, C = (size_t)c->hidden, QD = (size_t)c->heads * c->head_dim,
            KVD = (size_t)c->kv_heads * c->head_dim, F = (size_t)c->inter, NH = (size_t)c->heads,
            R = (size_t)m->lrows;
     size_t qk = c->qk_norm ? 1 : 0;   // q and k before qwen3's per-head norm; other models have none
+    if (m->recompute) L = 1;          // one layer's set of the others
+    size_t LT = m->lora ? (size_t)m->lora->ntargets * m->lora->c.rank : 0;   // LoRA: targets · rank
     const wbuf b[] = {
-        WBUF_SAVED(s_x, L + 1, N * C, x),       // (L+1, N, C) the residual stream into each layer, and out of the last
+        WBUF_SAVED(s_x, LX, N * C, x),          // (L+1, N, C) the residual stream into each layer, and out of the last
         WBUF_SAVED(s_n1, L, N * C, n1),         // (L, N, C) its rmsnorm
         WBUF_SAVED(s_q, L, N * QD, q),          // (L, N, NH, HS) after RoPE
         WBUF_SAVED(s_k, L, N * KVD, k),         // (L, N, NKV, HS) after RoPE
@@ -122,6 +133,7 @@ size_t mdl_train_table(const model_t *m, size_t N, wbuf t[WT_MAX]) {
         WBUF_SAVED(s_kr, L, qk * N * KVD, kr),  // (L, N, NKV, HS) qwen3
         WBUF(d_qr, qk * N * QD),                // (N, NH, HS) qwen3
         WBUF(d_kr, qk * N * KVD),               // (N, NKV, HS) qwen3
+        WBUF_SAVED(s_lora, L, LT * N, lora),    // (L, targets, N, rank) LoRA: scale · A x of each target
     };
     _Static_assert(sizeof b / sizeof *b <= WT_MAX, "mdl_train_table: raise WT_MAX");
     memcpy(t, b, sizeof b);

@@ -106,6 +106,8 @@ typedef struct rl_ops {
     void (*swiglu)(float *out, const float *gate, const float *up, int N, int F);
     // x (n) += y (n)
     void (*add)(float *x, const float *y, size_t n);
+    // x (n) *= a
+    void (*scale)(float *x, float a, size_t n);
     // x (n) rounded to bf16 (nearest even) in place: the activations of bf16 inference
     void (*round_bf16)(float *x, size_t n);
     // out[i] = log_softmax(logits[i] * inv_temp[i])[target[i]], logits (N, V);
@@ -119,7 +121,7 @@ typedef struct rl_ops {
     void (*sample)(int32_t *tok, double *logp, const float *logits, const smp_params *p, const double *u,
                    int N, int V);
 
-    // ---- Training: the backward of each operation above (f32 weights only).
+    // ---- Training: the backward of each operation above (f32 weights; matmul_dx takes bf16 too).
     // Gradients of parameters accumulate (+=), so micro-batches add up;
     // gradients of activations are written (=) unless the comment says +=.
 
@@ -132,11 +134,14 @@ typedef struct rl_ops {
     // is computed as with dent NULL, bit for bit.
     void (*logprob_backward)(float *logits, const int32_t *target, const float *inv_temp,
                              const float *dlogp, const float *dent, int N, int V);
-    // dx (N, K) = dout (N, M) · W (M, K), or += when accumulate
+    // dx (N, K) = dout (N, M) · W (M, K), or += when accumulate. W f32, or
+    // bf16 (a frozen base's, under LoRA): its values widened (the CPU's), or
+    // dout rounded to bf16 to meet them as the forward's products do (CUDA's).
     void (*matmul_dx)(float *dx, const float *dout, const rl_mat *W, int N, int accumulate);
     // dW (M, K) += doutᵀ (M, N) · x (N, K);  dbias (M) += Σ_n dout (n, ·) when not NULL
     void (*matmul_dw)(float *dW, float *dbias, const float *dout, const float *x, int N, int M, int K);
-    // dx (N, C) += d/dx and dg (C) += d/dg of out = rmsnorm(x, g), given dout (N, C)
+    // dx (N, C) += d/dx and dg (C) += d/dg of out = rmsnorm(x, g), given dout (N, C);
+    // dg NULL: none (a frozen g)
     void (*rmsnorm_backward)(float *dx, float *dg, const float *dout, const float *x, const float *g,
                              int N, int C, float eps);
     // x (N, H, HS) turned by the table's angles negated (s·cos, −s·sin): the transpose of rope

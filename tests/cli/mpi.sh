@@ -4,7 +4,8 @@
 # batches (the weights within 1e-5 of each tensor's largest, the losses within
 # 1e-5 relative: the order of the gradient's sums is all that differs), its
 # checkpoints are one process's, --resume continues it, and a rank that dies
-# or hangs ends the job with a clear message instead of hanging it.
+# or hangs ends the job with a clear message instead of hanging it; so do
+# LoRA adapters (rl-learn --lora-rank), the only parameters then.
 # The single-rank path (RLPIPE_DIST=1) runs everywhere, also under the
 # sanitizers; the multi-rank cases need mpirun and a build with MPI.
 # also-asan
@@ -52,9 +53,10 @@ for v in va:
         continue
     fa, fb = sorted(os.listdir(f"{a}/{v}")), sorted(os.listdir(f"{b}/{v}"))
     assert fa == fb, f"{v}: files {fa} and {fb}"
-    for f in ("config.json", "state.json"):
-        assert open(f"{a}/{v}/{f}").read() == open(f"{b}/{v}/{f}").read(), f"{v}/{f} differs"
-    for f in ("model.safetensors", "optimizer.safetensors"):
+    for f in ("config.json", "adapter_config.json", "state.json"):
+        if f in fa:   # (a LoRA run's versions hold an adapter instead of a model)
+            assert open(f"{a}/{v}/{f}").read() == open(f"{b}/{v}/{f}").read(), f"{v}/{f} differs"
+    for f in ("model.safetensors", "adapter_model.safetensors", "optimizer.safetensors"):
         if f not in fa:   # a version without AdamW's state (--state-every), in both
             continue
         ta, tb = load_file(f"{a}/{v}/{f}"), load_file(f"{b}/{v}/{f}")
@@ -101,6 +103,13 @@ RLPIPE_DIST=1 rl-learn -q "${learn[@]}" --state-every 2 --out self_se --metrics 
 state_every "--state-every 2, RLPIPE_DIST=1" self_se
 same_run "--state-every 2, RLPIPE_DIST=1: one process's checkpoints and metrics, bit for bit" one_se self_se 0
 
+lora=(--lora-rank 4 --lora-targets q_proj,v_proj,down_proj --lr 1e-3)
+rl-learn -q "${learn[@]}" "${lora[@]}" --out one_lora --metrics one_lora.jsonl 2>err ||
+    fail "LoRA, one process" "$(head -c 300 err)"
+RLPIPE_DIST=1 rl-learn -q "${learn[@]}" "${lora[@]}" --out self_lora --metrics self_lora.jsonl 2>err ||
+    fail "LoRA, RLPIPE_DIST=1" "$(head -c 300 err)"
+same_run "LoRA, RLPIPE_DIST=1: one process's adapters, AdamW's state and metrics, bit for bit" one_lora self_lora 0
+
 rl-learn -q --init m --batch 32 --lr 1e-4 --max-steps 3 --tis 2 tis.rlr --out one_tis --metrics one_tis.jsonl 2>err ||
     fail "--tis 2, one process" "$(head -c 300 err)"
 check "--tis 2: k3 and capped in every step's metrics" "$(head -c 300 one_tis.jsonl)" "$PY" -c '
@@ -130,6 +139,11 @@ mpi 2 rl-learn "${learn[@]}" --state-every 2 --out np2_se --metrics np2_se.jsonl
     fail "--state-every 2, mpirun -np 2" "$(head -c 400 err)"
 state_every "--state-every 2, mpirun -np 2" np2_se
 same_run "--state-every 2, mpirun -np 2: one process's checkpoints and metrics, within 1e-5" one_se np2_se 1e-5
+
+# LoRA: the adapters' gradients reduce-scattered, their moments sharded
+mpi 2 rl-learn "${learn[@]}" "${lora[@]}" --out np2_lora --metrics np2_lora.jsonl 2>err ||
+    fail "LoRA, mpirun -np 2" "$(head -c 400 err)"
+same_run "LoRA, mpirun -np 2: one process's adapters, AdamW's state and metrics, within 1e-5" one_lora np2_lora 1e-5
 
 # --tis 2: the learner's own weights; k3 and capped summed over the ranks
 mpi 2 rl-learn --init m --batch 32 --lr 1e-4 --max-steps 3 --tis 2 tis.rlr --out np2_tis --metrics np2_tis.jsonl 2>err ||

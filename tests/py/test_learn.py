@@ -29,6 +29,14 @@ Tolerance: relative error ‖g − g_ref‖ / ‖g_ref‖ ≤ 1e-4 for every ten
 Optimizer: one and three rl-learn steps against torch.optim.AdamW with the
 same hyper-parameters on the reference's gradients, weights within 1e-6
 (relative, per tensor).
+
+LoRA (grad_probe --adapter DIR): the adapter is written by peft itself
+(get_peft_model with B drawn, not zero, then save_pretrained), and the
+reference's targeted matrices become W + s·B·A with A and B the leaves that
+autograd differentiates: PEFT's layer h = W x + s·B(A x), s = alpha/r (or
+alpha/sqrt(r) with rsLoRA), written as one product. Same tolerance. With
+--base-dtype bf16 the reference's base matrices are bf16-rounded (llama_ref's
+bf16w) and the adapters stay f32. --recompute writes the same bytes.
 """
 import json
 import math
@@ -468,6 +476,90 @@ def a_record_adv_is_used_as_given():
     for i, r in enumerate(recs):
         r["adv"] = 0.25 * (i % 5) - 0.5
     check_grads(d, recs, loss="pg")
+
+
+# ---- LoRA adapters -------------------------------------------------------------------------
+
+def peft_adapter(model_dir, name, targets, r=4, alpha=8, rslora=False, seed=0):
+    """A PEFT adapter of model_dir saved by peft (B drawn, so that every
+    gradient is non-zero): its directory."""
+    import peft
+    import transformers
+    torch.manual_seed(seed)
+    base = transformers.AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, use_rslora=rslora, lora_dropout=0.0,
+                          init_lora_weights=False, task_type="CAUSAL_LM")
+    d = path(name)
+    peft.get_peft_model(base, cfg).save_pretrained(d)
+    return d
+
+
+def lora_ref_grads(model_dir, adapter_dir, recs, precision="f32", **kw):
+    """ref_grads of the base (frozen) with the adapter's A and B as the leaves,
+    under their PEFT names."""
+    cfg = json.load(open(os.path.join(adapter_dir, "adapter_config.json")))
+    s = cfg["lora_alpha"] / (math.sqrt(cfg["r"]) if cfg["use_rslora"] else cfg["r"])
+    ref = llama_ref.Llama(model_dir, precision=precision)
+    leaves = {k: v.to(torch.float64).requires_grad_(True)
+              for k, v in load_file(os.path.join(adapter_dir, "adapter_model.safetensors")).items()}
+    for k, a in leaves.items():
+        if ".lora_A." not in k:
+            continue
+        base = k.replace("base_model.model.", "", 1).replace(".lora_A.weight", ".weight")
+        ref.w[base] = ref.w[base] + s * leaves[k.replace(".lora_A.", ".lora_B.")] @ a
+    loss = ref_loss(ref, recs, **kw)
+    loss.backward()
+    return float(loss), {k: t.grad for k, t in leaves.items()}
+
+
+def check_lora_grads(model_dir, adapter_dir, recs, probe_args=(), precision="f32", **kw):
+    loss_ref, g_ref = lora_ref_grads(model_dir, adapter_dir, recs, precision, **kw)
+    loss, g = probe(model_dir, recs, "--adapter", adapter_dir, *probe_args)
+    assert abs(loss - loss_ref) <= 1e-5 * max(1.0, abs(loss_ref)), f"loss {loss} vs reference {loss_ref}"
+    assert set(g) == set(g_ref), f"tensors differ: {sorted(set(g) ^ set(g_ref))[:4]}"
+    worst = 0.0
+    for k, want in g_ref.items():
+        denom = want.norm().item()
+        assert denom > 0, f"{k}: the reference gradient is zero: the test does not exercise it"
+        e = (g[k].to(torch.float64) - want).norm().item() / denom
+        worst = max(worst, e)
+        assert e <= GRAD_TOL, f"{k}: relative error {e:.2e} > {GRAD_TOL}"
+    print(f"  {len(g)} adapter tensors, worst relative gradient error {worst:.2e}, loss {loss:.6g} vs {loss_ref:.6g}")
+
+
+@case
+def lora_pg_gradients_of_q_and_v_adapters_match_autograd_of_peft_layer():
+    d = model("lora_qv", seed=21, tie=False)
+    a = peft_adapter(d, "lora_qv_adapter", ["q_proj", "v_proj"])
+    check_lora_grads(d, a, records(seed=21, shared_prompt=True), loss="pg")
+
+
+@case
+def lora_sft_gradients_of_all_linear_rslora_adapters_match_autograd():
+    d = model("lora_all", seed=22, model_type="qwen2")
+    a = peft_adapter(d, "lora_all_adapter", "all-linear", r=8, alpha=16, rslora=True)
+    recs = [{k: v for k, v in r.items() if k in ("prompt_ids", "ids", "mask")} for r in records(seed=22)]
+    check_lora_grads(d, a, recs, ("--loss", "sft"), loss="sft")
+
+
+@case
+def lora_on_a_bf16_base_differentiates_the_bf16_rounded_base():
+    d = model("lora_bf16", seed=23)
+    a = peft_adapter(d, "lora_bf16_adapter", ["o_proj", "gate_proj", "up_proj", "down_proj"])
+    check_lora_grads(d, a, records(seed=23), ("--base-dtype", "bf16"), precision="bf16w", loss="pg")
+
+
+@case
+def recomputed_activations_give_the_same_gradient_bytes():
+    d = model("recompute", seed=24)
+    a = peft_adapter(d, "recompute_adapter", "all-linear")
+    recs = records(seed=24, shared_prompt=True)
+    for extra in ((), ("--adapter", a), ("--adapter", a, "--base-dtype", "bf16")):
+        loss, g = probe(d, recs, *extra)
+        loss2, g2 = probe(d, recs, *extra, "--recompute")
+        assert loss == loss2, f"{extra}: loss {loss} vs {loss2} recomputed"
+        for k in g:
+            assert torch.equal(g[k], g2[k]), f"{extra}: {k} differs when recomputed"
 
 
 # ---- AdamW steps against torch.optim.AdamW -------------------------------------------------

@@ -5,6 +5,7 @@
 //              [--norm seqs|tokens|const:N] [--eps E] [--eps-low E1] [--eps-high E2]
 //              [--micro M] [--micro-tokens T] [--tis C] [--kl-coef B] [--kl-est K]
 //              [--kl-in WHERE] [--mask-truncated] [--overlong L,C] [--entropy-coef C]
+//              [--adapter DIR] [--base-dtype f32|bf16] [--recompute]
 //              RECORDS OUT.safetensors
 //
 // (the clip range as rl-learn resolves it: lrn_clip_range)
@@ -13,7 +14,10 @@
 // one batch and runs the first half of a step (lrn_grad: advantages, loss,
 // forward and backward over the micro-batches); writes the gradient of every
 // parameter tensor to OUT (F32, the parameters' names and shapes) and prints
-// the loss (%.17g) on standard output.
+// the loss (%.17g) on standard output. With --adapter, the LoRA adapter of DIR
+// (PEFT's files) is attached to the model (held at --base-dtype) and the
+// parameters are its tensors, under their PEFT names. --recompute: the
+// backward computes each layer's activations again (model_set_recompute).
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,8 +42,12 @@ int main(int argc, char **argv) {
         {"eps-low", required_argument, 0, 'L'}, {"eps-high", required_argument, 0, 'H'},
         {"kl-coef", required_argument, 0, 'k'}, {"kl-est", required_argument, 0, 'K'},
         {"kl-in", required_argument, 0, 'I'},   {"mask-truncated", no_argument, 0, 'X'},
-        {"overlong", required_argument, 0, 'O'}, {"entropy-coef", required_argument, 0, 'E'}, {0, 0, 0, 0}};
-    const char *dir = NULL;
+        {"overlong", required_argument, 0, 'O'}, {"entropy-coef", required_argument, 0, 'E'},
+        {"adapter", required_argument, 0, 'A'}, {"base-dtype", required_argument, 0, 'B'},
+        {"recompute", no_argument, 0, 'R'}, {0, 0, 0, 0}};
+    const char *dir = NULL, *adapter = NULL;
+    model_opts mo = {.dtype = DT_F32};
+    int recompute = 0;
     lrn_opts o = {.loss = LOSS_PG, .adv = ADV_GRPO, .norm = NORM_SEQS, .epochs = 1, .micro = 1, .kl = KL_K3,
                   .batch = SIZE_MAX, .opt = adamw_default_opts};   // one batch of every record
     double eps = NAN, eps_low = NAN, eps_high = NAN;
@@ -64,14 +72,26 @@ int main(int argc, char **argv) {
         case 'X': o.mask_truncated = 1; break;
         case 'E': o.entropy_coef = atof(optarg); break;
         case 'O': bad = lrn_parse_overlong(optarg, &o.overlong_max, &o.overlong_cache, &e); break;
+        case 'A': adapter = optarg; break;
+        case 'R': recompute = 1; break;
+        case 'B':
+            if (dt_parse(optarg, &mo.dtype)) die("--base-dtype: f32 or bf16");
+            break;
         default: die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
         }
         if (bad) die(e.msg);
     }
     if (!dir || argc - optind != 2) die("usage: grad_probe --model DIR [options] RECORDS OUT.safetensors");
     lrn_clip_range(o.loss, eps, eps_low, eps_high, &o.eps_low, &o.eps_high);
-    model_t *m = model_load(dir, NULL, &e);
-    if (!m || model_train_init(m, &e)) die(e.msg);
+    model_t *m = model_load(dir, &mo, &e);
+    if (!m) die(e.msg);
+    if (adapter) {
+        lora_adapter *a = lora_read(adapter, model_cfg(m), NULL, &e);
+        if (!a || model_lora_attach(m, &a->c, a, 0, &e)) die(e.msg);
+        lora_free(a);
+    }
+    if (model_train_init(m, &e)) die(e.msg);
+    model_set_recompute(m, recompute);
     char tpath[4200];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", dir);
     tokenizer *tok = tok_load(tpath, &e);   // optional: NULL when the directory has none

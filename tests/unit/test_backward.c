@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "cpu_builds.h"
+#include "dtype.h"
 #include "model/ops.h"
 #include "rng.h"
 
@@ -170,7 +171,9 @@ static void logprob_cases(void) {
 // columns of dx and dW in panels of 16, the last short, several K blocks in
 // the largest. Each product is checked on both paths: panels (the default
 // where the build has them) and sgemm (RLPIPE_CPU_PANELS=0).
-static const struct { int N, M, K; } MM[] = {{300, 40, 24}, {67, 45, 130}, {3, 5, 7}, {700, 1100, 90}};
+// bf16 weights (a frozen base's, under LoRA) take dx in blocks of 256 columns: K = 600 has three.
+enum { NMM = 5 };
+static const struct { int N, M, K; } MM[NMM] = {{300, 40, 24}, {67, 45, 130}, {3, 5, 7}, {700, 1100, 90}, {50, 70, 600}};
 
 // "" (the panels) or "0" (sgemm) into RLPIPE_CPU_PANELS
 static void set_panels(int on) {
@@ -178,11 +181,18 @@ static void set_panels(int on) {
     else setenv("RLPIPE_CPU_PANELS", "0", 1);
 }
 
+// W f32, or bf16 (its values widened: the reference multiplies the bf16 values).
 static void matmul_dx_matches_double_product_and_accumulates(void) {
-    for (size_t c = 0; c < sizeof MM / sizeof *MM; c++) {
-        int N = MM[c].N, M = MM[c].M, K = MM[c].K;
+    for (int c = 0; c < 2 * NMM; c++) {
+        int bf16 = c >= NMM;
+        int N = MM[c % NMM].N, M = MM[c % NMM].M, K = MM[c % NMM].K;
         float *dout = randn((size_t)N * M, 1.0), *w = randn((size_t)M * K, 1.0), *dx0 = randn((size_t)N * K, 1.0);
-        rl_mat W = {.dtype = DT_F32, .rows = M, .cols = K, .data = w};
+        uint16_t *wb = malloc((size_t)M * K * sizeof *wb);
+        for (size_t i = 0; i < (size_t)M * K; i++) {
+            wb[i] = f32_to_bf16(w[i]);
+            if (bf16) w[i] = bf16_to_f32(wb[i]);
+        }
+        rl_mat W = {.dtype = bf16 ? DT_BF16 : DT_F32, .rows = M, .cols = K, .data = bf16 ? (void *)wb : (void *)w};
         double *ref = malloc((size_t)N * K * sizeof(double));
         for (int acc = 0; acc < 2; acc++) {
             for (int n = 0; n < N; n++)
@@ -196,13 +206,14 @@ static void matmul_dx_matches_double_product_and_accumulates(void) {
                 float *dx = copy_f(dx0, (size_t)N * K);
                 O->matmul_dx(dx, dout, &W, N, acc);
                 double e = rel_err(dx, ref, (size_t)N * K);
-                printf("# matmul_dx N=%d M=%d K=%d accumulate=%d %s: relative error %.2e\n", N, M, K, acc,
-                       panels ? "panels" : "sgemm", e);
+                printf("# matmul_dx N=%d M=%d K=%d %s accumulate=%d %s: relative error %.2e\n", N, M, K,
+                       bf16 ? "bf16" : "f32", acc, panels ? "panels" : "sgemm", e);
                 CHECK(e <= 1e-5, "relative error %g, bound 1e-5", e);
                 O->free(dx);
             }
         }
         free(ref);
+        free(wb);
         O->free(dout);
         O->free(w);
         O->free(dx0);
@@ -284,11 +295,17 @@ static void rmsnorm_backward_matches_finite_differences_and_accumulates(void) {
         gd[c] = g0;
         rg[c] = dg[c] + 2 * d / (2 * FD_STEP);
     }
+    float *dx_frozen = copy_f(dx, (size_t)N * C);
     O->rmsnorm_backward(dx, dg, dout, x, g, N, C, eps);   // twice: both gradients accumulate
     O->rmsnorm_backward(dx, dg, dout, x, g, N, C, eps);
     double ex = rel_err(dx, rx, (size_t)N * C), eg = rel_err(dg, rg, C);
     printf("# rmsnorm_backward, two calls: relative error dx %.2e, dg %.2e\n", ex, eg);
     CHECK(ex <= 1e-5 && eg <= 1e-5, "relative errors dx %g, dg %g, bound 1e-5", ex, eg);
+    // dg NULL (a frozen norm weight): dx alone, the same bits
+    O->rmsnorm_backward(dx_frozen, NULL, dout, x, g, N, C, eps);
+    O->rmsnorm_backward(dx_frozen, NULL, dout, x, g, N, C, eps);
+    CHECK(!memcmp(dx_frozen, dx, (size_t)N * C * sizeof(float)), "dx differs without dg");
+    O->free(dx_frozen);
     free(xd);
     free(gd);
     free(rx);
@@ -298,6 +315,19 @@ static void rmsnorm_backward_matches_finite_differences_and_accumulates(void) {
     O->free(dout);
     O->free(dx);
     O->free(dg);
+}
+
+// ---- scale -------------------------------------------------------------------
+
+static void scale_multiplies_every_element_in_f32(void) {
+    size_t n = 100003;   // a tail after the threads' chunks
+    float *x = randn(n, 3.0), *x0 = copy_f(x, n);
+    O->scale(x, 0.37f, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += x[i] != x0[i] * 0.37f;
+    CHECK(bad == 0, "%zu elements differ from x * a in f32", bad);
+    O->free(x);
+    O->free(x0);
 }
 
 // ---- rope --------------------------------------------------------------------
@@ -597,6 +627,7 @@ int main(void) {
     RUN(matmul_dx_matches_double_product_and_accumulates);
     RUN(matmul_dw_accumulates_product_and_bias_sum);
     RUN(rmsnorm_backward_matches_finite_differences_and_accumulates);
+    RUN(scale_multiplies_every_element_in_f32);
     RUN(rope_backward_turns_by_minus_the_angle);
     RUN(attention_forward_matches_double_reference_and_keeps_lse);
     RUN(attention_backward_matches_finite_differences_with_gqa);

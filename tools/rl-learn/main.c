@@ -53,8 +53,26 @@ static const char USAGE[] =
     CLI_DEVICE_HELP
     CLI_CHAT_HELP
     "\n"
+    "LoRA (PEFT's layer, h = W x + (A/R) B (A_ x); only the adapters train, the base is\n"
+    "frozen; each version holds adapter_config.json and adapter_model.safetensors):\n"
+    "      --lora-rank R      train adapters of rank R (>= 1) on the --init model\n"
+    "      --lora-alpha A     their alpha A (default R: scale 1)\n"
+    "      --lora-targets L   the modules adapted: q_proj,k_proj,v_proj,o_proj,gate_proj,\n"
+    "                         up_proj,down_proj, any of them, or all-linear (default)\n"
+    "      --lora-rslora      scale A/sqrt(R) (rank-stabilized LoRA) instead of A/R\n"
+    "      --lora-dropout P   0 only (default): adapters train without dropout\n"
+    "      --adapter DIR      continue training this PEFT adapter (its rank, alpha and\n"
+    "                         targets) on the --init model\n"
+    "      --base-dtype D     the frozen base's matrices in f32 (default) or bf16\n"
+    "      --save W           adapter (default): versions hold the adapter; merged: the\n"
+    "                         merged model too (config.json, model.safetensors)\n"
+    "\n"
     "Batches:\n"
     "      --batch N          sequences per step, at least: whole groups (default 64)\n"
+    "      --recompute        keep each decoder layer's input only, and compute its other\n"
+    "                         activations again in the backward pass (activation\n"
+    "                         checkpointing): the same gradients, less memory, a\n"
+    "                         forward pass more of time\n"
     "      --micro M          micro-batches per step (gradient accumulation; default 1;\n"
     "                         more when one would exceed 16384 tokens)\n"
     "      --keep-last        at the end of input, train on a last partial batch too\n"
@@ -134,6 +152,8 @@ typedef struct {
     int allow_partial;
     cli_chat_args chat;
     lrn_opts lrn;
+    lora_config lora;         // --lora-rank R > 0: LoRA of this config
+    int recompute;            // activation checkpointing (model_set_recompute)
 } options;
 
 static options parse_options(int argc, char **argv) {
@@ -141,7 +161,8 @@ static options parse_options(int argc, char **argv) {
            O_KEEP_LAST, O_MAX_STEPS, O_LOSS, O_ADV, O_NORM, O_EPS, O_EPOCHS, O_LR, O_WARMUP, O_SCHEDULE,
            O_TOTAL, O_WD, O_BETA1, O_BETA2, O_ADAM_EPS, O_CLIP, O_METRICS, O_PROGRESS, O_DEVICE, O_SAVE_DTYPE, O_CHATARG,
            O_SHARD, O_COLL_TIMEOUT, O_STATE_EVERY, O_TIS, O_PARTIAL, O_EPS_LOW, O_EPS_HIGH,
-           O_KL_COEF, O_KL_EST, O_KL_IN, O_MASK_TRUNC, O_OVERLONG, O_ENT_COEF };
+           O_KL_COEF, O_KL_EST, O_KL_IN, O_MASK_TRUNC, O_OVERLONG, O_ENT_COEF, O_LORA_RANK, O_LORA_ALPHA,
+           O_LORA_TARGETS, O_LORA_RSLORA, O_LORA_DROPOUT, O_ADAPTER, O_BASE_DTYPE, O_SAVE, O_RECOMPUTE };
     static const struct option longopts[] = {
         {"init", required_argument, 0, O_INIT},       {"config", required_argument, 0, O_CONFIG},
         {"seed", required_argument, 0, O_SEED},       {"init-std", required_argument, 0, O_INIT_STD},
@@ -161,6 +182,11 @@ static options parse_options(int argc, char **argv) {
         {"kl-coef", required_argument, 0, O_KL_COEF}, {"kl-est", required_argument, 0, O_KL_EST},
         {"kl-in", required_argument, 0, O_KL_IN},     {"mask-truncated", no_argument, 0, O_MASK_TRUNC},
         {"overlong", required_argument, 0, O_OVERLONG}, {"entropy-coef", required_argument, 0, O_ENT_COEF},
+        {"lora-rank", required_argument, 0, O_LORA_RANK}, {"lora-alpha", required_argument, 0, O_LORA_ALPHA},
+        {"lora-targets", required_argument, 0, O_LORA_TARGETS}, {"lora-rslora", no_argument, 0, O_LORA_RSLORA},
+        {"lora-dropout", required_argument, 0, O_LORA_DROPOUT}, {"adapter", required_argument, 0, O_ADAPTER},
+        {"base-dtype", required_argument, 0, O_BASE_DTYPE}, {"save", required_argument, 0, O_SAVE},
+        {"recompute", no_argument, 0, O_RECOMPUTE},
         {"epochs", required_argument, 0, O_EPOCHS},   {"lr", required_argument, 0, O_LR},
         {"warmup", required_argument, 0, O_WARMUP},   {"schedule", required_argument, 0, O_SCHEDULE},
         {"total-steps", required_argument, 0, O_TOTAL}, {"weight-decay", required_argument, 0, O_WD},
@@ -175,7 +201,9 @@ static options parse_options(int argc, char **argv) {
                          .micro = 1, .batch = 64, .opt = adamw_default_opts}};
     adamw_opts *a = &o.lrn.opt;
     rl_err e;
-    int c, max_steps_given = 0, kl_est_given = 0, kl_in_given = 0;
+    int c, max_steps_given = 0, kl_est_given = 0, kl_in_given = 0, lora_given = 0, save_given = 0;
+    o.lora.targets = LORA_ALL;
+    o.lora.alpha = NAN;   // default: the rank
     double eps = NAN, eps_low = NAN, eps_high = NAN;   // as given (NAN: not), resolved by lrn_clip_range
     while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
         switch (c) {
@@ -234,6 +262,37 @@ static options parse_options(int argc, char **argv) {
         case O_OVERLONG:
             if (lrn_parse_overlong(optarg, &o.lrn.overlong_max, &o.lrn.overlong_cache, &e)) cli_usage_error("%s", e.msg);
             break;
+        case O_LORA_RANK:
+            if (!(o.lora.rank = (int)cli_parse_uint("--lora-rank", optarg, 1 << 16, 0)))
+                cli_usage_error("--lora-rank: at least 1");
+            break;
+        case O_LORA_ALPHA:
+            o.lora.alpha = cli_parse_f64("--lora-alpha", optarg, 0, 1e9, 0);
+            if (!(o.lora.alpha > 0)) cli_usage_error("--lora-alpha: must be above 0");
+            lora_given = 1;
+            break;
+        case O_LORA_TARGETS:
+            if (lora_parse_targets(optarg, &o.lora.targets, &e)) cli_usage_error("--lora-targets: %s", e.msg);
+            lora_given = 1;
+            break;
+        case O_LORA_RSLORA: o.lora.rslora = 1; lora_given = 1; break;
+        case O_LORA_DROPOUT:
+            if (cli_parse_f64("--lora-dropout", optarg, 0, 1, 0) != 0)
+                cli_usage_error("--lora-dropout %s: adapters train without dropout (0 only): with dropout the "
+                                "learner's log-probabilities would not be those its loss weighs", optarg);
+            break;
+        case O_ADAPTER: o.pub.adapter = optarg; break;
+        case O_RECOMPUTE: o.recompute = 1; break;
+        case O_BASE_DTYPE:
+            if (dt_parse(optarg, &o.pub.base_dtype) || (o.pub.base_dtype != DT_F32 && o.pub.base_dtype != DT_BF16))
+                cli_usage_error("--base-dtype: expected f32 or bf16, got '%s'", optarg);
+            break;
+        case O_SAVE:
+            if (strcmp(optarg, "adapter") && strcmp(optarg, "merged"))
+                cli_usage_error("--save: expected adapter or merged, got '%s'", optarg);
+            o.pub.merged = !strcmp(optarg, "merged");
+            save_given = 1;
+            break;
         case O_EPS: eps = cli_parse_f64("--eps", optarg, 0, 1, 1); break;
         case O_EPS_LOW: eps_low = cli_parse_f64("--eps-low", optarg, 0, 1, 0); break;
         case O_EPS_HIGH: eps_high = cli_parse_f64("--eps-high", optarg, 0, 1e30, 0); break;
@@ -286,6 +345,17 @@ static options parse_options(int argc, char **argv) {
     if (a->schedule == SCHED_COSINE && a->total_steps <= a->warmup)
         cli_usage_error("--schedule cosine needs --total-steps larger than --warmup");
     if (o.pub.no_skip && !o.pub.resume) cli_usage_error("--no-skip goes with --resume");
+    int lora = o.lora.rank > 0 || o.pub.adapter;
+    if (o.lora.rank > 0 && o.pub.adapter)
+        cli_usage_error("--adapter continues an adapter of its own rank: leave out --lora-rank");
+    if (o.pub.adapter && lora_given)
+        cli_usage_error("--adapter continues an adapter as its adapter_config.json says: leave out --lora-*");
+    if (!lora && !o.pub.resume && (lora_given || save_given || o.pub.base_dtype != DT_F32))
+        cli_usage_error("--lora-alpha, --lora-targets, --lora-rslora, --base-dtype and --save are for LoRA: "
+                        "give --lora-rank R (or --adapter DIR)");
+    if (lora && o.pub.config)
+        cli_usage_error("LoRA trains adapters on a base model: give it with --init DIR, not --config");
+    if (isnan(o.lora.alpha)) o.lora.alpha = o.lora.rank;
     return o;
 }
 
@@ -471,6 +541,7 @@ static int follow_inputs(run_t *r, learner_t *l) {
 int main(int argc, char **argv) {
     cli_init("rl-learn");
     options o = parse_options(argc, argv);
+    if (o.lora.rank > 0) o.pub.lora = &o.lora;
     int ninputs;
     char **inputs = cli_inputs(argc, argv, &ninputs);
     cli_refuse_overwrite(inputs, ninputs, o.pub.metrics, "metrics file");
@@ -497,6 +568,7 @@ int main(int argc, char **argv) {
     relay_init(&run.relay, d);
     tokenizer *tok = NULL;
     if (pub_start(p, &tok, &e)) cli_die("%s", e.msg);
+    model_set_recompute(p->m, o.recompute);
     // Only sft renders conversations: the other losses never read the template.
     // Loaded before the first version is written, so that a refused template leaves no checkpoint.
     chat_t *chat = tok && o.lrn.loss == LOSS_SFT ? cli_chat_load(p->from, tok, &o.chat) : NULL;

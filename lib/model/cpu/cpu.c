@@ -79,6 +79,7 @@ typedef struct {
     int N, C, H, HS, V;
     float eps;
     float dir;               // rope: 1 turns by +angle, -1 by -angle
+    float factor;            // scale
 } args;
 
 static void embed_part(void *ctx, int lo, int hi) {
@@ -384,6 +385,19 @@ static void cpu_add(float *x, const float *y, size_t n) {
     pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, add_part, &a);
 }
 
+static void scale_part(void *ctx, int lo, int hi) {
+    const args *a = ctx;
+    size_t n = (size_t)a->N, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
+    float f = a->factor;
+#pragma omp simd
+    for (size_t i = (size_t)lo * CHUNK; i < i1; i++) a->out[i] *= f;
+}
+
+static void cpu_scale(float *x, float f, size_t n) {
+    args a = {.out = x, .factor = f, .N = (int)n};
+    pool_for((int)((n + CHUNK - 1) / CHUNK), 1, PAR_MIN / CHUNK, scale_part, &a);
+}
+
 static void round_bf16_part(void *ctx, int lo, int hi) {
     const args *a = ctx;
     size_t n = (size_t)a->N, i0 = (size_t)lo * CHUNK, i1 = (size_t)hi * CHUNK < n ? (size_t)hi * CHUNK : n;
@@ -509,6 +523,7 @@ const rl_ops *ops_cpu(void) {
         .attention = cpu_attention,
         .swiglu = cpu_swiglu,
         .add = cpu_add,
+        .scale = cpu_scale,
         .round_bf16 = cpu_round_bf16,
         .logprob = cpu_logprob,
         .sample = cpu_sample,

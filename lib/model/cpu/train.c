@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "model/cpu/cpu.h"
 #include "model/cpu/kernels.h"
 #include "model/cpu/mem.h"
@@ -34,13 +35,14 @@ typedef struct {
     const float *panels;        // the products' second operand, packed (pack_panels_t)
     float *t;                   // doutᵀ (M, N)
     int N, M, K;
+    int ldo;                    // matmul_dx: dx's row stride (K but for bf16 weights' column blocks)
     float beta, eps;
 } targs;
 
 // The buffers of the backward's products, one per purpose and calling
 // thread, kept from one call to the next: they are of the same few sizes at
 // every step, and fresh memory costs a page fault and a cleared page.
-enum { BUF_PANELS, BUF_T, NBUF };
+enum { BUF_PANELS, BUF_T, BUF_WIDE, NBUF };
 static _Thread_local float *bufs[NBUF];
 
 static float *buf(int which, size_t n) {
@@ -75,40 +77,68 @@ static const float *pack_t(const float *x, int R, int C) {
 
 static void dx_panels_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
-    cpu_K->gemm_panels(a->out + lo, (size_t)a->K, a->dout, a->N, NULL, DT_F32,
+    cpu_K->gemm_panels(a->out + lo, (size_t)a->ldo, a->dout, a->N, NULL, DT_F32,
                        a->panels + (size_t)(lo / PANEL_ROWS) * a->M * PANEL_ROWS, hi - lo, a->M, a->beta != 0);
 }
 
 static void dx_rows_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, a->K, a->M, 1.0f, a->dout + (size_t)lo * a->M,
-                a->M, a->w, a->K, a->beta, a->out + (size_t)lo * a->K, a->K);
+                a->M, a->w, a->K, a->beta, a->out + (size_t)lo * a->ldo, a->ldo);
 }
 
 static void dx_cols_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a->N, hi - lo, a->M, 1.0f, a->dout, a->M, a->w + lo,
-                a->K, a->beta, a->out + lo, a->K);
+                a->K, a->beta, a->out + lo, a->ldo);
 }
 
-void cpu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int accumulate) {
-    if (W->dtype != DT_F32) {
-        fprintf(stderr, "rlpipe: the backward of matmul needs f32 weights, got %s (train in f32)\n",
-                dt_name(W->dtype));
-        abort();
-    }
-    if (N <= 0) return;
-    targs a = {.out = dx, .dout = dout, .w = W->data, .N = N, .M = W->rows, .K = W->cols,
-               .beta = accumulate ? 1.0f : 0.0f};
+// dx (N, a->K columns, row stride a->ldo) = dout (N, M) · w (M, K), w f32.
+static void dx_f32(targs *a) {
+    int N = a->N;
     if (use_panels()) {
-        a.panels = pack_t(W->data, a.M, a.K);
-        pool_for(a.K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * a.M)) + 1, dx_panels_part, &a);
+        a->panels = pack_t(a->w, a->M, a->K);
+        pool_for(a->K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * a->M)) + 1, dx_panels_part, a);
         return;
     }
     // Each thread packs the whole of the other operand: split the larger side.
-    if ((long)N * a.M * a.K < PAR_MIN) dx_rows_part(&a, 0, N);
-    else if (N >= a.K) pool_for(N, 4, 0, dx_rows_part, &a);
-    else pool_for(a.K, 16, 0, dx_cols_part, &a);
+    if ((long)N * a->M * a->K < PAR_MIN) dx_rows_part(a, 0, N);
+    else if (N >= a->K) pool_for(N, 4, 0, dx_rows_part, a);
+    else pool_for(a->K, 16, 0, dx_cols_part, a);
+}
+
+// widen rows [lo, hi) of a bf16 matrix's column block into a->t (rows of a->K)
+static void widen_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    const uint16_t *w = (const uint16_t *)a->x;   // the block's first column of row 0; row stride a->ldo
+    for (int m = lo; m < hi; m++) dt_bf16_to_f32(a->t + (size_t)m * a->K, w + (size_t)m * a->ldo, (size_t)a->K);
+}
+
+enum { DX_WIDE_COLS = 256 };   // bf16 weights: columns widened at a time
+
+void cpu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int accumulate) {
+    if (W->dtype != DT_F32 && W->dtype != DT_BF16) {
+        fprintf(stderr, "rlpipe: the backward of matmul needs f32 or bf16 weights, got %s\n", dt_name(W->dtype));
+        abort();
+    }
+    if (N <= 0) return;
+    int M = W->rows, K = W->cols;
+    float beta = accumulate ? 1.0f : 0.0f;
+    if (W->dtype == DT_F32) {
+        targs a = {.out = dx, .dout = dout, .w = W->data, .N = N, .M = M, .K = K, .ldo = K, .beta = beta};
+        dx_f32(&a);
+        return;
+    }
+    // bf16: dx's columns a block at a time, from W's columns widened to f32
+    // (M, cols): the values the forward multiplies, in scratch of M · 256 floats.
+    for (int k0 = 0; k0 < K; k0 += DX_WIDE_COLS) {
+        int kb = K - k0 < DX_WIDE_COLS ? K - k0 : DX_WIDE_COLS;
+        targs wa = {.t = buf(BUF_WIDE, (size_t)M * kb), .x = (const float *)((const uint16_t *)W->data + k0),
+                    .K = kb, .ldo = K};
+        pool_for(M, 16, PAR_MIN / kb + 1, widen_part, &wa);
+        targs a = {.out = dx + k0, .dout = dout, .w = wa.t, .N = N, .M = M, .K = kb, .ldo = K, .beta = beta};
+        dx_f32(&a);
+    }
 }
 
 // ---- matmul_dw: dW (M, K) += doutᵀ (M, N) · x (N, K); dbias (M) += Σ_n dout --
@@ -221,7 +251,7 @@ void cpu_rmsnorm_backward(float *dx, float *dg, const float *dout, const float *
     float *r = xmalloc((size_t)N * sizeof(float));
     targs a = {.out = dx, .out2 = dg, .dout = dout, .x = x, .w = g, .r = r, .N = N, .K = C, .eps = eps};
     pool_for(N, 1, PAR_MIN / C, rmsnorm_dx_part, &a);
-    pool_for(C, 16, PAR_MIN / N, rmsnorm_dg_part, &a);
+    if (dg) pool_for(C, 16, PAR_MIN / N, rmsnorm_dg_part, &a);   // NULL: a frozen norm weight
     free(r);
 }
 

@@ -42,6 +42,7 @@ static const rl_ops cuda_ops = {
     .attention = cu_attention,
     .swiglu = cu_swiglu,
     .add = cu_add,
+    .scale = cu_scale,
     .round_bf16 = cu_round_bf16,
     .logprob = cu_logprob,
     .sample = cu_sample,

@@ -203,6 +203,7 @@ void cu_scatter_rows(void *dst, rl_dtype dt, const int32_t *rows, const float *s
 void cu_gather_rows(void *dst, const void *src, rl_dtype dt, const int32_t *rows, int N, int W);
 void cu_swiglu(float *out, const float *gate, const float *up, int N, int F);
 void cu_add(float *x, const float *y, size_t n);
+void cu_scale(float *x, float a, size_t n);
 void cu_round_bf16(float *x, size_t n);
 void cu_logprob(float *out, float *ent, const float *logits, const int32_t *target, const float *inv_temp, int N,
                 int V);

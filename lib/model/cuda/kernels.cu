@@ -143,6 +143,18 @@ void cu_add(float *x, const float *y, size_t n) {
     CU_LAUNCHED();
 }
 
+// x (n) *= a; grid-stride over elements
+static __global__ void scale_kernel(float *x, float a, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= a;
+}
+
+void cu_scale(float *x, float a, size_t n) {
+    if (n == 0) return;
+    scale_kernel<<<cu_blocks(n, THREADS), THREADS>>>(x, a, n);
+    CU_LAUNCHED();
+}
+
 // x (n) rounded to bf16 and back in place, as dtype.h's f32_to_bf16 rounds
 // (nearest even; a NaN kept, made quiet); grid-stride over elements
 static __global__ void round_bf16_kernel(float *x, size_t n) {

@@ -305,14 +305,23 @@ void cu_matmul_rows_scaled(float *out, const float *x, const rl_mat *W, const fl
     cu_scale_product(out, out, sw, xs, bias, N, M);
 }
 
+// bf16 weights (a frozen base under LoRA): dout rounded to bf16 to meet
+// them, as the forward's products round their inputs, f32 sums.
 void cu_matmul_dx(float *dx, const float *dout, const rl_mat *W, int N, int accumulate) {
-    if (W->dtype != DT_F32) {
-        fprintf(stderr, "rlpipe: the backward of matmul needs f32 weights, got %s (train in f32)\n",
-                dt_name(W->dtype));
+    if (W->dtype != DT_F32 && W->dtype != DT_BF16) {
+        fprintf(stderr, "rlpipe: the backward of matmul needs f32 or bf16 weights, got %s\n", dt_name(W->dtype));
         abort();
     }
     int M = W->rows, K = W->cols;
     if (N <= 0 || K <= 0) return;
+    if (W->dtype == DT_BF16) {
+        __nv_bfloat16 *db = (__nv_bfloat16 *)cu_scratch(SCR_MAT_X, (size_t)N * M * sizeof(__nv_bfloat16));
+        round_kernel<__nv_bfloat16><<<cu_blocks((size_t)N * M, THREADS), THREADS>>>(db, dout, (size_t)N * M);
+        CU_LAUNCHED();
+        gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W->data, K, db, M, CUDA_R_16BF, accumulate ? 1.0f : 0.0f, dx, K,
+             CUBLAS_COMPUTE_32F);
+        return;
+    }
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, K, N, M, W->data, K, dout, M, CUDA_R_32F, accumulate ? 1.0f : 0.0f, dx, K,
          f32_compute());
 }

@@ -131,6 +131,7 @@ void cu_rmsnorm_backward(float *dx, float *dg, const float *dout, const float *x
     float *r = (float *)cu_scratch(SCR_ROWS, (size_t)N * sizeof(float));
     rmsnorm_dx_kernel<<<cu_blocks(N, 1), THREADS>>>(dx, r, dout, x, g, N, C, eps);
     CU_LAUNCHED();
+    if (!dg) return;   // a frozen norm weight
     // R rows per partial: enough partials to fill the GPU, few enough to keep scratch small
     int R = (N + DG_PARTS - 1) / DG_PARTS;
     if (R < DG_ROWS) R = DG_ROWS;
