@@ -15,18 +15,13 @@
 #include "checkpoint/config.h"
 #include "checkpoint/safetensors.h"
 #include "dtype.h"
+#include "tmpdir.h"
 
 // ---- helpers ---------------------------------------------------------------
 
 static char tmp_dir[256];
 
-static const char *tmp_path(const char *name) {
-    static char paths[8][512];
-    static int next;
-    char *p = paths[next++ % 8];
-    snprintf(p, sizeof paths[0], "%s/%s", tmp_dir, name);
-    return p;
-}
+static const char *tmp_path(const char *name) { return tmpdir_file(tmp_dir, name); }
 
 static void write_bytes(const char *path, const void *p, size_t n) {
     FILE *f = fopen(path, "wb");

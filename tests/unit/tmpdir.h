@@ -22,4 +22,13 @@ static inline char *tmpdir_named(char *buf, size_t size, const char *prefix) {
     return mkdtemp(buf);
 }
 
+// dir/name in one of 8 buffers used in turn: a few such paths may be held at once.
+static inline const char *tmpdir_file(const char *dir, const char *name) {
+    static char paths[8][512];
+    static int next;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    return p;
+}
+
 #endif
