@@ -13,7 +13,7 @@
 
 FUZZ_CC ?= clang
 FUZZ_TIME ?= 60
-FUZZ_NAMES := records safetensors config tokenizer jsonl push chat env vreply
+FUZZ_NAMES := records safetensors config tokenizer jsonl push chat env vreply lora
 FUZZ_BINS := $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_NAMES))
 FUZZ_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
               -Wno-pass-failed

@@ -1,8 +1,9 @@
 """tests/fuzz/seeds.py OUTDIR TINY_SAFETENSORS — the seeds tests/fuzz/seeds.sh
 does not make with the tools: safetensors files and shard indexes, configs,
 tokenizers (with the fixed ones of fuzz_tokenizer listed in
-OUTDIR/tokenizers.list), push messages and chat templates. Each seed starts with the byte
-that chooses what its harness does with the rest (see each fuzz_<name>.c)."""
+OUTDIR/tokenizers.list), push messages, chat templates and LoRA adapter
+configs (as PEFT writes them). Each seed of a harness that chooses what to do
+with the rest starts with the byte that chooses (see each fuzz_<name>.c)."""
 import json
 import os
 import struct
@@ -173,6 +174,30 @@ def chat_seeds(out):
                     write(d, name, f.read() + b"\0" + conv)
 
 
+def lora_seeds(out):
+    """adapter_config.json files as PEFT's LoraConfig.save_pretrained writes
+    them: ones lora_config_read takes, and ones it refuses."""
+    import tempfile
+    import peft
+    d = os.path.join(out, "lora")
+    variants = {
+        "qv": dict(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.05),
+        "all-linear-rslora": dict(r=16, lora_alpha=32, target_modules="all-linear", use_rslora=True),
+        "mlp-named-base": dict(r=4, lora_alpha=8.5, target_modules=["gate_proj", "up_proj", "down_proj"],
+                               base_model_name_or_path="Qwen/Qwen2.5-0.5B-Instruct"),
+        "dora": dict(r=4, lora_alpha=8, target_modules=["o_proj"], use_dora=True),
+        "layers": dict(r=4, lora_alpha=8, target_modules=["k_proj"], layers_to_transform=[0, 2]),
+        "regex": dict(r=4, lora_alpha=8, target_modules=r".*\.q_proj"),
+        "patterns": dict(r=4, lora_alpha=8, target_modules=["q_proj"], rank_pattern={"q_proj": 2},
+                         alpha_pattern={"q_proj": 4}, modules_to_save=["lm_head"], bias="lora_only"),
+    }
+    for name, kw in variants.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            peft.LoraConfig(task_type="CAUSAL_LM", **kw).save_pretrained(tmp)
+            with open(os.path.join(tmp, "adapter_config.json"), "rb") as f:
+                write(d, name, f.read())
+
+
 def main():
     out, tiny = sys.argv[1], sys.argv[2]
     chat_seeds(out)
@@ -180,6 +205,7 @@ def main():
     config_seeds(out)
     tokenizer_seeds(out)
     push_seeds(out)
+    lora_seeds(out)
 
 
 if __name__ == "__main__":

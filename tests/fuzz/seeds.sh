@@ -5,7 +5,7 @@
 # Made from the repository and its tools: a tiny model with random weights
 # (rl-learn), records sampled from it (rl-sample), converted by rl-cat (raw,
 # zstd, several members, JSON lines); the rest (safetensors files, configs,
-# tokenizers, push messages, chat templates from $JINJA_TEMPLATES or
+# tokenizers, push messages, LoRA adapter configs, chat templates from $JINJA_TEMPLATES or
 # .deps/templates) by tests/fuzz/seeds.py with the venv's packages; an
 # environment's answer lines (rlpipe-env(5)) and a verifier's replies
 # (rl-sample(1), VERIFIER COMMANDS) written here.
@@ -19,7 +19,7 @@ PY=${PY:-$root/.deps/venv/bin/python}
 PATH=$bin:$PATH
 work=$(mktemp -d "${TMPDIR:-/tmp}/rlpipe-seeds.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat,env,vreply}
+mkdir -p "$out"/{records,jsonl,safetensors,config,tokenizer,push,chat,env,vreply,lora}
 cd "$work"
 
 # ---- records and JSON lines from the tools
