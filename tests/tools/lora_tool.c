@@ -1,5 +1,5 @@
 // lora_tool — drives lib/checkpoint/lora.c for the Python tests
-// (tests/py/test_lora.py), which compare it with PEFT.
+// (tests/py/test_lora_files.py), which compare it with PEFT.
 //
 //   lora_tool dump ADAPTER BASE        reads ADAPTER (a PEFT directory) for the
 //                                      base model BASE (its directory or config.json);

@@ -3,7 +3,7 @@
 // against a double-precision loop, adapter_config.json read and written
 // (every option rlpipe does not compute refused, naming the file and the
 // key), and adapter directories written, read back and refused (this file is
-// also built with ASan + UBSan). tests/py/test_lora.py checks the files
+// also built with ASan + UBSan). tests/py/test_lora_files.py checks the files
 // against PEFT itself.
 #include <math.h>
 #include <stdint.h>
