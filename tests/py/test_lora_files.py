@@ -35,7 +35,7 @@ try:
     import peft
     from safetensors.torch import load_file, save_file
 except ImportError as e:  # scripts/deps.sh test installs them into .deps/venv
-    print(f"SKIP test_lora: a Python reference is missing ({e}); run scripts/deps.sh test")
+    print(f"SKIP test_lora_files: a Python reference is missing ({e}); run scripts/deps.sh test")
     sys.exit(0)
 
 warnings.filterwarnings("ignore")
