@@ -202,9 +202,13 @@ int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
             return err_set(err, "%s already holds checkpoints (latest: %s): continue with --resume, or choose another "
                            "--out", o->out, dir);
         if (o->init) {
-            if (ckpt_resolve(o->init, p->from, sizeof p->from, &p->version, err) ||
-                !(p->m = model_load(p->from, &mo, err)))
-                return -1;
+            if (ckpt_resolve(o->init, p->from, sizeof p->from, &p->version, err)) return -1;
+            char cfg[4200];
+            snprintf(cfg, sizeof cfg, "%s/config.json", p->from);
+            if (holds_adapter(p->from) && access(cfg, F_OK) != 0)
+                return err_set(err, "%s holds a LoRA adapter, not a model: give its base with --init and the "
+                               "adapter with --adapter %s", p->from, p->from);
+            if (!(p->m = model_load(p->from, &mo, err))) return -1;
             if ((o->lora || o->adapter) && attach_lora(p, o->adapter, p->from, err)) return -1;
         } else {
             model_config c;
