@@ -592,6 +592,14 @@ int main(int argc, char **argv) {
     if (p->skip && !o.pub.quiet)
         fprintf(stderr, "rl-learn: resuming at version %llu: skipping the %llu records its steps consumed (--no-skip to train on them)\n",
                 (unsigned long long)p->version, (unsigned long long)p->skip);
+    const lora_config *lc = model_lora(p->m);
+    if (lc && !o.pub.quiet && !rank) {
+        char t[128];
+        lora_targets_str(lc->targets, t, sizeof t);
+        fprintf(stderr, "rl-learn: LoRA of rank %d, alpha %g (scale %g%s) on %s: %zu parameters train, the base's "
+                "are frozen at %s\n", lc->rank, lc->alpha, (double)lora_scale(lc), lc->rslora ? ", rsLoRA" : "", t,
+                model_nparams(p->m), dt_name(model_dtype(p->m)));
+    }
     if (dp && !o.pub.quiet) {
         size_t lo, hi;
         model_train_range(p->m, &lo, &hi);
