@@ -33,6 +33,10 @@
 #     output layer (C -> V); GFLOP/s of the median of 5 repetitions, the
 #     better of the two shapes is the "sgemm" figure (OpenBLAS with its own
 #     threads, one per core).
+# Two more rl-learn processes a round time the same step with --recompute
+# (activation checkpointing) and with LoRA (--lora-rank 16 --lora-alpha 32,
+# all-linear, the base f32 and frozen): their tok/s and its ratio to the
+# plain step's ("of ours": > 1 faster), in a second table.
 # The first WARMUP steps of every process (ours and PyTorch's) are not
 # timed: PyTorch's second and third steps of the 110m model are still 10-50%
 # slower than the later ones (ours are flat from the second). Every figure
@@ -101,13 +105,15 @@ add() {
     TIMES[$1]+="$(field "$2" "$3" | tr ',' ' ') "
 }
 
-# ours CFG MODEL RECORDS STEPS: one rl-learn process of WARMUP + STEPS steps.
+# ours CFG MODEL RECORDS STEPS [VARIANT OPTION...]: one rl-learn process of
+# WARMUP + STEPS steps; VARIANT (recompute, lora) names the options after it.
 ours() {
-    local cfg=$1 model=$2 recs=$3 K=$4 key="$1 ours" line
+    local cfg=$1 model=$2 recs=$3 K=$4 key="$1 ours${5:+ $5}" line
+    shift 5 2>/dev/null || shift 4
     [[ -n ${FAILED[$key]:-} ]] && return
     rm -rf "$W/learn-ckpt"
     if ! "$LEARN" --init "$model" --out "$W/learn-ckpt" --keep 1 --batch "${NSEQ[$cfg]}" --lr 1e-5 --loss sft \
-        --max-steps $((WARMUP + K)) --metrics "$W/learn-metrics.jsonl" -q "$recs" 2>"$ERR"; then
+        --max-steps $((WARMUP + K)) --metrics "$W/learn-metrics.jsonl" -q "$@" "$recs" 2>"$ERR"; then
         fail "$key"; return
     fi
     line=$("$PY" -c "$LEARN_METRICS_PY" "$W/learn-metrics.jsonl" "$WARMUP" "$K" "flop=${FLOP[$cfg]}" 2>"$ERR") || { fail "$key" metrics; return; }
@@ -141,6 +147,8 @@ for cfg in "${CFGS[@]}"; do
         measure_result "$cfg sgemm mlp" gflop_s "$SGEMM" sgemm --m $((N * (P + T - 1))) --n "${C_FF[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
         measure_result "$cfg sgemm head" gflop_s "$SGEMM" sgemm --m $((N * T)) --n "${C_V[$cfg]}" --k "${C_HID[$cfg]}" --reps 5
         ours "$cfg" "$m" "$recs" "$K"
+        ours "$cfg" "$m" "$recs" "$K" recompute --recompute
+        ours "$cfg" "$m" "$recs" "$K" lora --lora-rank 16 --lora-alpha 32
         measure_result "$cfg torch" times env OMP_WAIT_POLICY=PASSIVE "$PY" "$REF" train "$m" "$recs" \
             --batch "$N" --steps "$K" --warmup "$WARMUP" --lr 1e-5
     done
@@ -192,5 +200,18 @@ sg() { awk -v g="${MED[$1 sgemm $2]:-0}" 'BEGIN{ printf "%.1f", g }'; }
     done
     echo
     echo "aims: ours >= 1.5x PyTorch, ours >= 0.50 of sgemm"
+    echo
+    echo "the same step with activations recomputed (--recompute) and with LoRA adapters (--lora-rank 16"
+    echo "--lora-alpha 32, all-linear, f32 base) instead of every weight, each in the same rounds:"
+    fmt2='%-6s %10s %10s %8s %10s %8s\n'
+    printf "$fmt2" config "ours tok/s" recompute "of ours" "LoRA tok/s" "of ours"
+    printf "$fmt2" ------ ---------- ---------- -------- ---------- --------
+    for cfg in "${CFGS[@]}"; do
+        awk -v c="$cfg" -v n="${TOKS[$cfg ours]:-0}" -v a="${MED[$cfg ours]:-0}" -v r="${MED[$cfg ours recompute]:-0}" \
+            -v l="${MED[$cfg ours lora]:-0}" -v fmt="$fmt2" 'BEGIN{
+            printf fmt, c, (a > 0) ? sprintf("%.0f", n / a) : "FAILED", (r > 0) ? sprintf("%.0f", n / r) : "FAILED",
+                (a > 0 && r > 0) ? sprintf("%.2f", a / r) : "-", (l > 0) ? sprintf("%.0f", n / l) : "FAILED",
+                (a > 0 && l > 0) ? sprintf("%.2f", a / l) : "-" }'
+    done
 } | tee "$W/learn.txt"
 ((NFAIL == 0)) || { echo "learn.sh: $NFAIL measurements failed" >&2; exit 1; }
