@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/checkpoint.h"
 #include "records/drift.h"
 #include "records/fields.h"
 #include "sync/receiver.h"
@@ -83,16 +82,6 @@ const char *scr_take_warning(scorer_t *s) {
     return s->drift_warning;
 }
 
-// ---- the learner model ----------------------------------------------------
-
-model_t *scr_load_learner(const char *dir, rl_device dev, uint64_t *version, char *path, size_t size, rl_err *err) {
-    if (ckpt_resolve(dir, path, size, version, err)) return NULL;
-    rl_err e;
-    model_t *m = model_load(path, &(model_opts){.dtype = DT_F32, .device = dev}, &e);
-    if (!m) err_set(err, "cannot load the learner model: %s", e.msg);
-    return m;
-}
-
 // ---- headers --------------------------------------------------------------
 
 int scr_check_header(const rec_t *h, rl_err *err) {
@@ -115,6 +104,13 @@ static void pack_cstr(msgpack_packer *pk, const char *s) {
     msgpack_pack_str_body(pk, s, n);
 }
 
+// "adapter": DIR, when one was merged into the model.
+static void pack_adapter(msgpack_packer *pk, const char *dir) {
+    if (!dir) return;
+    pack_cstr(pk, "adapter");
+    pack_cstr(pk, dir);
+}
+
 void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, char **argv, int no_provenance) {
     const scr_opts *o = &s->o;
     // a reference's scores leave the input's weighting ("ratio") as it was
@@ -132,10 +128,11 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
     sbuf b = {0};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &b, put_cb);
-    if (o->as_ref) {   // {"model": DIR, "device": D}
-        msgpack_pack_map(&pk, 2);
+    if (o->as_ref) {   // {"model": DIR, ["adapter": DIR,] "device": D}
+        msgpack_pack_map(&pk, 2 + (o->adapter_dir != NULL));
         pack_cstr(&pk, "model");
         pack_cstr(&pk, o->model_dir ? o->model_dir : "");
+        pack_adapter(&pk, o->adapter_dir);
         pack_cstr(&pk, "device");
         pack_cstr(&pk, model_device(o->model));
         rec_set_raw(out, "ref", 3, b.data, b.len);
@@ -144,7 +141,7 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
     }
     int capping = ratio_capping(&o->ratio);
     int skip = o->model && o->skip_uniform;
-    msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 3 : 0) + (size_t)skip);
+    msgpack_pack_map(&pk, 2 + (size_t)capping + (size_t)o->ratio.mask + (o->model ? 3 + (o->adapter_dir != NULL) : 0) + (size_t)skip);
     pack_cstr(&pk, "mode");
     pack_cstr(&pk, ratio_mode_name(o->ratio.mode));
     if (capping) {
@@ -162,6 +159,7 @@ void scr_make_header(const scorer_t *s, const rec_t *in, rec_t *out, int argc, c
     if (o->model) {
         pack_cstr(&pk, "model");
         pack_cstr(&pk, o->model_dir ? o->model_dir : "");
+        pack_adapter(&pk, o->adapter_dir);
         pack_cstr(&pk, "ver_learner");
         msgpack_pack_uint64(&pk, o->ver_learner);
         pack_cstr(&pk, "device");

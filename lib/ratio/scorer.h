@@ -28,6 +28,7 @@ typedef struct {
     struct rcv *receiver;      // with model, or NULL: pushed weights (receiver.h); each
                                // scoring holds the model and stamps the version held
     const char *model_dir;     // with model: the directory loaded, for the header
+    const char *adapter_dir;   // with model, or NULL: the LoRA adapter merged into it, for the header
     size_t batch;              // records per metrics line; most records held (>= 1)
     size_t forward_tokens;     // 0: SCR_FORWARD_TOKENS
     FILE *metrics;             // one JSON line per batch (flushed), or NULL
@@ -51,14 +52,6 @@ typedef struct scorer scorer_t;
 
 scorer_t *scr_new(const scr_opts *o);
 void scr_free(scorer_t *s);
-
-// Loads the learner model from dir, which is a model directory or a
-// checkpoint root (doc/design.md §3) whose file "latest" names the version directory
-// to load. *version is the integer "version" of the loaded directory's
-// state.json, or else the number of a "latest" name v<digits>, or else 0;
-// path (size bytes) receives the directory loaded. NULL with err on failure.
-// dev: the backend (backend.h).
-model_t *scr_load_learner(const char *dir, rl_device dev, uint64_t *version, char *path, size_t size, rl_err *err);
 
 // A member header: rl-ratio reads members of kind "rollouts". 0, or -1 with err.
 int scr_check_header(const rec_t *h, rl_err *err);

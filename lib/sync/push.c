@@ -243,6 +243,12 @@ static const char *tensor_entry(const msgpack_object *o, push_tensor *t) {
     return NULL;
 }
 
+uint64_t push_tensors_bytes(const push_tensor *t, size_t n) {
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) bytes += (uint64_t)t[i].n * dt_size(t[i].dtype);
+    return bytes;
+}
+
 int push_get_tensors(const rec_t *msg, const char *key, push_tensor **t, size_t *n, rl_err *err) {
     *t = NULL;
     *n = 0;

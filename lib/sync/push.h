@@ -16,7 +16,8 @@
 //     "bf16"/"f16" for the matrices it stores so), and stored: "bf16,f32,
 //     int8/32,...": how it keeps each of them, in the list's order (f32, bf16,
 //     f16, int8/G with one scale per G inputs, fp8 with one per row), so that
-//     the sender can tell how much of the update survives (survival.h).
+//     the sender can tell how much of the update survives (survival.h); and
+//     lora: 1 when it takes adapter pushes (below; absent: it does not).
 //  4. sender -> receiver, message *push*: {version: N, bytes: B, checksum:
 //     "xxh3-64", tensors: [[name, dtype, [d0, ...]], ...]}: each tensor of the
 //     hello exactly once, in any order, each as f32, bf16 or f16; and, when
@@ -25,17 +26,31 @@
 //     update_from, update_n (unsigned), update_moved, update_changed,
 //     update_norm, update_along (floats; the last two absent when nothing
 //     sampled moved).
+//     An *adapter push* (sync/push_lora.h), to a receiver whose hello says
+//     lora: 1, carries instead lora: {r, alpha, rslora, targets:
+//     "q_proj,v_proj,..."} and, in tensors, the adapter's own: PEFT's
+//     lora_A (r, in) and lora_B (out, r) of every decoder layer and target
+//     of the receiver's base, each once, each as f32, bf16 or f16 (as they
+//     lie in adapter_model.safetensors); no update figures. The receiver
+//     merges them into the weights of its base directory as model_load_merged
+//     does (f32, rounded once to its precision) after step 6, before the
+//     swap.
 //  5. receiver -> sender, message {ok: true}, or {ok: false, error} and close
 //     (N not newer than V, a tensor missing, unknown or of another shape, B not
-//     the sum of the tensors' sizes, ...).
+//     the sum of the tensors' sizes, an adapter whose tensors do not fit the
+//     base, named, ...).
 //  6. sender -> receiver: B bytes, the tensors' elements in the push's order,
 //     row-major, then 8 bytes: XXH3-64 (seed 0) of those B bytes.
 //  7. receiver -> sender, message *result*: {ok: true, version: N, bytes: B,
-//     recv_us: first data byte to checksum verified, wait_us: verified to
-//     installed, stall_us: how long the model's user was blocked by the swap}
+//     recv_us: first data byte to checksum verified, wait_us: verified (an
+//     adapter: and merged) to installed, stall_us: how long the model's user
+//     was blocked by the swap; an adapter push adds merge_us: the merge}
 //     or {ok: false, error}.
 // A push that breaks off, makes no progress for PUSH_TIMEOUT seconds or fails
-// its checksum is dropped; the receiver keeps the weights it had.
+// its checksum is dropped; the receiver keeps the weights it had. Keys a
+// receiver or sender does not know are ignored: the protocol number stays 1,
+// and an older sender never sees what lora: 1 offers; an older receiver's
+// hello has no lora, and rl-sync tells the user to push a merged model.
 //
 // Steps 1-2 also open the other channel rlpipe speaks over sockets, record
 // streams (rl-cat --to into rl-cat --merge, sync/recnet.h), with a magic and
@@ -118,6 +133,9 @@ int push_get_stored(const rec_t *msg, const char *key, surv_round *s, size_t n, 
 // message has none; -1 with err when they are malformed).
 void push_set_update(rec_t *msg, const surv_figures *f);
 int push_get_update(const rec_t *msg, surv_figures *f, rl_err *err);
+
+// The bytes of the data of t[0..n): each tensor's elements at its dtype.
+uint64_t push_tensors_bytes(const push_tensor *t, size_t n);
 
 // Reads key back (*t malloc'd, *n entries): 0, or -1 with err saying which
 // entry is malformed (not such a triple, a dtype other than f32/bf16/f16, more

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "records/record.h"
 #include "sync/push.h"
+#include "sync/push_lora.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "pusher.c sends the file's little-endian tensor bytes as they lie: a little-endian host is needed"
@@ -171,10 +172,13 @@ static int measure(push_conn *c, const st_tensor **src, size_t n, uint64_t versi
     return g < 0 ? -1 : 0;
 }
 
-// The checkpoint's tensors that the hello lists, in its order: src[i] is the
-// file's tensor for t[i]; bytes, what they weigh as the receiver asks.
+// The checkpoint's tensors that the hello lists, in its order (an adapter:
+// the file's tensors, in its order): src[i] is the file's tensor for t[i];
+// bytes, what they weigh as the receiver asks.
 typedef struct {
     hfw_set *f;
+    st_file *adapter;         // an adapter push: its weights file, lc its config
+    lora_config lc;
     push_tensor *t;
     const st_tensor **src;
     size_t n;
@@ -185,6 +189,7 @@ static void matched_free(matched *m) {
     free(m->src);
     free(m->t);
     hfw_close(m->f);
+    st_close(m->adapter);
 }
 
 // Opens dir and matches its tensors to the hello in c->msg. 0, or -1 with
@@ -196,6 +201,25 @@ static int match_hello(push_conn *c, const char *dir, matched *m) {
         return fail(c, "its hello lists the tensors wrongly", 1);
     m->src = xmalloc((m->n ? m->n : 1) * sizeof *m->src);
     return match_tensors(c, m->f, m->t, m->n, m->src, &m->bytes);
+}
+
+// Opens dir's adapter for a receiver whose hello in c->msg says it takes
+// adapter pushes: its tensors as they lie. 0, or -1 with c->err set;
+// matched_free() either way.
+static int match_adapter(push_conn *c, const char *dir, matched *m) {
+    *m = (matched){0};
+    uint64_t lora = 0;
+    if (rec_get_uint(c->msg, "lora", &lora) != REC_OK || lora < PUSH_LORA) {
+        char what[4300];
+        snprintf(what, sizeof what, "%s holds a LoRA adapter, and the receiver takes no adapter pushes (an older "
+                 "rlpipe): push a model directory, the base with the adapter merged", dir);
+        return fail(c, what, 0);
+    }
+    if (push_lora_open(dir, &m->lc, &m->adapter, &m->t, &m->n, c->err)) return fail(c, "reading the adapter", 1);
+    m->src = xmalloc((m->n ? m->n : 1) * sizeof *m->src);
+    for (size_t i = 0; i < m->n; i++) m->src[i] = &m->adapter->t[i];
+    m->bytes = push_tensors_bytes(m->t, m->n);
+    return 0;
 }
 
 // The receiver holds `version` already: its sample is taken, so that the
@@ -216,14 +240,16 @@ static int push_data(push_conn *c, const char *dir, uint64_t version, push_repor
     matched m;
     stream_bufs b = {0};
     int rc = -1;
-    if (match_hello(c, dir, &m)) goto out;
-    if (c->o->surv && measure(c, m.src, m.n, version, rep)) goto out;
+    rep->adapter = push_lora_is_adapter(dir);
+    if (rep->adapter ? match_adapter(c, dir, &m) : match_hello(c, dir, &m)) goto out;
+    if (!rep->adapter && c->o->surv && measure(c, m.src, m.n, version, rep)) goto out;
 
     rec_clear(c->msg);
     rec_set_uint(c->msg, "version", version);
     rec_set_uint(c->msg, "bytes", m.bytes);
     rec_set_cstr(c->msg, "checksum", "xxh3-64");
     push_set_tensors(c->msg, "tensors", m.t, m.n);
+    if (rep->adapter) push_lora_set(c->msg, &m.lc);
     if (rep->has_update) push_set_update(c->msg, &rep->update);
     if (push_send_msg(c->fd, c->msg, c->o->stop_fd, c->timeout, c->err)) {
         fail(c, "sending the push message", 1);
@@ -250,9 +276,11 @@ static int push_data(push_conn *c, const char *dir, uint64_t version, push_repor
     if (rec_get_f64(c->msg, "recv_us", &us) == REC_OK) rep->recv_us = us;
     if (rec_get_f64(c->msg, "wait_us", &us) == REC_OK) rep->wait_us = us;
     if (rec_get_f64(c->msg, "stall_us", &us) == REC_OK) rep->stall_us = us;
+    if (rec_get_f64(c->msg, "merge_us", &us) == REC_OK) rep->merge_us = us;
     rc = 0;
 out:
-    if (rc && c->o->surv) surv_drop(c->o->surv);   // the receiver may not hold this version
+    // the receiver may not hold this version, or holds weights no sample was taken of
+    if ((rc || rep->adapter) && c->o->surv) surv_drop(c->o->surv);
     if (b.hash) XXH3_freeState(b.hash);
     free(b.f32);
     free(b.in16);

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "sync/push.h"
+#include "sync/push_lora.h"
 
 // Bytes received (and converted) at a time: large enough that the per-chunk
 // costs vanish, small enough to stay in the last-level cache.
@@ -37,6 +38,7 @@ struct rcv {
     surv_round *stored;            // (nt) how the model keeps each
     size_t nt;
     const char *prec;              // the model's precision ("bf16")
+    hfw_set *base;                 // rcv_opts.base's weights, or NULL: no adapter pushes
     double t_start;                // clock_now() at rcv_start
     surv_watch watch;              // the versions' along, for the warning that updates are lost
     int metrics_failed;            // a metrics line could not be written: no more (the thread's own copy)
@@ -144,7 +146,6 @@ static int match_tensors(const rcv_t *r, const push_tensor *t, size_t n, size_t 
     unsigned char *seen = xmalloc(r->nt);
     memset(seen, 0, r->nt);
     int rc = -1;
-    *bytes = 0;
     for (size_t k = 0; k < n; k++) {
         size_t i = 0;
         while (i < r->nt && strcmp(r->want[i].name, t[k].name)) i++;
@@ -163,8 +164,8 @@ static int match_tensors(const rcv_t *r, const push_tensor *t, size_t n, size_t 
             goto out;
         }
         order[k] = i;
-        *bytes += (uint64_t)t[k].n * dt_size(t[k].dtype);
     }
+    *bytes = push_tensors_bytes(t, n);
     rc = 0;
 out:
     free(seen);
@@ -182,9 +183,45 @@ static int stopping(rcv_t *r) {
     return s;
 }
 
-// Receives the data of a push into the standby weights: 0 when every byte
-// arrived and the checksum matches, -1 with err.
-static int receive_data(rcv_t *r, int fd, const push_tensor *t, const size_t *order, size_t n, rl_err *err) {
+// One push being served (serve): its messages and what its push message says.
+typedef struct {
+    rec_t *msg;              // each message of the exchange in turn
+    uint64_t have;           // the version held when the hello was sent
+    uint64_t version, bytes;
+    push_tensor *t;          // (n) the tensors of the push, in the sender's order
+    size_t *order;           // (n) the model's index of each
+    size_t n;
+    int has_update;          // the sender measured the update (survival.h)
+    surv_figures update;
+    int lora;                // an adapter push (push_lora.h): what follows is set
+    lora_config lc;
+    push_lora_slot *slot;    // (n) where each tensor goes in adapter
+    lora_adapter *adapter;   // received, then merged into the standby weights
+    double merge_s;          // model_weights_fill's time
+    char why[1200];          // why the push is refused
+} incoming;
+
+// Elements [off, off + cnt) of push tensor k, arrived as src: into the
+// standby weights, or widened to f32 into the adapter. 0, or -1 with err.
+static int put(rcv_t *r, const incoming *in, size_t k, size_t off, size_t cnt, const void *src, rl_err *err) {
+    const push_tensor *t = &in->t[k];
+    if (!in->lora) {
+        if (model_weights_put(r->m, r->standby, in->order[k], off, cnt, t->dtype, src))
+            return err_set(err, "tensor '%s' does not fit the model", t->name);
+        return 0;
+    }
+    float *dst = push_lora_dest(in->adapter, in->slot[k]) + off;
+    if (t->dtype == DT_F32) memcpy(dst, src, cnt * sizeof *dst);
+    else if (t->dtype == DT_BF16) dt_bf16_to_f32(dst, src, cnt);
+    else dt_f16_to_f32(dst, src, cnt);
+    return 0;
+}
+
+// Receives the data of a push into the standby weights (an adapter: into
+// in->adapter): 0 when every byte arrived and the checksum matches, -1 with err.
+static int receive_data(rcv_t *r, int fd, const incoming *in, rl_err *err) {
+    const push_tensor *t = in->t;
+    size_t n = in->n;
     XXH3_state_t *h = XXH3_createState();
     if (!h) return err_set(err, "out of memory");
     XXH3_64bits_reset(h);
@@ -206,10 +243,7 @@ static int receive_data(rcv_t *r, int fd, const push_tensor *t, const size_t *or
                 goto out;
             }
             XXH3_64bits_update(h, r->chunk, bytes);
-            if (model_weights_put(r->m, r->standby, order[k], off, cnt, t[k].dtype, r->chunk)) {
-                err_set(err, "tensor '%s' does not fit the model", t[k].name);
-                goto out;
-            }
+            if (put(r, in, k, off, cnt, r->chunk, err)) goto out;
             done += bytes;
         }
     }
@@ -233,19 +267,6 @@ out:
     return rc;
 }
 
-// One push being served (serve): its messages and what its push message says.
-typedef struct {
-    rec_t *msg;              // each message of the exchange in turn
-    uint64_t have;           // the version held when the hello was sent
-    uint64_t version, bytes;
-    push_tensor *t;          // (n) the tensors of the push, in the sender's order
-    size_t *order;           // (n) the model's index of each
-    size_t n;
-    int has_update;          // the sender measured the update (survival.h)
-    surv_figures update;
-    char why[1200];          // why the push is refused
-} incoming;
-
 // The refusal of a push: in->why, formatted. Returns -1.
 static int refusal(incoming *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int refusal(incoming *in, const char *fmt, ...) {
@@ -268,14 +289,16 @@ static int send_hello(rcv_t *r, int fd, incoming *in) {
     rec_set_uint(in->msg, "version", in->have);
     push_set_tensors(in->msg, "tensors", r->want, r->nt);
     push_set_stored(in->msg, "stored", r->stored, r->nt);
+    if (r->base) rec_set_uint(in->msg, "lora", PUSH_LORA);
     rl_err e;
     return push_send_msg(fd, in->msg, r->stop_pipe[0], timeout_of(r), &e) ? -1 : 0;
 }
 
 // Step 4, the push message: a version newer than the one held, the xxh3-64
-// checksum, and the tensors of the model, each once with its shape, whose data
-// is `bytes` long. 0; 1 when the sender closed instead (it only wanted the
-// hello: rl-sync finds we hold its version); -1 with in->why.
+// checksum, and the tensors of the model, each once with its shape (or those
+// of an adapter that fits the base: push_lora.h), whose data is `bytes`
+// long. 0; 1 when the sender closed instead (it only wanted the hello:
+// rl-sync finds we hold its version); -1 with in->why.
 static int read_push(rcv_t *r, int fd, incoming *in) {
     rl_err e;
     int got = push_recv_msg(fd, in->msg, r->stop_pipe[0], timeout_of(r), &e);
@@ -291,15 +314,26 @@ static int read_push(rcv_t *r, int fd, incoming *in) {
     if (in->version <= in->have)
         return refusal(in, "version %llu is not newer than the weights held (v%llu)",
                        (unsigned long long)in->version, (unsigned long long)in->have);
+    int lora = push_lora_get(in->msg, &in->lc, &e);
+    if (lora < 0) return refusal(in, "the push message: %s", e.msg);
+    in->lora = lora == 0;
+    if (in->lora && !r->base) return refusal(in, "this receiver takes no adapter pushes (it knows no base directory)");
     if (push_get_tensors(in->msg, "tensors", &in->t, &in->n, &e)) return refusal(in, "the push message: %s", e.msg);
     in->order = xmalloc((in->n ? in->n : 1) * sizeof *in->order);
-    if (match_tensors(r, in->t, in->n, in->order, &want_bytes, &e)) return refusal(in, "%s", e.msg);
+    if (in->lora) {
+        in->slot = xmalloc((in->n ? in->n : 1) * sizeof *in->slot);
+        if (push_lora_match(model_cfg(r->m), &in->lc, in->t, in->n, in->slot, &want_bytes, &e))
+            return refusal(in, "the adapter does not fit the base %s: %s", r->o.base, e.msg);
+    } else if (match_tensors(r, in->t, in->n, in->order, &want_bytes, &e)) {
+        return refusal(in, "%s", e.msg);
+    }
     if (in->bytes != want_bytes)
         return refusal(in, "'bytes' is %llu, the tensors listed hold %llu", (unsigned long long)in->bytes,
                        (unsigned long long)want_bytes);
     int u = push_get_update(in->msg, &in->update, &e);
     if (u < 0) return refusal(in, "the push message: %s", e.msg);
     in->has_update = u == 0 && in->update.from == in->have;   // figures of another update say nothing here
+    if (in->lora) in->adapter = lora_new(&in->lc, model_cfg(r->m));
     return 0;
 }
 
@@ -335,6 +369,7 @@ static void metrics_line(rcv_t *r, const incoming *in, double recv, double wait,
     sbuf_printf(&b, "{\"t\":%.3f,\"version\":%llu,\"from\":%llu,\"bytes\":%llu,\"recv_s\":%.6f,\"wait_s\":%.6f,"
                     "\"stall_s\":%.6f", clock_now() - r->t_start, (unsigned long long)in->version,
                 (unsigned long long)in->have, (unsigned long long)in->bytes, recv, wait, stall);
+    if (in->lora) sbuf_printf(&b, ",\"adapter\":true,\"merge_s\":%.6f", in->merge_s);
     if (in->has_update) {
         const surv_figures *f = &in->update;
         sbuf_printf(&b, ",\"sampled\":%llu,\"moved\":%.6g,\"changed\":%.6g", (unsigned long long)f->n, f->moved,
@@ -366,11 +401,12 @@ static void report(rcv_t *r, const incoming *in, double recv, double wait, doubl
     }
     if (r->o.metrics && !r->metrics_failed) metrics_line(r, in, recv, wait, stall);
     if (!r->o.quiet) {
-        char b[32];
-        fprintf(stderr, "%s: weights v%llu installed from a push: %s in %.3f s (%.2f GB/s), %.0f us to a boundary, "
-                        "stall %.0f us%s\n", r->o.tool, (unsigned long long)in->version,
-                fmt_bytes(in->bytes, b, sizeof b), recv, recv > 0 ? (double)in->bytes / recv / 1e9 : 0.0, wait * 1e6,
-                stall * 1e6, upd);
+        char b[32], merged[64] = "";
+        if (in->lora) snprintf(merged, sizeof merged, ", merged in %.3f s", in->merge_s);
+        fprintf(stderr, "%s: weights v%llu installed from %s push: %s in %.3f s (%.2f GB/s)%s, %.0f us to a boundary, "
+                        "stall %.0f us%s\n", r->o.tool, (unsigned long long)in->version, in->lora ? "an adapter" : "a",
+                fmt_bytes(in->bytes, b, sizeof b), recv, recv > 0 ? (double)in->bytes / recv / 1e9 : 0.0, merged,
+                wait * 1e6, stall * 1e6, upd);
     }
     double mean;
     uint64_t first;
@@ -386,18 +422,20 @@ static void report(rcv_t *r, const incoming *in, double recv, double wait, doubl
 
 // Step 7: the result to the sender (even while stopping: the weights are
 // installed, whether or not the sender hears it), and a line on stderr. t0, t1,
-// t2 (clock_now() seconds): the data began, was verified, was installed.
+// t2 (clock_now() seconds): the data began, was verified (an adapter: and
+// merged, in->merge_s of it), was installed.
 static void answer(rcv_t *r, int fd, incoming *in, double t0, double t1, double t2, double stall) {
     rl_err e;
     rec_clear(in->msg);
     rec_set_bool(in->msg, "ok", 1);
     rec_set_uint(in->msg, "version", in->version);
     rec_set_uint(in->msg, "bytes", in->bytes);
-    set_us(in->msg, "recv_us", t1 - t0);
+    set_us(in->msg, "recv_us", t1 - t0 - in->merge_s);
     set_us(in->msg, "wait_us", t2 - t1);
     set_us(in->msg, "stall_us", stall);
+    if (in->lora) set_us(in->msg, "merge_us", in->merge_s);
     push_send_msg(fd, in->msg, -1, 5, &e);
-    report(r, in, t1 - t0, t2 - t1, stall);
+    report(r, in, t1 - t0 - in->merge_s, t2 - t1, stall);
 }
 
 // Steps 3-7 of push.h after the greeting; messages go to stderr.
@@ -416,9 +454,17 @@ static void serve(rcv_t *r, int fd) {
     if (got < 0) goto refused;
     if (send_accept(r, fd, &in)) goto refused;
     double t0 = clock_now();
-    if (receive_data(r, fd, in.t, in.order, in.n, &e)) {   // step 6
+    if (receive_data(r, fd, &in, &e)) {   // step 6
         refusal(&in, "%s", e.msg);
         goto refused;
+    }
+    if (in.lora) {   // merged now, while the model's user goes on: the swap is a full push's
+        double tm = clock_now();
+        if (model_weights_fill(r->m, r->standby, r->base, in.adapter, &e)) {
+            refusal(&in, "merging the adapter into the base %s: %s", r->o.base, e.msg);
+            goto refused;
+        }
+        in.merge_s = clock_now() - tm;
     }
     double t1 = clock_now(), stall;
     if (!install_when_free(r, &in, &stall)) goto out;   // stopping
@@ -427,6 +473,8 @@ static void serve(rcv_t *r, int fd) {
 refused:
     if (!stopping(r)) refuse(r, fd, in.why);   // else: the tool is ending, and cut the push off itself
 out:
+    if (in.adapter) lora_free(in.adapter);
+    free(in.slot);
     free(in.order);
     free(in.t);
     rec_free(in.msg);
@@ -502,6 +550,7 @@ rcv_t *rcv_start(model_t *m, uint64_t version, const rcv_opts *o, rl_err *err) {
         p->n = mt.n;
         r->stored[i] = (surv_round){.dtype = mt.stored, .group = mt.group};
     }
+    if (o->base && !(r->base = hfw_open(o->base, err))) goto fail;
     r->chunk = xmalloc(r->chunk_cap = CHUNK_BYTES);
     // The standby copy now: its pages are touched once, here, not during the
     // first update, and memory that is short fails at start.
@@ -535,6 +584,7 @@ fail:
     if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
     sbuf_free(&r->token);
     model_weights_free(m, r->standby);
+    hfw_close(r->base);
     free(r->want);
     free(r->stored);
     free(r->chunk);
@@ -560,6 +610,7 @@ void rcv_stop(rcv_t *r) {
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     model_weights_free(r->m, r->standby);
+    hfw_close(r->base);
     if (r->token.data) memset(r->token.data, 0, r->token.len);
     sbuf_free(&r->token);
     free(r->want);

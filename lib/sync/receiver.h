@@ -8,6 +8,9 @@
 // installed at once by the receiving thread while the model is released.
 // A push that breaks off, fails its checksum, does not fit the model or is not
 // newer than the weights held is refused with a warning; nothing changes.
+// An adapter push (push_lora.h) is received into host memory and merged into
+// the standby weights from the base's files (model_weights_fill) before it
+// waits for the boundary: the swap costs what a full push's does.
 #ifndef RLPIPE_RECEIVER_H
 #define RLPIPE_RECEIVER_H
 
@@ -22,11 +25,16 @@ typedef struct {
     const char *listen;       // unix:PATH or tcp:HOST:PORT (net.h)
     const char *token_file;   // shared secret (push.h); NULL: none, which tcp refuses
     const char *tool;         // "rl-sample": names the receiver in its hello and messages
+    // The model directory the model was loaded from (model_load, or the base
+    // of model_load_merged), or NULL: adapter pushes are merged into its
+    // weights, which stay open (mapped: page cache, not resident memory)
+    // while the receiver runs. NULL: the receiver takes no adapter pushes.
+    const char *base;
     int quiet;                // no line on stderr per version installed
     double timeout;           // seconds a push may make no progress (<= 0: PUSH_TIMEOUT)
     // NULL, or a JSON line per version installed: t (seconds since rcv_start),
     // version, from (the version it replaced), bytes, recv_s, wait_s, stall_s,
-    // and the sender's figures of the update when it measured them (push.h):
+    // for an adapter push adapter: true and merge_s, and the sender's figures of the update when it measured them (push.h):
     // sampled, moved, changed, kept, along (survival.h).
     FILE *metrics;
     const char *metrics_name; // for messages

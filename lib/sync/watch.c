@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/hfweights.h"
 #include "clock.h"
+#include "sync/push_lora.h"
 
 #define WATCH_MAX_FDS 8
 
@@ -34,9 +35,9 @@ static int has_pointer(const char *root) {
 }
 
 watch_t *watch_open(const char *root, rl_err *err) {
-    if (!has_pointer(root) && hfw_exists(root)) {
-        err_set(err, "%s is a model directory, not a checkpoint root: --watch follows the versions that a root's "
-                "'published' and 'latest' name", root);
+    if (!has_pointer(root) && (hfw_exists(root) || push_lora_is_adapter(root))) {
+        err_set(err, "%s is a %s directory, not a checkpoint root: --watch follows the versions that a root's "
+                "'published' and 'latest' name", root, hfw_exists(root) ? "model" : "LoRA adapter");
         return NULL;
     }
     watch_t *w = xmalloc(sizeof *w);

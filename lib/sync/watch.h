@@ -19,7 +19,8 @@
 typedef struct watch watch_t;
 
 // Follows root, which may not exist yet. NULL with err when root is a model
-// directory (model.safetensors and no `latest`): there is nothing to follow.
+// directory (model.safetensors and no `latest`) or an adapter's (push_lora.h):
+// there is nothing to follow.
 watch_t *watch_open(const char *root, rl_err *err);
 void watch_close(watch_t *w);
 

@@ -203,6 +203,10 @@ expect "--model with state.json version not an integer: exit 1" 1 '^rl-ratio: er
     -- rl-ratio --model badstate good.rlr -o x.rlr
 
 # ---- usage errors (exit 2), help and version -------------------------------------------
+expect "--adapter without --model: usage error" 2 '^rl-ratio: error: --adapter is merged into the weights of --model DIR' \
+    -- rl-ratio --adapter lora good.rlr
+expect "--adapter nonexistent: exit 1 naming its config" 1 '^rl-ratio: error: .*nolora/adapter_config.json' \
+    -- rl-ratio --model m --adapter nolora good.rlr -o x.rlr
 expect "--mode bogus: usage error" 2 '^rl-ratio: error: --mode: expected token, seq, geo or none' -- rl-ratio --mode bogus good.rlr
 check "--mode bogus: nothing on stdout" "stdout: $(head -c 100 out)" [ ! -s out ]
 expect "--clip 0: usage error" 2 '^rl-ratio: error: --clip: expected a number > 0' -- rl-ratio --clip 0 good.rlr

@@ -94,6 +94,8 @@ EOF
 # ---- model and input errors (exit 1)
 expect "--model nonexistent: exit 1 naming it" 1 '^rl-sample: error: cannot load the model: .*nomodel' -- \
     rl-sample --model nomodel p.jsonl -o x.rlr
+expect "--adapter nonexistent: exit 1 naming its config" 1 '^rl-sample: error: .*nolora/adapter_config.json' -- \
+    rl-sample --model m --adapter nolora p.jsonl -o x.rlr
 mkdir -p notok && cp m/config.json m/model.safetensors notok/
 expect "model without tokenizer.json: exit 1 naming it" 1 '^rl-sample: error: .*notok/tokenizer.json' -- \
     rl-sample --model notok p.jsonl -o x.rlr

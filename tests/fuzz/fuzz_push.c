@@ -3,8 +3,10 @@
 // its buffer holds, then end of input). The first byte m chooses:
 //   m % 4 = 0: messages (push_recv_msg) until the end or an error, the
 //              tensor lists of each (push_get_tensors "tensors"), their
-//              stored lists (push_get_stored) and update figures
-//              (push_get_update);
+//              stored lists (push_get_stored), update figures
+//              (push_get_update) and adapter maps (push_lora_get), with
+//              the tensors checked as an adapter's for a small base
+//              (push_lora_match);
 //   m % 4 = 1: a receiver's greeting, answered by push_answer (with a
 //              token when m & 4);
 //   m % 4 = 2: a sender's answer to push_greet's greeting (a token required;
@@ -24,6 +26,7 @@
 #include "fuzz_util.h"
 #include "sync/net.h"
 #include "sync/push.h"
+#include "sync/push_lora.h"
 
 #define TIMEOUT 1.0   // seconds; the bytes are all there, or the peer has closed
 
@@ -67,12 +70,45 @@ static void stored(const rec_t *msg) {
     rec_free(again);
 }
 
+// The "lora" map, read back as written, and the tensor list checked as an
+// adapter's for a base of 2 layers (hidden 32, mlp 48, 2 heads of 16, 1 kv
+// head): each accepted tensor lands inside its adapter matrix.
+static void adapter(const rec_t *msg, const push_tensor *t, size_t n) {
+    lora_config c, c2;
+    rl_err err;
+    if (push_lora_get(msg, &c, &err)) return;
+    rec_t *again = rec_new();
+    push_lora_set(again, &c);
+    if (push_lora_get(again, &c2, &err) || memcmp(&c, &c2, sizeof c)) {
+        fprintf(stderr, "fuzz_push: a lora map written by push_lora_set reads back otherwise\n");
+        __builtin_trap();
+    }
+    rec_free(again);
+    if (!t) return;
+    model_config mc = {.hidden = 32, .inter = 48, .layers = 2, .heads = 2, .kv_heads = 1, .head_dim = 16};
+    push_lora_slot *slot = xmalloc((n ? n : 1) * sizeof *slot);
+    uint64_t bytes;
+    if (push_lora_match(&mc, &c, t, n, slot, &bytes, &err) == 0) {
+        lora_adapter *a = lora_new(&c, &mc);
+        for (size_t k = 0; k < n; k++) {
+            float *d = push_lora_dest(a, slot[k]);
+            if (!d) {
+                fprintf(stderr, "fuzz_push: push_lora_match accepted %s, which the adapter lacks\n", t[k].name);
+                __builtin_trap();
+            }
+            memset(d, 0, t[k].n * sizeof *d);   // out of bounds: ASan says so
+        }
+        lora_free(a);
+    }
+    free(slot);
+}
+
 static void messages(int fd) {
     rec_t *msg = rec_new();
     rl_err err;
     while (push_recv_msg(fd, msg, -1, TIMEOUT, &err) == 0) {
-        push_tensor *t;
-        size_t n;
+        push_tensor *t = NULL;
+        size_t n = 0;
         uint64_t v;
         if (!push_get_tensors(msg, "tensors", &t, &n, &err)) {
             rec_t *again = rec_new();
@@ -86,8 +122,9 @@ static void messages(int fd) {
             }
             free(t2);
             rec_free(again);
-            free(t);
         }
+        adapter(msg, t, n);
+        free(t);
         (void)rec_get_uint(msg, "version", &v);
         stored(msg);
         surv_figures f;

@@ -127,6 +127,16 @@ def push_seeds(out):
     result = {"ok": True, "version": 4, "bytes": 10, "recv_us": 5, "wait_us": 1, "stall_us": 0}
     write(d, "messages", b"\x00" + msg(hello) + msg(push) + msg({"ok": True}) + msg(result))
     write(d, "error", b"\x00" + msg({"ok": False, "error": "a tensor missing"}))
+    # an adapter push (lib/sync/push_lora.h) that fits the harness's base: 2 layers, hidden 32,
+    # q_proj (32, 32) and v_proj (16, 32), r 4
+    lora = []
+    for layer in range(2):
+        for mod, out_dim in (("q_proj", 32), ("v_proj", 16)):
+            name = f"base_model.model.model.layers.{layer}.self_attn.{mod}"
+            lora += [[f"{name}.lora_A.weight", "f32", [4, 32]], [f"{name}.lora_B.weight", "bf16", [out_dim, 4]]]
+    write(d, "adapter", b"\x00" + msg(dict(hello, lora=1)) +
+          msg({"version": 5, "bytes": 2 * (4 * 32 * 4 + 32 * 4 * 2 + 4 * 32 * 4 + 16 * 4 * 2), "checksum": "xxh3-64",
+               "tensors": lora, "lora": {"r": 4, "alpha": 8.0, "rslora": False, "targets": "q_proj,v_proj"}}))
     greeting = b"RLPW" + struct.pack("<III", 1, 0, 0) + bytes(range(32))
     write(d, "greeting", b"\x01" + greeting)
     write(d, "greeting-auth", b"\x05" + greeting[:8] + struct.pack("<I", 1) + greeting[12:])

@@ -18,10 +18,14 @@ length L, 1 <= L <= 16 MiB, then a msgpack map of L bytes):
   1. receiver: "RLPW", u32 1, u32 flags (bit 0: token required), u32 0, 32-byte nonce
   2. sender (token required only): HMAC-SHA256(token, b"rlpipe push 1" + nonce)
   3. receiver: {ok: true, receiver, dtype, version, tensors: [[name, dtype, shape]...],
-               stored: "bf16,f32,int8/32,..." (how it keeps each tensor; optional)}
+               stored: "bf16,f32,int8/32,..." (how it keeps each tensor; optional),
+               lora: 1 (it takes adapter pushes; optional)}
   4. sender:   {version, bytes, checksum: "xxh3-64", tensors: [[name, dtype, shape]...],
                and with stored: update_from, update_n, update_moved, update_changed,
                update_norm, update_along (the update's figures, from the second push on)}
+               or, an adapter push to a receiver with lora: 1, {version, bytes, checksum,
+               lora: {r, alpha, rslora, targets: "q_proj,v_proj"}, tensors: the adapter's
+               lora_A (r, in) and lora_B (out, r) of every layer and target, PEFT's names}
   5. receiver: {ok: true} or {ok: false, error}
   6. sender:   the tensors' elements in the push's order, then u64 XXH3-64 (seed 0) of them
   7. receiver: {ok: true, version, bytes, recv_us, wait_us, stall_us} or {ok: false, error}
@@ -175,14 +179,18 @@ class Receiver:
     (announced instead of `version`), fail_result (an error message sent as the
     result after the checksum verified), timeout (seconds a read may wait),
     stored (a string sent as the hello's stored; None: no stored).
+    adapter: {name: shape} of the adapter tensors it takes (its hello then says
+    lora: 1, and a push with "lora" must send exactly these); None: no adapters.
     """
 
-    def __init__(self, addr, tensors, version=0, token=None, dtype="f32", name="pushproto 1", timeout=10.0):
+    def __init__(self, addr, tensors, version=0, token=None, dtype="f32", name="pushproto 1", timeout=10.0,
+                 adapter=None):
         self.tensors = {}
         for k, v in tensors.items():
             shape, dt = (v if isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str) else (v, dtype))
             self.tensors[k] = (tuple(int(d) for d in shape), dt)
         self.version, self.token, self.dtype, self.name, self.timeout = version, token, dtype, name, timeout
+        self.adapter = None if adapter is None else {k: (tuple(int(d) for d in v), None) for k, v in adapter.items()}
         self.refuse = self.fail_result = self.hello_version = self.stored = None
         self.delay = 0.0
         self.exchanges = []
@@ -292,6 +300,8 @@ class Receiver:
                  "tensors": [[k, dt, list(shape)] for k, (shape, dt) in self.tensors.items()]}
         if self.stored is not None:
             hello["stored"] = self.stored
+        if self.adapter is not None:
+            hello["lora"] = 1
         send_msg(conn, hello)
         ex.kind = "hello"
         push = recv_msg(conn)           # Closed here: a probe, or it held the version already
@@ -337,19 +347,29 @@ class Receiver:
             return f"checksum {push['checksum']!r}: only xxh3-64 is known"
         if push["version"] <= held:
             return f"version {push['version']} is not newer than the {held} held"
+        wanted = self.tensors
+        if "lora" in push:
+            lora = push["lora"]
+            if self.adapter is None:
+                return "no adapter pushes here"
+            if not (isinstance(lora, dict) and isinstance(lora.get("r"), int) and lora["r"] >= 1
+                    and isinstance(lora.get("alpha"), float) and lora["alpha"] > 0
+                    and isinstance(lora.get("rslora"), bool) and isinstance(lora.get("targets"), str)):
+                return f"lora {lora!r} is not {{r, alpha, rslora, targets}}"
+            wanted = self.adapter
         seen, total = set(), 0
         for name, dt, shape in push["tensors"]:
-            if name not in self.tensors:
+            if name not in wanted:
                 return f"unknown tensor {name}"
             if name in seen:
                 return f"tensor {name} twice"
-            if tuple(shape) != self.tensors[name][0]:
-                return f"tensor {name} has shape {list(shape)}, the model {list(self.tensors[name][0])}"
+            if tuple(shape) != wanted[name][0]:
+                return f"tensor {name} has shape {list(shape)}, the model {list(wanted[name][0])}"
             if dt not in DTYPE_SIZE:
                 return f"tensor {name}: dtype {dt!r}"
             seen.add(name)
             total += nbytes(dt, shape)
-        missing = [k for k in self.tensors if k not in seen]
+        missing = [k for k in wanted if k not in seen]
         if missing:
             return f"tensor {missing[0]} missing"
         if push["bytes"] != total:
@@ -413,10 +433,10 @@ def connect(addr, timeout=10.0):
 
 
 def build(hello, tensors, version, *, dtypes=None, announce_version=None, announce_bytes=None, omit=(), extra=None,
-          shapes=None, checksum_name="xxh3-64"):
+          shapes=None, checksum_name="xxh3-64", lora=None):
     """The push message (a dict) and the data (bytes) push() sends for this
     hello (see push() for the arguments)."""
-    wanted = {name: dt for name, dt, _ in hello["tensors"]}
+    wanted = {name: dt for name, dt, _ in hello["tensors"]} if lora is None else {name: "f32" for name in tensors}
     order = [n for n in wanted if n not in omit]
     arrays = {n: np.ascontiguousarray(tensors[n], dtype=np.float32) for n in order}
     wire = {n: (dtypes or {}).get(n, wanted[n]) for n in order}
@@ -429,6 +449,8 @@ def build(hello, tensors, version, *, dtypes=None, announce_version=None, announ
     msg = {"version": version if announce_version is None else announce_version,
            "bytes": len(data) if announce_bytes is None else announce_bytes,
            "checksum": checksum_name, "tensors": listed}
+    if lora is not None:
+        msg["lora"] = lora
     return msg, data
 
 
@@ -449,8 +471,10 @@ def stream_parts(hello, tensors, version, auth, **kw):
 def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, truncate_at=None, mac_override=None,
          announce_version=None, announce_bytes=None, msg_length=None, omit=(), extra=None, shapes=None,
          checksum_name="xxh3-64", force=False, close_after=None, pause=None, cut_at=None, flip_at=None,
-         timeout=10.0):
+         timeout=10.0, lora=None):
     """Pushes tensors ({name: float32 array}) as `version` to the receiver at addr.
+    With lora ({r, alpha, rslora, targets}): an adapter push, tensors the
+    adapter's (sent as f32 unless dtypes says otherwise), whatever the hello says.
 
     The wire dtype of each tensor is the one the hello asks for, unless
     dtypes ({name: dtype}) says otherwise. Misbehaviour, for receiver tests:
@@ -497,7 +521,7 @@ def push(addr, tensors, version, token=None, *, dtypes=None, corrupt=None, trunc
             return r
         msg, data = build(r.hello, tensors, version, dtypes=dtypes, announce_version=announce_version,
                           announce_bytes=announce_bytes, omit=omit, extra=extra, shapes=shapes,
-                          checksum_name=checksum_name)
+                          checksum_name=checksum_name, lora=lora)
         send_msg(w, msg, length=msg_length)
         r.answer = recv_msg(s)
         if not r.answer.get("ok"):

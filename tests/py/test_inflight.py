@@ -10,6 +10,13 @@ as in test_sample.py. Pushes are sent by bin/rl-sync, or, when they must
 misbehave, by pushproto.py (an independent implementation of the protocol).
 Every process runs in its own process group with a timeout, and is killed
 when a case fails: nothing may hang CI.
+
+Adapter pushes (section 6): a LoRA adapter of v0 written by PEFT
+(peft_adapter.py), pushed by rl-sync into running receivers, leaves them with
+the weights of the tool started with --model v0 --adapter DIR, bit for bit
+(their records are compared byte for byte), which the float64 reference of
+PEFT's own merge_and_unload confirms at 1e-4 nats; adapters that do not fit
+are refused, naming the tensor, and the weights stay.
 """
 import io
 import json
@@ -547,6 +554,167 @@ def the_sampler_tells_how_much_of_each_update_its_precision_keeps_and_warns_once
                 "(the 5 from v0 to v5; the latest: 0.0% of the weights changed, "), warn
             assert "(f16 or f32: rl-sample(1), Precision)" in warn[0], warn[0]
             assert len(swarn) == 1, serr
+
+
+# ---- 6. adapter pushes -------------------------------------------------------------------
+
+_ADAPTERS = {}
+
+
+def adapter(name, base=V0, **kw):
+    """(adapter directory, PEFT's merge of it into base): a PEFT adapter of
+    base, version 3, r 4 on q_proj and v_proj, unless kw says otherwise."""
+    if name not in _ADAPTERS:
+        import peft_adapter
+        kw = dict(dict(version=3, seed=11), **kw)
+        _ADAPTERS[name] = (peft_adapter.write(path(name), base, merged=path(name + "-merged"), **kw),
+                           path(name + "-merged"))
+    return _ADAPTERS[name]
+
+
+def pushed_line(err, v):
+    """(bytes, merge us) of rl-sync's line for version v."""
+    m = re.search(rf"^rl-sync: v{v:06d} -> \S+: ([0-9.]+ [kMG]?B)( of adapter)? in [0-9.]+ s \([^)]*\)"
+                  r"(?:, merged in ([0-9]+) us)?, receiver stall [0-9]+ us", err, re.M)
+    assert m, f"no push line for v{v}: {err}"
+    return m.group(1), m.group(3)
+
+
+def kb(text):
+    n, unit = text.split()
+    return float(n) * {"B": 1e-3, "kB": 1, "MB": 1e3, "GB": 1e6}[unit]
+
+
+@case
+def an_adapter_push_leaves_a_bf16_sampler_with_the_weights_of_one_started_with_the_adapter_bit_for_bit():
+    # groups decoded one at a time (2 slots, no eos: both samples run 16 tokens), so that the
+    # run with the push and the run started with the adapter compute the same products
+    lora, _ = adapter("lora-sample", version=4)   # --sync waits for v4 after the 4th group: this one
+    common = ["-n", "2", "--slots", "2", "--max-new-tokens", "16", "--ignore-eos", "--max-prompts", "4",
+              "--dtype", "bf16", "--seed", "7", "-u", "--no-provenance", PROMPTS]
+    rc, raw, err = rltest.run("rl-sample", "--model", V0, "--adapter", lora, *common)
+    assert rc == 0, err
+    (hdr_ref, want, _), = rltest.read_stream(raw)
+    assert hdr_ref["model"]["adapter"] == lora and hdr_ref["model"]["path"] == V0, hdr_ref["model"]
+    assert hdr_ref["model"]["version"] == 4 and all(set(r["ver"]) == {4} for r in want), hdr_ref["model"]
+    sock = path("lora-sample.sock")
+    with iu.Procs(WORK) as P:   # --sync: the first group at v0, then waits for weights
+        s = P.start("rl-sample", "--model", V0, "--listen", "unix:" + sock, "--sync", "--batch", "2", *common,
+                    stdout=subprocess.PIPE, name="rl-sample")
+        out = iu.Reader(s.stdout)
+        iu.listen_address(s)
+        out.wait_records(2)
+        sync = P.start("rl-sync", lora, "--to", "unix:" + sock, name="rl-sync")
+        serr = iu.expect_exit_0(sync)
+        _, recs, _ = out.finish()
+        err = iu.expect_exit_0(s)
+    size, merge_us = pushed_line(serr, 4)
+    assert merge_us is not None, serr
+    assert re.search(rf"^rl-sample: weights v4 installed from an adapter push: {size} in [0-9.]+ s \([^)]*\), "
+                     r"merged in [0-9.]+ s, ", err, re.M), err
+    assert summary_pushes(err) == (0, 4, 1, 0), err[-400:]
+    assert [sorted(set(r["ver"])) for r in recs] == [[0]] * 2 + [[4]] * 6, [r["ver"] for r in recs]
+    by_id = {r["id"]: r for r in want}
+    for r in recs[2:]:
+        w = by_id[r["id"]]
+        assert (r["prompt_ids"], r["ids"]) == (w["prompt_ids"], w["ids"]), f"record {r['id']}: other tokens"
+        assert r["logp"] == w["logp"], f"record {r['id']}: log-probs differ from the sampler started with the " \
+            f"adapter, by up to {max(abs(a - b) for a, b in zip(r['logp'], w['logp'])):.3g}"
+    print(f"  adapter push {size}, merged in {merge_us} us; records 2-7 equal the --adapter run's bit for bit")
+
+
+@case
+def rl_ratio_scores_with_a_pushed_adapter_as_with_adapter_given_and_as_pefts_merge_then_takes_a_full_push():
+    lora, merged = adapter("lora-ratio")
+    rc, raw, err = rltest.run("rl-sample", "--model", V0, "-n", "2", "--max-new-tokens", "12", "--max-prompts", "6",
+                              "-u", "-q", PROMPTS)
+    assert rc == 0, err
+    (hdr, recs, _), = rltest.read_stream(raw)
+    objs = rltest.member_bytes(recs, hdr)   # header, 12 records, trailer
+    rc, raw, err = rltest.run("rl-ratio", "--model", V0, "--adapter", lora, "--batch", "4", "-u", input=b"".join(objs))
+    assert rc == 0, err
+    (rhdr, want, _), = rltest.read_stream(raw)
+    assert rhdr["ratio"]["adapter"] == lora and all(r["ver_learner"] == 3 for r in want), rhdr["ratio"]
+    sock = path("lora-ratio.sock")
+    with iu.Procs(WORK) as P:
+        rt = P.start("rl-ratio", "--model", V0, "--listen", "unix:" + sock, "--batch", "4", "-u",
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, name="rl-ratio")
+        out = iu.Reader(rt.stdout)
+        iu.listen_address(rt)
+        rt.stdin.write(b"".join(objs[:5]))
+        rt.stdin.flush()
+        out.wait_records(4)
+        sync = P.start("rl-sync", lora, "--to", "unix:" + sock, name="rl-sync")
+        a_err = iu.expect_exit_0(sync)
+        rt.stdin.write(b"".join(objs[5:9]))
+        rt.stdin.flush()
+        out.wait_records(8)
+        sync = P.start("rl-sync", "--as-version", "4", merged, "--to", "unix:" + sock, name="rl-sync full")
+        f_err = iu.expect_exit_0(sync)
+        rt.stdin.write(b"".join(objs[9:]))
+        rt.stdin.close()
+        _, scored, _ = out.finish()
+        err = iu.expect_exit_0(rt)
+    assert summary_pushes(err, "rl-ratio") == (0, 4, 2, 0), err[-400:]
+    assert [r["ver_learner"] for r in scored] == [0] * 4 + [3] * 4 + [4] * 4, [r["ver_learner"] for r in scored]
+    for r, w in zip(scored[4:8], want[4:8]):
+        assert r["logp_learner"] == w["logp_learner"], f"record {r['id']}: the pushed adapter scores otherwise " \
+            "than rl-ratio --adapter"
+    for r in scored[4:]:   # PEFT's merge, in float64: the adapter's and the merged model's scores alike
+        e = logp_error(r, merged, "logp_learner")
+        assert e <= TOL, f"record {r['id']} (ver_learner {r['ver_learner']}): |logp_learner - PEFT merge ref| {e:.3g}"
+    (a_size, merge_us), (f_size, _) = pushed_line(a_err, 3), pushed_line(f_err, 4)
+    assert kb(a_size) * 10 < kb(f_size), (a_size, f_size)
+    print(f"  push bytes: adapter (r 4, q_proj and v_proj) {a_size}, merged in {merge_us} us; "
+          f"the merged model in full {f_size}")
+
+
+@case
+def adapters_that_do_not_fit_the_base_are_refused_naming_the_tensor_and_the_weights_stay():
+    other = path("other-base")   # hidden 32: another base's adapter
+    llama_ref.random_model(other, hidden=32, inter=96, layers=2, heads=2, kv_heads=1, vocab=448, tie=True,
+                           max_pos=512, seed=5)
+    llama_ref.add_tiny_tokenizer(other)
+    foreign, _ = adapter("lora-foreign", base=other)
+    lora, _ = adapter("lora-refused")
+    a = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+    rc, _, err = rltest.run("rl-sample", "--model", V0, "--adapter", foreign, "--max-prompts", "1", PROMPTS)
+    assert rc == 1 and "adapter_model.safetensors" in err and "lora_A" in err, f"exit {rc}: {err}"
+    tensors = dict(load_file(os.path.join(lora, "adapter_model.safetensors")))
+    cfg = {"r": 4, "alpha": 8.0, "rslora": False, "targets": "q_proj,v_proj"}
+    bad = [   # (pushproto's push, the warning)
+        (dict(omit=(a,)), r"the adapter has 7 tensors; r 4 on 2 modules of 2 layers needs 8"),
+        (dict(lora=dict(cfg, targets="q_proj,k_proj")),
+         r"tensor 'base_model\.model\.model\.layers\.0\.self_attn\.v_proj\.lora_A\.weight' is not part of"),
+        (dict(lora=dict(cfg, r=0)), r"'lora' has no rank r in 1\.\.65536"),
+        (dict(lora=dict(cfg, r=5)), rf"tensor '{re.escape(a)}' is \[4, 64\]; the receiver's base needs \[5, 64\]"),
+    ]
+    sock = path("lora-refused.sock")
+    with iu.Procs(WORK) as P:
+        s = P.start("rl-sample", "--model", V0, "-n", "2", "--slots", "4", "--max-new-tokens", "8", "--epochs", "0",
+                    "-u", "--listen", "unix:" + sock, PROMPTS, stdout=subprocess.PIPE, name="rl-sample")
+        out = iu.Reader(s.stdout)
+        iu.listen_address(s)
+        out.wait_records(2)
+        sync = P.start("rl-sync", foreign, "--to", "unix:" + sock, name="rl-sync")
+        assert iu.exit_status(sync, 30) == 1, iu.stderr_of(sync)
+        serr = iu.stderr_of(sync)
+        assert f"the receiver refused the push: the adapter does not fit the base {V0}: tensor '{a}' is [4, 32]; " \
+               "the receiver's base needs [4, 64]" in serr, serr
+        for i, (kw, why) in enumerate(bad, start=1):
+            kw = dict(dict(lora=cfg), **kw)
+            got, held = iu.refused_push(s, "unix:" + sock, tensors, i, kw, None, version=3, **kw)
+            assert re.search(why, got) and held == "0", f"push {kw}: warning '{got}; keeping weights v{held}'"
+        n = len(out.records())
+        after = out.wait_records(n + 4)[n:]
+        s.send_signal(signal.SIGTERM)
+        out.finish()
+        err = iu.expect_exit_0(s)
+    assert summary_pushes(err) == (0, 0, 0, 1 + len(bad)), err[-400:]
+    assert all(set(r["ver"]) == {0} for r in after), "a refused adapter changed the weights"
+    for r in after[-2:]:
+        e = logp_error(r, V0)
+        assert e <= TOL, f"record {r['id']} after the refusals: |logp - v0 ref| {e:.3g}"
 
 
 if __name__ == "__main__":

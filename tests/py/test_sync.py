@@ -7,6 +7,9 @@ pushes fail with exit 1 and a message naming the receiver; --watch pushes each
 new version of a checkpoint root (written by rl-learn, or by hand the way
 lib/checkpoint/checkpoint.c writes them), passes over versions that pile up, and ends
 at --max-version, when the receivers go away, or on SIGTERM (man/rl-sync.1).
+A version holding a LoRA adapter (written by PEFT: peft_adapter.py) goes out as
+the adapter's tensors, bit for bit, with its config in the push message, to a
+receiver that takes adapters, and fails, saying what to do, at one that does not.
 
 Models are tiny (hidden 32, vocab 64): every push takes milliseconds; the
 time goes to the waits of the watch cases (poll intervals of 0.1-0.2 s).
@@ -541,6 +544,76 @@ def a_sampler_with_the_f32_head_is_sent_its_output_layer_at_f32_and_the_other_ma
 def watch_on_a_model_directory_is_an_error():
     rc, err = sync("--watch", MODEL, "--to", sock("x"))
     assert rc == 1 and f"{MODEL} is a model directory, not a checkpoint root" in err, err
+
+
+# ---- adapters --------------------------------------------------------------------------------
+
+def adapter_version(root, v, **kw):
+    """root/vNNNNNN holding a PEFT adapter of MODEL as version v (rl-learn
+    --lora-rank's layout: no config.json, no model.safetensors), latest naming it."""
+    import peft_adapter
+    os.makedirs(root, exist_ok=True)
+    name = f"v{v:06d}"
+    peft_adapter.write(os.path.join(root, name), MODEL, version=v, seed=v, **kw)
+    with open(os.path.join(root, ".latest.tmp-py"), "w") as f:
+        f.write(name + "\n")
+    os.rename(os.path.join(root, ".latest.tmp-py"), os.path.join(root, "latest"))
+    return os.path.join(root, name)
+
+
+LORA_PUSH_LINE = (r"^rl-sync: v{v:06d} -> {addr}: [0-9.]+ kB of adapter in [0-9.]+ s \([0-9.]+ [kMG]?B/s\), "
+                  r"merged in 0 us, receiver stall 1 us$")
+
+
+@case
+def an_adapter_version_goes_out_as_its_tensors_bit_for_bit_with_its_config():
+    vdir = adapter_version(path("ck_lora"), 3, r=4, alpha=16.0, targets=("q_proj", "v_proj", "down_proj"))
+    file = load_file(os.path.join(vdir, "adapter_model.safetensors"))
+    with receiver("lora", adapter={k: tuple(t.shape) for k, t in file.items()}) as r:
+        err = sync_ok(path("ck_lora"), "--to", r.address)
+        assert [e.kind for e in r.exchanges] == ["pushed"], r.exchanges
+        ex = r.exchanges[0]
+    assert ex.version == 3 and ex.push["lora"] == {"r": 4, "alpha": 16.0, "rslora": False,
+                                                   "targets": "q_proj,v_proj,down_proj"}, ex.push
+    assert not any(k.startswith("update_") for k in ex.push), ex.push
+    assert sorted(ex.raw) == sorted(file) and len(file) == 2 * 3 * 2, sorted(ex.raw)
+    for k, t in file.items():
+        assert ex.dtypes[k] == "f32", (k, ex.dtypes[k])
+        same_bits(ex.raw[k], t, k)
+    full = sum(4 * t.numel() for t in WEIGHTS.values())
+    assert ex.bytes == sum(4 * t.numel() for t in file.values()) < full / 4, (ex.bytes, full)
+    assert re.match(LORA_PUSH_LINE.format(v=3, addr=re.escape(r.address)), err.splitlines()[0]), err
+    print(f"  adapter push {ex.bytes} bytes; the model's f32 tensors {full}")
+
+
+@case
+def a_receiver_that_takes_no_adapters_fails_the_push_saying_to_push_a_merged_model():
+    vdir = adapter_version(path("ck_lora_old"), 2)
+    with receiver("noadapters") as r:
+        rc, err = sync(path("ck_lora_old"), "--to", r.address)
+        r.wait(lambda x: x.exchanges)
+        assert [e.kind for e in r.exchanges] == ["closed"] and r.version == 0, r.exchanges
+    assert rc == 1 and f"{r.address}: {vdir} holds a LoRA adapter, and the receiver takes no adapter pushes " \
+        "(an older rlpipe): push a model directory, the base with the adapter merged" in err, err
+
+
+@case
+def watch_pushes_adapter_versions_and_refuses_an_adapter_directory():
+    root = path("ck_lora_watch")
+    v1 = adapter_version(root, 1)
+    shapes = {k: tuple(t.shape) for k, t in load_file(os.path.join(v1, "adapter_model.safetensors")).items()}
+    with receiver("lorawatch", adapter=shapes) as r:
+        proc = start_sync("--watch", root, "--to", r.address, "--poll", "0.1", "--max-version", "2")
+        assert r.wait(lambda x: x.version == 1), r.exchanges
+        v2 = adapter_version(root, 2)
+        rc, err = finish(proc)
+        assert rc == 0, err
+        assert [e.version for e in r.pushes()] == [1, 2], r.exchanges
+    for ex, d in zip(r.pushes(), (v1, v2)):
+        for k, t in load_file(os.path.join(d, "adapter_model.safetensors")).items():
+            same_bits(ex.raw[k], t, k)
+    rc, err = sync("--watch", v1, "--to", sock("x"))
+    assert rc == 1 and f"{v1} is a LoRA adapter directory, not a checkpoint root" in err, err
 
 
 if __name__ == "__main__":

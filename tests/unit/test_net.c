@@ -5,6 +5,10 @@
 // broken one, give up after the timeout and when told to stop; messages
 // round-trip and over-long ones are refused before reading; the greeting
 // authenticates the right token only; token files and tensor lists are checked.
+// Adapter pushes (push_lora.h): the "lora" map round-trips and a malformed one
+// is refused saying what is wrong; an adapter's tensors are matched to a base,
+// every layer and target once with Hugging Face's shapes, and any other list
+// is refused naming the tensor.
 // Record streams over sockets (recnet.h, rl-cat --to and --merge): the two
 // channels refuse each other's greeting and answer; a connection is
 // authenticated, handed over, and answered with the records the merge read.
@@ -26,6 +30,7 @@
 #include "check.h"
 #include "sync/net.h"
 #include "sync/push.h"
+#include "sync/push_lora.h"
 #include "sync/recnet.h"
 #include "tmpdir.h"
 
@@ -1041,6 +1046,128 @@ static void malformed_tensor_lists_are_refused_naming_the_entry(void) {
     rec_free(m);
 }
 
+static void adapter_maps_round_trip_and_malformed_ones_are_refused(void) {
+    lora_config c = {.rank = 16, .alpha = 32.5, .rslora = 1, .targets = 1u << LORA_V | 1u << LORA_Q | 1u << LORA_DOWN},
+                got;
+    rec_t *m = rec_new(), *back = rec_new();
+    rl_err err = {{0}};
+    push_lora_set(m, &c);
+    int sv[2];
+    CHECK(pair(sv) == 0, "socketpair: %s", strerror(errno));
+    CHECK(push_send_msg(sv[0], m, -1, 5, &err) == 0, "%s", err.msg);
+    CHECK(push_recv_msg(sv[1], back, -1, 5, &err) == 0, "%s", err.msg);
+    close(sv[0]), close(sv[1]);
+    CHECK(push_lora_get(back, &got, &err) == 0, "%s", err.msg);
+    CHECK(got.rank == 16 && got.alpha == 32.5 && got.rslora == 1 && got.targets == c.targets && !got.base[0],
+          "r %d alpha %g rslora %d targets %#x", got.rank, got.alpha, got.rslora, got.targets);
+    const char *targets;
+    size_t len;
+    rec_t *inner = rec_new();
+    long i = rec_find(back, "lora");
+    size_t n;
+    const uint8_t *v = rec_value(back, (size_t)i, &n);
+    CHECK(rec_parse(inner, v, n, &rec_default_limits, &err) == 0, "%s", err.msg);
+    CHECK(rec_get_str(inner, "targets", &targets, &len) == 0 && len == 23 && !memcmp(targets, "q_proj,v_proj,down_proj", 23),
+          "targets '%.*s': LORA_* order", (int)len, targets);
+    rec_free(inner);
+    rec_t *none = rec_new();
+    CHECK(push_lora_get(none, &got, &err) == 1, "a message without lora");
+    rec_free(none);
+    const char *bad[] = {   // the map with, in turn: r 0, r 65537, alpha 0, no alpha, rslora 1,
+                            // targets naming lm_head, targets 7
+        "no rank r in 1..65536", "no rank r in 1..65536", "no positive alpha", "no positive alpha",
+        "no boolean rslora", "'lora' targets: ", "no targets string"};
+    for (int k = 0; k < 7; k++) {
+        rec_t *t = rec_new(), *msg = rec_new();
+        rec_set_uint(t, "r", k == 0 ? 0 : k == 1 ? 65537 : 4);
+        if (k != 3) rec_set_f64(t, "alpha", k == 2 ? 0 : 8);
+        if (k == 4) rec_set_uint(t, "rslora", 1);
+        else rec_set_bool(t, "rslora", 0);
+        if (k == 6) rec_set_uint(t, "targets", 7);
+        else rec_set_cstr(t, "targets", k == 5 ? "q_proj,lm_head" : "q_proj");
+        sbuf enc = {0};
+        rec_encode(t, &enc);
+        rec_set_raw(msg, "lora", 4, enc.data, enc.len);
+        CHECK(push_lora_get(msg, &got, &err) == -1 && has(err.msg, bad[k]), "case %d: '%s'", k, err.msg);
+        sbuf_free(&enc);
+        rec_free(t), rec_free(msg);
+    }
+    rec_set_cstr(m, "lora", "r=4");
+    CHECK(push_lora_get(m, &got, &err) == -1 && has(err.msg, "'lora' is not a map"), "%s", err.msg);
+    rec_free(m), rec_free(back);
+}
+
+// The tensor of `layer` and module `target` (lora_A when ab 0), with the
+// shape Hugging Face's Llama gives it in a base of hidden 64, intermediate
+// 96, 4 heads of 16 and 2 kv heads: q (64, 64), k and v (32, 64), o (64,
+// 64), gate and up (96, 64), down (64, 96), as (out, in).
+static push_tensor adapter_tensor(int layer, int target, int ab, int r) {
+    static const int out[LORA_NT] = {64, 32, 32, 64, 96, 96, 64}, in[LORA_NT] = {64, 64, 64, 64, 64, 64, 96};
+    static const char *const where[LORA_NT] = {"self_attn", "self_attn", "self_attn", "self_attn", "mlp", "mlp", "mlp"};
+    push_tensor t = {.dtype = DT_BF16, .ndim = 2};
+    snprintf(t.name, sizeof t.name, "base_model.model.model.layers.%d.%s.%s.lora_%c.weight", layer, where[target],
+             lora_target_names[target], ab ? 'B' : 'A');
+    t.shape[0] = ab ? out[target] : r;
+    t.shape[1] = ab ? r : in[target];
+    t.n = (size_t)(t.shape[0] * t.shape[1]);
+    return t;
+}
+
+static void adapter_tensors_are_matched_to_the_base_each_once_with_its_shape(void) {
+    model_config mc = {.hidden = 64, .inter = 96, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16, .vocab = 448};
+    lora_config c = {.rank = 8, .alpha = 16, .targets = 1u << LORA_K | 1u << LORA_O | 1u << LORA_UP | 1u << LORA_DOWN};
+    const int targets[4] = {LORA_K, LORA_O, LORA_UP, LORA_DOWN};
+    push_tensor t[16], u[16];
+    size_t n = 0;
+    uint64_t want = 0, bytes = 0;
+    for (int layer = 1; layer >= 0; layer--)   // any order
+        for (int k = 0; k < 4; k++)
+            for (int ab = 0; ab < 2; ab++) {
+                t[n] = adapter_tensor(layer, targets[k], ab, 8);
+                want += t[n++].n * 2;
+            }
+    push_lora_slot slot[16];
+    rl_err err = {{0}};
+    CHECK(push_lora_match(&mc, &c, t, n, slot, &bytes, &err) == 0, "%s", err.msg);
+    CHECK(bytes == want, "%llu bytes, want %llu", (unsigned long long)bytes, (unsigned long long)want);
+    lora_adapter *a = lora_new(&c, &mc);
+    for (size_t k = 0; k < n; k++) {
+        push_lora_slot w = {.layer = 1 - (int)k / 8, .target = targets[k / 2 % 4], .ab = (int)k % 2};
+        CHECK(slot[k].layer == w.layer && slot[k].target == w.target && slot[k].ab == w.ab, "tensor %zu: %s", k, t[k].name);
+        size_t li = (size_t)w.layer * LORA_NT + (size_t)w.target;
+        CHECK(push_lora_dest(a, slot[k]) == (w.ab ? a->b[li] : a->a[li]), "tensor %zu's destination", k);
+    }
+    lora_free(a);
+    struct {
+        const char *what, *error;
+        size_t n;
+    } bad[] = {
+        {"one missing", "the adapter has 15 tensors; r 8 on 4 modules of 2 layers needs 16", 15},
+        {"lora_B of another shape", "tensor 'base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight' is [33, 8]; "
+                                    "the receiver's base needs [32, 8]", 16},
+        {"one twice", "tensor 'base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight' is sent twice", 16},
+        {"a layer the base lacks", "tensor 'base_model.model.model.layers.2.self_attn.k_proj.lora_A.weight' is not part "
+                                   "of the adapter", 16},
+        {"a module not targeted", "tensor 'base_model.model.model.layers.1.self_attn.q_proj.lora_A.weight' is not part",
+         16},
+        {"not a LoRA name", "tensor 'model.layers.1.self_attn.k_proj.weight' is not a LoRA matrix", 16},
+    };
+    lora_config wide = c;
+    wide.rank = 33;   // above k_proj's 32 outputs
+    CHECK(push_lora_match(&mc, &wide, t, n, slot, &bytes, &err) == -1 &&
+          has(err.msg, "r 33 is larger than k_proj's smaller dimension (32) in the receiver's base"), "%s", err.msg);
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        memcpy(u, t, sizeof t);
+        if (k == 1) u[1].shape[0] = 33, u[1].n = 33 * 8;
+        if (k == 2) u[1] = u[0];
+        if (k == 3) u[0] = adapter_tensor(2, LORA_K, 0, 8);
+        if (k == 4) u[0] = adapter_tensor(1, LORA_Q, 0, 8);
+        if (k == 5) snprintf(u[0].name, sizeof u[0].name, "model.layers.1.self_attn.k_proj.weight");
+        CHECK(push_lora_match(&mc, &c, u, bad[k].n, slot, &bytes, &err) == -1 && has(err.msg, bad[k].error), "%s: '%s'",
+              bad[k].what, err.msg);
+    }
+}
+
 int main(void) {
     RUN(parse_reads_unix_and_bare_paths);
     RUN(parse_reads_tcp_forms_and_formats_them_back);
@@ -1077,5 +1204,7 @@ int main(void) {
     RUN(token_of_the_wrong_length_is_refused);
     RUN(tensor_lists_round_trip);
     RUN(malformed_tensor_lists_are_refused_naming_the_entry);
+    RUN(adapter_maps_round_trip_and_malformed_ones_are_refused);
+    RUN(adapter_tensors_are_matched_to_the_base_each_once_with_its_shape);
     CHECK_DONE();
 }

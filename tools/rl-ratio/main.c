@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/cli_device.h"
+#include "cli/cli_model.h"
 #include "clock.h"
 #include "ratio/scorer.h"
 #include "records/source.h"
@@ -27,6 +28,9 @@ static const char USAGE[] =
     "                         temperature; DIR is a model directory or a checkpoint\n"
     "                         directory with a file 'latest'. Without --model, records\n"
     "                         must carry logp_learner already\n"
+    "      --adapter DIR      score with a LoRA adapter merged into --model's weights:\n"
+    CLI_ADAPTER_HELP
+    "                         (f32 here: the merge is not rounded)\n"
     CLI_DEVICE_HELP
     "      --batch N          records scored together and per metrics line, 1..65536\n"
     "                         (default 256)\n"
@@ -70,7 +74,7 @@ static const char USAGE[] =
     "  rl-ratio --mode geo --mask 0.5,2 --metrics mm.jsonl scored.rlr -o weighted.rlr\n";
 
 typedef struct {
-    const char *model, *metrics, *listen, *token_file;
+    const char *model, *adapter, *metrics, *listen, *token_file;
     rl_device device;
     cli_out_opts out;
     cli_partial partial;
@@ -78,14 +82,15 @@ typedef struct {
 } options;
 
 static options parse_options(int argc, char **argv) {
-    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP, O_PARTIAL, O_AS };
+    enum { O_MODEL = 256, O_MODE, O_CLIP, O_MASK, O_BATCH, O_METRICS, O_LISTEN, O_TOKEN, O_DEVICE, O_SKIP, O_PARTIAL, O_AS, O_ADAPTER };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},   {"mode", required_argument, 0, O_MODE},
         {"clip", required_argument, 0, O_CLIP},     {"mask", required_argument, 0, O_MASK},
         {"batch", required_argument, 0, O_BATCH},   {"metrics", required_argument, 0, O_METRICS},
         {"listen", required_argument, 0, O_LISTEN}, {"token-file", required_argument, 0, O_TOKEN},
         {"device", required_argument, 0, O_DEVICE}, {"skip-uniform", no_argument, 0, O_SKIP},
-        {"allow-partial", no_argument, 0, O_PARTIAL}, {"as", required_argument, 0, O_AS}, CLI_OUT_LONGOPTS, {0, 0, 0, 0}};
+        {"allow-partial", no_argument, 0, O_PARTIAL}, {"as", required_argument, 0, O_AS},
+        {"adapter", required_argument, 0, O_ADAPTER}, CLI_OUT_LONGOPTS, {0, 0, 0, 0}};
     options o = {.scr = {.ratio = ratio_default_opts, .batch = 256}};
     rl_err e;
     int c, mode_given = 0;
@@ -93,6 +98,7 @@ static options parse_options(int argc, char **argv) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
+        case O_ADAPTER: o.adapter = optarg; break;
         case O_DEVICE: o.device = cli_parse_device(optarg); break;
         case O_MODE:
             mode_given = 1;
@@ -129,6 +135,7 @@ static options parse_options(int argc, char **argv) {
     if (o.scr.ratio.mode == RATIO_NONE && (o.scr.ratio.mask || o.scr.ratio.clip_set))
         cli_usage_error("--mode none gives every token weight 1: --clip and --mask do not apply");
     if (o.listen && !o.model) cli_usage_error("--listen replaces the weights of --model DIR: give it");
+    if (o.adapter && !o.model) cli_usage_error("--adapter is merged into the weights of --model DIR: give it");
     if (o.token_file && !o.listen) cli_usage_error("--token-file is for --listen");
     if (o.scr.skip_uniform && !o.model) cli_usage_error("--skip-uniform skips scoring by --model DIR: give it");
     if (o.listen && rcv_check_listen(o.listen, o.token_file, &e)) cli_usage_error("%s", e.msg);
@@ -199,16 +206,21 @@ int main(int argc, char **argv) {
         o.scr.metrics = strcmp(o.metrics, "-") ? fopen(o.metrics, "w") : stdout;
         if (!o.scr.metrics) cli_die("cannot create the metrics file: %s: %s", o.metrics, strerror(errno));
     }
-    char model_dir[4096];
+    cli_model loaded;
     if (o.model) {
         rl_err e;
-        if (!(o.scr.model = scr_load_learner(o.model, o.device, &o.scr.ver_learner, model_dir, sizeof model_dir, &e)))
+        model_opts mo = {.dtype = DT_F32, .device = o.device};
+        if (!(o.scr.model = cli_load_model(o.model, o.adapter, &mo, o.scr.as_ref ? "the model" : "the learner model",
+                                           &loaded, &e)))
             cli_die("%s", e.msg);
-        o.scr.model_dir = model_dir;
+        o.scr.model_dir = loaded.dir;
+        o.scr.adapter_dir = o.adapter ? loaded.adapter : NULL;
+        o.scr.ver_learner = loaded.version;
     }
     if (o.listen) {
         rl_err e;
-        rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-ratio", .quiet = o.out.quiet};
+        rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-ratio", .quiet = o.out.quiet,
+                         .base = loaded.dir};
         if (!(o.scr.receiver = rcv_start(o.scr.model, o.scr.ver_learner, &ropt, &e))) cli_die("%s", e.msg);
         rcv_release(o.scr.receiver);   // the scorer holds the model only while it scores
         if (!o.out.quiet) fprintf(stderr, "rl-ratio: listening for weights on %s\n", rcv_address(o.scr.receiver));

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
 #include "cli/cli_chat.h"
 #include "cli/cli_device.h"
+#include "cli/cli_model.h"
 #include "cli/cli_signal.h"
 #include "clock.h"
 #include "sample/admission.h"
@@ -33,6 +33,8 @@ static const char USAGE[] =
     "\n"
     "Model:\n"
     "      --model DIR        model directory, or checkpoint directory with a file 'latest'\n"
+    "      --adapter DIR      sample with a LoRA adapter merged into --model's weights:\n"
+    CLI_ADAPTER_HELP
     "      --dtype T          the sampler's precision: f32 (default); bf16 (bf16 weights,\n"
     "                         activations and KV cache); int8 (W8A8: int8 weights per output\n"
     "                         channel, int8 activations per token); fp8 (W8A8 e4m3); or with\n"
@@ -125,7 +127,7 @@ static const char USAGE[] =
     "  rl-sample --model m/ -n 4 --env 'python3 -u calc_env.py' --max-turns 3 tasks.jsonl | rl-ratio ...\n";
 
 typedef struct {
-    const char *model, *listen, *token_file, *metrics, *env;
+    const char *model, *adapter, *listen, *token_file, *metrics, *env;
     int max_turns, env_slots;
     uint64_t max_len, env_max_failures;
     double env_timeout;
@@ -164,7 +166,7 @@ static options parse_options(int argc, char **argv) {
     enum { O_MODEL = 256, O_DTYPE, O_TEMP, O_TOPP, O_TOPK, O_MAXNEW, O_STOP, O_SLOTS, O_SEED, O_EPOCHS,
            O_MAXPROMPTS, O_MAXRECORDS, O_VERIFIER, O_VCMD, O_RWEIGHTS, O_LISTEN, O_TOKEN, O_BATCH, O_MAXLAG, O_SYNC, O_DEVICE,
            O_VTIMEOUT, O_CHATARG, O_IGNOREEOS, O_METRICS, O_HEAD, O_ENV, O_MAXTURNS, O_MAXLEN, O_ENVTIMEOUT,
-           O_ENVFAIL, O_ENVSLOTS, O_DROPUNIFORM };
+           O_ENVFAIL, O_ENVSLOTS, O_DROPUNIFORM, O_ADAPTER };
     static const struct option longopts[] = {
         {"model", required_argument, 0, O_MODEL},          {"dtype", required_argument, 0, O_DTYPE},
         {"group", required_argument, 0, 'n'},              {"temperature", required_argument, 0, O_TEMP},
@@ -183,7 +185,7 @@ static options parse_options(int argc, char **argv) {
         {"env", required_argument, 0, O_ENV},              {"max-turns", required_argument, 0, O_MAXTURNS},
         {"max-len", required_argument, 0, O_MAXLEN},       {"env-timeout", required_argument, 0, O_ENVTIMEOUT},
         {"env-max-failures", required_argument, 0, O_ENVFAIL}, {"env-slots", required_argument, 0, O_ENVSLOTS},
-        {"drop-uniform", no_argument, 0, O_DROPUNIFORM},
+        {"drop-uniform", no_argument, 0, O_DROPUNIFORM}, {"adapter", required_argument, 0, O_ADAPTER},
         CLI_OUT_LONGOPTS,
         {0, 0, 0, 0}};
     options o = {.prec = {.dtype = DT_F32, .act = DT_F32}, .epochs = 1, .verifier = -1,
@@ -195,6 +197,7 @@ static options parse_options(int argc, char **argv) {
         if (cli_out_option(c, optarg, &o.out, USAGE)) continue;
         switch (c) {
         case O_MODEL: o.model = optarg; break;
+        case O_ADAPTER: o.adapter = optarg; break;
         case O_CHATARG: cli_chat_arg(&o.chat, optarg); break;
         case O_DTYPE:
             if (model_precision_parse(optarg, &o.prec))
@@ -300,6 +303,23 @@ static options parse_options(int argc, char **argv) {
     return o;
 }
 
+// The header's model map names the adapter merged into its weights (its
+// path: the base's), as "adapter".
+static void header_adapter(rec_t *h, const char *adapter) {
+    size_t n;
+    long i = rec_find(h, "model");
+    const uint8_t *v = i >= 0 ? rec_value(h, (size_t)i, &n) : NULL;
+    rec_t *model = rec_new();
+    sbuf enc = {0};
+    rl_err e;
+    if (!v || rec_parse(model, v, n, &rec_default_limits, &e)) cli_die("the header's model map: %s", v ? e.msg : "none");
+    rec_set_cstr(model, "adapter", adapter);
+    rec_encode(model, &enc);
+    rec_set_raw(h, "model", 5, enc.data, enc.len);
+    sbuf_free(&enc);
+    rec_free(model);
+}
+
 // A finished group's records (with its rollouts' fields from the environment).
 static void add_group(ro_t *ro, ag_t *ag, const gen_group *grp) {
     if (!ag) {
@@ -336,12 +356,13 @@ int main(int argc, char **argv) {
     double t0 = clock_now();
 
     rl_err e;
-    char dir[4096], path[4200];
-    uint64_t version;
-    if (ckpt_resolve(o.model, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
+    char path[4200];
+    cli_model loaded;
     o.prec.device = o.device;
-    model_t *m = model_load(dir, &o.prec, &e);
-    if (!m) cli_die("cannot load the model: %s", e.msg);
+    model_t *m = cli_load_model(o.model, o.adapter, &o.prec, "the model", &loaded, &e);
+    if (!m) cli_die("%s", e.msg);
+    const char *dir = loaded.dir;
+    uint64_t version = loaded.version;
     const model_config *cfg = model_cfg(m);
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     tokenizer *tok = tok_load(path, &e);
@@ -407,7 +428,7 @@ int main(int argc, char **argv) {
     rcv_t *rcv = NULL;
     if (o.listen) {
         rcv_opts ropt = {.listen = o.listen, .token_file = o.token_file, .tool = "rl-sample", .quiet = o.out.quiet,
-                         .metrics = metrics, .metrics_name = o.metrics};
+                         .metrics = metrics, .metrics_name = o.metrics, .base = dir};
         if (!(rcv = rcv_start(m, version, &ropt, &e))) cli_die("%s", e.msg);
         if (!o.out.quiet) fprintf(stderr, "rl-sample: listening for weights on %s\n", rcv_address(rcv));
         rcv_remove_at_exit(rcv);
@@ -435,6 +456,7 @@ int main(int argc, char **argv) {
                                  .sp = o.gen.sp, .dtype = prec, .drop_uniform = o.drop_uniform});
     rec_t *h = rec_new();
     ro_make_header(h, argc, argv, o.out.no_provenance, dir, version, m, prec, &o.gen, vname, o.drop_uniform);
+    if (o.adapter) header_adapter(h, loaded.adapter);
     recw_opts wo = recw_default_opts;
     wo.raw = o.out.raw;
     recw_t *w = recw_fdopen(fd, o.out.output ? o.out.output : "(stdout)", &wo, h, &e);

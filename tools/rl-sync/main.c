@@ -20,6 +20,7 @@
 #include "cli/cli_signal.h"
 #include "clock.h"
 #include "sync/push.h"
+#include "sync/push_lora.h"
 #include "sync/syncer.h"
 #include "sync/watch.h"
 
@@ -28,6 +29,10 @@ static const char USAGE[] =
     "Push the weights of SRC into running samplers and scorers (rl-sample and\n"
     "rl-ratio with --listen), which take them without stopping. SRC is a checkpoint\n"
     "root (the version its 'latest' names is pushed) or a model directory.\n"
+    "A version holding a LoRA adapter (adapter_config.json and\n"
+    "adapter_model.safetensors, no model.safetensors: rl-learn --lora-rank) is\n"
+    "pushed as the adapter's tensors alone, which each receiver merges into the\n"
+    "base it loaded (its --model), in f32, rounded once to its precision.\n"
     "\n"
     "Receivers:\n"
     "      --to ADDR          a receiver: unix:PATH, PATH, or tcp:HOST:PORT\n"
@@ -174,10 +179,13 @@ static void on_event(void *ctx, const sync_event *e) {
             surv_describe(&e->rep->update, e->rep->dtype, d, sizeof d);
             snprintf(upd, sizeof upd, "; the update from %s: %s", vname(e->rep->had, v, sizeof v), d);
         }
+        char merged[64] = "";
+        if (e->rep->adapter) snprintf(merged, sizeof merged, ", merged in %.0f us", e->rep->merge_us);
         if (!out->o->quiet)
-            fprintf(stderr, "rl-sync: %s -> %s: %s in %.3f s (%s), receiver stall %.0f us%s\n",
-                    vname(e->version, v, sizeof v), e->to, fmt_bytes(e->rep->bytes, b, sizeof b), e->rep->seconds,
-                    rate(e->rep->bytes, e->rep->seconds, r, sizeof r), e->rep->stall_us, upd);
+            fprintf(stderr, "rl-sync: %s -> %s: %s%s in %.3f s (%s)%s, receiver stall %.0f us%s\n",
+                    vname(e->version, v, sizeof v), e->to, fmt_bytes(e->rep->bytes, b, sizeof b),
+                    e->rep->adapter ? " of adapter" : "", e->rep->seconds,
+                    rate(e->rep->bytes, e->rep->seconds, r, sizeof r), merged, e->rep->stall_us, upd);
         if (e->rep->lost)   // once per receiver (surv_watch_add)
             cli_warn("%s keeps its weights at %s, whose versions carry on average %.2f of the learner's update (the "
                      "%d from %s to %s; the latest: %.1f%% of the weights changed, %.1f%% in f32): its sampler goes "
@@ -229,9 +237,20 @@ static int push_once(const options *o, sync_t *s, output *out) {
     struct stat st;
     if (stat(o->src, &st)) cli_die("cannot open the checkpoint: %s: %s", o->src, strerror(errno));
     if (ckpt_resolve(o->src, dir, sizeof dir, &version, &e)) cli_die("%s", e.msg);
-    hfw_set *f = hfw_open(dir, &e);   // read once here, so that a bad checkpoint is one clear error
-    if (!f) cli_die("%s", e.msg);
-    hfw_close(f);
+    if (push_lora_is_adapter(dir)) {   // read once here, so that a bad checkpoint is one clear error
+        lora_config c;
+        st_file *f;
+        push_tensor *t;
+        size_t n;
+        int bad = push_lora_open(dir, &c, &f, &t, &n, &e);
+        st_close(f);
+        free(t);
+        if (bad) cli_die("%s", e.msg);
+    } else {
+        hfw_set *f = hfw_open(dir, &e);
+        if (!f) cli_die("%s", e.msg);
+        hfw_close(f);
+    }
     if (o->has_as_version) version = o->as_version;
     else out->v0_hint = version == 0 && ckpt_state_uint(dir, "version", &own, &e) == 0;
     sync_offer(s, dir, version);
