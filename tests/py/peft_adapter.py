@@ -11,7 +11,7 @@ import os
 import shutil
 
 import torch
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -46,8 +46,20 @@ def write(out, base, *, version, r=4, alpha=8.0, targets=("q_proj", "v_proj"), r
         if os.path.exists(os.path.join(base, name)):
             shutil.copy(os.path.join(base, name), out)
     if merged:
-        pm.merge_and_unload().save_pretrained(merged, safe_serialization=True)
-        for name in TOKENIZER_FILES:
-            if os.path.exists(os.path.join(base, name)):
-                shutil.copy(os.path.join(base, name), merged)
+        _save_merged(pm, base, merged)
+    return out
+
+
+def _save_merged(pm, base, out):
+    pm.merge_and_unload().save_pretrained(out, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(base, name)):
+            shutil.copy(os.path.join(base, name), out)
+
+
+def merge(adapter, base, out):
+    """The adapter directory `adapter` (rlpipe's or PEFT's) loaded by PEFT onto
+    base and merged by merge_and_unload into the model directory out."""
+    model = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32)
+    _save_merged(PeftModel.from_pretrained(model, adapter), base, out)
     return out

@@ -670,6 +670,36 @@ def rl_ratio_scores_with_a_pushed_adapter_as_with_adapter_given_and_as_pefts_mer
 
 
 @case
+def full_loop_with_rl_learn_training_lora_adapters_pushes_each_version_as_its_adapter():
+    ratio_sock = path("lora-loop-ratio.sock")
+    m, errs, scored, ck = pipeline("lora-loop", ["-n", "2", "--slots", "4", "--max-new-tokens", "12",
+                                                 "--max-prompts", "12", "--max-lag", "1", "--batch", "4"],
+                                   ratio_opts=["--listen", "unix:" + ratio_sock, "--batch", "4"],
+                                   learn_opts=["--batch", "4", "--lora-rank", "4", "--lora-targets", "q_proj,v_proj"])
+    assert [x["step"] for x in m] == list(range(1, 7)), [x["step"] for x in m]
+    v6 = os.path.join(ck, "v000006")
+    assert sorted(f for f in os.listdir(v6) if f.endswith((".json", ".safetensors"))
+                  and not f.startswith(("tokenizer", "optimizer"))) == \
+        ["adapter_config.json", "adapter_model.safetensors", "state.json"], os.listdir(v6)
+    pushes = re.findall(r"^rl-sync: v(\d+) -> \S+: ([0-9.]+ [kMG]?B) of adapter in ", errs["rl-sync"], re.M)
+    assert pushes and all(size == pushes[0][1] for _, size in pushes), errs["rl-sync"][-600:]
+    assert not re.search(r"^rl-sync: v\d+ -> \S+: [0-9.]+ [kMG]?B in ", errs["rl-sync"], re.M), "a full push"
+    assert max(lags(m)) <= 1, lags(m)
+    for tool in ("rl-sample", "rl-ratio"):
+        installed = summary_pushes(errs[tool], tool)[2]
+        assert installed >= 1, errs[tool][-300:]
+    vl = [r["ver_learner"] for r in scored]
+    assert max(vl) >= 1 and max(max(r["ver"]) for r in scored) >= 1, vl
+    # a record scored with a pushed adapter: the log-probs of PEFT's merge of that version onto v0
+    import peft_adapter
+    r = next(r for r in reversed(scored) if r["ver_learner"] >= 1)
+    merged = peft_adapter.merge(os.path.join(ck, f"v{r['ver_learner']:06d}"), V0, path("lora-loop-merged"))
+    e = logp_error(r, merged, "logp_learner")
+    assert e <= TOL, f"record {r['id']} (ver_learner {r['ver_learner']}): |logp_learner - PEFT merge ref| {e:.3g}"
+    print(f"  {len(pushes)} adapter pushes of {pushes[0][1]} each; ver_learner per record {vl}")
+
+
+@case
 def adapters_that_do_not_fit_the_base_are_refused_naming_the_tensor_and_the_weights_stay():
     other = path("other-base")   # hidden 32: another base's adapter
     llama_ref.random_model(other, hidden=32, inter=96, layers=2, heads=2, kv_heads=1, vocab=448, tie=True,
