@@ -42,6 +42,14 @@
 #     model_step, median of 3 runs of 16 steps after a 16-token prefill;
 #     sampling not included, so rl-sample's own steps are longer); "st/step"
 #     = stall median / step.
+#   - 15m and 110m only: the same rl-sample receivers (f32, bf16) taking
+#     adapter pushes (lib/sync/push_lora.h) instead: a LoRA adapter of r 16
+#     on every linear module (PEFT's "all-linear"), random, written here in
+#     PEFT's layout (adapter_config.json, adapter_model.safetensors, F32), its
+#     tensors alone sent, merged by the receiver into the standby weights
+#     from its base's files before the swap. "bytes" is the adapter's; "merge
+#     us" the receiver's merge (median), which precedes the wait for a
+#     boundary and is no stall.
 # Targets: push >= 1 GB/s on unix sockets; stall <= one decode step.
 #
 # Environment: RUNS=N (timed pushes per receiver for 15m and 110m, default 5),
@@ -51,7 +59,8 @@
 # (where the sockets go).
 # Results: the table on stdout and in BENCH_OUT/sync.txt, RESULT lines in
 # BENCH_OUT/sync.results (one per push), the receivers' logs in
-# BENCH_OUT/sync-*.log. Takes ~40 s on 2 cores for 15m and 110m; 1b adds
+# BENCH_OUT/sync-*.log. Takes ~40 s on 2 idle cores for 15m and 110m without
+# the adapter rows (2.5 minutes with them at a load average of 13); 1b adds
 # ~2-3 minutes (1 to write the model, ~10 s for each first push).
 set -uo pipefail
 
@@ -96,7 +105,7 @@ bench_start cleanup
 mkfifo "$FIFO" || die "cannot create a FIFO in $SOCK"
 (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKEN") || die "cannot write the token"
 
-declare -A MEMCPY=() PARAMS=() BYTES=() FIRST=() PUSH=() RECV=() STALL=() STALLMAX=() BND=() STEP=()
+declare -A MEMCPY=() PARAMS=() BYTES=() FIRST=() PUSH=() RECV=() STALL=() STALLMAX=() BND=() STEP=() MERGE=() SECS=()
 ROWS=()
 
 # The figure of a rate as cli_bytes prints it ("4.14 GB/s", "504.3 MB/s") in GB/s.
@@ -142,35 +151,39 @@ stop_receiver() {
     ((rc == 0 || rc == 143))
 }
 
-# push KEY MODEL LOG VERSION [OPTION...]: one rl-sync of MODEL to $RADDR as
-# VERSION; its figures (GB/s, receiver GB/s, stall us, us to a boundary) in
-# P_GBS P_RECV P_STALL P_BND and P_SIZE, a RESULT line in $RES. Non-zero when
-# the push fails or either end does not report it.
+# push KEY MODEL LOG VERSION [OPTION...]: one rl-sync of MODEL (a model or an
+# adapter directory) to $RADDR as VERSION; its figures (GB/s, receiver GB/s,
+# stall us, us to a boundary, an adapter's merge us, seconds from connect to
+# result) in P_GBS P_RECV P_STALL P_BND P_MERGE P_SEC and P_SIZE, a RESULT line
+# in $RES. Non-zero when the push fails or either end does not report it.
 push() {
     local key=$1 model=$2 log=$3 v=$4 s r i; shift 4
     : >"$ERR"
     "$SYNC" "$model" --to "$RADDR" --as-version "$v" --retry 0 "$@" 2>"$ERR" || return 1
     s=$(grep "^rl-sync: v0*$v -> " "$ERR") || return 1
     for ((i = 0; i < 100; i++)); do   # the receiver prints its line after sending its result
-        r=$(grep " weights v$v installed from a push: " "$log") && break
+        r=$(grep -E " weights v$v installed from an? (adapter )?push: " "$log") && break
         sleep 0.05
     done
     [[ -n $r ]] || { echo "the receiver did not report v$v" >>"$ERR"; return 1; }
-    local re_s=': ([0-9.]+ [kMG]?B) in [0-9.]+ s \(([0-9.]+) ([kMG]?B)/s\), receiver stall'
-    local re_r=' in [0-9.]+ s \(([0-9.]+) ([kMG]?B)/s\), ([0-9]+) us to a boundary, stall ([0-9]+) us'
+    local re_s=': ([0-9.]+ [kMG]?B)( of adapter)? in ([0-9.]+) s \(([0-9.]+) ([kMG]?B)/s\)(, merged in ([0-9]+) us)?, receiver stall'
+    local re_r=' in [0-9.]+ s \(([0-9.]+) ([kMG]?B)/s\)(, merged in [0-9.]+ s)?, ([0-9]+) us to a boundary, stall ([0-9]+) us'
     [[ $s =~ $re_s ]] || { echo "cannot read: $s" >>"$ERR"; return 1; }
-    P_SIZE=${BASH_REMATCH[1]} P_GBS=$(gbs "${BASH_REMATCH[2]}" "${BASH_REMATCH[3]}")
+    P_SIZE=${BASH_REMATCH[1]} P_SEC=${BASH_REMATCH[3]} P_GBS=$(gbs "${BASH_REMATCH[4]}" "${BASH_REMATCH[5]}")
+    P_MERGE=${BASH_REMATCH[7]}
     [[ $r =~ $re_r ]] || { echo "cannot read: $r" >>"$ERR"; return 1; }
-    P_RECV=$(gbs "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}") P_BND=${BASH_REMATCH[3]} P_STALL=${BASH_REMATCH[4]}
-    echo "RESULT key=\"$key\" version=$v bytes=\"$P_SIZE\" push_gb_s=$P_GBS recv_gb_s=$P_RECV boundary_us=$P_BND" \
+    P_RECV=$(gbs "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}") P_BND=${BASH_REMATCH[4]} P_STALL=${BASH_REMATCH[5]}
+    echo "RESULT key=\"$key\" version=$v bytes=\"$P_SIZE\" push_s=$P_SEC push_gb_s=$P_GBS recv_gb_s=$P_RECV" \
+         "boundary_us=$P_BND${P_MERGE:+ merge_us=$P_MERGE}" \
          "stall_us=$P_STALL sync=\"${s#rl-sync: }\" receiver=\"${r#*: }\"" >>"$RES"
 }
 
 # pushes KEY MODEL LOG N PAUSE [OPTION...]: pushes versions 1..N+1 to the
 # receiver at $RADDR (logging to LOG), PAUSE seconds apart; the first apart,
-# medians of the others in FIRST, PUSH, RECV, STALL, BND; max stall in STALLMAX.
+# medians of the others in FIRST, PUSH, SECS, RECV, STALL, BND, MERGE
+# (adapters); max stall in STALLMAX.
 pushes() {
-    local key=$1 model=$2 log=$3 n=$4 pause=$5 v gbs="" recv="" stall="" bnd=""; shift 5
+    local key=$1 model=$2 log=$3 n=$4 pause=$5 v gbs="" secs="" recv="" stall="" bnd="" merge=""; shift 5
     for ((v = 1; v <= n + 1; v++)); do
         if ! push "$key" "$model" "$log" "$v" "$@"; then   # the receiver's log, then rl-sync's error
             cat "$log" "$ERR" >"$ERR.push" && mv "$ERR.push" "$ERR"
@@ -179,14 +192,44 @@ pushes() {
         fi
         BYTES[$key]=$P_SIZE
         if ((v == 1)); then FIRST[$key]=$P_GBS; else
-            gbs+="$P_GBS " recv+="$P_RECV " stall+="$P_STALL " bnd+="$P_BND "
+            gbs+="$P_GBS " secs+="$P_SEC " recv+="$P_RECV " stall+="$P_STALL " bnd+="$P_BND " merge+="${P_MERGE:+$P_MERGE }"
         fi
         sleep "$pause"
     done
     printf '  %-24s push GB/s %s| recv GB/s %s| stall us %s\n' "$key" "$gbs" "$recv" "$stall" >&2
-    PUSH[$key]=$(median <<<"$gbs") RECV[$key]=$(median <<<"$recv")
+    PUSH[$key]=$(median <<<"$gbs") SECS[$key]=$(median <<<"$secs") RECV[$key]=$(median <<<"$recv")
     STALL[$key]=$(median <<<"$stall") BND[$key]=$(median <<<"$bnd")
+    [[ -n $merge ]] && MERGE[$key]=$(median <<<"$merge")
     STALLMAX[$key]=$(tr ' ' '\n' <<<"$stall" | grep . | sort -g | tail -n1)
+}
+
+# adapter MODEL DIR: a random LoRA adapter of MODEL (r 16, every linear module,
+# F32) in PEFT's layout, as a version of rl-learn --lora-rank holds it.
+adapter() {
+    "$PY" - "$1" "$2" <<'PYEOF'
+import json, os, sys
+import numpy as np
+from safetensors.numpy import save_file
+model, out = sys.argv[1], sys.argv[2]
+c = json.load(open(os.path.join(model, "config.json")))
+C, F, L = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+H, KV = c["num_attention_heads"], c["num_key_value_heads"]
+D = c.get("head_dim", C // H)
+r, rng, t = 16, np.random.default_rng(1), {}
+dims = {"self_attn.q_proj": (H * D, C), "self_attn.k_proj": (KV * D, C), "self_attn.v_proj": (KV * D, C),
+        "self_attn.o_proj": (C, H * D), "mlp.gate_proj": (F, C), "mlp.up_proj": (F, C), "mlp.down_proj": (C, F)}
+for l in range(L):
+    for m, (o, i) in dims.items():
+        p = f"base_model.model.model.layers.{l}.{m}"
+        t[p + ".lora_A.weight"] = rng.normal(0, 0.01, (r, i)).astype(np.float32)
+        t[p + ".lora_B.weight"] = rng.normal(0, 0.01, (o, r)).astype(np.float32)
+os.makedirs(out, exist_ok=True)
+save_file(t, os.path.join(out, "adapter_model.safetensors"))
+json.dump({"peft_type": "LORA", "r": r, "lora_alpha": 32, "use_rslora": False, "bias": "none",
+           "task_type": "CAUSAL_LM", "lora_dropout": 0.0,
+           "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+          open(os.path.join(out, "adapter_config.json"), "w"))
+PYEOF
 }
 
 awk 'BEGIN { srand(1); for (i = 0; i < 512; i++) {
@@ -249,20 +292,32 @@ for cfg in "${CFGS[@]}"; do
         else
             fail "$key step"
         fi
-        echo "$cfg: rl-sample $dt generating, 1 + $reps pushes" >&2
-        if ! start_receiver "$log" /dev/null "$SAMPLE" --model "$m" --dtype "$dt" --slots "$SLOTS" \
-            --max-new-tokens 64 --verifier none --seed 1 --epochs 0 -o /dev/null \
-            --listen "unix:$SOCK/sample.sock" "$W/sync-prompts.jsonl"; then
-            cp "$log" "$ERR"; fail "$key" "the receiver did not start"; stop_receiver; continue
-        fi
-        sleep 0.5   # generating
-        pushes "$key" "$m" "$log" "$reps" 0.2
-        if ! stop_receiver; then cp "$log" "$ERR"; fail "$key" "rl-sample did not end as asked"; continue; fi
-        sum=$(grep '^rl-sample: stopped by a signal: ' "$log" | tail -n1)
-        longest=$(sed -n 's/.* (longest \([0-9]*\) us).*/\1/p' <<<"$sum")
-        echo "RESULT key=\"$key summary\" summary=\"${sum#rl-sample: }\"" >>"$RES"
-        if [[ -n $longest && -n ${STALLMAX[$key]:-} ]] && ((longest > STALLMAX[$key])); then STALLMAX[$key]=$longest; fi
+        for src in model adapter; do
+            k=$key lg=$log what=$m
+            if [[ $src == adapter ]]; then
+                k="$key|adapter r16" lg=${log%.log}-adapter.log what=$W/sync-adapter-$cfg
+                ROWS+=("$k")
+                STEP[$k]=${STEP[$key]:-}
+                if [[ ! -s $what/adapter_model.safetensors ]] && ! adapter "$m" "$what" 2>"$ERR"; then
+                    fail "$k" "writing the adapter"; continue
+                fi
+            fi
+            echo "$cfg: rl-sample $dt generating, 1 + $reps pushes of the $src" >&2
+            if ! start_receiver "$lg" /dev/null "$SAMPLE" --model "$m" --dtype "$dt" --slots "$SLOTS" \
+                --max-new-tokens 64 --verifier none --seed 1 --epochs 0 -o /dev/null \
+                --listen "unix:$SOCK/sample.sock" "$W/sync-prompts.jsonl"; then
+                cp "$lg" "$ERR"; fail "$k" "the receiver did not start"; stop_receiver; continue
+            fi
+            sleep 0.5   # generating
+            pushes "$k" "$what" "$lg" "$reps" 0.2
+            if ! stop_receiver; then cp "$lg" "$ERR"; fail "$k" "rl-sample did not end as asked"; continue; fi
+            sum=$(grep '^rl-sample: stopped by a signal: ' "$lg" | tail -n1)
+            longest=$(sed -n 's/.* (longest \([0-9]*\) us).*/\1/p' <<<"$sum")
+            echo "RESULT key=\"$k summary\" summary=\"${sum#rl-sample: }\"" >>"$RES"
+            if [[ -n $longest && -n ${STALLMAX[$k]:-} ]] && ((longest > STALLMAX[$k])); then STALLMAX[$k]=$longest; fi
+        done
     done
+    [[ $KEEP == 1 ]] || rm -rf "$W/sync-adapter-$cfg"
 done
 
 # ---- table -----------------------------------------------------------------
@@ -278,29 +333,32 @@ hum() { awk -v n="$1" 'BEGIN{ if (n >= 1e9) printf "%.2fB", n / 1e9; else printf
     echo "medians of $RUNS (15m, 110m) / $RUNS1B (1b) pushes per row after a first one (1st GB/s: it also allocates the"
     echo "receiver's standby copy); memcpy: 1 thread, 1 GiB, median of 5; rl-sample: $SLOTS slots, generating while pushed to;"
     echo "push/cpy = push GB/s / memcpy GB/s; step us: one decode step alone (model_step, $SLOTS sequences); st/step = stall / step"
+    echo "push s: connect to result (median); merge us: an adapter push's merge into the receiver's standby weights"
     echo
-    fmt='%-5s %7s %8s %-5s %-14s %8s %8s %8s %8s %8s %7s %7s %8s %8s %8s\n'
-    printf "$fmt" model params bytes trans receiver "1st GB/s" "push GB/s" "recv GB/s" "memcpy" push/cpy "stall" "st max" "bnd us" "step us" "st/step"
-    printf "$fmt" ----- ------- -------- ----- -------------- -------- -------- -------- -------- -------- ------- ------- -------- -------- --------
+    fmt='%-5s %7s %8s %-5s %-26s %8s %8s %8s %8s %8s %8s %8s %7s %7s %8s %8s %8s\n'
+    printf "$fmt" model params bytes trans receiver "1st GB/s" "push GB/s" "push s" "recv GB/s" "memcpy" push/cpy "merge us" "stall" "st max" "bnd us" "step us" "st/step"
+    printf "$fmt" ----- ------- -------- ----- -------------------------- -------- -------- -------- -------- -------- -------- -------- ------- ------- -------- -------- --------
     for key in "${ROWS[@]}"; do
-        IFS='|' read -r cfg tr rcv <<<"$key"
-        if [[ -z ${PUSH[$key]:-} ]]; then printf '%-5s %7s %8s %-5s %-14s FAILED\n' "$cfg" "$(hum "${PARAMS[$cfg]}")" - "$tr" "$rcv"; continue; fi
+        IFS='|' read -r cfg tr rcv more <<<"$key"
+        rcv+=${more:+, $more}
+        if [[ -z ${PUSH[$key]:-} ]]; then printf '%-5s %7s %8s %-5s %-26s FAILED\n' "$cfg" "$(hum "${PARAMS[$cfg]}")" - "$tr" "$rcv"; continue; fi
         printf "$fmt" "$cfg" "$(hum "${PARAMS[$cfg]}")" "${BYTES[$key]}" "$tr" "$rcv" "$(f2 "${FIRST[$key]:-}")" \
-            "$(f2 "${PUSH[$key]}")" "$(f2 "${RECV[$key]}")" "$(f2 "${MEMCPY[$cfg]:-}")" "$(ratio "${PUSH[$key]}" "${MEMCPY[$cfg]:-}")" \
-            "${STALL[$key]}" "${STALLMAX[$key]}" "${BND[$key]}" "${STEP[$key]:--}" \
+            "$(f2 "${PUSH[$key]}")" "${SECS[$key]}" "$(f2 "${RECV[$key]}")" "$(f2 "${MEMCPY[$cfg]:-}")" "$(ratio "${PUSH[$key]}" "${MEMCPY[$cfg]:-}")" \
+            "${MERGE[$key]:--}" "${STALL[$key]}" "${STALLMAX[$key]}" "${BND[$key]}" "${STEP[$key]:--}" \
             "$( [[ -n ${STEP[$key]:-} ]] && awk -v s="${STALL[$key]}" -v t="${STEP[$key]}" 'BEGIN{printf (s > 0 ? "%.1e" : "0"), s / t}' || echo -)"
     done
     echo
     echo "aims: push >= 1 GB/s on unix sockets; stall <= one decode step"
     line="push GB/s on unix:"
     for key in "${ROWS[@]}"; do
-        [[ $key == *"|unix|"* && -n ${PUSH[$key]:-} ]] && line+=" ${key%%|*} ${key##*|} $(f2 "${PUSH[$key]}");"
+        [[ $key == *"|unix|"* && $key != *"|adapter"* && -n ${PUSH[$key]:-} ]] && line+=" ${key%%|*} ${key##*|} $(f2 "${PUSH[$key]}");"
     done
     echo "${line%;}"
     line="stall max / decode step:"
     for key in "${ROWS[@]}"; do
+        label=${key#*|*|}
         [[ -n ${STEP[$key]:-} && -n ${STALLMAX[$key]:-} ]] &&
-            line+=" ${key%%|*} ${key##*|} ${STALLMAX[$key]}/${STEP[$key]} us;"
+            line+=" ${key%%|*} ${label//|/, } ${STALLMAX[$key]}/${STEP[$key]} us;"
     done
     [[ $line == *";" ]] && echo "${line%;}"
 } | tee "$W/sync.txt"
