@@ -9,15 +9,14 @@
 
 #include "model/model.h"
 
-// --adapter's lines of --help, after the tool's own first line.
+// --adapter's lines of --help, between the tool's own first and last.
 #define CLI_ADAPTER_HELP                                                                               \
     "                         DIR holds PEFT's adapter_config.json and\n"                               \
     "                         adapter_model.safetensors (a version of rl-learn --lora-rank,\n"          \
     "                         or a checkpoint root whose 'latest' names one); --model is\n"             \
     "                         its base. Each matrix it targets is merged in f32,\n"                     \
     "                         W + scale B A (scale = lora_alpha / r, or / sqrt(r) with\n"                \
-    "                         use_rslora; PEFT's merge_and_unload), then rounded once to\n"             \
-    "                         the precision; the weights' version is the adapter's\n"
+    "                         use_rslora; PEFT's merge_and_unload)"
 
 typedef struct {
     char dir[4096];           // the model directory loaded (--model resolved)

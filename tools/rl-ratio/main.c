@@ -29,8 +29,8 @@ static const char USAGE[] =
     "                         directory with a file 'latest'. Without --model, records\n"
     "                         must carry logp_learner already\n"
     "      --adapter DIR      score with a LoRA adapter merged into --model's weights:\n"
-    CLI_ADAPTER_HELP
-    "                         (f32 here: the merge is not rounded)\n"
+    CLI_ADAPTER_HELP ", kept in f32;\n"
+    "                         ver_learner is the adapter's version\n"
     CLI_DEVICE_HELP
     "      --batch N          records scored together and per metrics line, 1..65536\n"
     "                         (default 256)\n"

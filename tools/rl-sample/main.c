@@ -34,7 +34,8 @@ static const char USAGE[] =
     "Model:\n"
     "      --model DIR        model directory, or checkpoint directory with a file 'latest'\n"
     "      --adapter DIR      sample with a LoRA adapter merged into --model's weights:\n"
-    CLI_ADAPTER_HELP
+    CLI_ADAPTER_HELP ", then rounded once to\n"
+    "                         --dtype; the records' version is the adapter's\n"
     "      --dtype T          the sampler's precision: f32 (default); bf16 (bf16 weights,\n"
     "                         activations and KV cache); int8 (W8A8: int8 weights per output\n"
     "                         channel, int8 activations per token); fp8 (W8A8 e4m3); or with\n"
