@@ -234,6 +234,12 @@ void mdl_lora_backward(model_t *m, int l, int t, const float *x, const float *ts
 // The saved (N, R) block of target t within a layer's (ntargets, N, R), or NULL without it.
 float *mdl_lora_saved(const model_t *m, const saved *s, int t, int N);
 void mdl_lora_free(model_t *m);
+// W (out, in, host) += scale · B A, as lora_merge computes it (B A in f32,
+// then scaled, then added), with the product on the CPU backend's threads
+// and kernels, for the merges of a whole model at every push (thread-safe:
+// a receiver's thread calls it while the model computes); with another
+// backend, lora_merge on the host.
+void mdl_lora_merge(const model_t *m, float *W, int out, int in, const float *B, const float *A, int r, float scale);
 // layer · LORA_NT + target of the base's tensor `name` when it is a module's
 // weight that an adapter may target ("model.layers.3.mlp.up_proj.weight"), else -1.
 int mdl_lora_module(const char *name);

@@ -43,7 +43,7 @@ static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
 
 // The weights from f (checked by check_tensors) into w, with adapter a (or
 // NULL) merged into the matrices it targets: each read as f32, then
-// lora_merge'd, then stored as loading stores it.
+// merged (mdl_lora_merge), then stored as loading stores it.
 static void fill_tensors(const model_t *m, weights *w, const hfw_set *f, const lora_adapter *a) {
     float *stage = NULL, scale = a ? lora_scale(&a->c) : 0;
     for (size_t i = 0; i < m->nt; i++) {
@@ -57,7 +57,7 @@ static void fill_tensors(const model_t *m, weights *w, const hfw_set *f, const l
         }
         stage = xrealloc(stage, t->n * sizeof(float));
         st_read_f32(s, stage);
-        if (A) lora_merge(stage, (int)t->shape[0], (int)t->shape[1], a->b[k], A, a->c.rank, scale);
+        if (A) mdl_lora_merge(m, stage, (int)t->shape[0], (int)t->shape[1], a->b[k], A, a->c.rank, scale);
         mdl_put_f32(m, w, t, 0, t->n, stage);
     }
     free(stage);
@@ -138,7 +138,7 @@ int model_save_merged(const model_t *m, const lora_adapter *a, const char *dir, 
         mdl_get_f32(m, &m->w, t, x);
         int k = a ? mdl_lora_module(t->name) : -1;
         if (k >= 0 && a->a[k])
-            lora_merge(x, (int)t->shape[0], (int)t->shape[1], a->b[k], a->a[k], a->c.rank, lora_scale(&a->c));
+            mdl_lora_merge(m, x, (int)t->shape[0], (int)t->shape[1], a->b[k], a->a[k], a->c.rank, lora_scale(&a->c));
         out[i] = (st_out){.name = t->name, .ndim = t->ndim, .data = x};
         out[i].shape[0] = t->shape[0];
         out[i].shape[1] = t->shape[1];

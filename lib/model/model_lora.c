@@ -166,3 +166,30 @@ int mdl_lora_module(const char *name) {
     }
     return -1;
 }
+
+void mdl_lora_merge(const model_t *m, float *W, int out, int in, const float *B, const float *A, int r, float scale) {
+    const rl_ops *o = m->ops;
+    if (!o->host_memory) {   // a GPU's: its cuBLAS handle is not the receiver thread's to share
+        lora_merge(W, out, in, B, A, r, scale);
+        return;
+    }
+    size_t nw = (size_t)out * in;
+    float *at = xmalloc((size_t)in * r * sizeof(float));   // Aᵀ (in, r): matmul multiplies by a matrix's transpose
+    for (int k = 0; k < r; k++)
+        for (int j = 0; j < in; j++) at[(size_t)j * r + k] = A[(size_t)k * in + j];
+    float *db = o->alloc((size_t)out * r * sizeof(float)), *dat = o->alloc((size_t)in * r * sizeof(float));
+    float *prod = o->alloc(nw * sizeof(float));
+    o->upload(db, B, (size_t)out * r * sizeof(float));
+    o->upload(dat, at, (size_t)in * r * sizeof(float));
+    rl_mat AT = {.dtype = DT_F32, .rows = in, .cols = r, .data = dat};
+    o->matmul(prod, db, &AT, NULL, out);   // (out, in) B A
+    o->scale(prod, scale, nw);
+    float *host = xmalloc(nw * sizeof(float));
+    o->download(host, prod, nw * sizeof(float));
+    for (size_t i = 0; i < nw; i++) W[i] += host[i];
+    free(host);
+    free(at);
+    o->free(db);
+    o->free(dat);
+    o->free(prod);
+}
