@@ -1,15 +1,27 @@
 """The losses of doc/design.md §4 in float64 with PyTorch autograd, on any
 model object that has forward(ids (1, T)) -> final-normed hidden states
 (1, T, C) and logits(hidden) -> (T, V): llama_ref.Llama, or a Hugging Face
-model behind a thin wrapper (test_lora.py's PEFT model). Also the records
-those tests train on, and torch.optim.AdamW over the loss (the formulas are
-listed in test_learn.py's header). Shared by test_learn.py and test_lora.py."""
+model behind a thin wrapper (test_lora.py's PEFT model). Also the tiny
+model and the records those tests train on, and torch.optim.AdamW over the
+loss (the formulas are listed in test_learn.py's header). Shared by
+test_learn.py and test_lora.py."""
 import math
 import random
 
+import llama_ref
 import rltest
 import torch
 from rltest import f32
+
+
+def tiny_model(model_dir, **kw):
+    """A random model that records() are drawn for (vocabulary 96, hidden 48,
+    2 layers, grouped-query attention), writing a step in milliseconds; kw
+    replace llama_ref.random_model's arguments. Returns model_dir."""
+    args = dict(hidden=48, inter=80, layers=2, heads=4, kv_heads=2, vocab=96, logit_scale=2.0, gain=1.2, seed=3)
+    args.update(kw)
+    llama_ref.random_model(model_dir, **args)
+    return model_dir
 
 
 def records(n_groups=4, group_size=4, seed=1, vocab=96, w=True, mask=True, logp_learner=False, ref=None,
@@ -203,11 +215,12 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=No
     return total / z
 
 
-def adamw_run(ref, params, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epochs=1, loss_kw=None):
+def adamw_run(ref, params, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epochs=1, loss_kw=None, trace=None):
     """Copies of params (a dict of ref's tensors, float64) after each step of
     torch.optim.AdamW on ref_loss over batches (lists of records), each batch
     `epochs` times; decay on 2-D tensors only, clip_grad_norm_ over all of
-    params when clip > 0, linear warm-up over `warmup` steps."""
+    params when clip > 0, linear warm-up over `warmup` steps. trace, a list,
+    gets each step's (loss, gradient norm before the clip)."""
     loss_kw = loss_kw or {}
     decay = [t for t in params.values() if t.dim() == 2]
     other = [t for t in params.values() if t.dim() != 2]
@@ -223,7 +236,11 @@ def adamw_run(ref, params, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epoc
         if epoch == 0:   # ratio losses: π_old is the learner at the start of the batch
             pi_old = [ref_logprobs(ref, r).detach() for r in recs]
         opt.zero_grad()
-        ref_loss(ref, recs, pi_old=pi_old if loss_kw.get("loss") in DEFAULT_EPS else None, **loss_kw).backward()
+        loss = ref_loss(ref, recs, pi_old=pi_old if loss_kw.get("loss") in DEFAULT_EPS else None, **loss_kw)
+        loss.backward()
+        if trace is not None:
+            grads = [t.grad for t in params.values() if t.grad is not None]
+            trace.append((float(loss), float(torch.sqrt(sum((g * g).sum() for g in grads)))))
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
         opt.step()

@@ -52,7 +52,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import llama_ref  # noqa: E402
 from loss_ref import (adamw_run, advantages, kl_estimate, records, ref_logprobs, ref_loss,  # noqa: E402
-                      shaped_rewards, write_records)
+                      shaped_rewards, tiny_model, write_records)
 import rltest  # noqa: E402
 import torch  # noqa: E402
 from rltest import case, f32  # noqa: E402
@@ -69,11 +69,7 @@ def path(name):
 
 
 def model(name, **kw):
-    d = path(name)
-    args = dict(hidden=48, inter=80, layers=2, heads=4, kv_heads=2, vocab=96, logit_scale=2.0, gain=1.2, seed=3)
-    args.update(kw)
-    llama_ref.random_model(d, **args)
-    return d
+    return tiny_model(path(name), **kw)
 
 
 def ref_grads(model_dir, recs, **kw):
