@@ -78,6 +78,21 @@ usage "--kl-est k4" "--kl-est 'k4': use k1, k2 or k3" --init m --out ck --kl-coe
 usage "--kl-in logits" "--kl-in 'logits': use loss or reward" --init m --out ck --kl-coef 0.1 --kl-in logits
 usage "--kl-est without --kl-coef" '--kl-est goes with --kl-coef B > 0' --init m --out ck --kl-est k2
 usage "--kl-in without --kl-coef" '--kl-in goes with --kl-coef B > 0' --init m --out ck --kl-in reward
+# LoRA (test_lora.py checks the adapters' arithmetic and the errors of their files)
+usage "--lora-rank 0" '--lora-rank: at least 1' --init m --out ck --lora-rank 0
+usage "--lora-alpha 0" '--lora-alpha: must be above 0' --init m --out ck --lora-rank 4 --lora-alpha 0
+usage "--lora-targets with lm_head" \
+    '--lora-targets: unknown LoRA target module "lm_head" in "q_proj,lm_head" \(known: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear\)' \
+    --init m --out ck --lora-rank 4 --lora-targets q_proj,lm_head
+usage "--lora-dropout 0.1" '--lora-dropout 0.1: adapters train without dropout \(0 only\)' \
+    --init m --out ck --lora-rank 4 --lora-dropout 0.1
+usage "--base-dtype f16" "--base-dtype: expected f32 or bf16, got 'f16'" --init m --out ck --lora-rank 4 --base-dtype f16
+usage "--save both" "--save: expected adapter or merged, got 'both'" --init m --out ck --lora-rank 4 --save both
+usage "--lora-alpha without --lora-rank" '--lora-alpha, --lora-targets, --lora-rslora, --base-dtype and --save are for LoRA: give --lora-rank R \(or --adapter DIR\)' \
+    --init m --out ck --lora-alpha 2
+usage "--save merged without --lora-rank" '--lora-alpha, .* are for LoRA' --init m --out ck --save merged
+usage "--adapter with --lora-rank" '--adapter continues an adapter of its own rank: leave out --lora-rank' \
+    --init m --out ck --adapter m --lora-rank 4
 usage "--kl-est with --kl-in reward" '--kl-in reward takes k1 of each sequence off its reward: --kl-est is for --kl-in loss' \
     --init m --out ck --kl-coef 0.1 --kl-in reward --kl-est k2
 usage "--entropy-coef x" "--entropy-coef: expected a number, got 'x'" --init m --out ck --entropy-coef x
