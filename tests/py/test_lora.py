@@ -292,11 +292,24 @@ def seed_draws_the_initial_a_and_the_same_seed_the_same_bytes():
     outs = {}
     for name, seed in (("s1", "1"), ("s1b", "1"), ("s2", "2")):
         outs[name] = path("seed-" + name)
-        learn("--init", d, "--out", outs[name], "--lora-rank", "4", "--seed", seed, "--max-steps", "1", src)
+        learn("--init", d, "--out", outs[name], "--lora-rank", "4", "--seed", seed, "--batch", "8", src)
     same_files(vdir(outs["s1"], 0), vdir(outs["s1b"], 0), names=(ADAPTER,))
     a, b = adapter_file(vdir(outs["s1"], 0)), adapter_file(vdir(outs["s2"], 0))
     assert all(not torch.equal(a[k], b[k]) for k in a if ".lora_A." in k), "--seed 1 and 2 drew the same A"
 
+
+
+@case
+def versions_hold_the_adapter_its_state_and_the_bases_tokenizer_and_no_model_without_save_merged():
+    d = llama_ref.add_tiny_tokenizer(model("tokbase", seed=37, vocab=llama_ref.TINY_VOCAB))
+    out = path("tok.ckpt")
+    learn("--init", d, "--out", out, "--batch", "8", "--lora-rank", "2",
+          write_records("tok.rlr", rl_batches(160, 1)[0]))
+    files = ["adapter_config.json", ADAPTER, "optimizer.safetensors", "state.json", "tokenizer.json"]
+    for v in (0, 1):
+        assert sorted(os.listdir(vdir(out, v))) == sorted(files), f"v{v:06d}: {sorted(os.listdir(vdir(out, v)))}"
+        same_files(d, vdir(out, v), names=("tokenizer.json",))
+    check_state_files(out, 1)
 
 # ---- 2. peft reads what rl-learn saves -----------------------------------------------------
 
@@ -409,6 +422,19 @@ def resume_after_step_1_gives_the_bytes_of_an_uninterrupted_run_on_an_f32_and_a_
             same_files(vdir(whole, v), vdir(split, v), names=(ADAPTER, "optimizer.safetensors", "adapter_config.json"))
 
 
+
+@case
+def recompute_gives_the_bytes_of_a_run_that_keeps_its_activations():
+    d = model("recomputebase", seed=36)
+    src = write_records("recompute.rlr", [r for b in rl_batches(150, 2) for r in b])
+    outs = []
+    for extra in ((), ("--recompute",)):
+        outs.append(path(f"recompute{len(outs)}"))
+        learn("--init", d, "--out", outs[-1], "--batch", "8", "--lr", "1e-2", *lora_args(4, 8, "all-linear", False),
+              *extra, src)
+    for v in (1, 2):
+        same_files(vdir(outs[0], v), vdir(outs[1], v), names=(ADAPTER, "optimizer.safetensors"))
+
 # ---- 6. --adapter: continuing a PEFT adapter ------------------------------------------------
 
 def peft_adapter(base, name, rank, alpha, targets, rslora, seed):
@@ -448,6 +474,22 @@ def adapter_continues_a_peft_adapter_from_its_logprobs_and_config():
     print(f"  step 0's log-probs within {e:.2e} of peft's (the base's {moved:.3g} away); "
           f"worst relative errors: {fmt(worst)}")
 
+
+
+@case
+def init_of_a_lora_checkpoint_is_refused_saying_to_give_its_base_and_the_adapter_which_then_continues_it():
+    d = model("initbase", seed=38)
+    src = write_records("init.rlr", [r for b in rl_batches(170, 2) for r in b])
+    first = path("init-first")
+    learn("--init", d, "--out", first, "--batch", "8", "--lr", "1e-2", "--lora-rank", "2", src)
+    rc, _, err = rltest.run("rl-learn", "-q", "--init", first, "--out", path("init-refused"), src)
+    v2 = vdir(first, 2)
+    assert rc == 1 and f"{v2} holds a LoRA adapter, not a model: give its base with --init and the adapter with " \
+                       f"--adapter {v2}" in err, (rc, err)
+    assert not os.path.exists(path("init-refused")) or not os.listdir(path("init-refused")), "written before the error"
+    again = path("init-again")
+    learn("--init", d, "--adapter", v2, "--out", again, "--batch", "8", "--max-steps", "1", src)
+    same_files(v2, vdir(again, 0), names=(ADAPTER,))
 
 # ---- 7. bad adapters -----------------------------------------------------------------------
 
