@@ -176,7 +176,7 @@ def check_initial_adapter(ckpt, rank, alpha, targets, rslora):
     return a0
 
 
-def check_steps(ckpt, ref, batches, loss_kw, clip=0.0):
+def check_steps(ckpt, ref, batches, loss_kw, clip=0.0, epochs=1):
     """The adapters' change from v000000 after each of rl-learn's steps
     against torch.optim.AdamW's on ref (loaded with v000000): relative error
     per tensor ≤ STEP_TOL, every tensor of the reference moved by its last
@@ -188,7 +188,8 @@ def check_steps(ckpt, ref, batches, loss_kw, clip=0.0):
     a0 = adapter_file(vdir(ckpt, 0))
     ref.load(a0)
     trace = []
-    want = adamw_run(ref, ref.adapter(), batches, LR, BETAS, ADAM_EPS, WD, clip, loss_kw=loss_kw, trace=trace)
+    want = adamw_run(ref, ref.adapter(), batches, LR, BETAS, ADAM_EPS, WD, clip, epochs=epochs, loss_kw=loss_kw,
+                     trace=trace)
     worst = {"change": 0.0, "loss": 0.0, "grad_norm": 0.0}
     for s, (m, (loss, norm)) in enumerate(zip(metrics(ckpt), trace), 1):
         worst["loss"] = max(worst["loss"], abs(m["loss"] - loss) / max(1.0, abs(loss)))
@@ -285,6 +286,22 @@ def gradient_clipping_takes_the_norm_of_the_adapters_gradient():
     print(f"  grad_norm {norms}; worst relative errors: {fmt(worst)}")
 
 
+
+@case
+def ppo_epochs_take_their_ratios_against_the_adapters_at_the_batch_start():
+    # 2 batches of 2 epochs: the second epoch's π_old is the adapted model of
+    # the batch's start, which the first epoch has moved from (ε 0.01: clipped)
+    d = model("ppobase", seed=39)
+    batches = rl_batches(180)
+    args = (*lora_args(4, 8.0, ["q_proj", "o_proj", "up_proj"], False), "--epochs", "2", "--eps", "0.01")
+    out = learn_lora("ppo", d, batches, *args, loss="ppo")
+    ref = Peft(d, lora_config(4, 8.0, ["q_proj", "o_proj", "up_proj"], False))
+    worst = check_steps(out, ref, batches, {"loss": "ppo", "eps": 0.01}, epochs=2)
+    clipped = [m["clipped"] for m in metrics(out)]
+    assert clipped[0] == 0 and clipped[2] == 0 and all(0 < c < 1 for c in clipped[1::2]), \
+        f"clipped per step {clipped}: none in first epochs, some in the second"
+    print(f"  clipped per step {clipped}; worst relative errors: {fmt(worst)}")
+
 @case
 def seed_draws_the_initial_a_and_the_same_seed_the_same_bytes():
     d = model("seedbase", seed=24)
@@ -349,7 +366,7 @@ def peft_loads_a_saved_adapter_and_gives_the_logprobs_of_the_merged_version():
 
 @case
 def save_merged_writes_w_plus_scale_b_a_as_peft_merges_it_and_the_base_elsewhere():
-    d = model("mergebase", seed=26)
+    d = model("mergebase", model_type="qwen2", tie=True, seed=26, heads=6, kv_heads=2)   # biases: frozen
     rank, alpha = 4, 6.0
     out = learn_lora("merge", d, rl_batches(90), *lora_args(rank, alpha, ["q_proj", "up_proj", "down_proj"], True),
                      "--save", "merged")
