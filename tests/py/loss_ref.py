@@ -215,12 +215,14 @@ def ref_loss(ref, recs, loss="pg", adv="grpo", norm="seqs", eps=None, eps_low=No
     return total / z
 
 
-def adamw_run(ref, params, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epochs=1, loss_kw=None, trace=None):
+def adamw_run(ref, params, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epochs=1, loss_kw=None, trace=None,
+              moments=None):
     """Copies of params (a dict of ref's tensors, float64) after each step of
     torch.optim.AdamW on ref_loss over batches (lists of records), each batch
     `epochs` times; decay on 2-D tensors only, clip_grad_norm_ over all of
     params when clip > 0, linear warm-up over `warmup` steps. trace, a list,
-    gets each step's (loss, gradient norm before the clip)."""
+    gets each step's (loss, gradient norm before the clip); moments, a dict,
+    AdamW's state after the last step, NAME.exp_avg and NAME.exp_avg_sq."""
     loss_kw = loss_kw or {}
     decay = [t for t in params.values() if t.dim() == 2]
     other = [t for t in params.values() if t.dim() != 2]
@@ -245,4 +247,8 @@ def adamw_run(ref, params, batches, lr, betas, eps, wd, clip=0.0, warmup=0, epoc
             torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
         opt.step()
         out.append({k: t.detach().clone() for k, t in params.items()})
+    if moments is not None:
+        for k, t in params.items():
+            moments[k + ".exp_avg"] = opt.state[t]["exp_avg"].clone()
+            moments[k + ".exp_avg_sq"] = opt.state[t]["exp_avg_sq"].clone()
     return out

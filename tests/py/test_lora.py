@@ -27,7 +27,9 @@ every tolerance here). Tolerances, and why:
 - with them each step's loss and gradient norm, which carry the scale s
   that an AdamW step hides: the loss within LOSS_TOL = 1e-5 of max(1, |loss|)
   (test_learn.py's: pg's loss is a small sum of terms of both signs), the
-  norm within GRAD_TOL = 1e-4 relative (test_learn.py's for gradients).
+  norm within GRAD_TOL = 1e-4 relative (test_learn.py's for gradients);
+  AdamW's moments in the last version's optimizer.safetensors, sums of the
+  gradients (GRAD_TOL) and of their squares (2·GRAD_TOL), per tensor.
 - log-probabilities: LOGP_TOL = 1e-4 nats; an f32 forward of log-probs of
   tens of nats is ~1e-5 from float64.
 - merged weights, per element: the f32 sums of B A (R terms), its scaling
@@ -184,12 +186,13 @@ def check_steps(ckpt, ref, batches, loss_kw, clip=0.0, epochs=1):
     is lr·sign(g)), so each step's loss (LOSS_TOL) and gradient norm
     (GRAD_TOL, relative) are compared too: the norm scales with s, and the
     second step's loss moves with s·B A. Returns the worst relative errors
-    of the changes, the losses and the gradient norms."""
+    of the changes, the losses, the gradient norms and the moments."""
     a0 = adapter_file(vdir(ckpt, 0))
     ref.load(a0)
     trace = []
+    moments = {}
     want = adamw_run(ref, ref.adapter(), batches, LR, BETAS, ADAM_EPS, WD, clip, epochs=epochs, loss_kw=loss_kw,
-                     trace=trace)
+                     trace=trace, moments=moments)
     worst = {"change": 0.0, "loss": 0.0, "grad_norm": 0.0}
     for s, (m, (loss, norm)) in enumerate(zip(metrics(ckpt), trace), 1):
         worst["loss"] = max(worst["loss"], abs(m["loss"] - loss) / max(1.0, abs(loss)))
@@ -205,6 +208,13 @@ def check_steps(ckpt, ref, batches, loss_kw, clip=0.0, epochs=1):
             e = float((d_got - d_ref).norm() / d_ref.norm())
             worst["change"] = max(worst["change"], e)
             assert e <= STEP_TOL, f"step {s}: {k}: relative error of the change {e:.2e} > {STEP_TOL}"
+    # AdamW's moments in the last version: a sum of (squared) gradients each, at GRAD_TOL (2·GRAD_TOL squared)
+    got = load_file(os.path.join(vdir(ckpt, len(want)), "optimizer.safetensors"))
+    assert set(got) == set(moments), f"optimizer.safetensors: {sorted(set(got) ^ set(moments))[:4]}"
+    for k, m in moments.items():
+        e = float((got[k].to(torch.float64) - m).norm() / m.norm())
+        worst["moments"] = max(worst.get("moments", 0.0), e)
+        assert e <= (2 if k.endswith("_sq") else 1) * GRAD_TOL, f"{k}: relative error {e:.2e}"
     return worst
 
 
