@@ -53,6 +53,7 @@ from safetensors.torch import load_file  # noqa: E402
 warnings.filterwarnings("ignore")   # peft's notes on the tiny models are not findings
 try:
     import peft
+    import peft_adapter
     import transformers
 except ImportError as e:  # scripts/deps.sh test installs them into .deps/venv
     print(f"SKIP test_lora: a Python reference is missing ({e}); run scripts/deps.sh test")
@@ -340,10 +341,10 @@ def versions_hold_the_adapter_its_state_and_the_bases_tokenizer_and_no_model_wit
 
 # ---- 2. peft reads what rl-learn saves -----------------------------------------------------
 
-def ratio_logprobs(model_dir, recs):
-    """logp_learner (float32 values) of rl-ratio --model model_dir on recs."""
+def ratio_logprobs(model_dir, recs, *args):
+    """logp_learner (float32 values) of rl-ratio --model model_dir ARGS on recs."""
     src = write_records("ratio.rlr", recs)
-    out = rltest.run("rl-ratio", "-q", "--model", model_dir, src, check=True)[1]
+    out = rltest.run("rl-ratio", "-q", "--model", model_dir, *args, src, check=True)[1]
     got = rltest.read_stream(out)[0][1]
     assert len(got) == len(recs), f"rl-ratio wrote {len(got)} records of {len(recs)}"
     return [torch.tensor(r["logp_learner"], dtype=torch.float64) for r in got]
@@ -354,22 +355,24 @@ def worst_diff(a, b):
 
 
 @case
-def peft_loads_a_saved_adapter_and_gives_the_logprobs_of_the_merged_version():
-    # three steps at lr 1e-2 move the log-probs by far more than LOGP_TOL, so the
+def peft_loads_a_saved_adapter_with_the_logprobs_rl_ratio_gives_it_and_its_merged_version():
+    # two steps at lr 1e-2 move the log-probs by far more than LOGP_TOL, so the
     # adapter's contribution is what is compared
     d = model("loadbase", seed=25)
-    out = learn_lora("load", d, rl_batches(70, 3), "--lora-rank", "4", "--lora-alpha", "8", "--save", "merged")
+    out = learn_lora("load", d, rl_batches(70), "--lora-rank", "4", "--lora-alpha", "8", "--save", "merged")
     recs = records(n_groups=2, group_size=4, seed=80)
-    lp = ratio_logprobs(vdir(out, 3), recs)
-    base = ratio_logprobs(d, recs)
-    moved = worst_diff(lp, base)
+    lp = ratio_logprobs(d, recs, "--adapter", vdir(out, 2))
+    merged = ratio_logprobs(vdir(out, 2), recs)
+    assert all(torch.equal(a, b) for a, b in zip(lp, merged)), \
+        f"rl-ratio --adapter and the merged version differ by {worst_diff(lp, merged):.2e}: both merge in f32"
+    moved = worst_diff(lp, ratio_logprobs(d, recs))
     assert moved > 100 * LOGP_TOL, f"the adapter moves the log-probs by {moved:.2e} only"
     errs = {}
     for dtype in (torch.float32, torch.float64):
-        ref = Peft(d, adapter=vdir(out, 3), dtype=dtype)
+        ref = Peft(d, adapter=vdir(out, 2), dtype=dtype)
         errs[str(dtype)] = e = worst_diff(lp, ref.logprobs(recs))
         assert e <= LOGP_TOL, f"peft at {dtype}: log-probs {e:.2e} from rl-ratio's (tolerance {LOGP_TOL})"
-    print(f"  the adapter moves the log-probs by up to {moved:.3g}; peft vs rl-ratio: {errs}")
+    print(f"  the adapter moves the log-probs by up to {moved:.3g}; peft vs rl-ratio --adapter: {errs}")
 
 
 # ---- 3. --save merged ----------------------------------------------------------------------
@@ -464,25 +467,12 @@ def recompute_gives_the_bytes_of_a_run_that_keeps_its_activations():
 
 # ---- 6. --adapter: continuing a PEFT adapter ------------------------------------------------
 
-def peft_adapter(base, name, rank, alpha, targets, rslora, seed):
-    """An adapter saved by peft's save_pretrained on base, B drawn N(0, 0.1²)
-    (not zero, so that it changes the model); its directory."""
-    torch.manual_seed(seed)
-    ref = Peft(base, lora_config(rank, alpha, targets, rslora), dtype=torch.float32)
-    with torch.no_grad():
-        for k, p in ref.adapter().items():
-            if ".lora_B." in k:
-                p.normal_(0.0, 0.1)
-    out = path(name)
-    ref.peft.save_pretrained(out)
-    return out
-
-
 @case
 def adapter_continues_a_peft_adapter_from_its_logprobs_and_config():
     d = model("contbase", seed=29)
     targets = ["k_proj", "v_proj", "up_proj"]
-    src_dir = peft_adapter(d, "peft-adapter", 3, 5.0, targets, True, seed=31)
+    src_dir = peft_adapter.write(path("peft-adapter"), d, version=0, r=3, alpha=5.0, targets=targets, rslora=True,
+                                 seed=31, std=0.1)
     batches = rl_batches(120)
     out = learn_lora("cont", d, batches, "--adapter", src_dir, "--save", "merged")
     want, got = adapter_file(src_dir), adapter_file(vdir(out, 0))
@@ -529,7 +519,7 @@ def learn_fails(*args):
 def adapter_of_a_base_of_other_shapes_is_refused_naming_the_file_and_the_tensor():
     d = model("shapebase", seed=32)
     other = model("shapeother", seed=32, inter=64)
-    src_dir = peft_adapter(other, "other-adapter", 2, 2.0, ["up_proj"], False, seed=33)
+    src_dir = peft_adapter.write(path("other-adapter"), other, version=0, r=2, alpha=2.0, targets=["up_proj"], seed=33)
     src = write_records("shape.rlr", rl_batches(130, 1)[0])
     rc, err = learn_fails("--init", d, "--out", path("shape.ckpt"), "--adapter", src_dir, src)
     # A (r, in) fits (in 48 both), B (out, r) not: out 64 against the base's 80
@@ -540,7 +530,7 @@ def adapter_of_a_base_of_other_shapes_is_refused_naming_the_file_and_the_tensor(
 @case
 def adapter_config_with_options_rlpipe_does_not_implement_is_refused_naming_the_file_and_the_key():
     d = model("cfgbase", seed=34)
-    good = peft_adapter(d, "cfg-adapter", 2, 2.0, ["q_proj"], False, seed=35)
+    good = peft_adapter.write(path("cfg-adapter"), d, version=0, r=2, alpha=2.0, targets=["q_proj"], seed=35)
     src = write_records("cfg.rlr", rl_batches(140, 1)[0])
     for key, value in (("use_dora", True), ("bias", "all"), ("modules_to_save", ["lm_head"])):
         bad = path(f"cfg-{key}")
