@@ -236,7 +236,7 @@ def check_state_files(ckpt, v):
     d = vdir(ckpt, v)
     with open(os.path.join(d, "state.json")) as f:
         assert json.load(f)["version"] == v, f"{d}/state.json"
-    shapes = {k: ("F32", t["shape"]) for k, t in st_header(os.path.join(d, ADAPTER)).items()}
+    shapes = {k: (t["dtype"], t["shape"]) for k, t in st_header(os.path.join(d, ADAPTER)).items()}
     assert all(t == "F32" for t, _ in shapes.values()), f"{d}/{ADAPTER}: {shapes}"
     want = {k + m: s for k, s in shapes.items() for m in (".exp_avg", ".exp_avg_sq")}
     got = {k: (t["dtype"], t["shape"]) for k, t in st_header(os.path.join(d, "optimizer.safetensors")).items()}
@@ -433,7 +433,7 @@ def base_dtype_bf16_trains_on_the_bf16_rounded_base_as_peft_does_on_it():
           f"worst relative errors: {fmt(worst)}")
 
 
-# ---- 5. --resume --------------------------------------------------------------------------
+# ---- 5. --resume and --recompute: the same bytes -------------------------------------------
 
 @case
 def resume_after_step_1_gives_the_bytes_of_an_uninterrupted_run_on_an_f32_and_a_bf16_base():
@@ -452,7 +452,6 @@ def resume_after_step_1_gives_the_bytes_of_an_uninterrupted_run_on_an_f32_and_a_
             same_files(vdir(whole, v), vdir(split, v), names=(ADAPTER, "optimizer.safetensors", "adapter_config.json"))
 
 
-
 @case
 def recompute_gives_the_bytes_of_a_run_that_keeps_its_activations():
     d = model("recomputebase", seed=36)
@@ -464,6 +463,7 @@ def recompute_gives_the_bytes_of_a_run_that_keeps_its_activations():
               *extra, src)
     for v in (1, 2):
         same_files(vdir(outs[0], v), vdir(outs[1], v), names=(ADAPTER, "optimizer.safetensors"))
+
 
 # ---- 6. --adapter: continuing a PEFT adapter ------------------------------------------------
 
