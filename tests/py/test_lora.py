@@ -409,6 +409,26 @@ def save_merged_writes_w_plus_scale_b_a_as_peft_merges_it_and_the_base_elsewhere
     print(f"  worst error / f32 bound: {worst_exact:.3g} from the exact merge, {worst_peft:.3g} from peft's merge")
 
 
+
+@case
+def save_merged_at_save_dtype_bf16_rounds_the_f32_merge_once():
+    d = model("mergebf16base", seed=40)
+    outs = {}
+    for dtype in ("f32", "bf16"):
+        outs[dtype] = learn_lora(f"merge-{dtype}", d, rl_batches(190), "--lora-rank", "4", "--save", "merged",
+                                 "--save-dtype", dtype)
+    f32 = load_file(os.path.join(vdir(outs["f32"], 2), "model.safetensors"))
+    bf16 = load_file(os.path.join(vdir(outs["bf16"], 2), "model.safetensors"))
+    assert set(f32) == set(bf16) and all(t.dtype == torch.bfloat16 for t in bf16.values()), \
+        f"--save-dtype bf16: {sorted({str(t.dtype) for t in bf16.values()})}"
+    for k, t in f32.items():
+        assert torch.equal(bf16[k], t.to(torch.bfloat16)), f"{k}: not the f32 merge rounded to nearest even"
+    # the adapter and AdamW's moments are the f32 run's (optimizer.safetensors holds the adapter's f32
+    # weights too at --save-dtype bf16, as a full fine-tune's)
+    same_files(vdir(outs["f32"], 2), vdir(outs["bf16"], 2), names=(ADAPTER,))
+    m32, m16 = (load_file(os.path.join(vdir(outs[x], 2), "optimizer.safetensors")) for x in ("f32", "bf16"))
+    assert all(torch.equal(m16[k], t) for k, t in m32.items()), "AdamW's moments differ with --save-dtype bf16"
+
 # ---- 4. a bf16 base -----------------------------------------------------------------------
 
 @case
