@@ -43,8 +43,9 @@ typedef struct {
                                // for the writer of the model (learn/ckpt_model.h)
     int weights_only;          // 1: step 1 of ckpt_publish alone (the weights published, latest
                                // left at the newest complete version; ckpt_complete may finish it)
-    int merged;                // a model training LoRA adapters: the merged model's config.json and
-                               // weights too, beside the adapter's files (learn/ckpt_model.h)
+    int lora;                  // the model trains LoRA adapters: a version holds the adapter's files
+                               // (learn/ckpt_model.h), F32 whatever save.dtype says ...
+    int merged;                // ... and with merged the merged model's config.json and weights too
 } ckpt_write_opts;
 
 // Writes files of one version into the empty directory dir, each fsynced: 0, or -1 with err.

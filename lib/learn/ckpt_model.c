@@ -131,7 +131,7 @@ typedef struct {
     const ckpt_snap *s;
 } fill_ctx;
 
-int ckpt_params_again(const ckpt_write_opts *o) { return o->save.dtype != DT_F32; }
+int ckpt_params_again(const ckpt_write_opts *o) { return !o->lora && o->save.dtype != DT_F32; }
 
 // The snapshot's parameters as the LoRA adapter they are (their table is
 // model_lora_attach's: each layer, each target, A then B).

@@ -48,7 +48,8 @@ void ckpt_snap_free(ckpt_snap *s);
 int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, int borrow,
                    rl_err *err);
 // 1 when a version written with o that holds AdamW's state holds the F32
-// parameters a second time, in optimizer.safetensors: beside 16-bit weights.
+// parameters a second time, in optimizer.safetensors: beside 16-bit weights
+// (a LoRA version's adapter is F32 already).
 int ckpt_params_again(const ckpt_write_opts *o);
 // 1 when s reads the model's parameters in place (ckpt_snap_take's borrow).
 int ckpt_snap_borrowed(const ckpt_snap *s);

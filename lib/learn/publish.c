@@ -182,9 +182,6 @@ int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
             if (!c.base[0]) return err_set(err, "%s: no base_model_name_or_path: which base to resume on", path);
             mo.dtype = o->base_dtype;
             if (!(p->m = model_load(c.base, &mo, err)) || attach_lora(p, dir, c.base, err)) return -1;
-        } else if (o->lora) {
-            return err_set(err, "--resume: %s holds a whole model, not a LoRA adapter: resume without --lora-rank",
-                           dir);
         } else if (!(p->m = model_load(dir, &mo, err))) {
             return -1;
         }
@@ -234,7 +231,7 @@ static ckpt_write_opts write_opts(const publisher *p, const char *state_json) {
     return (ckpt_write_opts){.root = p->o->out, .version = p->version, .state_json = state_json,
                              .copy_from = p->from[0] ? p->from : NULL, .keep = p->o->keep,
                              .keep_every = p->o->keep_every, .save = p->o->save, .weights_only = p->weights_only,
-                             .merged = p->o->merged};
+                             .lora = model_lora(p->m) != NULL, .merged = p->o->merged};
 }
 
 static void writing(publisher *p) {

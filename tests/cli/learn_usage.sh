@@ -88,9 +88,13 @@ usage "--lora-dropout 0.1" '--lora-dropout 0.1: adapters train without dropout \
     --init m --out ck --lora-rank 4 --lora-dropout 0.1
 usage "--base-dtype f16" "--base-dtype: expected f32 or bf16, got 'f16'" --init m --out ck --lora-rank 4 --base-dtype f16
 usage "--save both" "--save: expected adapter or merged, got 'both'" --init m --out ck --lora-rank 4 --save both
-usage "--lora-alpha without --lora-rank" '--lora-alpha, --lora-targets, --lora-rslora, --base-dtype and --save are for LoRA: give --lora-rank R \(or --adapter DIR\)' \
+usage "--lora-alpha without --lora-rank" '--lora-alpha, --lora-targets, --lora-rslora, --lora-dropout, --base-dtype and --save are for LoRA: give --lora-rank R \(or --adapter DIR\)' \
     --init m --out ck --lora-alpha 2
 usage "--save merged without --lora-rank" '--lora-alpha, .* are for LoRA' --init m --out ck --save merged
+usage "--lora-dropout 0 without --lora-rank" '--lora-alpha, .* are for LoRA' --init m --out ck --lora-dropout 0
+usage "--resume with --lora-rank" '--resume continues the LoRA adapter of CKPT/latest as its adapter_config.json says' \
+    --resume --out ck --lora-rank 2
+usage "--resume with --lora-targets" '--resume continues the LoRA adapter' --resume --out ck --lora-targets q_proj
 usage "--adapter with --lora-rank" '--adapter continues an adapter of its own rank: leave out --lora-rank' \
     --init m --out ck --adapter m --lora-rank 4
 usage "--kl-est with --kl-in reward" '--kl-in reward takes k1 of each sequence off its reward: --kl-est is for --kl-in loss' \

@@ -277,6 +277,7 @@ static options parse_options(int argc, char **argv) {
             break;
         case O_LORA_RSLORA: o.lora.rslora = 1; lora_given = 1; break;
         case O_LORA_DROPOUT:
+            lora_given = 1;
             if (cli_parse_f64("--lora-dropout", optarg, 0, 1, 0) != 0)
                 cli_usage_error("--lora-dropout %s: adapters train without dropout (0 only): with dropout the "
                                 "learner's log-probabilities would not be those its loss weighs", optarg);
@@ -350,9 +351,12 @@ static options parse_options(int argc, char **argv) {
         cli_usage_error("--adapter continues an adapter of its own rank: leave out --lora-rank");
     if (o.pub.adapter && lora_given)
         cli_usage_error("--adapter continues an adapter as its adapter_config.json says: leave out --lora-*");
+    if (o.pub.resume && (lora || lora_given))
+        cli_usage_error("--resume continues the LoRA adapter of CKPT/latest as its adapter_config.json says: "
+                        "leave out --lora-rank, --lora-* and --adapter");
     if (!lora && !o.pub.resume && (lora_given || save_given || o.pub.base_dtype != DT_F32))
-        cli_usage_error("--lora-alpha, --lora-targets, --lora-rslora, --base-dtype and --save are for LoRA: "
-                        "give --lora-rank R (or --adapter DIR)");
+        cli_usage_error("--lora-alpha, --lora-targets, --lora-rslora, --lora-dropout, --base-dtype and --save are "
+                        "for LoRA: give --lora-rank R (or --adapter DIR)");
     if (lora && o.pub.config)
         cli_usage_error("LoRA trains adapters on a base model: give it with --init DIR, not --config");
     if (isnan(o.lora.alpha)) o.lora.alpha = o.lora.rank;
