@@ -172,8 +172,10 @@ static void logprob_cases(void) {
 // the largest. Each product is checked on both paths: panels (the default
 // where the build has them) and sgemm (RLPIPE_CPU_PANELS=0).
 // bf16 weights (a frozen base's, under LoRA) take dx in blocks of 256 columns: K = 600 has three.
-enum { NMM = 5 };
-static const struct { int N, M, K; } MM[NMM] = {{300, 40, 24}, {67, 45, 130}, {3, 5, 7}, {700, 1100, 90}, {50, 70, 600}};
+// K = 16 and N = 700: dx one panel wide, its rows shared out (a LoRA adapter's rank).
+enum { NMM = 6 };
+static const struct { int N, M, K; } MM[NMM] = {{300, 40, 24}, {67, 45, 130}, {3, 5, 7}, {700, 1100, 90}, {50, 70, 600},
+                                               {700, 300, 16}};
 
 // "" (the panels) or "0" (sgemm) into RLPIPE_CPU_PANELS
 static void set_panels(int on) {
@@ -222,7 +224,9 @@ static void matmul_dx_matches_double_product_and_accumulates(void) {
 }
 
 static void matmul_dw_accumulates_product_and_bias_sum(void) {
-    const struct { int N, M, K; } shapes[] = {{50, 200, 30}, {67, 45, 130}, {3, 5, 7}, {700, 90, 1100}};
+    // {90, 700, 16}: dW one panel wide, its rows shared out (a LoRA adapter's B)
+    const struct { int N, M, K; } shapes[] = {{50, 200, 30}, {67, 45, 130}, {3, 5, 7}, {700, 90, 1100}, {90, 700, 16},
+                                              {91, 700, 16}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++)
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             int panels = (int)(c + with_bias) % 2;   // each shape on both paths

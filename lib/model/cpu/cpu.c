@@ -257,6 +257,21 @@ static pool_fn matmul_part(const rl_mat *W, int N) {
     return N <= FEW_ROWS ? matmul_few_part : matmul_sgemm_part;
 }
 
+// A product's part over input rows [lo, hi) and every weight row (ROW_BLOCK).
+typedef struct {
+    const args *a;
+    pool_fn part;
+} rows_args;
+
+static void rows_part(void *ctx, int lo, int hi) {
+    const rows_args *r = ctx;
+    args a = *r->a;
+    a.x += (size_t)lo * a.W->cols;
+    a.out += (size_t)lo * a.W->rows;
+    a.N = hi - lo;
+    r->part(&a, 0, a.W->rows);
+}
+
 static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float *bias, int N) {
     args a = {.out = out, .x = x, .W = W, .vec = bias, .N = N};
     pool_fn part = matmul_part(W, N);
@@ -270,6 +285,8 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
         if (!a.panels && N >= ONCE_ROWS) a.panels = once = cpu_panels_once(W);
     }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);
+    else if (W->rows <= PANEL_ROWS && W->act == ACT_F32 && !a.xscale && N > 2 * ROW_BLOCK)
+        pool_for(N, ROW_BLOCK, 0, rows_part, &(rows_args){&a, matmul_part(W, ROW_BLOCK)});
     else pool_for(W->rows, PANEL_ROWS, 0, part, &a);
     cpu_panels_release(once, W);
     quant_free(&q);

@@ -15,6 +15,10 @@
 // Work below this many elements stays on the calling thread: waking the
 // others costs more (a decoding step of one token is all small operations).
 #define PAR_MIN 32768
+// Products whose weights are one panel wide (PANEL_ROWS rows or fewer: a LoRA
+// adapter's rank) share out their input rows instead, in blocks of this many
+// whatever the number of threads, so that their bits do not depend on it.
+#define ROW_BLOCK 64
 #define CHUNK 4096   // elements per part of elementwise loops
 
 // max_j x[j] (the order of a max does not matter, so the loop vectorises)

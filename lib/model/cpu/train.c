@@ -93,12 +93,20 @@ static void dx_cols_part(void *ctx, int lo, int hi) {
                 a->K, a->beta, a->out + lo, a->ldo);
 }
 
+// dx's rows [lo, hi), every column: dx one panel wide (ROW_BLOCK)
+static void dx_panel_rows_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cpu_K->gemm_panels(a->out + (size_t)lo * a->ldo, (size_t)a->ldo, a->dout + (size_t)lo * a->M, hi - lo, NULL,
+                       DT_F32, a->panels, a->K, a->M, a->beta != 0);
+}
+
 // dx (N, a->K columns, row stride a->ldo) = dout (N, M) · w (M, K), w f32.
 static void dx_f32(targs *a) {
     int N = a->N;
     if (use_panels()) {
         a->panels = pack_t(a->w, a->M, a->K);
-        pool_for(a->K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * a->M)) + 1, dx_panels_part, a);
+        if (a->K <= PANEL_ROWS && N > 2 * ROW_BLOCK) pool_for(N, ROW_BLOCK, 0, dx_panel_rows_part, a);
+        else pool_for(a->K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * a->M)) + 1, dx_panels_part, a);
         return;
     }
     // Each thread packs the whole of the other operand: split the larger side.
@@ -161,6 +169,13 @@ static void dw_panels_part(void *ctx, int lo, int hi) {
                        a->panels + (size_t)(lo / PANEL_ROWS) * a->N * PANEL_ROWS, hi - lo, a->N, 1);
 }
 
+// dW's rows [lo, hi), every column: dW one panel wide (ROW_BLOCK)
+static void dw_panel_rows_part(void *ctx, int lo, int hi) {
+    const targs *a = ctx;
+    cpu_K->gemm_panels(a->out + (size_t)lo * a->K, (size_t)a->K, a->t + (size_t)lo * a->N, hi - lo, NULL, DT_F32,
+                       a->panels, a->K, a->N, 1);
+}
+
 static void dw_rows_part(void *ctx, int lo, int hi) {
     const targs *a = ctx;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, a->K, a->N, 1.0f, a->dout + lo, a->M, a->x,
@@ -194,7 +209,8 @@ void cpu_matmul_dw(float *dW, float *dbias, const float *dout, const float *x, i
         a.t = buf(BUF_T, (size_t)M * N);
         pool_for(M, 16, (int)(PAR_MIN / N) + 1, transpose_part, &a);
         a.panels = pack_t(x, N, K);
-        pool_for(K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * M)) + 1, dw_panels_part, &a);
+        if (K <= PANEL_ROWS && M > 2 * ROW_BLOCK) pool_for(M, ROW_BLOCK, 0, dw_panel_rows_part, &a);
+        else pool_for(K, PANEL_ROWS, (int)(PAR_MIN / ((long)N * M)) + 1, dw_panels_part, &a);
     } else if ((long)N * M * K < PAR_MIN) {
         dw_rows_part(&a, 0, M);
     } else if (M >= K) {
