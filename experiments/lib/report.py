@@ -12,6 +12,10 @@ trained on).
     report.py precision OUT EXPDIR    sampler precision x output layer x lr: time to accuracy
     report.py agent    OUT EXPDIR     multi-turn RL with environments, per environment and seed
     report.py objectives OUT EXPDIR   GRPO, DAPO, GSPO and CISPO on SmolLM2, per objective and seed
+    report.py lora     OUT EXPDIR     LoRA against the full fine-tune on SmolLM2, per method and seed
+    report.py lora-lr FILE STEPS LR=RUN...
+                                      the lr of the runs RUN whose version STEPS has the highest
+                                      held-out accuracy (ties to the lower lr), into FILE
     report.py run      RUN EXPDIR     one run's evaluations while training (rl-run.sh --eval-every)
                                       beside its training reward: EXPDIR/eval.png and eval.tsv
 
@@ -21,6 +25,7 @@ draws the plots, rl-cat reads the records.
 """
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -717,22 +722,56 @@ def drawn(r):
     return sum(s["groups_drawn"] * g if s.get("groups_drawn") is not None else s["samples"] for s in r.steps)
 
 
+def runs_by_method(out, order=()):
+    """The runs OUT/runs/METHOD-sSEED as {METHOD: [Run, ...] by seed}, and the
+    methods: those of `order` first, in its order, then the others by name."""
+    runs = {}
+    for n in sorted(os.listdir(os.path.join(out, "runs"))):
+        runs.setdefault(n.rsplit("-s", 1)[0], []).append(Run(os.path.join(out, "runs", n)))
+    for rs in runs.values():
+        rs.sort(key=lambda r: r.meta["seed"])
+    return runs, [o for o in order if o in runs] + sorted(o for o in runs if o not in order)
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def span(xs):
+    """The lowest and highest of xs: the seeds' spread."""
+    xs = [x for x in xs if x is not None]
+    return f"{fmt(min(xs))}–{fmt(max(xs))}" if xs else "–"
+
+
+def machines_text(allruns):
+    """A sentence when the runs' seeds ran on different machines (run.json's "machine")."""
+    where = {}
+    for r in allruns:
+        where.setdefault(r.meta.get("machine", "(not recorded)"), set()).add(str(r.meta["seed"]))
+    if len(where) <= 1:
+        return ""
+    return ("\nThe seeds ran on different machines; compare wall times within a seed: " +
+            "; ".join(f"seeds {', '.join(sorted(s))}: {mc}" for mc, s in where.items()) + ".\n")
+
+
+def smol_header(title, out, base, allruns):
+    """header() of runs from SmolLM2 on experiments/smollm2's task (base: the
+    base model's evaluation), with REPORT_NOTE and the machines' sentence."""
+    seeds = ", ".join(sorted({str(r.meta["seed"]) for r in allruns}))
+    return header(title, seeds, SMOL_MODEL, smol_task(out, base["samples"]), sampler_text(allruns)) + \
+        note() + machines_text(allruns)
+
+
 def objectives(out, exp):
     """GRPO, DAPO, GSPO and CISPO from the same model on the same budget of
     learner steps: held-out accuracy (greedy) against steps and wall time,
     pass@8 before and after, per objective and seed, with the seeds' spread."""
-    runs = {}
-    for n in sorted(os.listdir(os.path.join(out, "runs"))):
-        obj = n.rsplit("-s", 1)[0]
-        runs.setdefault(obj, []).append(Run(os.path.join(out, "runs", n)))
-    objs = [o for o in OBJECTIVES if o in runs] + sorted(o for o in runs if o not in OBJECTIVES)
-    for o in objs:
-        runs[o].sort(key=lambda r: r.meta["seed"])
+    runs, objs = runs_by_method(out, OBJECTIVES)
     base = evals(os.path.join(out, "base.eval.jsonl"))[0]
     base8 = evals(os.path.join(out, "base.pass8.jsonl"))[0]
     p8 = {r.dir: evals(os.path.join(r.dir, "pass8.jsonl"))[-1] for o in objs for r in runs[o]}
-    med = lambda xs: statistics.median(xs) if xs else None
-    span = lambda xs: f"{fmt(min(xs))}–{fmt(max(xs))}" if xs else "–"
+    med = median
     last = max(s for o in objs for r in runs[o] for s, _ in r.evals)
     summary, rows, headline = [], [], []
     for o in objs:
@@ -761,16 +800,8 @@ def objectives(out, exp):
                 title="SmolLM2-135M-Instruct on add2: the objectives, mean over seeds")
     allruns = [r for o in objs for r in runs[o]]
     m = allruns[0].meta
-    seeds = ", ".join(sorted({str(r.meta["seed"]) for r in allruns}))
-    text = header("The objectives against each other: GRPO, DAPO, GSPO, CISPO on SmolLM2-135M-Instruct", seeds,
-                  SMOL_MODEL, smol_task(out, base["samples"]), sampler_text(allruns))
-    text += note()
-    where = {}
-    for r in allruns:
-        where.setdefault(r.meta.get("machine", "(not recorded)"), set()).add(str(r.meta["seed"]))
-    if len(where) > 1:
-        text += ("\nThe seeds ran on different machines; compare wall times within a seed: " +
-                 "; ".join(f"seeds {', '.join(sorted(s))}: {mc}" for mc, s in where.items()) + ".\n")
+    text = smol_header("The objectives against each other: GRPO, DAPO, GSPO, CISPO on SmolLM2-135M-Instruct",
+                       out, base, allruns)
     text += (f"\nOne in-flight pipeline per objective and seed (experiments/lib/rl-run.sh), all alike but for the "
              f"options below: {m['dtype']} sampler at temperature {m.get('temperature', 1)}, {m['group']} samples "
              f"per question, {m['batch']} trained per step, {m['steps']} steps, lr {m['lr']}, "
@@ -801,6 +832,181 @@ def objectives(out, exp):
     text += "\n![reward, held-out accuracy, k3 and entropy against steps, mean over seeds](objectives.png)\n"
     open(os.path.join(exp, "RESULTS.md"), "w").write(text)
     return "held-out accuracy after RL, median over seeds: " + ", ".join(headline)
+
+
+# ---- LoRA against the full fine-tune -------------------------------------------------------
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def safetensors_params(path):
+    """The number of values in a safetensors file's tensors, from its header
+    (8 bytes little-endian: the JSON header's length, then the header)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        head = json.loads(f.read(n))
+    return sum(math.prod(t["shape"]) for name, t in head.items() if name != "__metadata__")
+
+
+def last_version(r):
+    """The directory of the run's last kept version (ckpt/vNNNNNN)."""
+    d = os.path.join(r.dir, "ckpt")
+    names = sorted(n for n in os.listdir(d) if n.startswith("v") and n[1:].isdigit())
+    if not names:
+        raise SystemExit(f"report.py: {d}: no version")
+    return os.path.join(d, names[-1])
+
+
+def version_weights(r):
+    """(bytes, values) of what a version of the run trains: the adapter's
+    files of a LoRA version, model.safetensors of a full one."""
+    v = last_version(r)
+    if os.path.exists(os.path.join(v, ADAPTER_FILES[0])):
+        files, tensors = ADAPTER_FILES, ADAPTER_FILES[1]
+    else:
+        files, tensors = ("model.safetensors",), "model.safetensors"
+    return sum(os.path.getsize(os.path.join(v, f)) for f in files), safetensors_params(os.path.join(v, tensors))
+
+
+def version_bytes(r):
+    """The bytes of all the files of the run's last version (AdamW's state with them)."""
+    v = last_version(r)
+    return sum(os.path.getsize(os.path.join(v, f)) for f in os.listdir(v))
+
+
+def peak_rss_mib(r):
+    """rl-learn's peak resident set in MiB: GNU time -v's "Maximum resident
+    set size (kbytes)" in the run's learn.time (experiments/lora/rl-learn-timed)."""
+    p = os.path.join(r.dir, "learn.time")
+    if not os.path.exists(p):
+        return None
+    for line in open(p):
+        if line.strip().startswith("Maximum resident set size (kbytes):"):
+            return int(line.split(":")[1]) / 1024
+    raise SystemExit(f"report.py: {p}: no \"Maximum resident set size (kbytes)\" line")
+
+
+def step_seconds(r):
+    """The learner's median step time (learn.jsonl's "seconds")."""
+    return median([s.get("seconds") for s in r.steps])
+
+
+def lora_lr(path, steps, sweep):
+    """The sweep's choice: of the runs LR=DIR, the lr whose version `steps`
+    has the highest held-out accuracy, ties to the lower lr; written to path."""
+    accs = []
+    for arg in sweep:
+        lr, _, d = arg.partition("=")
+        acc = Run(d).acc_at(steps)
+        if acc is None:
+            raise SystemExit(f"report.py: {d}/eval.jsonl: no evaluation of version {steps}")
+        accs.append((float(lr), lr, acc))
+    best = max(accs, key=lambda x: (x[2], -x[0]))
+    with open(path + ".tmp", "w") as f:
+        f.write(best[1] + "\n")
+    os.replace(path + ".tmp", path)
+    return ("held-out accuracy at version %d: " % steps + ", ".join(f"lr {lr} {fmt(a)}" for _, lr, a in accs) +
+            f"; chosen: lr {best[1]}")
+
+
+def lora(out, exp):
+    """LoRA against the full fine-tune from the same model, the same pipeline
+    and budget: held-out accuracy at the kept versions, wall time, step
+    time, the bytes of a version and the learner's peak memory, per run and
+    as the median over seeds, and the sweep that chose LoRA's lr."""
+    chosen = open(os.path.join(out, "lora_lr")).read().strip()
+    byname, _ = runs_by_method(out)
+    sweep = sorted((rs[0] for n, rs in byname.items() if n.startswith("lora-lr")), key=lambda r: float(r.meta["lr"]))
+    runs = {"full": byname.get("full", []),
+            "lora": [r for r in sweep if r.meta["lr"] == chosen] + byname.get("lora", [])}
+    if not runs["full"] or not runs["lora"]:
+        raise SystemExit(f"report.py: {out}/runs: no full or no LoRA run")
+    for rs in runs.values():
+        rs.sort(key=lambda r: r.meta["seed"])
+    base = evals(os.path.join(out, "base.eval.jsonl"))[0]
+    allruns = runs["full"] + runs["lora"] + [r for r in sweep if r not in runs["lora"]]
+    last = max(s for r in allruns for s, _ in r.evals)
+    kept = sorted(set.intersection(*[{s for s, _ in r.evals} for r in allruns]))
+    mib = lambda b: b / 2 ** 20
+    # the measures after the accuracies, of one run and as the median of runs
+    measures = [("wall min", lambda r: r.wall / 60, 1), ("learner s/step (median)", step_seconds, 2),
+                ("MiB a version (trained weights)", lambda r: mib(version_weights(r)[0]), 1),
+                ("values trained (M)", lambda r: version_weights(r)[1] / 1e6, 2),
+                ("MiB the last version (all its files)", lambda r: mib(version_bytes(r)), 0),
+                ("rl-learn peak RSS MiB", peak_rss_mib, 0)]
+    cols = lambda r: [fmt(r.acc_at(s)) for s in kept] + [fmt(f(r), nd) for _, f, nd in measures]
+    acc_head = [f"held-out acc v{s}" for s in kept]
+    tail_head = [h for h, _, _ in measures]
+    summary, rows = [], []
+    for m in ("full", "lora"):
+        rs = runs[m]
+        accs = []
+        for s in kept:
+            xs = [r.acc_at(s) for r in rs]
+            accs += [fmt(median(xs)), span(xs)]
+        summary.append([m, rs[0].meta["lr"], ", ".join(str(r.meta["seed"]) for r in rs), fmt(base["accuracy"])] +
+                       accs + [fmt(median([f(r) for r in rs]), nd) for _, f, nd in measures])
+        for r in rs:
+            rows.append([m, r.meta["lr"], r.meta["seed"], fmt(base["accuracy"])] + cols(r) +
+                        [fmt(mean(s["reward_mean"] for s in r.steps[-5:])), f"{mean(s['k3'] for s in r.steps):.1e}"])
+    sweep_rows = [[r.meta["lr"], r.meta["seed"], fmt(base["accuracy"])] + cols(r) +
+                  [fmt(mean(s["reward_mean"] for s in r.steps[-5:])), "**chosen**" if r.meta["lr"] == chosen else ""]
+                  for r in sweep]
+    data = os.path.join(exp, "data")
+    os.makedirs(data, exist_ok=True)
+    series = []
+    for m in ("full", "lora"):
+        st, ev = mean_series(runs[m], m, data)
+        series.append((f"{m}, lr {runs[m][0].meta['lr']} (mean of {len(runs[m])})", "data/" + st, "data/" + ev))
+    for r in sweep:
+        if r.meta["lr"] != chosen:
+            tag = f"lora-lr{r.meta['lr']}-s{r.meta['seed']}"
+            st, ev = mean_series([r], tag, data)
+            series.append((f"lora, lr {r.meta['lr']} (seed {r.meta['seed']})", "data/" + st, "data/" + ev))
+    curves_plot(os.path.join(exp, "lora.png"), series, fourth=ENTROPY_PANEL,
+                title="SmolLM2-135M-Instruct on add2: LoRA (r 16, alpha 32, all-linear) against the full fine-tune")
+    m = runs["full"][0].meta
+    learn = runs["lora"][0].meta.get("learn", "")
+    text = smol_header("LoRA against the full fine-tune on SmolLM2-135M-Instruct", out, base, allruns)
+    text += (f"\nThe protocol, fixed before any run (experiments/lora/Makefile): one in-flight pipeline per method "
+             f"and seed (experiments/lib/rl-run.sh), the same for both: {m['dtype']} sampler at temperature "
+             f"{m.get('temperature', 1)}, {m['group']} samples per question, {m['batch']} trained per step, "
+             f"{m['steps']} steps, {m['lag'].replace('--', '')}, rl-ratio `{m['ratio']}`, pg with GRPO's "
+             f"advantages, at most {m.get('max_new_tokens', 48)} new tokens, a version kept every 10 steps.\n\n"
+             f"- full: every weight trained, lr {m['lr']} (objectives' grpo).\n"
+             f"- lora: rl-learn `{learn}` (rank 16, alpha 32: scale 2; the frozen base in f32; each version "
+             f"holds the adapter and the merged model, which rl-sync pushes to the sampler and rl-ratio and the "
+             f"evaluation loads). Its lr was chosen by a sweep at seed 1 over "
+             f"{', '.join(r.meta['lr'] for r in sweep)}: the one whose version {last} has the highest greedy "
+             f"held-out accuracy, ties to the lower lr (make's stage lora-lr, into out/lora_lr): **{chosen}**. "
+             f"Seeds 2 and 3 ran at it; its seed 1 is the sweep's run.\n"
+             f"- Order: the sweep, then seed after seed, both methods within a seed (full-s1, lora-s2, full-s2, "
+             f"lora-s3, full-s3), one run at a time, so that the machine's drift touches both alike.\n\n"
+             f"Held-out accuracy: greedy, f32, {base['samples']} questions, at the kept versions; version 0 is "
+             f"the base model: {fmt(base['accuracy'])}. \"wall min\": the run's wall time (rl-run.sh's run.json); "
+             f"\"learner s/step\": the median of rl-learn's `seconds` over the steps (forward, backward and AdamW, "
+             f"without the checkpoint); \"MiB a version\": the bytes of what the method trains in one version, "
+             f"the adapter's files ({' + '.join(ADAPTER_FILES)}) of a LoRA version, model.safetensors of a full "
+             f"one (a LoRA version saved merged holds the merged model.safetensors besides, as large as a full "
+             f"one's); \"values trained\": the number of values in those tensors; \"the last version\": all "
+             f"the files of version {last}, AdamW's state among them (the only version that holds it); "
+             f"\"rl-learn peak RSS\": GNU "
+             f"time's maximum resident set of the learner process (experiments/lora/rl-learn-timed). The machine "
+             f"is shared: wall and step times move with its load.\n\n")
+    text += "Medians over the seeds; the spread is the seeds' lowest and highest.\n\n"
+    acc_spread = [h for s in kept for h in (f"held-out acc v{s}", "spread")]
+    text += table(["method", "lr", "seeds", "held-out acc v0"] + acc_spread + tail_head, summary)
+    text += "\nEvery run:\n\n"
+    text += table(["method", "lr", "seed", "held-out acc v0"] + acc_head + tail_head +
+                  ["reward, last 5 steps", "k3 mean (rl-ratio)"], rows)
+    text += "\nThe sweep of LoRA's lr (seed 1):\n\n"
+    text += table(["lr", "seed", "held-out acc v0"] + acc_head + tail_head + ["reward, last 5 steps", ""],
+                  sweep_rows)
+    text += ("\n![reward, held-out accuracy, k3 and entropy against steps: each method's mean over seeds, "
+             "and the sweep's other runs](lora.png)\n")
+    open(os.path.join(exp, "RESULTS.md"), "w").write(text)
+    return (f"held-out accuracy at version {last}, median over seeds: " +
+            ", ".join(f"{mth} {fmt(median([r.acc_at(last) for r in runs[mth]]))}" for mth in ("full", "lora")))
 
 
 def eval_while_training(rundir, exp):
@@ -849,9 +1055,13 @@ def main():
         n = eval_while_training(sys.argv[2], sys.argv[3])
         print(f"report.py: {n} evaluations drawn into {os.path.join(sys.argv[3], 'eval.png')}")
         return
+    if len(sys.argv) >= 5 and sys.argv[1] == "lora-lr":
+        print(lora_lr(sys.argv[2], int(sys.argv[3]), sys.argv[4:]))
+        return
     if len(sys.argv) != 4 or sys.argv[1] not in ("demo", "inflight", "tis", "smollm2", "scale", "precision", "agent",
-                                                 "objectives"):
-        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent|objectives|run OUT EXPDIR")
+                                                 "objectives", "lora"):
+        raise SystemExit("usage: report.py demo|inflight|tis|smollm2|scale|precision|agent|objectives|lora|run OUT EXPDIR"
+                         " | lora-lr FILE STEPS LR=RUN...")
     what, out, exp = sys.argv[1:]
     if what == "demo":
         before, after, n = demo(out, exp)
@@ -868,6 +1078,8 @@ def main():
                                                             for e, gs in sorted(gains.items())) + " (per seed)")
     elif what == "objectives":
         print(objectives(out, exp))
+    elif what == "lora":
+        print(lora(out, exp))
     elif what == "smollm2":
         before, after = smollm2(out, exp)
         print(f"held-out accuracy: before RL {before}, after RL " + ", ".join(fmt(a) for a in after) + " (per seed)")
