@@ -955,14 +955,16 @@ def lora(out, exp):
     data = os.path.join(exp, "data")
     os.makedirs(data, exist_ok=True)
     series = []
-    for m in ("full", "lora"):
-        st, ev = mean_series(runs[m], m, data)
-        series.append((f"{m}, lr {runs[m][0].meta['lr']} (mean of {len(runs[m])})", "data/" + st, "data/" + ev))
-    for r in sweep:
-        if r.meta["lr"] != chosen:
-            tag = f"lora-lr{r.meta['lr']}-s{r.meta['seed']}"
-            st, ev = mean_series([r], tag, data)
-            series.append((f"lora, lr {r.meta['lr']} (seed {r.meta['seed']})", "data/" + st, "data/" + ev))
+    for label, rs, tag in [(f"{m}, lr {runs[m][0].meta['lr']} (mean of {len(runs[m])})", runs[m], m)
+                           for m in ("full", "lora")] + \
+                          [(f"lora, lr {r.meta['lr']} (seed {r.meta['seed']})", [r], f"lora-lr{r.meta['lr']}-s1")
+                           for r in sweep if r.meta["lr"] != chosen]:
+        st, ev = mean_series(rs, tag, data)
+        with open(os.path.join(data, ev)) as f:   # version 0: the base model's accuracy
+            head, *points = f.readlines()
+        with open(os.path.join(data, ev), "w") as f:
+            f.writelines([head, f"0\t0\t{base['accuracy']:.6g}\n"] + points)
+        series.append((label, "data/" + st, "data/" + ev))
     curves_plot(os.path.join(exp, "lora.png"), series, fourth=ENTROPY_PANEL,
                 title="SmolLM2-135M-Instruct on add2: LoRA (r 16, alpha 32, all-linear) against the full fine-tune")
     m = runs["full"][0].meta
