@@ -47,6 +47,8 @@ if [ "$what" = test ]; then
     command -v script >/dev/null 2>&1 || need bsdutils
     command -v gnuplot >/dev/null 2>&1 || need gnuplot-nox   # tests/cli/experiments.sh draws the demo's plot
     $py -c 'import torch' 2>/dev/null || need python3-torch
+    $py -c 'import psutil' 2>/dev/null || need python3-psutil   # accelerate's, for peft (below)
+    $py -c 'import yaml' 2>/dev/null || need python3-yaml
     $py -m pip --version >/dev/null 2>&1 || need python3-pip
     $py -c 'import ensurepip' 2>/dev/null || need python3-venv
 fi
