@@ -48,12 +48,16 @@
 # Environment: SEQS=N (sequences of a learner row without its own, default
 # 64), TIMEOUT=S (seconds a learner run may take, default 3600),
 # SAMPLE_TIMEOUT=S (for a sampler run, default 1200), LIMIT_GIB=G (default
-# 20), KEEP=1 (keep the models and reuse them next time), BENCH_OUT=DIR
+# 20), LEARN_OPTS="..." (more rl-learn options for every learner row),
+# KEEP=1 (keep the models and reuse them next time), BENCH_OUT=DIR
 # (default bench/out), BUILD / BIN (build and tool folders, as the Makefile),
 # PYTHON (default .deps/venv/bin/python: numpy, ml_dtypes, zstandard).
 # Results: the table on stdout and in BENCH_OUT/memory.txt, RESULT lines in
-# BENCH_OUT/memory.results, each run's log in BENCH_OUT/memory-*.log. A step
-# of 32 x 512 tokens takes ~10-40 minutes on 2 shared cores for 0.5B and 1.5B.
+# BENCH_OUT/memory.results, each run's log in BENCH_OUT/memory-*.log. On 2
+# shared cores a step of 32 x 512 took 9 minutes (0.5B full --recompute) to
+# 28 minutes (1.5B LoRA --recompute), each sampler run 8-9 minutes; the
+# learner rows that run need up to ~15 GiB free (0.5B full --recompute:
+# its checkpoint copies AdamW's moments at the end of the step).
 set -uo pipefail
 
 NAME=memory
@@ -65,6 +69,7 @@ TIMEOUT=${TIMEOUT:-3600}
 SAMPLE_TIMEOUT=${SAMPLE_TIMEOUT:-1200}
 LIMIT_GIB=${LIMIT_GIB:-20}
 KEEP=${KEEP:-0}
+LEARN_OPTS=${LEARN_OPTS:-}
 LEARN=$BIN/rl-learn SAMPLE=$BIN/rl-sample
 HELP=$here/memory_model.py
 
@@ -170,9 +175,9 @@ learner() {
     echo "$key: rl-learn, $n x $((P + T)) tokens ($(date -u +%H:%M:%S))" >&2
     # shellcheck disable=SC2086
     timed "$key" "$log" "$TIMEOUT" "$LEARN" --init "$m" --out "$W/memory-ckpt" --keep 1 --batch "$n" --max-steps 1 \
-        --loss pg --tis 2 ${OPTS[$mode]} --metrics "$W/memory-metrics.jsonl" "$recs"
+        --loss pg --tis 2 ${OPTS[$mode]} $LEARN_OPTS --metrics "$W/memory-metrics.jsonl" "$recs"
     PEAK[$key]=$PK
-    SECS[$key]=$(sed -n 's/.*"seconds":\([0-9.]*\).*/\1/p' "$W/memory-metrics.jsonl" 2>/dev/null | head -n1)
+    SECS[$key]=$(sed -n 's/.*"seconds":\([0-9]*\).*/\1/p' "$W/memory-metrics.jsonl" 2>/dev/null | head -n1)
     if ((RC == 124)); then
         STATUS[$key]="stopped at ${TIMEOUT} s (TIMEOUT): peak of the part done"
     elif ((RC != 0)); then
@@ -180,7 +185,7 @@ learner() {
     else
         STATUS[$key]=ok
     fi
-    line="RESULT key=\"$key\" what=rl-learn seqs=$n peak_bytes=$PK status=$RC step_s=${SECS[$key]:-}"
+    line="RESULT key=\"$key\" what=rl-learn seqs=$n learn_opts=\"$LEARN_OPTS\" peak_bytes=$PK status=$RC step_s=${SECS[$key]:-}"
     line+=" plan_bytes=${PLAN[$key]} plan_here_bytes=${HERE[$key]} log=\"$(grep '^rl-learn: ' "$log" | tail -n1)\""
     echo "$line" >>"$RES"
     echo "  $key: peak $(gib "$PK") GiB, plan $(gib "${PLAN[$key]}") (here $(gib "${HERE[$key]}")), step ${SECS[$key]:--} s, ${STATUS[$key]}" >&2
