@@ -16,9 +16,11 @@ float32: its float64 hidden states lie ~6e-7 from llama_ref.py's, far below
 every tolerance here). Tolerances, and why:
 - the adapters' change from v000000 after steps 1 and 2 (at step 1 only B
   and A's decay move: A's gradient is zero while B is; step 2 tests A's):
-  relative error per tensor ≤ STEP_TOL = 1e-4. test_learn.py holds the
+  relative error per tensor ≤ STEP_TOL = 2e-4. test_learn.py holds the
   gradients to 1e-4 relative, and its weights to 1e-6 of weights of ~0.17
-  per element moved by ~lr = 1e-3 a step: ~1.7e-4 of the change. An AdamW
+  per element moved by ~lr = 1e-3 a step: ~1.7e-4 of the change (measured
+  here: 6e-5 at most with the build's kernels, 1.4e-4 on an A at step 2 in
+  the sanitizer build, whose kernels sum in other orders). An AdamW
   step does not depend on the gradient's scale, so the gradient's relative
   error carries into the step about one for one (more for the few elements
   whose gradient is near AdamW's eps). The floor: at step 1 A moves by its
@@ -62,7 +64,7 @@ except ImportError as e:  # scripts/deps.sh test installs them into .deps/venv
 transformers.logging.set_verbosity_error()
 
 WORK = rltest.TMP.name   # removed at exit
-STEP_TOL = 1e-4
+STEP_TOL = 2e-4
 GRAD_TOL = 1e-4
 LOGP_TOL = 1e-4
 LOSS_TOL = 1e-5
