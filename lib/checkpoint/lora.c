@@ -276,6 +276,13 @@ static int parse_config(const char *path, const cJSON *root, lora_config *c, dou
     return 0;
 }
 
+int lora_exists(const char *dir) {
+    char *file = path_join(dir, LORA_CONFIG);
+    int yes = access(file, F_OK) == 0;
+    free(file);
+    return yes;
+}
+
 int lora_config_read(const char *path, lora_config *c, double *dropout, rl_err *err) {
     char *file = config_file(path);
     cJSON *root = jsonfile_load(file, LORA_MAX_FILE, err);

@@ -59,6 +59,10 @@ typedef struct {
 lora_adapter *lora_new(const lora_config *c, const model_config *mc);
 void lora_free(lora_adapter *a);
 
+// 1 when DIR holds an adapter: DIR/adapter_config.json exists (a version
+// saved merged holds a model beside it: hfw_exists tells).
+int lora_exists(const char *dir);
+
 // Reads DIR/adapter_config.json (path names the file or its directory): a
 // JSON object with "peft_type" "LORA", an integer "r" >= 1, a positive
 // "lora_alpha" (whose scale is a finite non-zero f32), "target_modules" a

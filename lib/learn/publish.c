@@ -11,6 +11,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/config.h"
+#include "checkpoint/hfweights.h"
 #include "clock.h"
 #include "learn/ckpt_model.h"
 #include "learn/zero.h"
@@ -155,13 +156,6 @@ static int attach_lora(publisher *p, const char *adir, const char *base, rl_err 
     return rc;
 }
 
-// 1 when version directory dir holds a LoRA adapter (adapter_config.json).
-static int holds_adapter(const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, LORA_CONFIG);
-    return access(path, F_OK) == 0;
-}
-
 int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
     const pub_opts *o = p->o;
     rl_err e;
@@ -174,12 +168,11 @@ int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
         if (!have) return err_set(err, "--resume: %s holds no checkpoint (no file 'latest')", o->out);
         // A run killed while it removed old versions leaves their temporaries and the versions after them.
         if (!p->rank && ckpt_tidy(o->out, o->keep, o->keep_every, err)) return -1;
-        if (holds_adapter(dir)) {   // LoRA: the base its adapter names, the adapter, AdamW's state
+        if (lora_exists(dir)) {   // LoRA: the base its adapter names, the adapter, AdamW's state
             lora_config c;
-            char path[4200];
-            snprintf(path, sizeof path, "%s/%s", dir, LORA_CONFIG);
-            if (lora_config_read(path, &c, NULL, err)) return -1;
-            if (!c.base[0]) return err_set(err, "%s: no base_model_name_or_path: which base to resume on", path);
+            if (lora_config_read(dir, &c, NULL, err)) return -1;
+            if (!c.base[0])
+                return err_set(err, "%s/%s: no base_model_name_or_path: which base to resume on", dir, LORA_CONFIG);
             mo.dtype = o->base_dtype;
             if (!(p->m = model_load(c.base, &mo, err)) || attach_lora(p, dir, c.base, err)) return -1;
         } else if (!(p->m = model_load(dir, &mo, err))) {
@@ -200,9 +193,7 @@ int pub_start(publisher *p, tokenizer **tok, rl_err *err) {
                            "--out", o->out, dir);
         if (o->init) {
             if (ckpt_resolve(o->init, p->from, sizeof p->from, &p->version, err)) return -1;
-            char cfg[4200];
-            snprintf(cfg, sizeof cfg, "%s/config.json", p->from);
-            if (holds_adapter(p->from) && access(cfg, F_OK) != 0)
+            if (lora_exists(p->from) && !hfw_exists(p->from))
                 return err_set(err, "%s holds a LoRA adapter, not a model: give its base with --init and the "
                                "adapter with --adapter %s", p->from, p->from);
             if (!(p->m = model_load(p->from, &mo, err))) return -1;

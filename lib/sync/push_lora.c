@@ -7,16 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint/hfweights.h"
 #include "records/mpscan.h"
 
-int push_lora_is_adapter(const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, LORA_CONFIG);
-    return access(path, F_OK) == 0 && !hfw_exists(dir);
-}
+int push_lora_is_adapter(const char *dir) { return lora_exists(dir) && !hfw_exists(dir); }
 
 void push_lora_set(rec_t *msg, const lora_config *c) {
     char targets[128];

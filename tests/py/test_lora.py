@@ -514,7 +514,6 @@ def adapter_continues_a_peft_adapter_from_its_logprobs_and_config():
           f"worst relative errors: {fmt(worst)}")
 
 
-
 @case
 def init_of_a_lora_checkpoint_is_refused_saying_to_give_its_base_and_the_adapter_which_then_continues_it():
     d = model("initbase", seed=38)
