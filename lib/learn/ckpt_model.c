@@ -24,8 +24,10 @@ struct ckpt_snap {
     model_tensor *t;         // [nt] names and shapes (the names are the model's: it must outlive the snapshot)
     const float *params;     // [total] the parameters (flat, tensor order): copy, or the model's own
     float *copy;             // [total] the parameters' copy, when made
-    float *moment;           // [2][total] exp_avg, exp_avg_sq, when the snapshot has them
-    int moments;             // the model has training state: moment holds the moments
+    const float *mom[2];     // [total] each: exp_avg, exp_avg_sq (moments): copies, or the model's own
+    float *moment;           // [2][total] the moments' copies, when made
+    int moments;             // the model has training state: mom holds the moments
+    int mom_borrowed;        // mom is the model's own
     int has_lora;            // the parameters are LoRA adapters of config lora (model_lora) ...
     lora_config lora;
     const model_t *m;        // ... attached to m, whose frozen base a merged model is written from
@@ -47,7 +49,7 @@ void ckpt_snap_free(ckpt_snap *s) {
     free(s);
 }
 
-int ckpt_snap_borrowed(const ckpt_snap *s) { return s->params && s->params != s->copy; }
+int ckpt_snap_borrowed(const ckpt_snap *s) { return (s->params && s->params != s->copy) || s->mom_borrowed; }
 
 void ckpt_snap_on_release(ckpt_snap *s, void (*fn)(void *ctx), void *ctx) {
     s->release = fn;
@@ -72,13 +74,26 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
     s->m = m;
     s->moments = !weights_only && nt > 0 && model_train_buffer(m, MODEL_EXP_AVG) != NULL;
     s->params = borrow ? model_host_params(m) : NULL;
+    // The moments in place when the model keeps all of them in host memory
+    // (with d, rank 0 gathers the other ranks' parts into copies).
+    s->mom_borrowed = s->moments && borrow && !d && model_host_moments(m, MODEL_EXP_AVG);
+    if (s->mom_borrowed) {
+        s->mom[0] = model_host_moments(m, MODEL_EXP_AVG), s->mom[1] = model_host_moments(m, MODEL_EXP_AVG_SQ);
+        free(s->moment);
+        s->moment = NULL;
+    } else if (s->moments) {
+        if (!s->moment) s->moment = xmalloc((total ? 2 * total : 1) * sizeof(float));
+        s->mom[0] = s->moment, s->mom[1] = s->moment + total;
+    } else {
+        s->mom[0] = s->mom[1] = NULL;
+    }
     if (!s->params && !s->copy) s->copy = xmalloc((total ? total : 1) * sizeof(float));
-    if (s->moments && !s->moment) s->moment = xmalloc((total ? 2 * total : 1) * sizeof(float));
+    int copy_moments = s->moments && !s->mom_borrowed;
     size_t off = 0;
     for (size_t i = 0; i < nt; i++) {
         s->t[i] = model_tensor_at(m, i);
-        float *to[3] = {s->params ? NULL : s->copy + off, s->moments ? s->moment + off : NULL,
-                        s->moments ? s->moment + total + off : NULL};
+        float *to[3] = {s->params ? NULL : s->copy + off, copy_moments ? s->moment + off : NULL,
+                        copy_moments ? s->moment + total + off : NULL};
         for (int k = 0; k < 3; k++)
             if (to[k] && model_tensor_get(m, k ? opt_which[k - 1] : MODEL_PARAM, i, to[k]) < 0)
                 return err_set(err, "cannot read the training state of %s from the model", s->t[i].name);
@@ -86,7 +101,7 @@ int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *part
     }
     if (!s->params) s->params = s->copy;
     // The other ranks' parts of the moments (this one's are in place).
-    if (s->moments && d) return zero_gather_moments(m, d, parts, s->moment, s->moment + total, err);
+    if (copy_moments && d) return zero_gather_moments(m, d, parts, s->moment, s->moment + total, err);
     return 0;
 }
 
@@ -103,7 +118,7 @@ static void snap_tensors(const ckpt_snap *s, int k, const char *suffix, st_out *
             name = names[i];
         }
         out[stride * i + at] = (st_out){.name = name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
-                                        .data = k ? s->moment + (size_t)(k - 1) * s->total + off : s->params + off};
+                                        .data = (k ? s->mom[k - 1] : s->params) + off};
         off += t->n;
     }
 }
@@ -171,7 +186,8 @@ static int fill_model(const char *dir, void *ctx, rl_err *err) {
         rc = hfw_save_model(dir, &s->c, w, s->nt, &c->o->save, err);
         free(w);
     }
-    if (s->release && !(s->moments && ckpt_params_again(c->o))) s->release(s->release_ctx);
+    // Released now unless the optimizer file reads the model's memory next.
+    if (s->release && !(s->moments && (s->mom_borrowed || ckpt_params_again(c->o)))) s->release(s->release_ctx);
     return rc;
 }
 

@@ -33,29 +33,31 @@ int ckpt_write_zero(const ckpt_write_opts *o, const model_t *m, dist_t *d, const
 // The same in two halves, so that a version can be written while the model
 // trains on (ckpt_writer.h): a snapshot holds host copies of what a version
 // holds (the config, the parameters, AdamW's moments), up to 3 x 4 bytes a
-// parameter, kept from one snapshot to the next; or it reads the parameters
-// where the model keeps them in host memory (model_host_params).
+// parameter, kept from one snapshot to the next; or it reads them where the
+// model keeps them in host memory (model_host_params, model_host_moments).
 typedef struct ckpt_snap ckpt_snap;
 ckpt_snap *ckpt_snap_new(void);
 void ckpt_snap_free(ckpt_snap *s);
 // Takes m into s (d, parts: rank 0 of a sharded optimizer, gathering the
 // other ranks' parts of the moments as ckpt_write_zero does; else NULL): the
 // parameters, and AdamW's moments unless weights_only (then no rank gathers).
-// The moments are copied; the parameters too, but with borrow where the
-// model keeps them in host memory: then s reads them there, and they must
-// not change until s is written (or until its release callback, below). The
-// snapshot names m's tensors: m must outlive it. 0, or -1 with err.
+// They are copied, but with borrow where the model keeps them in host
+// memory (the moments: all of them, and d NULL): then s reads them there,
+// and they must not change until s is written (or until its release
+// callback, below). The snapshot names m's tensors: m must outlive it. 0,
+// or -1 with err.
 int ckpt_snap_take(ckpt_snap *s, const model_t *m, dist_t *d, const size_t *parts, int weights_only, int borrow,
                    rl_err *err);
 // 1 when a version written with o that holds AdamW's state holds the F32
 // parameters a second time, in optimizer.safetensors: beside 16-bit weights
 // (a LoRA version's adapter is F32 already).
 int ckpt_params_again(const ckpt_write_opts *o);
-// 1 when s reads the model's parameters in place (ckpt_snap_take's borrow).
+// 1 when s reads the model's parameters or moments in place (ckpt_snap_take's borrow).
 int ckpt_snap_borrowed(const ckpt_snap *s);
-// fn(ctx) is called by ckpt_snap_write (on its thread) once the parameters
-// are read no more: after the weights are written, unless an optimizer file
-// beside 16-bit weights reads them again (then the end of the write releases them).
+// fn(ctx) is called by ckpt_snap_write (on its thread) once the model's
+// memory is read no more: after the weights are written, unless the
+// optimizer file reads borrowed moments, or the parameters again beside
+// 16-bit weights (then the end of the write releases them).
 void ckpt_snap_on_release(ckpt_snap *s, void (*fn)(void *ctx), void *ctx);
 // Publishes s as ckpt_write publishes a model. Touches no model but for the
 // parameters s borrowed, which it only reads, so it may run on another

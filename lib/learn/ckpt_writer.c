@@ -77,9 +77,8 @@ static char *copy_or_null(char *old, const char *s) {
 
 int ckpt_writer_save(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts,
                      rl_err *err) {
-    // The parameters are read in place unless the optimizer file reads them again.
-    int borrow = o->weights_only || !ckpt_params_again(o);
-    if (ckpt_writer_wait(w, err) || ckpt_snap_take(w->snap, m, d, parts, o->weights_only, borrow, err)) return -1;
+    // What the model keeps in host memory is read in place (ckpt_snap_take's borrow).
+    if (ckpt_writer_wait(w, err) || ckpt_snap_take(w->snap, m, d, parts, o->weights_only, 1, err)) return -1;
     w->o = *o;
     w->o.root = w->root = copy_or_null(w->root, o->root);
     w->o.state_json = w->state_json = copy_or_null(w->state_json, o->state_json);

@@ -7,11 +7,16 @@
 // One version at a time: saving waits for the version still being written,
 // then takes the model (ckpt_snap_take, on the caller's thread) and hands the
 // snapshot to the writer's thread, which publishes it (ckpt_snap_write) and
-// then calls done. The moments are copied. The parameters are read where the
+// then calls done. The parameters and AdamW's moments are read where the
 // model keeps them when that is host memory (the CPU's), rather than copied
-// (4 bytes a parameter, each version), unless an optimizer file beside 16-bit
-// weights reads them again: the caller changes them only after
-// ckpt_writer_wait_model, which returns once the weights are written.
+// (up to 12 bytes a parameter, as much again as the training state's
+// moments and parameters): the caller changes them only after
+// ckpt_writer_wait_model, which returns once the weights are written, or
+// with the moments (or the F32 parameters beside 16-bit weights) once the
+// optimizer file is. AdamW's update is the first thing that changes them,
+// at the end of the next step's forward and backward. On a GPU, and for
+// rank 0 of several, they are copied to the host (the moments: all ranks'
+// parts) and nothing waits.
 // Signals are blocked on the writer's thread.
 #ifndef RLPIPE_CKPT_WRITER_H
 #define RLPIPE_CKPT_WRITER_H
@@ -42,9 +47,9 @@ int ckpt_writer_save(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m,
 // second copy of the model is made. 0, or -1 with err.
 int ckpt_writer_complete(ckpt_writer *w, const ckpt_write_opts *o, const model_t *m, dist_t *d, const size_t *parts,
                          rl_err *err);
-// Waits until the version being written reads the model's parameters no
-// more (at once when it copied them, or when none is being written): what
-// the caller does before it changes them (an optimizer step).
+// Waits until the version being written reads the model's parameters and
+// moments no more (at once when it copied them, or when none is being
+// written): what the caller does before it changes them (an optimizer step).
 void ckpt_writer_wait_model(ckpt_writer *w);
 // Waits until no version is being written: 0, or -1 with the error of the
 // last write (once: the error is then cleared).

@@ -119,6 +119,12 @@ float *model_train_buffer(const model_t *m, int which);
 // thread may read them while the model computes, until something changes
 // them (model_adamw, model_tensor_set, a collective on the buffer).
 const float *model_host_params(const model_t *m);
+// The same for AdamW's moments (which: MODEL_EXP_AVG or MODEL_EXP_AVG_SQ)
+// of every parameter, flat in the same order, when the backend's memory is
+// the host's and the moments' range is all the parameters (not a rank's
+// part, model_train_init_range); NULL otherwise. Read while the model
+// computes until model_adamw (or model_tensor_set) changes them.
+const float *model_host_moments(const model_t *m, int which);
 const rl_ops *model_ops(const model_t *m);
 
 // A loss L = Σ_r ℓ_r(logp_r, H_r) over the scored tokens, numbered r = 0, 1,

@@ -57,6 +57,12 @@ const float *model_host_params(const model_t *m) {
     return P.params;
 }
 
+const float *model_host_moments(const model_t *m, int which) {
+    if (!m->grads || !m->ops->host_memory || m->mlo != 0 || m->mhi != mdl_params(m).n) return NULL;
+    if (which != MODEL_EXP_AVG && which != MODEL_EXP_AVG_SQ) return NULL;
+    return state_of(m, which);   // (offset t->off − mlo of each tensor: the flat order)
+}
+
 const rl_ops *model_ops(const model_t *m) { return m->ops; }
 
 void model_set_recompute(model_t *m, int on) {

@@ -654,24 +654,39 @@ static void a_version_written_in_the_background_holds_the_model_as_it_was_when_s
     CHECK(!g.on_caller, "done was called on the caller's thread");
 }
 
-static void a_snapshot_reads_a_cpu_models_parameters_in_place_when_allowed(void) {
+// Whether the n floats at p are tensor 0's values of `which` in m.
+static int tensor0_is(const model_t *m, int which, const float *p) {
+    size_t n = model_tensor_at(m, 0).n;
+    float *first = malloc(n * sizeof *first);
+    int is = p && model_tensor_get(m, which, 0, first) == 0 && !memcmp(first, p, n * sizeof *first);
+    free(first);
+    return is;
+}
+
+// The parameters, and AdamW's moments with the state: no copy of either.
+static void a_snapshot_reads_a_cpu_models_parameters_and_moments_in_place_when_allowed(void) {
     rl_err err;
     model_t *m = trained_model(1, &err);
     CHECK(m, "%s", err.msg);
     ckpt_snap *s = ckpt_snap_new();
     int took = ckpt_snap_take(s, m, NULL, NULL, 1, 1, &err) == 0, borrowed = ckpt_snap_borrowed(s);
     int took_copy = ckpt_snap_take(s, m, NULL, NULL, 1, 0, &err) == 0, copied = !ckpt_snap_borrowed(s);
+    int took_state = ckpt_snap_take(s, m, NULL, NULL, 0, 1, &err) == 0, state_borrowed = ckpt_snap_borrowed(s);
+    int took_state_copy = ckpt_snap_take(s, m, NULL, NULL, 0, 0, &err) == 0, state_copied = !ckpt_snap_borrowed(s);
     ckpt_snap_free(s);
-    const float *in_place = model_host_params(m);
-    size_t n = model_tensor_at(m, 0).n;
-    float *first = malloc(n * sizeof *first);
-    int first_is = in_place && model_tensor_get(m, MODEL_PARAM, 0, first) == 0 &&
-                   !memcmp(first, in_place, n * sizeof *first);
-    free(first);
+    int params_are = tensor0_is(m, MODEL_PARAM, model_host_params(m));
+    int avg_is = tensor0_is(m, MODEL_EXP_AVG, model_host_moments(m, MODEL_EXP_AVG));
+    int sq_is = tensor0_is(m, MODEL_EXP_AVG_SQ, model_host_moments(m, MODEL_EXP_AVG_SQ));
+    int not_grad = model_host_moments(m, MODEL_GRAD) == NULL;
     model_free(m);
-    CHECK(took && took_copy, "%s", err.msg);
-    CHECK(borrowed && copied, "borrowed %d with borrow, copied %d without", borrowed, copied);
-    CHECK(first_is, "model_host_params is not the first tensor's parameters");
+    CHECK(took && took_copy && took_state && took_state_copy, "%s", err.msg);
+    CHECK(borrowed && copied, "weights only: borrowed %d with borrow, copied %d without", borrowed, copied);
+    CHECK(state_borrowed && state_copied, "with the state: borrowed %d with borrow, copied %d without",
+          state_borrowed, state_copied);
+    CHECK(params_are, "model_host_params is not the first tensor's parameters");
+    CHECK(avg_is && sq_is, "model_host_moments is not the first tensor's moments (exp_avg %d, exp_avg_sq %d)", avg_is,
+          sq_is);
+    CHECK(not_grad, "model_host_moments gave the gradient");
 }
 
 // A done callback that holds the writer's thread until the caller opens the
@@ -703,8 +718,10 @@ static void open_gate(gate *g) {
 }
 
 // F32 weights (the optimizer file then holds the moments alone), and 16-bit
-// weights with the F32 parameters in the optimizer file.
-static void the_parameters_are_free_to_change_once_the_weights_are_written(void) {
+// weights with the F32 parameters in the optimizer file: both read in place,
+// with the moments, until the version's files are written, before it is
+// reported (done).
+static void the_model_is_free_to_change_once_the_version_is_written_before_it_is_reported(void) {
     for (int half = 0; half < 2; half++) {
         char base[512], root[1024], state[128];
         rl_err err;
@@ -1145,8 +1162,8 @@ int main(int argc, char **argv) {
     RUN(weights_only_versions_are_published_while_latest_stays_complete);
     RUN(errors_name_the_path);
     RUN(a_version_written_in_the_background_holds_the_model_as_it_was_when_saved);
-    RUN(a_snapshot_reads_a_cpu_models_parameters_in_place_when_allowed);
-    RUN(the_parameters_are_free_to_change_once_the_weights_are_written);
+    RUN(a_snapshot_reads_a_cpu_models_parameters_and_moments_in_place_when_allowed);
+    RUN(the_model_is_free_to_change_once_the_version_is_written_before_it_is_reported);
     RUN(a_failed_background_write_is_reported_once);
     RUN(removes_stale_temporaries);
     RUN(tidy_finishes_what_a_writer_killed_while_removing_left);

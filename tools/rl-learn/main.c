@@ -436,8 +436,8 @@ static int train(run_t *r, learner_t *l, int keep_last) {
         cli_busy(BUSY_STEP);
         int rc = lrn_grad(l, p->version, p->steps, &m, &e);
         if (rc == 0) {
-            // The last version may still be reading the parameters the step
-            // changes: the wait counts in the step's seconds.
+            // The last version may still be reading the parameters and
+            // moments the step changes: the wait counts in the step's seconds.
             double t0 = clock_now();
             if (p->writer) ckpt_writer_wait_model(p->writer);
             m.seconds += clock_now() - t0;
