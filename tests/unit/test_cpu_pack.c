@@ -4,7 +4,8 @@
 // uploads and after a free and a new matrix in its place, and the same
 // values as the product from the rows as stored (RLPIPE_CPU_PANELS=0) to f32
 // rounding; a matrix not fixed, written in place, is never read from
-// stale panels (products of many rows pack panels for themselves); W8A8
+// stale panels (products of many rows pack panels for themselves), nor does
+// a fixed one multiplied by very many rows keep any; W8A8
 // int8 products (read from panels with AMX) keep the bits of the product
 // without panels through every upload. Each case runs on the
 // processor's best build of the kernels and on its AVX2 build (whose
@@ -177,10 +178,49 @@ static void a_matrix_written_in_place_is_never_read_from_panels(void) {
     free(w), free(x), free(step);
 }
 
+// A fixed matrix multiplied by very many rows (a learner's frozen base, a
+// scorer's weights) is packed for that product alone: no panels are kept,
+// and the product has the bits of the same product from kept panels (which
+// a product of N rows, a sampler's decoding, makes and keeps).
+static void only_products_of_fewer_rows_keep_a_fixed_matrixs_panels(void) {
+    const rl_ops *o = ops_cpu();
+    rl_rng r;
+    rng_seed(&r, 14);
+    float *w = malloc(M * K * sizeof *w), *x = malloc((size_t)MANY * K * sizeof *x);
+    float *once = malloc((size_t)MANY * M * sizeof *once), *kept = malloc((size_t)MANY * M * sizeof *kept);
+    for (int i = 0; i < MANY * K; i++) x[i] = bf16_to_f32(f32_to_bf16((float)rng_normal(&r)));
+    float *dx = o->alloc((size_t)MANY * K * 4), *dout = o->alloc((size_t)MANY * M * 4);
+    o->upload(dx, x, (size_t)MANY * K * 4);
+    unsetenv("RLPIPE_CPU_PANELS");
+    for (int bf = 0; bf < 2; bf++) {
+        rl_dtype dt = bf ? DT_BF16 : DT_F32;
+        rl_mat W = {.dtype = dt, .rows = M, .cols = K, .data = o->alloc((size_t)M * K * dt_size(dt)), .fixed = 1};
+        new_rows(w, 0, M, dt, &r);
+        upload_rows(o, &W, w, 0, M);
+        check_rows(o, &W, dx, dout, x, w, MANY, "many rows, nothing kept");
+        o->download(once, dout, (size_t)MANY * M * 4);
+        int none_after_many = cpu_panels_kept(&W) == NULL;
+        o->matmul(dout, dx, &W, NULL, N);
+        int kept_after_few = cpu_panels_kept(&W) != NULL || !(cpu_K->panels_for >> dt & 1);
+        o->matmul(dout, dx, &W, NULL, MANY);
+        o->download(kept, dout, (size_t)MANY * M * 4);
+        int differ = 0;
+        for (int i = 0; i < MANY * M; i++) differ += memcmp(once + i, kept + i, 4) != 0;
+        CHECK(none_after_many, "%s: a product of %d rows kept panels", dt_name(dt), MANY);
+        CHECK(kept_after_few, "%s: a product of %d rows kept no panels", dt_name(dt), N);
+        CHECK(differ == 0, "%s: %d of %d outputs from kept panels differ from those packed for the product",
+              dt_name(dt), differ, MANY * M);
+        o->free(W.data);
+    }
+    o->free(dx), o->free(dout);
+    free(w), free(x), free(once), free(kept);
+}
+
 static void cases(void) {
     RUN(products_follow_every_upload_into_the_matrix);
     RUN(int8_products_follow_every_upload_into_the_matrix);
     RUN(a_matrix_written_in_place_is_never_read_from_panels);
+    RUN(only_products_of_fewer_rows_keep_a_fixed_matrixs_panels);
 }
 
 int main(void) {

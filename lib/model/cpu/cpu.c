@@ -27,9 +27,12 @@ void openblas_set_num_threads(int);   // OpenBLAS's own; not in every cblas.h
 #define FEW_ROWS 4
 // Weight rows converted to f32 per product call when weights are not f32.
 #define TILE_ROWS 128
-// Products of at least this many rows on a matrix that is not fixed (a
-// learner's) pack its panels for themselves, the packing (reading and
-// writing the matrix once) a few % of the product's time there. One
+// Products of at least this many rows pack the panels for themselves,
+// the packing (reading and writing the matrix once) a few % of the
+// product's time there: on a matrix that is not fixed (a learner's), and
+// on a fixed one whose panels are not kept yet, which they do not keep (a
+// learner's frozen base under LoRA, a scorer's weights: only the products
+// of fewer rows, a sampler's decoding, keep a second copy of a matrix). One
 // thread, f32, N × 1536 × 576 (bench/forward gemm): on an Intel Xeon the
 // panels ran at 1.05 to 1.11 times OpenBLAS sgemm's GFLOP/s at N = 256 and
 // 2048, the rows at 0.68 to 0.80; on the AMD EPYC (AVX-512) panels 1.14
@@ -281,7 +284,7 @@ static void cpu_matmul(float *out, const float *x, const rl_mat *W, const float 
     if (W->act == ACT_I8) {
         if (N > FEW_ROWS && cpu_K->i8_panels) a.panels = cpu_panels(W);
     } else if (W->act == ACT_F32 && N > FEW_ROWS && (cpu_K->panels_for >> W->dtype & 1)) {
-        a.panels = cpu_panels(W);
+        a.panels = N >= ONCE_ROWS ? cpu_panels_kept(W) : cpu_panels(W);
         if (!a.panels && N >= ONCE_ROWS) a.panels = once = cpu_panels_once(W);
     }
     if ((long)W->rows * W->cols * N < PAR_MIN) part(&a, 0, W->rows);

@@ -140,17 +140,21 @@ void cpu_panels_release(void *panels, const rl_mat *W) {
     pthread_mutex_unlock(&mu);
 }
 
+const void *cpu_panels_kept(const rl_mat *W) {
+    if (!W->fixed || !packable(W)) return NULL;
+    void *p = NULL;
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < ntab && !p; i++)
+        if (tab[i].data == W->data && tab[i].rows == W->rows && tab[i].cols == W->cols && tab[i].dtype == W->dtype)
+            p = tab[i].panels;
+    pthread_mutex_unlock(&mu);
+    return p;
+}
+
 const void *cpu_panels(const rl_mat *W) {
     if (!W->fixed || !packable(W)) return NULL;
-    pthread_mutex_lock(&mu);
-    for (size_t i = 0; i < ntab; i++)
-        if (tab[i].data == W->data && tab[i].rows == W->rows && tab[i].cols == W->cols &&
-            tab[i].dtype == W->dtype) {
-            void *p = tab[i].panels;
-            pthread_mutex_unlock(&mu);
-            return p;
-        }
-    pthread_mutex_unlock(&mu);
+    const void *kept = cpu_panels_kept(W);
+    if (kept) return kept;
     void *p = pack_new(W);
     pthread_mutex_lock(&mu);
     GROW(tab, captab, ntab + 1, 64);

@@ -14,7 +14,9 @@
 // where the rows' own layout asks one row per output and the lanes summed
 // at the end. Decoding's many-row products read the weights from memory at
 // every step: the panels are made when a matrix is first multiplied after
-// it was written, not at every product.
+// it was written, not at every product. Products of very many rows (a
+// learner's, a scorer's) pack a matrix for themselves when no panels are
+// kept, and keep none (cpu_panels_once): the copy costs memory, not time.
 //
 // Only fixed matrices (ops.h rl_mat: written only through upload) are
 // packed; the CPU backend's upload and free forget the panels of whatever
@@ -61,6 +63,9 @@ int cpu_panels_allowed(void);
 // matrix not fixed, or when RLPIPE_CPU_PANELS=0 forbids them (the product
 // then reads the rows as stored).
 const void *cpu_panels(const rl_mat *W);
+// The panels cpu_panels keeps for W, without making them: NULL when there
+// are none (yet), as for cpu_panels.
+const void *cpu_panels_kept(const rl_mat *W);
 
 // The panels of the f32, bf16 or int8 matrix W, fixed or not, made now for
 // one product (spread over the threads): for a learner's matrices, which
