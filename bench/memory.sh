@@ -12,18 +12,19 @@
 # 128256, tied, rope llama3 factor 32 low 1 high 4 original 8192, theta 5e5;
 # 3212.7M), as Hugging Face ships them (bench/memory_model.py config), with
 # models/tiny's tokenizer (the records carry ids; no text is needed).
-# Learner rows, MODEL:MODE[:SEQS] (MODEL 0.5b, 1.5b, 3b; SEQS default $SEQS):
+# Learner rows, MODEL:MODE[:SEQS[:MICRO]] (MODEL 0.5b, 1.5b, 3b; SEQS default
+# $SEQS; MICRO: rl-learn --micro, micro-batches a step, default 1):
 #   full      rl-learn, every parameter trained in f32
 #   full-rc   the same with --recompute
 #   lora      --lora-rank 16 --lora-targets all-linear --base-dtype bf16
 #   lora-rc   the same with --recompute
-# each one step of --loss pg --tis 2 --batch SEQS --max-steps 1 on SEQS
-# records of 64 prompt + 448 completion tokens (random ids; groups of 8 that
-# share a prompt, rewards 0..7 within a group, the sampler's logp random in
-# [-15, -5]). A step's sequences take 64 + 448 - 1 = 511 tokens through the
-# model, so at most 32 fit one micro-batch of LRN_MICRO_TOKENS = 16384: 64
-# sequences are two micro-batches of 32, each with the activations of a step
-# of 32 sequences.
+# each one step of --loss pg --tis 2 --batch SEQS --micro MICRO --max-steps 1
+# on SEQS records of 64 prompt + 448 completion tokens (random ids; groups
+# of 8 that share a prompt, rewards 0..7 within a group, the sampler's logp
+# random in [-15, -5]). A step's sequences take 64 + 448 - 1 = 511 tokens
+# through the model, so at most 32 fit one micro-batch of LRN_MICRO_TOKENS
+# = 16384: 64 sequences are two micro-batches of 32, each with the
+# activations of a step of 32 sequences; with MICRO 4, four of 16.
 # Sampler rows, sample:MODEL: rl-sample --dtype bf16 --slots 64 -n 8
 # --max-new-tokens 448 --ignore-eos on 8 prompts of 64 random ids (64
 # sequences of 512 tokens), stopped by SIGTERM after SAMPLE_TIMEOUT seconds
@@ -38,9 +39,10 @@
 # trained parameters (f32), and the two workspaces, at 16384 tokens ("plan")
 # and at the tokens of this batch's micro-batch ("plan here": work at the
 # 32 x 511 key/value rows, train at the 4 x (511 + 7 x 447) tokens computed
-# once each group's prompt is shared). A row whose plan exceeds LIMIT_GIB is
-# not run ("not run: plan X GiB > this machine's memory"), nor one whose plan
-# exceeds MemAvailable - 1 GiB at its start (other work holds the rest).
+# once each group's prompt is shared; with MICRO 4, 16 x 511 and 2 groups).
+# A row whose plan exceeds LIMIT_GIB is not run ("not run: plan X GiB >
+# this machine's memory"), nor one whose plan exceeds MemAvailable - 1 GiB
+# at its start (other work holds the rest).
 # Sampler plan: bf16 weights, RoPE's table, the bf16 KV cache of 64 x 512
 # rows (no workspace). Every run: nice -n 19 /usr/bin/time -f %M (the
 # child's ru_maxrss: its VmHWM) under timeout; "peak" is that figure.
@@ -56,8 +58,7 @@
 # BENCH_OUT/memory.results, each run's log in BENCH_OUT/memory-*.log. On 2
 # shared cores a step of 32 x 512 took 9 minutes (0.5B full --recompute) to
 # 28 minutes (1.5B LoRA --recompute), each sampler run 8-9 minutes; the
-# learner rows that run need up to ~15 GiB free (0.5B full --recompute:
-# its checkpoint copies AdamW's moments at the end of the step).
+# learner rows that run need up to ~12 GiB free (0.5B full --recompute).
 set -uo pipefail
 
 NAME=memory
@@ -90,12 +91,13 @@ declare -A OPTS=([full]="" [full-rc]="--recompute" [lora]="--lora-rank 16 --lora
 declare -A PLANOPTS=([full]="" [full-rc]="--recompute" [lora]="--lora-rank 16 --base-dtype bf16"
                      [lora-rc]="--lora-rank 16 --base-dtype bf16 --recompute")
 for r in "${ROWS[@]}"; do
-    IFS=: read -r a b c <<<"$r"
+    IFS=: read -r a b c d <<<"$r"
     if [[ $a == sample ]]; then
         [[ -n ${CFG[$b]:-} && -z $c ]] || settings_usage "$r: expected sample:0.5b, sample:1.5b or sample:3b"
     else
-        [[ -n ${CFG[$a]:-} && -n $b && -n ${OPTS[$b]+x} && ( -z $c || $c =~ ^[1-9][0-9]*$ ) ]] ||
-            settings_usage "$r: expected MODEL:MODE[:SEQS], MODEL 0.5b, 1.5b or 3b, MODE full, full-rc, lora or lora-rc"
+        [[ -n ${CFG[$a]:-} && -n $b && -n ${OPTS[$b]+x} && ( -z $c || $c =~ ^[1-9][0-9]*$ ) &&
+           ( -z $d || ( -n $c && $d =~ ^[1-9][0-9]*$ ) ) ]] ||
+            settings_usage "$r: expected MODEL:MODE[:SEQS[:MICRO]], MODEL 0.5b, 1.5b or 3b, MODE full, full-rc, lora or lora-rc"
     fi
 done
 
@@ -139,11 +141,11 @@ timed() {
     PK=$((${kb:-0} * 1024))
 }
 
-# learner KEY MODEL MODE SEQS
+# learner KEY MODEL MODE SEQS MICRO
 learner() {
-    local key=$1 name=$2 mode=$3 n=$4 m v pl ph line log=$W/memory-${1//[: ]/-}.log
-    local mb=$((16384 / (P + T - 1))) nkv nown
-    ((mb > n)) && mb=$n
+    local key=$1 name=$2 mode=$3 n=$4 micro=$5 m v pl ph line log=$W/memory-${1//[: ]/-}.log
+    local mb=$((16384 / (P + T - 1))) per=$(((n + micro - 1) / micro)) nkv nown
+    ((mb > per)) && mb=$per
     nkv=$((mb * (P + T - 1))) nown=$((mb / G * (P + T - 1 + (G - 1) * (T - 1)) + mb % G * (P + T - 1)))
     local cfgdir=$W/memory-config-$name
     "$PY" "$HELP" config "${CFG[$name]}" "$cfgdir" || die "memory_model.py config failed"
@@ -175,7 +177,7 @@ learner() {
     echo "$key: rl-learn, $n x $((P + T)) tokens ($(date -u +%H:%M:%S))" >&2
     # shellcheck disable=SC2086
     timed "$key" "$log" "$TIMEOUT" "$LEARN" --init "$m" --out "$W/memory-ckpt" --keep 1 --batch "$n" --max-steps 1 \
-        --loss pg --tis 2 ${OPTS[$mode]} $LEARN_OPTS --metrics "$W/memory-metrics.jsonl" "$recs"
+        --micro "$micro" --loss pg --tis 2 ${OPTS[$mode]} $LEARN_OPTS --metrics "$W/memory-metrics.jsonl" "$recs"
     PEAK[$key]=$PK
     SECS[$key]=$(sed -n 's/.*"seconds":\([0-9]*\).*/\1/p' "$W/memory-metrics.jsonl" 2>/dev/null | head -n1)
     if ((RC == 124)); then
@@ -185,7 +187,7 @@ learner() {
     else
         STATUS[$key]=ok
     fi
-    line="RESULT key=\"$key\" what=rl-learn seqs=$n learn_opts=\"$LEARN_OPTS\" peak_bytes=$PK status=$RC step_s=${SECS[$key]:-}"
+    line="RESULT key=\"$key\" what=rl-learn seqs=$n micro=$micro learn_opts=\"$LEARN_OPTS\" peak_bytes=$PK status=$RC step_s=${SECS[$key]:-}"
     line+=" plan_bytes=${PLAN[$key]} plan_here_bytes=${HERE[$key]} log=\"$(grep '^rl-learn: ' "$log" | tail -n1)\""
     echo "$line" >>"$RES"
     echo "  $key: peak $(gib "$PK") GiB, plan $(gib "${PLAN[$key]}") (here $(gib "${HERE[$key]}")), step ${SECS[$key]:--} s, ${STATUS[$key]}" >&2
@@ -220,11 +222,13 @@ sampler() {
 
 KEYS=()
 for r in "${ROWS[@]}"; do
-    IFS=: read -r a b c <<<"$r"
+    IFS=: read -r a b c d <<<"$r"
     if [[ $a == sample ]]; then
         key="sample:$b"; KEYS+=("$key"); sampler "$key" "$b"
     else
-        n=${c:-$SEQS} key="$a:$b:$n"; KEYS+=("$key"); NSEQ[$key]=$n; learner "$key" "$a" "$b" "$n"
+        n=${c:-$SEQS} micro=${d:-1} key="$a:$b:$n"
+        ((micro > 1)) && key+=":$micro"
+        KEYS+=("$key"); NSEQ[$key]=$n; learner "$key" "$a" "$b" "$n" "$micro"
     fi
 done
 
@@ -235,7 +239,7 @@ done
     echo "machine: ${cpu:-unknown CPU}, $(nproc) cores (shared machine), $(awk '/^MemTotal:/ {printf "%.1f", $2 / 1048576}' /proc/meminfo) GiB; $(uname -sr); $(date -u +%Y-%m-%d)"
     echo "load average (1, 5, 15 min) at start: $LOAD0, at end: $(loadavg)"
     echo "peak: /usr/bin/time %M (ru_maxrss) of each process under nice -n 19; GiB = 2^30 bytes"
-    echo "learner: one step of --loss pg --tis 2 on SEQS x (64 + 448) tokens; plan at 16384 tokens, plan here at this micro-batch's"
+    echo "learner: one step of --loss pg --tis 2 on SEQS x (64 + 448) tokens (row MODEL:MODE:SEQS[:MICRO], --micro MICRO); plan at 16384 tokens, plan here at this micro-batch's"
     echo
     fmt='%-16s %9s %9s %9s %7s %8s  %s\n'
     printf "$fmt" row "plan GiB" "here GiB" "peak GiB" "pk/here" "step s" status
