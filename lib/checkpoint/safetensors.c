@@ -328,21 +328,34 @@ const st_tensor *st_find(const st_file *f, const char *name) {
     return NULL;
 }
 
-void st_read_f32(const st_tensor *t, float *dst) {
+void st_read_f32_part(const st_tensor *t, size_t at, size_t n, float *dst) {
     if (t->dtype == DT_F32) {
-        if (t->nelem) memcpy(dst, t->data, t->nelem * 4);
+        if (n) memcpy(dst, (const char *)t->data + 4 * at, n * 4);
         return;
     }
     // 16-bit data may be unaligned in the mapping: convert through an aligned buffer.
     uint16_t buf[4096];
-    const uint8_t *src = t->data;
-    for (size_t i = 0; i < t->nelem; i += 4096) {
-        size_t k = t->nelem - i < 4096 ? t->nelem - i : 4096;
+    const uint8_t *src = (const uint8_t *)t->data + 2 * at;
+    for (size_t i = 0; i < n; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
         memcpy(buf, src + 2 * i, 2 * k);
         if (t->dtype == DT_BF16) dt_bf16_to_f32(dst + i, buf, k);
         else if (t->dtype == DT_F16) dt_f16_to_f32(dst + i, buf, k);
         else abort();   // st_open admits F32, BF16 and F16 only
     }
+}
+
+void st_read_f32(const st_tensor *t, float *dst) { st_read_f32_part(t, 0, t->nelem, dst); }
+
+void st_let_go(const st_tensor *t) {
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return;
+    uintptr_t a = (uintptr_t)t->data, b = a + t->nelem * dt_size(t->dtype), p = (uintptr_t)page;
+    a = (a + p - 1) & ~(p - 1);   // whole pages within the tensor: its neighbours keep theirs
+    b &= ~(p - 1);
+    // Advice about a read-only private mapping: the data stay in the file,
+    // so a failure only leaves the pages where they were.
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 // ---- writing ---------------------------------------------------------------

@@ -40,8 +40,16 @@ const st_tensor *st_find(const st_file *f, const char *name);
 // "[2, 3]": a shape for messages.
 void st_shape_str(char *buf, size_t size, const int64_t *shape, int ndim);
 
-// Copies a tensor into f32 (converting BF16/F16); n must equal its element count.
+// Copies a tensor into f32 (converting BF16/F16): dst holds its nelem values.
 void st_read_f32(const st_tensor *t, float *dst);
+// The same for its elements [at, at + n) (within nelem), into dst (n).
+void st_read_f32_part(const st_tensor *t, size_t at, size_t n, float *dst);
+// Tells the system that t has been read and will not be read again soon:
+// the pages of the mapping that hold it alone leave the process's memory
+// (MADV_DONTNEED; read again from the file if t is read after all). A
+// model's load reads tensor after tensor, so it holds one of them rather
+// than the whole file beside the weights it fills.
+void st_let_go(const st_tensor *t);
 
 // Writes tensors given in f32, in the order given, stored at dtype (F32, or
 // BF16/F16 rounded to nearest even), atomically enough for a caller that

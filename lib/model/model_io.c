@@ -41,9 +41,16 @@ static int check_tensors(const model_t *m, const hfw_set *f, rl_err *err) {
     return 0;
 }
 
+// f32 values staged at a time between a file's tensor and the weights.
+enum { STAGE_FLOATS = 1 << 22 };
+
 // The weights from f (checked by check_tensors) into w, with adapter a (or
 // NULL) merged into the matrices it targets: each read as f32, then
-// merged (mdl_lora_merge), then stored as loading stores it.
+// merged (mdl_lora_merge), then stored as loading stores it. A tensor
+// without an adapter goes through in parts of whole rows (at most
+// STAGE_FLOATS values, or one row), and each tensor's pages of the mapped
+// file are let go once it is read (st_let_go): the load holds the weights,
+// one part and one tensor's pages, not a second copy of the model.
 static void fill_tensors(const model_t *m, weights *w, const hfw_set *f, const lora_adapter *a) {
     float *stage = NULL, scale = a ? lora_scale(&a->c) : 0;
     for (size_t i = 0; i < m->nt; i++) {
@@ -51,14 +58,25 @@ static void fill_tensors(const model_t *m, weights *w, const hfw_set *f, const l
         const st_tensor *s = hfw_find(f, t->name);
         int k = a ? mdl_lora_module(t->name) : -1;
         const float *A = k >= 0 ? a->a[k] : NULL;
-        if (!A && s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
+        if (A) {
+            stage = xrealloc(stage, t->n * sizeof(float));
+            st_read_f32(s, stage);
+            mdl_lora_merge(m, stage, (int)t->shape[0], (int)t->shape[1], a->b[k], A, a->c.rank, scale);
+            mdl_put_f32(m, w, t, 0, t->n, stage);
+        } else if (s->dtype == DT_F32 && ((uintptr_t)s->data & 3) == 0) {   // straight from the mapped file
             mdl_put_f32(m, w, t, 0, t->n, s->data);
-            continue;
+        } else {
+            size_t row = mdl_stored_apart(t) ? (size_t)t->shape[1] : 1;
+            size_t part = row >= STAGE_FLOATS ? row : STAGE_FLOATS / row * row;
+            if (part > t->n) part = t->n;
+            stage = xrealloc(stage, (part ? part : 1) * sizeof(float));
+            for (size_t at = 0; at < t->n; at += part) {
+                size_t n = t->n - at < part ? t->n - at : part;
+                st_read_f32_part(s, at, n, stage);
+                mdl_put_f32(m, w, t, at, n, stage);
+            }
         }
-        stage = xrealloc(stage, t->n * sizeof(float));
-        st_read_f32(s, stage);
-        if (A) mdl_lora_merge(m, stage, (int)t->shape[0], (int)t->shape[1], a->b[k], A, a->c.rank, scale);
-        mdl_put_f32(m, w, t, 0, t->n, stage);
+        st_let_go(s);
     }
     free(stage);
 }

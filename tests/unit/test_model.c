@@ -383,6 +383,44 @@ static void a_bf16_models_matrix_parameters_are_its_stored_values(void) {
     model_free(h);
 }
 
+// A model whose embedding (44000 x 96: more values than the load stages at
+// a time, 2^22) is saved in bf16 loads, into an f32 model and a bf16 one,
+// with every parameter the file's value: the load's parts of whole rows
+// join up.
+static void a_tensor_larger_than_the_loads_stage_loads_as_stored(void) {
+    model_config c = cfg_llama();
+    c.vocab = 44000;
+    rl_err err;
+    model_t *m = model_random(&c, 5, 0.3f, NULL, &err);
+    CHECK(m, "%s", err.msg);
+    char dir[] = "/tmp/rlpipe-model.XXXXXX";
+    CHECK(mkdtemp(dir), "mkdtemp");
+    CHECK(model_save_as(m, dir, &(hfw_write_opts){.dtype = DT_BF16}, &err) == 0, "%s", err.msg);
+    model_t *f = model_load(dir, NULL, &err), *h = f ? model_load(dir, &(model_opts){.dtype = DT_BF16}, &err) : NULL;
+    CHECK(f && h, "%s", err.msg);
+    for (size_t i = 0; i < model_ntensors(m); i++) {
+        model_tensor t = model_tensor_at(m, i);
+        float *want = malloc(t.n * sizeof(float)), *x = malloc(t.n * sizeof(float)), *y = malloc(t.n * sizeof(float));
+        uint16_t *b = malloc(t.n * sizeof(uint16_t));
+        model_tensor_get(m, MODEL_PARAM, i, want);
+        dt_f32_to_bf16(b, want, t.n);   // the file's values
+        dt_bf16_to_f32(want, b, t.n);
+        model_tensor_get(f, MODEL_PARAM, i, x);
+        model_tensor_get(h, MODEL_PARAM, i, y);
+        int same_f = memcmp(want, x, t.n * sizeof(float)) == 0, same_h = memcmp(want, y, t.n * sizeof(float)) == 0;
+        free(want), free(x), free(y), free(b);
+        CHECK(same_f && same_h, "%s (%zu values): the f32 model's %s, the bf16 model's %s", t.name, t.n,
+              same_f ? "as stored" : "differ", same_h ? "as stored" : "differ");
+    }
+    model_free(m), model_free(f), model_free(h);
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 // Chunks outside a tensor, of no whole rows where int8 needs them, or at a
 // wire dtype that never travels, are refused and change nothing.
 static void standby_puts_out_of_bounds_are_refused(void) {
@@ -692,6 +730,7 @@ int main(void) {
     RUN(standby_weights_swapped_in_compute_as_a_model_built_with_them);
     RUN(standby_puts_out_of_bounds_are_refused);
     RUN(a_bf16_models_matrix_parameters_are_its_stored_values);
+    RUN(a_tensor_larger_than_the_loads_stage_loads_as_stored);
     RUN(new_parameters_have_their_hugging_face_names_and_shapes);
     RUN(a_shared_prompt_gives_the_sources_rows_and_logits);
     RUN(a_bf16_cache_holds_what_an_f32_cache_holds);

@@ -286,6 +286,59 @@ static void a_large_f16_tensor_is_converted_across_chunks(void) {
     CHECK(bad < 0, "element %d differs from f16_to_f32", bad);
 }
 
+// The process's resident pages of mapped files (RssFile), in bytes; -1 if unknown.
+static long rss_file(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssFile: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+// A BF16 tensor of 2^21 values (4 MiB, at an odd address) read in parts of
+// any size gives the values read whole; once let go, the mapping's pages of
+// it leave the process (RssFile falls by at least 3 MiB) and it reads the
+// same again (from the file).
+static void a_tensor_reads_in_parts_as_whole_and_again_after_it_is_let_go(void) {
+    enum { N = 1 << 21 };
+    uint8_t *data = xmalloc(2 * N);
+    for (int i = 0; i < N; i++) {
+        uint16_t b = (uint16_t)(0x3C00 + (i * 2654435761u >> 20) % 0x0800);   // values in [2^-7, 2^-3)
+        data[2 * i] = (uint8_t)b, data[2 * i + 1] = (uint8_t)(b >> 8);
+    }
+    // header of 69 bytes: the data start at byte 77 (odd)
+    const char *path = st_file_with("parts.safetensors",
+                                    "{\"p\":{\"dtype\":\"BF16\",\"shape\":[2048,1024],\"data_offsets\":[0,4194304]}}",
+                                    data, 2 * N);
+    free(data);
+    rl_err e;
+    st_file *f = st_open(path, &e);
+    CHECK(f, "%s", e.msg);
+    float *whole = xmalloc(N * sizeof *whole), *part = xmalloc(N * sizeof *part);
+    st_read_f32(&f->t[0], whole);
+    const size_t sizes[] = {1, 4095, 4096, 4097, 1000003};
+    size_t at = 0;
+    for (int k = 0; at < N; k++) {
+        size_t n = sizes[k % 5] < N - at ? sizes[k % 5] : N - at;
+        st_read_f32_part(&f->t[0], at, n, part + at);
+        at += n;
+    }
+    int parts_same = memcmp(whole, part, N * sizeof *whole) == 0;
+    long before = rss_file();
+    st_let_go(&f->t[0]);
+    long after = rss_file();
+    st_read_f32(&f->t[0], part);
+    int again_same = memcmp(whole, part, N * sizeof *whole) == 0;
+    st_close(f);
+    free(whole), free(part);
+    CHECK(parts_same, "the parts differ from the whole");
+    CHECK(before >= 0 && after >= 0 && before - after >= 3 << 20, "RssFile %ld bytes before st_let_go, %ld after",
+          before, after);
+    CHECK(again_same, "the tensor reads otherwise after st_let_go");
+}
+
 static void metadata_gaps_unknown_keys_and_empty_tensors_are_accepted(void) {
     const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
                     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"comment\":[1]},"
@@ -1213,6 +1266,7 @@ int main(void) {
     RUN(write_refuses_bad_tensors_and_unwritable_paths_naming_them);
     RUN(bf16_and_f16_tensors_at_odd_addresses_are_converted_exactly);
     RUN(a_large_f16_tensor_is_converted_across_chunks);
+    RUN(a_tensor_reads_in_parts_as_whole_and_again_after_it_is_let_go);
     RUN(metadata_gaps_unknown_keys_and_empty_tensors_are_accepted);
     RUN(malformed_headers_are_refused_naming_the_file_tensor_and_problem);
     RUN(a_size_disagreement_is_reported_in_full);
