@@ -9,14 +9,14 @@
 // snapshot to the writer's thread, which publishes it (ckpt_snap_write) and
 // then calls done. The parameters and AdamW's moments are read where the
 // model keeps them when that is host memory (the CPU's), rather than copied
-// (up to 12 bytes a parameter, as much again as the training state's
-// moments and parameters): the caller changes them only after
+// (8 bytes a parameter for the moments, 4 more for the F32 parameters
+// beside 16-bit weights): the caller changes them only after
 // ckpt_writer_wait_model, which returns once the weights are written, or
 // with the moments (or the F32 parameters beside 16-bit weights) once the
 // optimizer file is. AdamW's update is the first thing that changes them,
-// at the end of the next step's forward and backward. On a GPU, and for
-// rank 0 of several, they are copied to the host (the moments: all ranks'
-// parts) and nothing waits.
+// at the end of the next step's forward and backward. On a GPU they are
+// copied to the host and nothing waits; with several ranks rank 0 copies
+// all ranks' parts of the moments.
 // Signals are blocked on the writer's thread.
 #ifndef RLPIPE_CKPT_WRITER_H
 #define RLPIPE_CKPT_WRITER_H
