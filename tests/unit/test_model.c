@@ -209,6 +209,16 @@ static void scoring_a_group_with_its_prompt_once_equals_scoring_each_whole(void)
     }
 }
 
+// Removes a directory model_save wrote (config.json, model.safetensors).
+static void remove_model_dir(const char *dir) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 // model_save, then model_load: the same config, tensors and log-probs.
 static void save_and_load(const model_config *cfg) {
     model_config c = *cfg;
@@ -234,12 +244,7 @@ static void save_and_load(const model_config *cfg) {
           c2->rope.factor == c.rope.factor, "%s: the config reads back otherwise", c.model_type);
     model_free(m);
     model_free(m2);
-    char path[256];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
-    rmdir(dir);
+    remove_model_dir(dir);
 }
 
 static void saved_weights_load_back_identically(void) {
@@ -413,12 +418,7 @@ static void a_tensor_larger_than_the_loads_stage_loads_as_stored(void) {
               same_f ? "as stored" : "differ", same_h ? "as stored" : "differ");
     }
     model_free(m), model_free(f), model_free(h);
-    char path[256];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
-    rmdir(dir);
+    remove_model_dir(dir);
 }
 
 // Chunks outside a tensor, of no whole rows where int8 needs them, or at a
